@@ -1,0 +1,110 @@
+import Xfer
+
+/// The `patch` protocol (from the JJUploadFile write-up): create an upload,
+/// PATCH raw octet-stream chunks with `Content-Range` and `Content-MD5`,
+/// ask which chunks the server holds on resume, then complete and check the
+/// server's SHA-256 of the assembled file. See Docs/protocols.md.
+public struct PatchBackend: UploadBackend {
+    public let name = "patch"
+
+    public let traits = BackendTraits(
+        defaultChunkSize: 1 << 20,
+        defaultConcurrency: 5,
+        chunkOrder: .any,
+        emptyFileHasOneChunk: false,
+        reportsWholeFileSHA256: true)
+
+    public init() {}
+
+    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+        let body: JSONValue = [
+            "fileName": .string(file.name),
+            "size": .int(file.size),
+            "chunkSize": .int(file.chunkSize),
+        ]
+        var request = HTTPRequest(method: .post, url: job.url("/uploads"), headers: headers(job), body: .json(body))
+        request.headers.set("Content-Type", "application/json")
+        return Exchange(request) { response throws(BackendError) in
+            try response.require(201, 200, for: "create the upload of \(file.name)")
+            let json = try response.json(for: "create the upload of \(file.name)")
+            guard let id = json["uploadId"]?.stringValue, !id.isEmpty else {
+                throw .transient("create the upload of \(file.name): the answer has no uploadId")
+            }
+            var handles = ServerHandles()
+            handles.set("uploadId", id)
+            return FileOpening(handles: handles, chunkSize: json["chunkSize"]?.intValue)
+        }
+    }
+
+    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
+        guard let id = file.handles["uploadId"] else { return nil }
+        let request = HTTPRequest(method: .get, url: uploadURL(job, id), headers: headers(job))
+        return Exchange(request) { response throws(BackendError) in
+            if response.status == 404 { return .unknownUpload }
+            try response.require(200, for: "ask what the server holds of \(file.name)")
+            let json = try response.json(for: "ask what the server holds of \(file.name)")
+            guard let received = json["received"]?.arrayValue else {
+                throw .transient("ask what the server holds of \(file.name): the answer has no received list")
+            }
+            if let size = json["chunkSize"]?.intValue, size != file.chunkSize {
+                throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize); re-run with --restart")
+            }
+            return .serverHas(chunks: Set(received.compactMap { $0.intValue.map { $0 - 1 } }))
+        }
+    }
+
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        let id = file.handles["uploadId"] ?? ""
+        var request = HTTPRequest(
+            method: .patch, url: uploadURL(job, id) + "/chunks/\(chunk.index + 1)", headers: headers(job),
+            body: RequestBody(segments: [chunk.bytes]))
+        request.headers.set("Content-Type", "application/octet-stream")
+        request.headers.set("Content-Range", "bytes \(chunk.offset)-\(chunk.lastOffset)/\(file.size)")
+        request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+        let operation = "send chunk \(chunk.index + 1) of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
+            try response.require(204, 200, for: operation)
+            return .stored()
+        }
+    }
+
+    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
+        let id = file.handles["uploadId"] ?? ""
+        let request = HTTPRequest(method: .post, url: uploadURL(job, id) + "/complete", headers: headers(job))
+        let operation = "complete the upload of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            switch response.status {
+            case 404:
+                throw .uploadUnknown("\(operation): the server no longer knows the upload")
+            case 409:
+                let json = try response.json(for: operation)
+                let missing = json["missing"]?.arrayValue?.compactMap { $0.intValue.map { $0 - 1 } } ?? []
+                return .missing(missing)
+            default:
+                try response.require(200, for: operation)
+                let json = try response.json(for: operation)
+                guard let url = json["url"]?.stringValue, !url.isEmpty else {
+                    throw .transient("\(operation): the answer has no url")
+                }
+                return .completed(url: url, sha256: json["sha256"]?.stringValue)
+            }
+        }
+    }
+
+    public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
+        job.files.compactMap { file in
+            file.handles["uploadId"].map { HTTPRequest(method: .delete, url: uploadURL(job, $0), headers: headers(job)) }
+        }
+    }
+
+    private func uploadURL(_ job: JobContext, _ id: String) -> String {
+        job.url("/uploads/\(id.percentEncodedPathSegment)")
+    }
+
+    private func headers(_ job: JobContext) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        if let token = job.credentials.token { headers.set("Authorization", "Bearer \(token)") }
+        return headers
+    }
+}

@@ -1,0 +1,78 @@
+// swift-tools-version:6.2
+import PackageDescription
+
+let package = Package(
+    name: "xfer",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "Xfer", targets: ["Xfer"]),
+        .library(name: "XferPatch", targets: ["XferPatch"]),
+        .library(name: "XferReceiver", targets: ["XferReceiver"]),
+        .executable(name: "xfer", targets: ["XferCLI"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+    ],
+    targets: [
+        // C libraries from Debian's -dev packages.
+        .systemLibrary(name: "CLMDB", path: "Sources/CLMDB", pkgConfig: "lmdb",
+                       providers: [.apt(["liblmdb-dev"])]),
+        .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
+                       providers: [.apt(["zlib1g-dev"])]),
+        // Typed wrappers around libcurl's variadic setopt/getinfo calls.
+        .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
+
+        // The engine.
+        .target(
+            name: "Xfer",
+            dependencies: [
+                "CLMDB", "CCurlShim", "CZlib",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/Xfer"
+        ),
+
+        // Built-in backends, written against Xfer's public API only.
+        .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
+
+        // The reference receiver behind `xfer serve`.
+        .target(
+            name: "XferReceiver",
+            dependencies: [
+                "CZlib",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/XferReceiver"
+        ),
+
+        .executableTarget(
+            name: "XferCLI",
+            dependencies: [
+                "Xfer", "XferPatch", "XferReceiver",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/XferCLI"
+        ),
+
+        .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
+        .testTarget(
+            name: "XferTests",
+            dependencies: ["Xfer", "XferPatch", "XferTestSupport"],
+            path: "Tests/XferTests"
+        ),
+        .testTarget(
+            name: "XferEndToEndTests",
+            dependencies: ["Xfer", "XferPatch", "XferReceiver", "XferCLI", "XferTestSupport"],
+            path: "Tests/XferEndToEndTests"
+        ),
+    ]
+)

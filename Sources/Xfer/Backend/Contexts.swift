@@ -1,0 +1,138 @@
+import Crypto
+import CZlib
+import Foundation
+
+/// What the user supplied to authenticate. Backends decide where it goes
+/// (a header, a form field); the engine never shows it.
+public struct Credentials: Sendable, Hashable {
+    /// The `--token` value, if any.
+    public var token: String?
+
+    public init(token: String? = nil) { self.token = token }
+}
+
+/// A read-only view of a job, handed to every backend step.
+public struct JobContext: Sendable {
+    public let id: JobID
+    /// The URL the user pushed to (`--to`), without a trailing slash.
+    public let target: String
+    /// Handles from `makeJobHandles` and `startJob`.
+    public let handles: ServerHandles
+    public let files: [FileContext]
+    public let credentials: Credentials
+
+    public init(id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials) {
+        self.id = id
+        self.target = target
+        self.handles = handles
+        self.files = files
+        self.credentials = credentials
+    }
+
+    /// `target` joined with `path` (which should start with "/").
+    public func url(_ path: String) -> String {
+        target + (path.hasPrefix("/") ? path : "/" + path)
+    }
+}
+
+/// A read-only view of one file of a job.
+public struct FileContext: Sendable {
+    /// Position in the job (the order the user gave).
+    public let index: Int
+    /// The local path.
+    public let path: String
+    /// The file's name (last path component), as the server should see it.
+    public let name: String
+    public let size: Int64
+    public let plan: ChunkPlan
+    /// Handles from `startJob` and `openFile`.
+    public let handles: ServerHandles
+    /// Whole-file digests the backend asked for in `digestsBeforeOpen`
+    /// (lowercase hex).
+    public let digests: [DigestAlgorithm: String]
+    /// Receipts of stored chunks, by chunk index (filled for `finishFile`).
+    public let receipts: [Int: String]
+
+    public init(
+        index: Int, path: String, name: String, size: Int64, plan: ChunkPlan,
+        handles: ServerHandles, digests: [DigestAlgorithm: String] = [:], receipts: [Int: String] = [:]
+    ) {
+        self.index = index
+        self.path = path
+        self.name = name
+        self.size = size
+        self.plan = plan
+        self.handles = handles
+        self.digests = digests
+        self.receipts = receipts
+    }
+
+    public var chunkSize: Int { plan.chunkSize }
+    public var chunkCount: Int { plan.count }
+
+    /// The extension of `name` without the dot, or "" when it has none.
+    public var fileExtension: String {
+        let ext = (name as NSString).pathExtension
+        return ext
+    }
+}
+
+/// One chunk's bytes, read from the file just before it is sent.
+public struct ChunkPayload: Sendable {
+    /// 0-based position in the file.
+    public let index: Int
+    public let offset: Int64
+    /// The bytes. Put them in a `RequestBody` segment as they are: arrays
+    /// are copy-on-write, so the engine's buffer is shared, not copied.
+    public let bytes: [UInt8]
+
+    public init(index: Int, offset: Int64, bytes: [UInt8]) {
+        self.index = index
+        self.offset = offset
+        self.bytes = bytes
+    }
+
+    public var count: Int { bytes.count }
+
+    /// The inclusive byte range, as `Content-Range` wants it ("a-b").
+    public var lastOffset: Int64 { offset + Int64(bytes.count) - 1 }
+
+    public var md5: [UInt8] { Array(Insecure.MD5.hash(data: bytes)) }
+    public var sha256: [UInt8] { Array(SHA256.hash(data: bytes)) }
+    /// CRC-32 as zlib computes it.
+    public var crc32: UInt32 { Checksums.crc32(bytes) }
+}
+
+/// Checksums backends commonly send.
+public enum Checksums {
+    public static func crc32(_ bytes: [UInt8]) -> UInt32 {
+        bytes.withUnsafeBufferPointer { buffer in
+            var crc = CZlib.crc32(0, nil, 0)
+            var base = buffer.baseAddress
+            var remaining = buffer.count
+            // zlib takes a 32-bit length.
+            while remaining > 0, let pointer = base {
+                let step = min(remaining, Int(UInt32.max))
+                crc = CZlib.crc32(crc, pointer, UInt32(step))
+                base = pointer + step
+                remaining -= step
+            }
+            return UInt32(crc)
+        }
+    }
+
+    public static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func base64(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString()
+    }
+}

@@ -1,0 +1,235 @@
+import Foundation
+
+extension HTTPResponse {
+    /// Accepts the listed statuses; turns the rest into the error the engine
+    /// should act on: 5xx, 408 and 429 are transient (honouring
+    /// `Retry-After`), other statuses are refusals carrying the server's message.
+    public func require(_ accepted: Int..., for operation: String) throws(BackendError) {
+        if accepted.contains(status) { return }
+        throw unexpectedStatus(operation)
+    }
+
+    /// The error for a status the caller did not expect (see `require`).
+    public func unexpectedStatus(_ operation: String) -> BackendError {
+        let detail = serverMessage.map { ": \($0)" } ?? ""
+        if status >= 500 || status == 408 || status == 429 {
+            return .transient("\(operation): HTTP \(status)\(detail)", retryAfter: retryAfter)
+        }
+        return .rejected("\(operation): HTTP \(status)\(detail)")
+    }
+
+    /// The server's `Retry-After`, in seconds or as an HTTP date.
+    public var retryAfter: Duration? {
+        guard let value = headers["Retry-After"]?.trimmingCharacters(in: .whitespaces) else { return nil }
+        if let seconds = Int(value), seconds >= 0 { return .seconds(seconds) }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = formatter.date(from: value) else { return nil }
+        return .seconds(max(0, Int(date.timeIntervalSinceNow.rounded(.up))))
+    }
+
+    /// A short, single-line message from the body: a JSON `error`, `msg` or
+    /// `message` field, else the start of a text body. Nil when there is none.
+    public var serverMessage: String? {
+        if let json = try? JSONValue.parse(body) {
+            for key in ["error", "msg", "message"] {
+                if let text = json[key]?.stringValue, !text.isEmpty { return Self.oneLine(text) }
+            }
+        }
+        let type = headers["Content-Type"]?.lowercased() ?? ""
+        guard type.hasPrefix("text/plain") || type.hasPrefix("application/json") else {
+            return body.isEmpty ? nil : "\(type.isEmpty ? "unexpected" : type) answer of \(body.count) bytes"
+        }
+        let text = Self.oneLine(String(decoding: body.prefix(200), as: UTF8.self))
+        return text.isEmpty ? nil : text
+    }
+
+    /// The body decoded as JSON `T`. A body that does not decode is treated
+    /// as transient: a proxy or an overloaded server can cut an answer short.
+    public func decode<T: Decodable>(_ type: T.Type, for operation: String) throws(BackendError) -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(body))
+        } catch {
+            throw .transient("\(operation): the server's answer is not the expected JSON")
+        }
+    }
+
+    /// The body as a JSON value (see `decode` for what a bad body means).
+    public func json(for operation: String) throws(BackendError) -> JSONValue {
+        do {
+            return try JSONValue.parse(body)
+        } catch {
+            throw .transient("\(operation): the server's answer is not JSON")
+        }
+    }
+
+    static func oneLine(_ text: String) -> String {
+        let flattened = text.unicodeScalars.map { CharacterSet.controlCharacters.contains($0) ? " " : String($0) }.joined()
+        let trimmed = flattened.trimmingCharacters(in: .whitespaces)
+        return trimmed.count > 200 ? String(trimmed.prefix(200)) + "…" : trimmed
+    }
+}
+
+/// A parsed JSON document, for protocols whose answers are loosely shaped.
+public enum JSONValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public static func parse(_ bytes: [UInt8]) throws -> JSONValue {
+        try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+    }
+
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let members) = self { return members[key] }
+        return nil
+    }
+
+    public var stringValue: String? {
+        switch self {
+        case .string(let value): return value
+        case .number(let value):
+            return value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+        case .bool(let value): return String(value)
+        default: return nil
+        }
+    }
+
+    public var intValue: Int? {
+        switch self {
+        case .number(let value): return value.rounded() == value ? Int(exactly: value) : nil
+        case .string(let value): return Int(value)
+        default: return nil
+        }
+    }
+
+    public var arrayValue: [JSONValue]? {
+        if case .array(let values) = self { return values }
+        return nil
+    }
+
+    public var objectValue: [String: JSONValue]? {
+        if case .object(let members) = self { return members }
+        return nil
+    }
+
+    /// Serialises the value (keys sorted, so requests are reproducible).
+    public var encoded: [UInt8] {
+        var out = ""
+        write(into: &out)
+        return Array(out.utf8)
+    }
+
+    private func write(into out: inout String) {
+        switch self {
+        case .null: out += "null"
+        case .bool(let value): out += value ? "true" : "false"
+        case .number(let value):
+            if value.rounded() == value && abs(value) < 1e15 { out += String(Int64(value)) } else { out += String(value) }
+        case .string(let value): JSONValue.writeString(value, into: &out)
+        case .array(let values):
+            out += "["
+            for (i, value) in values.enumerated() {
+                if i > 0 { out += "," }
+                value.write(into: &out)
+            }
+            out += "]"
+        case .object(let members):
+            out += "{"
+            for (i, key) in members.keys.sorted().enumerated() {
+                if i > 0 { out += "," }
+                JSONValue.writeString(key, into: &out)
+                out += ":"
+                members[key]!.write(into: &out)
+            }
+            out += "}"
+        }
+    }
+
+    /// Writes a JSON string literal with every non-ASCII character escaped as
+    /// `\uXXXX`, so the result is plain ASCII (safe even in a header).
+    static func writeString(_ value: String, into out: inout String) {
+        out += "\""
+        for unit in value.utf16 {
+            switch unit {
+            case 0x22: out += "\\\""
+            case 0x5c: out += "\\\\"
+            case 0x0a: out += "\\n"
+            case 0x0d: out += "\\r"
+            case 0x09: out += "\\t"
+            case 0x20..<0x7f: out += String(UnicodeScalar(UInt8(unit)))
+            default: out += String(format: "\\u%04x", unit)
+            }
+        }
+        out += "\""
+    }
+}
+
+extension JSONValue: Decodable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByDictionaryLiteral,
+    ExpressibleByArrayLiteral, ExpressibleByBooleanLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int) { self = .number(Double(value)) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { $1 }))
+    }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+
+    public static func int<T: BinaryInteger>(_ value: T) -> JSONValue { .number(Double(value)) }
+}
+
+extension RequestBody {
+    /// A JSON document.
+    public static func json(_ value: JSONValue) -> RequestBody { RequestBody(value.encoded) }
+
+    /// An `application/x-www-form-urlencoded` body.
+    public static func form(_ fields: [(String, String)]) -> RequestBody {
+        RequestBody(Array(FormEncoding.encode(fields).utf8))
+    }
+}
+
+enum FormEncoding {
+    private static let unreserved: CharacterSet = {
+        var set = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        set.insert(charactersIn: "-._~")
+        return set
+    }()
+
+    static func escape(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
+    }
+
+    static func encode(_ fields: [(String, String)]) -> String {
+        fields.map { "\(escape($0.0))=\(escape($0.1))" }.joined(separator: "&")
+    }
+}
+
+extension String {
+    /// The string percent-encoded for use as one URL path segment.
+    public var percentEncodedPathSegment: String { FormEncoding.escape(self) }
+}

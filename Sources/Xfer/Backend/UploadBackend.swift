@@ -1,0 +1,217 @@
+/// Adapts the engine to one server's upload API.
+///
+/// A backend performs no I/O. Each step describes a request and how to read
+/// its answer (an `Exchange`); the engine sends it, retries it, persists what
+/// it yields and decides what runs next. That keeps a backend small, testable
+/// without a network, and unable to break the engine's invariants:
+///
+/// - Handles a step returns (upload ids, tokens) are committed to the state
+///   store before any request that could need them is sent.
+/// - A chunk is marked done only after `uploadChunk`'s exchange yields
+///   `.stored`, i.e. after the server acknowledged it.
+///
+/// The engine calls the steps in this order; every step but `uploadChunk` is
+/// optional (return nil when the protocol has no such call):
+///
+/// 1. `startJob` once per job (e.g. ask for ids for every file at once).
+/// 2. `openFile` once per file (e.g. create an upload, get a token).
+/// 3. `reconcileFile` on resume, for files opened by an earlier run (ask the
+///    server which chunks it holds).
+/// 4. `uploadChunk` for every chunk not yet done, `traits.concurrency` at a
+///    time, in order within a file when `traits.chunkOrder` says so.
+/// 5. `finishFile` once all of a file's chunks are done.
+/// 6. `finishJob` once every file is finished.
+///
+/// Every step is called again for every attempt, so a backend can sign each
+/// request afresh; steps must therefore be pure functions of their inputs.
+public protocol UploadBackend: Sendable {
+    /// The stable name stored with each job and used by the CLI's `--backend`.
+    var name: String { get }
+
+    /// What this backend's protocol needs from the engine.
+    var traits: BackendTraits { get }
+
+    /// Handles the client invents before talking to the server (e.g. a
+    /// source id the server's answers are keyed by). Called once when the
+    /// job is created; committed with the job.
+    func makeJobHandles(for job: JobContext) -> ServerHandles
+
+    /// The chunk size to use for a file, given the size the user asked for.
+    /// Lets a protocol enforce its limits (e.g. S3's 10,000 parts).
+    func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int
+
+    func startJob(_ job: JobContext) -> Exchange<JobStart>?
+    func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>?
+    func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>?
+    func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome>
+    func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>?
+    func finishJob(_ job: JobContext) -> Exchange<JobFinish>?
+
+    /// Requests that ask the server to drop what it holds for this job
+    /// (sent best-effort by cancel). Empty when the protocol has no such call.
+    func cancelRequests(for job: JobContext) -> [HTTPRequest]
+}
+
+extension UploadBackend {
+    public func makeJobHandles(for job: JobContext) -> ServerHandles { ServerHandles() }
+    public func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int { requested }
+    public func startJob(_ job: JobContext) -> Exchange<JobStart>? { nil }
+    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? { nil }
+    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? { nil }
+    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? { nil }
+    public func finishJob(_ job: JobContext) -> Exchange<JobFinish>? { nil }
+    public func cancelRequests(for job: JobContext) -> [HTTPRequest] { [] }
+}
+
+/// What a backend's protocol needs from the engine, declared up front.
+public struct BackendTraits: Sendable, Hashable {
+    /// Whether chunks of one file may be in flight together.
+    public enum ChunkOrder: Sendable, Hashable {
+        /// Any order, many at once (files still share the job's concurrency).
+        case any
+        /// Strictly one after another within a file; files run in parallel.
+        case sequentialWithinFile
+    }
+
+    public var defaultChunkSize: Int
+    public var defaultConcurrency: Int
+    public var chunkOrder: ChunkOrder
+    /// Whether a zero-byte file is sent as one empty chunk.
+    public var emptyFileHasOneChunk: Bool
+    /// Whole-file digests the backend needs in `FileContext.digests` before
+    /// `openFile` (costs one extra read of each file).
+    public var digestsBeforeOpen: Set<DigestAlgorithm>
+    /// Whether `finishFile` reports the file's SHA-256 for the engine to
+    /// check. The engine then hashes each file as its chunks are read, so the
+    /// check costs no second pass over the file.
+    public var reportsWholeFileSHA256: Bool
+    /// How many times `finishFile` may answer `.missing` or `finishJob`
+    /// `.rollback` before the job fails.
+    public var maximumFinishRounds: Int
+
+    public init(
+        defaultChunkSize: Int,
+        defaultConcurrency: Int,
+        chunkOrder: ChunkOrder = .any,
+        emptyFileHasOneChunk: Bool = false,
+        digestsBeforeOpen: Set<DigestAlgorithm> = [],
+        reportsWholeFileSHA256: Bool = false,
+        maximumFinishRounds: Int = 3
+    ) {
+        self.reportsWholeFileSHA256 = reportsWholeFileSHA256
+        self.defaultChunkSize = defaultChunkSize
+        self.defaultConcurrency = defaultConcurrency
+        self.chunkOrder = chunkOrder
+        self.emptyFileHasOneChunk = emptyFileHasOneChunk
+        self.digestsBeforeOpen = digestsBeforeOpen
+        self.maximumFinishRounds = maximumFinishRounds
+    }
+}
+
+public enum DigestAlgorithm: String, Sendable, Hashable, Codable {
+    case md5, sha256
+}
+
+/// One request and how to read its answer.
+public struct Exchange<Outcome: Sendable>: Sendable {
+    public var request: HTTPRequest
+    public var interpret: @Sendable (HTTPResponse) throws(BackendError) -> Outcome
+
+    public init(
+        _ request: HTTPRequest,
+        interpret: @escaping @Sendable (HTTPResponse) throws(BackendError) -> Outcome
+    ) {
+        self.request = request
+        self.interpret = interpret
+    }
+}
+
+/// A backend's reading of an answer it cannot accept.
+public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Worth retrying (5xx, 408, 429, an answer cut short); `retryAfter`
+    /// carries the server's `Retry-After` when it gave one.
+    case transient(String, retryAfter: Duration? = nil)
+    /// The server refused the request; retrying will not help. The job
+    /// fails with this message and keeps its state.
+    case rejected(String)
+    /// The server no longer knows the upload this request belongs to. On
+    /// resume the engine opens the file afresh.
+    case uploadUnknown(String)
+    /// The server's answer contradicts what the client sent (e.g. a
+    /// different checksum). The job fails loudly.
+    case mismatch(String)
+
+    public var description: String {
+        switch self {
+        case .transient(let message, _), .rejected(let message), .uploadUnknown(let message),
+            .mismatch(let message):
+            return message
+        }
+    }
+}
+
+// MARK: Step outcomes
+
+/// The answer to `startJob`.
+public struct JobStart: Sendable, Hashable {
+    public var handles: ServerHandles
+    /// Handles for individual files, by file index.
+    public var fileHandles: [Int: ServerHandles]
+
+    public init(handles: ServerHandles = ServerHandles(), fileHandles: [Int: ServerHandles] = [:]) {
+        self.handles = handles
+        self.fileHandles = fileHandles
+    }
+}
+
+/// The answer to `openFile`.
+public struct FileOpening: Sendable, Hashable {
+    public var handles: ServerHandles
+    /// The chunk size the server chose, when it differs from the one asked.
+    public var chunkSize: Int?
+
+    public init(handles: ServerHandles, chunkSize: Int? = nil) {
+        self.handles = handles
+        self.chunkSize = chunkSize
+    }
+}
+
+/// The answer to `reconcileFile`: which chunks the server holds.
+public enum Reconciliation: Sendable, Hashable {
+    /// The server holds exactly these chunks (0-based); `receipts` carries
+    /// what it reports for them where the backend needs it later.
+    case serverHas(chunks: Set<Int>, receipts: [Int: String] = [:])
+    /// The file is already complete on the server at this URL.
+    case complete(url: String)
+    /// The server does not know this upload any more; open the file again.
+    case unknownUpload
+}
+
+/// The answer to `uploadChunk`.
+public enum ChunkOutcome: Sendable, Hashable {
+    /// The server stored the chunk. `receipt` is kept for `finishFile`
+    /// (e.g. an ETag); `fileURL` is set when this answer also completes the
+    /// file (the protocol has no separate finish call).
+    case stored(receipt: String? = nil, fileURL: String? = nil)
+    /// The server expects chunk `next` (0-based) instead: every chunk
+    /// before it is on the server, none from it on.
+    case resync(next: Int)
+}
+
+/// The answer to `finishFile`.
+public enum FileFinish: Sendable, Hashable {
+    /// The file is complete. When the server reports its SHA-256, the
+    /// engine checks it against the local file.
+    case completed(url: String, sha256: String? = nil)
+    /// The server lacks these chunks (0-based); they are sent again.
+    case missing([Int])
+}
+
+/// The answer to `finishJob`.
+public enum JobFinish: Sendable, Hashable {
+    /// Every file is complete; URLs by file index.
+    case completed(urls: [Int: String])
+    /// These files (by index) failed on the server: every chunk of them is
+    /// sent again, then the job asks again.
+    case rollback(files: [Int])
+}

@@ -1,0 +1,178 @@
+import Crypto
+import Foundation
+import Glibc
+
+/// A local file opened for reading chunks with `pread`.
+///
+/// Nothing reads a whole file into memory: a chunk is read when it is sent,
+/// into a buffer of the chunk's size.
+final class LocalFile: Sendable {
+    let path: String
+    let identity: FileIdentity
+    private let descriptor: Int32
+
+    /// Opens `path` and checks it is something xfer can send.
+    init(path: String) throws(XferError) {
+        self.path = path
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw .invalidInput("\(path): \(Self.describe(errno))")
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG:
+            break
+        case S_IFDIR:
+            throw .invalidInput("\(path) is a directory; name the files inside it")
+        default:
+            throw .invalidInput("\(path) is not a regular file (a pipe, socket or device cannot be resumed)")
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw .invalidInput("\(path): \(Self.describe(errno))")
+        }
+        descriptor = fd
+        identity = Self.identity(of: info)
+    }
+
+    deinit {
+        close(descriptor)
+    }
+
+    /// Reads `length` bytes at `offset`. A short read means the file shrank
+    /// under us, which must stop the job rather than send wrong bytes.
+    func read(offset: Int64, length: Int) throws(XferError) -> [UInt8] {
+        guard length > 0 else { return [] }
+        var failure: Int32 = 0
+        let bytes = [UInt8](unsafeUninitializedCapacity: length) { buffer, initialized in
+            var done = 0
+            while done < length {
+                let n = pread(descriptor, buffer.baseAddress! + done, length - done, off_t(offset) + off_t(done))
+                if n > 0 {
+                    done += n
+                } else if n == 0 {
+                    break
+                } else if errno != EINTR {
+                    failure = errno
+                    break
+                }
+            }
+            initialized = done
+        }
+        if failure != 0 {
+            throw .transferFailed("cannot read \(path): \(Self.describe(failure))")
+        }
+        guard bytes.count == length else {
+            throw .fileChanged(path: path, detail: "it is shorter than when the job began")
+        }
+        return bytes
+    }
+
+    /// The identity the file has now (to notice changes during a push).
+    func currentIdentity() throws(XferError) -> FileIdentity {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            throw .transferFailed("cannot stat \(path): \(Self.describe(errno))")
+        }
+        return Self.identity(of: info)
+    }
+
+    /// Computes whole-file digests in one pass with a bounded buffer.
+    func digests(_ algorithms: Set<DigestAlgorithm>) throws(XferError) -> [DigestAlgorithm: String] {
+        guard !algorithms.isEmpty else { return [:] }
+        var md5 = Insecure.MD5()
+        var sha = SHA256()
+        let step = 1 << 20
+        var offset: Int64 = 0
+        while offset < identity.size {
+            let length = Int(min(Int64(step), identity.size - offset))
+            let bytes = try read(offset: offset, length: length)
+            if algorithms.contains(.md5) { md5.update(data: bytes) }
+            if algorithms.contains(.sha256) { sha.update(data: bytes) }
+            offset += Int64(length)
+        }
+        var result: [DigestAlgorithm: String] = [:]
+        if algorithms.contains(.md5) { result[.md5] = Checksums.hex(Array(md5.finalize())) }
+        if algorithms.contains(.sha256) { result[.sha256] = Checksums.hex(Array(sha.finalize())) }
+        return result
+    }
+
+    static func identity(of info: stat) -> FileIdentity {
+        FileIdentity(
+            size: Int64(info.st_size),
+            modificationTimeNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+            inode: UInt64(info.st_ino),
+            device: UInt64(info.st_dev))
+    }
+
+    static func describe(_ code: Int32) -> String {
+        switch code {
+        case ENOENT: return "no such file"
+        case EACCES: return "permission denied"
+        case ELOOP: return "too many levels of symbolic links"
+        case ENOTDIR: return "a component of the path is not a directory"
+        case ENAMETOOLONG: return "file name too long"
+        default: return String(cString: strerror(code))
+        }
+    }
+}
+
+/// SHA-256 of a whole file, fed by the chunks as they are read so a fresh
+/// push needs no second pass over the file.
+///
+/// Chunks are read in ascending order but by concurrent tasks, so one can
+/// arrive ahead of a gap; the gap is then read from disk (from the page
+/// cache, usually). Chunks behind the hashed prefix are ignored: retries and
+/// rollbacks re-read bytes already hashed.
+final class StreamingFileHash: Sendable {
+    private struct State {
+        var hash = SHA256()
+        var hashedUpTo: Int64 = 0
+        var digest: String?
+    }
+
+    private let file: LocalFile
+    private let state = LockedValue(State())
+
+    init(file: LocalFile) {
+        self.file = file
+    }
+
+    func feed(offset: Int64, bytes: [UInt8]) throws(XferError) {
+        try state.withLock { state throws(XferError) in
+            guard state.digest == nil else { return }
+            let end = offset + Int64(bytes.count)
+            guard end > state.hashedUpTo else { return }
+            if offset > state.hashedUpTo {
+                try Self.catchUp(&state, file: file, to: offset)
+            }
+            let skip = Int(state.hashedUpTo - offset)
+            if skip == 0 {
+                state.hash.update(data: bytes)
+            } else {
+                state.hash.update(data: bytes[skip...])
+            }
+            state.hashedUpTo = end
+        }
+    }
+
+    /// The file's SHA-256 (lowercase hex), reading whatever was not fed.
+    func finish() throws(XferError) -> String {
+        try state.withLock { state throws(XferError) -> String in
+            if let digest = state.digest { return digest }
+            try Self.catchUp(&state, file: file, to: file.identity.size)
+            let digest = Checksums.hex(Array(state.hash.finalize()))
+            state.digest = digest
+            return digest
+        }
+    }
+
+    private static func catchUp(_ state: inout State, file: LocalFile, to target: Int64) throws(XferError) {
+        let step = 1 << 20
+        while state.hashedUpTo < target {
+            let length = Int(min(Int64(step), target - state.hashedUpTo))
+            let bytes = try file.read(offset: state.hashedUpTo, length: length)
+            state.hash.update(data: bytes)
+            state.hashedUpTo += Int64(length)
+        }
+    }
+}

@@ -1,0 +1,32 @@
+/// How one push runs. Values left nil take the backend's defaults.
+public struct TransferOptions: Sendable, Hashable {
+    /// Chunk size in bytes (the backend may adjust it per file; the server
+    /// may choose another when the file is opened).
+    public var chunkSize: Int?
+    /// Requests of this job in flight at once.
+    public var concurrency: Int?
+    public var retry: RetryPolicy
+    /// Headers added to every request (e.g. from `--header`). Their values
+    /// are treated as secrets: never logged or shown.
+    public var extraHeaders: HTTPHeaders
+    public var credentials: Credentials
+
+    public init(
+        chunkSize: Int? = nil,
+        concurrency: Int? = nil,
+        retry: RetryPolicy = RetryPolicy(),
+        extraHeaders: HTTPHeaders = [:],
+        credentials: Credentials = Credentials()
+    ) {
+        self.chunkSize = chunkSize
+        self.concurrency = concurrency
+        self.retry = retry
+        self.extraHeaders = extraHeaders
+        self.credentials = credentials
+    }
+
+    /// The largest chunk the engine accepts: chunks are held in memory while
+    /// in flight, so memory is bounded by concurrency × chunk size.
+    public static let maximumChunkSize = 1 << 30
+    public static let maximumConcurrency = 64
+}

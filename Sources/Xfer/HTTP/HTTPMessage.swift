@@ -1,0 +1,130 @@
+/// The HTTP values a backend deals in. A backend never performs I/O: it
+/// describes an `HTTPRequest` and interprets an `HTTPResponse`; the engine
+/// sends one and hands back the other.
+
+/// An HTTP method. Open-ended so a backend can use any verb its server wants.
+public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public var rawValue: String
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    public static let get = HTTPMethod(rawValue: "GET")
+    public static let head = HTTPMethod(rawValue: "HEAD")
+    public static let post = HTTPMethod(rawValue: "POST")
+    public static let put = HTTPMethod(rawValue: "PUT")
+    public static let patch = HTTPMethod(rawValue: "PATCH")
+    public static let delete = HTTPMethod(rawValue: "DELETE")
+    public static let options = HTTPMethod(rawValue: "OPTIONS")
+
+    public var description: String { rawValue }
+}
+
+/// An ordered list of header fields; names compare case-insensitively.
+public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral {
+    public struct Field: Sendable, Hashable {
+        public var name: String
+        public var value: String
+        public init(name: String, value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    public private(set) var fields: [Field]
+
+    public init() { fields = [] }
+    public init(_ fields: [Field]) { self.fields = fields }
+    public init(dictionaryLiteral elements: (String, String)...) {
+        fields = elements.map { Field(name: $0.0, value: $0.1) }
+    }
+
+    /// The first value of `name`, or nil.
+    public subscript(name: String) -> String? {
+        fields.first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+
+    /// All values of `name`, in order.
+    public func values(for name: String) -> [String] {
+        fields.filter { $0.name.caseInsensitiveEquals(name) }.map(\.value)
+    }
+
+    /// Appends a field, keeping any existing fields of the same name.
+    public mutating func add(_ name: String, _ value: String) {
+        fields.append(Field(name: name, value: value))
+    }
+
+    /// Replaces every field named `name` with one field.
+    public mutating func set(_ name: String, _ value: String) {
+        remove(name)
+        fields.append(Field(name: name, value: value))
+    }
+
+    public mutating func remove(_ name: String) {
+        fields.removeAll { $0.name.caseInsensitiveEquals(name) }
+    }
+
+    public func contains(_ name: String) -> Bool { self[name] != nil }
+
+    public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
+}
+
+/// A request body as a list of byte segments sent back to back.
+///
+/// Segments let a backend wrap a chunk's bytes in a multipart envelope
+/// without copying them: arrays are copy-on-write, so putting
+/// `chunk.bytes` in a segment shares the engine's buffer.
+public struct RequestBody: Sendable, Hashable {
+    public var segments: [[UInt8]]
+
+    public init(segments: [[UInt8]] = []) { self.segments = segments }
+    public init(_ bytes: [UInt8]) { self.segments = [bytes] }
+
+    public static let empty = RequestBody()
+
+    /// Total length in bytes.
+    public var count: Int { segments.reduce(0) { $0 + $1.count } }
+    public var isEmpty: Bool { segments.allSatisfy(\.isEmpty) }
+}
+
+/// A request as a backend describes it.
+///
+/// `url` is absolute. Backends usually build it with `target.appending(path:)`
+/// from the job's target URL.
+public struct HTTPRequest: Sendable, Hashable {
+    public var method: HTTPMethod
+    public var url: String
+    public var headers: HTTPHeaders
+    public var body: RequestBody
+
+    public init(method: HTTPMethod, url: String, headers: HTTPHeaders = [:], body: RequestBody = .empty) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// A response as the engine received it. The body is capped (see
+/// `TransportOptions.maximumResponseBodySize`): upload APIs answer with small
+/// JSON documents, and a server that streams megabytes back is misbehaving.
+public struct HTTPResponse: Sendable, Hashable {
+    public var status: Int
+    public var headers: HTTPHeaders
+    public var body: [UInt8]
+
+    public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
+    public var isSuccess: Bool { (200..<300).contains(status) }
+
+    /// The body decoded as UTF-8 (lossy), for messages.
+    public var text: String { String(decoding: body, as: UTF8.self) }
+}
+
+extension String {
+    func caseInsensitiveEquals(_ other: String) -> Bool {
+        utf8.count == other.utf8.count && lowercased() == other.lowercased()
+    }
+}

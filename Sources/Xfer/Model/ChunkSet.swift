@@ -1,0 +1,104 @@
+/// A set of chunk indexes as a bitmap: one bit a chunk, so a million-chunk
+/// file costs 125 KiB in memory and in the store.
+public struct ChunkSet: Sendable, Hashable {
+    private(set) var words: [UInt64]
+    public let capacity: Int
+
+    public init(capacity: Int) {
+        precondition(capacity >= 0)
+        self.capacity = capacity
+        words = Array(repeating: 0, count: (capacity + 63) / 64)
+    }
+
+    public func contains(_ index: Int) -> Bool {
+        guard index >= 0 && index < capacity else { return false }
+        return words[index >> 6] & (1 << UInt64(index & 63)) != 0
+    }
+
+    public mutating func insert(_ index: Int) {
+        precondition(index >= 0 && index < capacity, "chunk \(index) is outside 0..<\(capacity)")
+        words[index >> 6] |= 1 << UInt64(index & 63)
+    }
+
+    public mutating func remove(_ index: Int) {
+        guard index >= 0 && index < capacity else { return }
+        words[index >> 6] &= ~(1 << UInt64(index & 63))
+    }
+
+    public mutating func removeAll() {
+        for i in words.indices { words[i] = 0 }
+    }
+
+    public var count: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
+    public var isComplete: Bool { count == capacity }
+
+    /// The lowest index not in the set at or after `start`, or nil.
+    public func firstMissing(from start: Int = 0) -> Int? {
+        var index = max(start, 0)
+        while index < capacity {
+            let word = words[index >> 6] | ((1 << UInt64(index & 63)) &- 1)
+            if word != .max {
+                let bit = (~word).trailingZeroBitCount
+                let found = (index & ~63) + bit
+                return found < capacity ? found : nil
+            }
+            index = (index & ~63) + 64
+        }
+        return nil
+    }
+
+    /// Every index not in the set, ascending.
+    public var missing: [Int] {
+        var result: [Int] = []
+        var next = firstMissing()
+        while let index = next {
+            result.append(index)
+            next = firstMissing(from: index + 1)
+        }
+        return result
+    }
+
+    /// Every index in the set, ascending.
+    public var members: [Int] {
+        (0..<capacity).filter(contains)
+    }
+}
+
+extension ChunkSet {
+    /// Chunks per stored segment. A commit rewrites only the segments it
+    /// touches, so acknowledging one chunk of a huge file writes 1 KiB.
+    static let segmentSize = 8192
+
+    var segmentCount: Int { (capacity + Self.segmentSize - 1) / Self.segmentSize }
+
+    /// The bytes of segment `segment` (little-endian words).
+    func segmentBytes(_ segment: Int) -> [UInt8] {
+        let wordsPerSegment = Self.segmentSize / 64
+        let start = segment * wordsPerSegment
+        let end = min(start + wordsPerSegment, words.count)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity((end - start) * 8)
+        for word in words[start..<end] {
+            withUnsafeBytes(of: word.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        return bytes
+    }
+
+    /// Replaces segment `segment` with stored bytes. Bits beyond `capacity`
+    /// are ignored, so a corrupt segment cannot mark chunks that don't exist.
+    mutating func loadSegment(_ segment: Int, from bytes: [UInt8]) {
+        let wordsPerSegment = Self.segmentSize / 64
+        let start = segment * wordsPerSegment
+        guard start < words.count else { return }
+        let available = min(wordsPerSegment, words.count - start, bytes.count / 8)
+        for i in 0..<available {
+            var word: UInt64 = 0
+            for b in 0..<8 { word |= UInt64(bytes[i * 8 + b]) << UInt64(8 * b) }
+            words[start + i] = word
+        }
+        let tail = capacity & 63
+        if tail != 0, let last = words.indices.last, start + available > last {
+            words[last] &= (1 << UInt64(tail)) - 1
+        }
+    }
+}

@@ -1,0 +1,249 @@
+import CLMDB
+import Glibc
+
+/// An error code returned by LMDB.
+struct LMDBError: Error, CustomStringConvertible {
+    let code: Int32
+    let operation: String
+
+    var description: String {
+        "\(operation): \(String(cString: mdb_strerror(code)))"
+    }
+
+    var isMapFull: Bool { code == MDB_MAP_FULL }
+    var isMapResized: Bool { code == MDB_MAP_RESIZED }
+}
+
+@inline(__always)
+private func check(_ code: Int32, _ operation: @autoclosure () -> String) throws(LMDBError) {
+    if code != 0 { throw LMDBError(code: code, operation: operation()) }
+}
+
+/// A named database inside an environment.
+struct LMDBDatabase: Sendable, Hashable {
+    fileprivate let handle: MDB_dbi
+}
+
+/// An LMDB environment: one memory-mapped file shared by every process that
+/// opens the same directory.
+///
+/// Write transactions must begin and commit on one thread, and the map can be
+/// resized only while this process has no transaction open. Both rules are
+/// kept here: `write` runs its body synchronously (it cannot suspend), and a
+/// reader–writer lock lets `grow` wait for readers to finish.
+final class LMDBEnvironment: @unchecked Sendable {
+    // @unchecked: `env` is only touched under `gate`, and LMDB itself
+    // serialises writers across threads and processes.
+    private let env: OpaquePointer
+    private let gate = ReadWriteLock()
+    private var databases: [String: LMDBDatabase] = [:]
+
+    /// Opens (creating if needed) the environment in `directory`.
+    init(directory: String, mapSize: Int, maxDatabases: Int) throws(LMDBError) {
+        var env: OpaquePointer?
+        try check(mdb_env_create(&env), "mdb_env_create")
+        guard let env else { throw LMDBError(code: EINVAL, operation: "mdb_env_create") }
+        do {
+            try check(mdb_env_set_maxdbs(env, MDB_dbi(maxDatabases)), "mdb_env_set_maxdbs")
+            try check(mdb_env_set_mapsize(env, mapSize), "mdb_env_set_mapsize")
+            try check(mdb_env_set_maxreaders(env, 256), "mdb_env_set_maxreaders")
+            // NOTLS: read transactions are not tied to a thread (async callers hop).
+            // NOMETASYNC: data pages are fsynced at each commit, the meta page at
+            // the next one; a system crash can undo only the last commit, never
+            // corrupt the file. SIGKILL loses nothing committed in any mode.
+            let flags = UInt32(MDB_NOTLS | MDB_NOMETASYNC)
+            try check(mdb_env_open(env, directory, flags, 0o600), "mdb_env_open \(directory)")
+        } catch {
+            mdb_env_close(env)
+            throw error
+        }
+        self.env = env
+    }
+
+    deinit {
+        mdb_env_close(env)
+    }
+
+    /// Opens or creates a named database. Call once per name at start-up.
+    func database(named name: String) throws -> LMDBDatabase {
+        if let existing = gate.withReadLock({ databases[name] }) { return existing }
+        let db = try write { txn throws(LMDBError) in try txn.openDatabase(name) }
+        gate.withWriteLock { databases[name] = db }
+        return db
+    }
+
+    /// Runs `body` in a read-only transaction.
+    func read<T>(_ body: (LMDBTransaction) throws -> T) throws -> T {
+        while true {
+            do {
+                return try gate.withReadLock { () throws -> T in
+                    var txn: OpaquePointer?
+                    try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin (read)")
+                    defer { mdb_txn_abort(txn) }
+                    return try body(LMDBTransaction(txn: txn!))
+                }
+            } catch let error as LMDBError where error.isMapResized {
+                // Another process grew the map; adopt its size and retry.
+                gate.withWriteLock { _ = mdb_env_set_mapsize(env, 0) }
+            }
+        }
+    }
+
+    /// Runs `body` in a write transaction and commits it. If the map is full,
+    /// the map is doubled and `body` runs again in a fresh transaction, so
+    /// `body` must be repeatable (derive everything from what it reads).
+    func write<T, E: Error>(_ body: (LMDBTransaction) throws(E) -> T) throws -> T {
+        while true {
+            do {
+                return try gate.withReadLock { () throws -> T in
+                    var txn: OpaquePointer?
+                    try check(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin (write)")
+                    let transaction = LMDBTransaction(txn: txn!)
+                    let value: T
+                    do {
+                        value = try body(transaction)
+                    } catch {
+                        mdb_txn_abort(txn)
+                        throw error
+                    }
+                    try check(mdb_txn_commit(txn), "mdb_txn_commit")
+                    return value
+                }
+            } catch let error as LMDBError where error.isMapFull {
+                try grow()
+            } catch let error as LMDBError where error.isMapResized {
+                gate.withWriteLock { _ = mdb_env_set_mapsize(env, 0) }
+            }
+        }
+    }
+
+    /// Flushes everything committed to disk, whatever the flags.
+    func sync() throws(LMDBError) {
+        try check(mdb_env_sync(env, 1), "mdb_env_sync")
+    }
+
+    var mapSize: Int {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_mapsize
+    }
+
+    private func grow() throws {
+        try gate.withWriteLock { () throws(LMDBError) in
+            var info = MDB_envinfo()
+            mdb_env_info(env, &info)
+            try check(mdb_env_set_mapsize(env, info.me_mapsize * 2), "mdb_env_set_mapsize (grow)")
+        }
+    }
+}
+
+/// A transaction handed to a `read` or `write` body. Valid only inside it.
+struct LMDBTransaction {
+    fileprivate let txn: OpaquePointer
+
+    fileprivate func openDatabase(_ name: String) throws(LMDBError) -> LMDBDatabase {
+        var dbi: MDB_dbi = 0
+        try check(mdb_dbi_open(txn, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open \(name)")
+        return LMDBDatabase(handle: dbi)
+    }
+
+    /// The value stored under `key`, copied out of the map.
+    func get(_ db: LMDBDatabase, _ key: [UInt8]) throws(LMDBError) -> [UInt8]? {
+        var value = MDB_val()
+        let code = key.withUnsafeBytes { raw in
+            var k = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+            return mdb_get(txn, db.handle, &k, &value)
+        }
+        if code == MDB_NOTFOUND { return nil }
+        try check(code, "mdb_get")
+        return Self.bytes(value)
+    }
+
+    func put(_ db: LMDBDatabase, _ key: [UInt8], _ value: [UInt8]) throws(LMDBError) {
+        let code = key.withUnsafeBytes { k in
+            value.withUnsafeBytes { v in
+                var kv = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+                var vv = MDB_val(mv_size: v.count, mv_data: UnsafeMutableRawPointer(mutating: v.baseAddress))
+                return mdb_put(txn, db.handle, &kv, &vv, 0)
+            }
+        }
+        try check(code, "mdb_put")
+    }
+
+    /// Deletes `key`; deleting a missing key is not an error.
+    func delete(_ db: LMDBDatabase, _ key: [UInt8]) throws(LMDBError) {
+        let code = key.withUnsafeBytes { raw in
+            var k = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+            return mdb_del(txn, db.handle, &k, nil)
+        }
+        if code == MDB_NOTFOUND { return }
+        try check(code, "mdb_del")
+    }
+
+    /// Calls `body` for every key that starts with `prefix`, in key order,
+    /// until it returns false.
+    func forEach(
+        _ db: LMDBDatabase, prefix: [UInt8], _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
+    ) throws {
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(txn, db.handle, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val()
+        var value = MDB_val()
+        var code: Int32 = prefix.withUnsafeBytes { raw in
+            key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+            if raw.count == 0 { return mdb_cursor_get(cursor, &key, &value, MDB_FIRST) }
+            return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+        }
+        while code == 0 {
+            let k = Self.bytes(key)
+            guard k.starts(with: prefix) else { return }
+            guard try body(k, Self.bytes(value)) else { return }
+            code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+        }
+        if code != MDB_NOTFOUND { try check(code, "mdb_cursor_get") }
+    }
+
+    /// Deletes every key that starts with `prefix`.
+    func deleteAll(_ db: LMDBDatabase, prefix: [UInt8]) throws {
+        var keys: [[UInt8]] = []
+        try forEach(db, prefix: prefix) { key, _ in
+            keys.append(key)
+            return true
+        }
+        for key in keys { try delete(db, key) }
+    }
+
+    private static func bytes(_ value: MDB_val) -> [UInt8] {
+        guard value.mv_size > 0, let data = value.mv_data else { return [] }
+        return Array(UnsafeRawBufferPointer(start: data, count: value.mv_size))
+    }
+}
+
+/// A pthread reader–writer lock, for the one place that needs shared reads
+/// with an exclusive resize.
+final class ReadWriteLock: @unchecked Sendable {
+    private let lock: UnsafeMutablePointer<pthread_rwlock_t>
+
+    init() {
+        lock = .allocate(capacity: 1)
+        pthread_rwlock_init(lock, nil)
+    }
+
+    deinit {
+        pthread_rwlock_destroy(lock)
+        lock.deallocate()
+    }
+
+    func withReadLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        pthread_rwlock_rdlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
+
+    func withWriteLock<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        pthread_rwlock_wrlock(lock)
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
+}

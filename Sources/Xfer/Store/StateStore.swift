@@ -1,0 +1,317 @@
+import Dispatch
+import Foundation
+
+/// A change to the state store. Changes that arrive together are applied in
+/// one write transaction (group commit), so per-chunk acknowledgements stay
+/// cheap with small chunks without any chunk being marked done early.
+enum StateChange: Sendable {
+    case putJob(JobRecord)
+    case deleteJob(JobID)
+    /// The server acknowledged these chunks; `receipts` holds what it
+    /// answered for the ones that need it later (e.g. an S3 ETag).
+    case markDone(job: JobID, file: Int, chunks: [Int], receipts: [Int: String])
+    /// The server no longer has these chunks (a rollback or a 409).
+    case markNotDone(job: JobID, file: Int, chunks: [Int])
+    /// Replace a file's progress with what the server reports holding.
+    case replaceDone(job: JobID, file: Int, done: ChunkSet, receipts: [Int: String])
+}
+
+/// Durable job and chunk state in LMDB.
+///
+/// Layout (one LMDB environment, four named databases):
+/// - `meta`: `layout` → layout version.
+/// - `jobs`: job id → JSON `JobRecord` (small: files and server handles).
+/// - `chunks`: job id ‖ 0 ‖ file (u32 BE) ‖ segment (u32 BE) → bitmap of done chunks.
+/// - `receipts`: job id ‖ 0 ‖ file (u32 BE) ‖ chunk (u32 BE) → receipt text.
+///
+/// Reads run on the caller's thread. Writes are queued and applied by one
+/// serial queue, each batch in one transaction that begins and commits in one
+/// block (LMDB write transactions belong to the thread that began them).
+final class StateStore: Sendable {
+    static let layoutVersion = "1"
+
+    let directory: String
+    private let env: LMDBEnvironment
+    private let meta: LMDBDatabase
+    private let jobsDB: LMDBDatabase
+    private let chunksDB: LMDBDatabase
+    private let receiptsDB: LMDBDatabase
+    private let writer = DispatchQueue(label: "xfer.state.writer")
+    private let pending = LockedValue<[(StateChange, @Sendable (Result<Void, XferError>) -> Void)]>([])
+
+    /// Opens the store in `directory`, creating it (mode 0700) if needed.
+    init(directory: String, initialMapSize: Int = 64 << 20) throws(XferError) {
+        self.directory = directory
+        let dbDirectory = (directory as NSString).appendingPathComponent("db")
+        do {
+            try FileManager.default.createDirectory(
+                atPath: dbDirectory, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+            try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
+        } catch {
+            throw .stateUnavailable("cannot create \(directory): \(Self.reason(error))")
+        }
+        guard access(dbDirectory, W_OK) == 0 else {
+            throw .stateUnavailable("\(directory) is not writable; pass --state DIR with a writable directory")
+        }
+        do {
+            env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 8)
+            meta = try env.database(named: "meta")
+            jobsDB = try env.database(named: "jobs")
+            chunksDB = try env.database(named: "chunks")
+            receiptsDB = try env.database(named: "receipts")
+        } catch {
+            throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
+        }
+        try checkLayout()
+    }
+
+    private func checkLayout() throws(XferError) {
+        let key = Array("layout".utf8)
+        do {
+            let found = try env.read { try $0.get(meta, key) }
+            if let found {
+                let version = String(decoding: found, as: UTF8.self)
+                guard version == Self.layoutVersion else {
+                    throw XferError.stateUnavailable(
+                        "\(directory) holds state layout \(version), this xfer reads layout \(Self.layoutVersion); use another --state directory")
+                }
+            } else {
+                try env.write { txn in try txn.put(meta, key, Array(Self.layoutVersion.utf8)) }
+            }
+        } catch let error as XferError {
+            throw error
+        } catch {
+            throw .stateUnavailable("cannot read \(directory): \(error)")
+        }
+    }
+
+    // MARK: Reads
+
+    func job(_ id: JobID) throws(XferError) -> JobRecord? {
+        try reading { txn in
+            guard let bytes = try txn.get(jobsDB, Array(id.rawValue.utf8)) else { return nil }
+            return try decodeJob(bytes, id: id.rawValue)
+        }
+    }
+
+    /// Every job in the store, ordered by id.
+    func jobs() throws(XferError) -> [JobRecord] {
+        try reading { txn in
+            var result: [JobRecord] = []
+            try txn.forEach(jobsDB, prefix: []) { key, value in
+                result.append(try decodeJob(value, id: String(decoding: key, as: UTF8.self)))
+                return true
+            }
+            return result
+        }
+    }
+
+    /// The chunks of file `file` the server has acknowledged.
+    func doneChunks(job: JobID, file: Int, capacity: Int) throws(XferError) -> ChunkSet {
+        var set = ChunkSet(capacity: capacity)
+        guard capacity > 0 else { return set }
+        let prefix = Self.fileKey(job, file)
+        try reading { txn in
+            try txn.forEach(chunksDB, prefix: prefix) { key, value in
+                let segment = Self.u32(key, at: prefix.count)
+                set.loadSegment(Int(segment), from: value)
+                return true
+            }
+        }
+        return set
+    }
+
+    /// What the server answered for each acknowledged chunk that had a receipt.
+    func receipts(job: JobID, file: Int) throws(XferError) -> [Int: String] {
+        let prefix = Self.fileKey(job, file)
+        return try reading { txn in
+            var result: [Int: String] = [:]
+            try txn.forEach(receiptsDB, prefix: prefix) { key, value in
+                result[Int(Self.u32(key, at: prefix.count))] = String(decoding: value, as: UTF8.self)
+                return true
+            }
+            return result
+        }
+    }
+
+    // MARK: Writes
+
+    /// Applies `changes` durably (committed before this returns). Changes
+    /// queued by concurrent callers share one transaction.
+    func commit(_ changes: [StateChange]) async throws(XferError) {
+        let result: Result<Void, XferError> = await withCheckedContinuation { continuation in
+            let remaining = LockedValue(changes.count)
+            let failure = LockedValue<XferError?>(nil)
+            let done: @Sendable (Result<Void, XferError>) -> Void = { result in
+                if case .failure(let error) = result { failure.withLock { $0 = $0 ?? error } }
+                let left = remaining.withLock { value -> Int in
+                    value -= 1
+                    return value
+                }
+                if left == 0 {
+                    if let error = failure.withLock({ $0 }) {
+                        continuation.resume(returning: .failure(error))
+                    } else {
+                        continuation.resume(returning: .success(()))
+                    }
+                }
+            }
+            if changes.isEmpty {
+                continuation.resume(returning: .success(()))
+                return
+            }
+            pending.withLock { queue in
+                for change in changes { queue.append((change, done)) }
+            }
+            writer.async { self.drain() }
+        }
+        try result.get()
+    }
+
+    func commit(_ change: StateChange) async throws(XferError) {
+        try await commit([change])
+    }
+
+    /// Forces everything committed onto disk (LMDB's NOMETASYNC defers the
+    /// meta page). Used after committing server handles.
+    func sync() throws(XferError) {
+        do { try env.sync() } catch { throw .stateUnavailable("cannot sync state: \(error)") }
+    }
+
+    /// The current size of the memory map (it grows when full).
+    var mapSize: Int { env.mapSize }
+
+    private func drain() {
+        let batch = pending.withLock { queue -> [(StateChange, @Sendable (Result<Void, XferError>) -> Void)] in
+            defer { queue.removeAll(keepingCapacity: true) }
+            return queue
+        }
+        guard !batch.isEmpty else { return }
+        let result: Result<Void, XferError>
+        do {
+            try env.write { txn in
+                for (change, _) in batch { try apply(change, in: txn) }
+            }
+            result = .success(())
+        } catch let error as XferError {
+            result = .failure(error)
+        } catch {
+            result = .failure(.stateUnavailable("cannot write state in \(directory): \(error)"))
+        }
+        for (_, done) in batch { done(result) }
+    }
+
+    private func apply(_ change: StateChange, in txn: LMDBTransaction) throws {
+        switch change {
+        case .putJob(let record):
+            try txn.put(jobsDB, Array(record.id.rawValue.utf8), try Self.encoder.encode(record).bytes)
+        case .deleteJob(let id):
+            try txn.delete(jobsDB, Array(id.rawValue.utf8))
+            let prefix = Array(id.rawValue.utf8) + [0]
+            try txn.deleteAll(chunksDB, prefix: prefix)
+            try txn.deleteAll(receiptsDB, prefix: prefix)
+        case .markDone(let job, let file, let chunks, let receipts):
+            try updateBits(job, file, chunks, to: true, in: txn)
+            for (chunk, receipt) in receipts {
+                try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
+            }
+        case .markNotDone(let job, let file, let chunks):
+            try updateBits(job, file, chunks, to: false, in: txn)
+            for chunk in chunks { try txn.delete(receiptsDB, Self.chunkKey(job, file, chunk)) }
+        case .replaceDone(let job, let file, let done, let receipts):
+            let prefix = Self.fileKey(job, file)
+            try txn.deleteAll(chunksDB, prefix: prefix)
+            try txn.deleteAll(receiptsDB, prefix: prefix)
+            for segment in 0..<done.segmentCount {
+                try txn.put(chunksDB, prefix + Self.u32Bytes(UInt32(segment)), done.segmentBytes(segment))
+            }
+            for (chunk, receipt) in receipts {
+                try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
+            }
+        }
+    }
+
+    private func updateBits(_ job: JobID, _ file: Int, _ chunks: [Int], to value: Bool, in txn: LMDBTransaction) throws {
+        let prefix = Self.fileKey(job, file)
+        let bySegment = Dictionary(grouping: chunks) { $0 / ChunkSet.segmentSize }
+        for (segment, members) in bySegment {
+            let key = prefix + Self.u32Bytes(UInt32(segment))
+            var bytes = try txn.get(chunksDB, key) ?? []
+            let needed = ChunkSet.segmentSize / 8
+            if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
+            for chunk in members {
+                let bit = chunk % ChunkSet.segmentSize
+                if value {
+                    bytes[bit >> 3] |= 1 << UInt8(bit & 7)
+                } else {
+                    bytes[bit >> 3] &= ~(1 << UInt8(bit & 7))
+                }
+            }
+            try txn.put(chunksDB, key, bytes)
+        }
+    }
+
+    // MARK: Helpers
+
+    private func reading<T>(_ body: (LMDBTransaction) throws -> T) throws(XferError) -> T {
+        do {
+            return try env.read(body)
+        } catch let error as XferError {
+            throw error
+        } catch {
+            throw .stateUnavailable("cannot read state in \(directory): \(error)")
+        }
+    }
+
+    private func decodeJob(_ bytes: [UInt8], id: String) throws -> JobRecord {
+        do {
+            return try Self.decoder.decode(JobRecord.self, from: Data(bytes))
+        } catch {
+            throw XferError.stateUnavailable(
+                "the record of job \(id) in \(directory) is unreadable (\(Self.reason(error))); remove that directory or use another --state")
+        }
+    }
+
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .secondsSince1970
+        encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+
+    private static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return decoder
+    }()
+
+    static func fileKey(_ job: JobID, _ file: Int) -> [UInt8] {
+        Array(job.rawValue.utf8) + [0] + u32Bytes(UInt32(file))
+    }
+
+    static func chunkKey(_ job: JobID, _ file: Int, _ chunk: Int) -> [UInt8] {
+        fileKey(job, file) + u32Bytes(UInt32(chunk))
+    }
+
+    static func u32Bytes(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8((value >> 16) & 0xff), UInt8((value >> 8) & 0xff), UInt8(value & 0xff)]
+    }
+
+    static func u32(_ bytes: [UInt8], at offset: Int) -> UInt32 {
+        guard bytes.count >= offset + 4 else { return 0 }
+        return UInt32(bytes[offset]) << 24 | UInt32(bytes[offset + 1]) << 16
+            | UInt32(bytes[offset + 2]) << 8 | UInt32(bytes[offset + 3])
+    }
+
+    static func reason(_ error: any Error) -> String {
+        if let error = error as? CocoaError, let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError {
+            return underlying.localizedDescription
+        }
+        return (error as NSError).localizedDescription
+    }
+}
+
+extension Data {
+    var bytes: [UInt8] { [UInt8](self) }
+}

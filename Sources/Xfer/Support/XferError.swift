@@ -1,0 +1,48 @@
+/// What went wrong, in words a user can act on. Each case maps to one of the
+/// CLI's documented exit codes.
+public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// Bad usage or input: a missing file, a malformed URL, an absurd option.
+    case invalidInput(String)
+    /// A local file differs from when the job began.
+    case fileChanged(path: String, detail: String)
+    /// The state directory cannot be used.
+    case stateUnavailable(String)
+    /// Another live process holds this job.
+    case jobLocked(job: JobID, pid: Int32?)
+    /// The transfer stopped on an error retries did not fix. State is kept.
+    case transferFailed(String)
+    /// The server answered something that contradicts the protocol.
+    case verificationFailed(String)
+    /// Stopped by a signal or by `cancel()`; state is committed.
+    case interrupted
+
+    public var description: String {
+        switch self {
+        case .invalidInput(let message):
+            return message
+        case .fileChanged(let path, let detail):
+            return "\(path) changed since this job began (\(detail)); re-run with --restart to send it again from the start"
+        case .stateUnavailable(let message):
+            return "state store unusable: \(message)"
+        case .jobLocked(let job, let pid):
+            let holder = pid.map { "pid \($0)" } ?? "another process"
+            return "state for job \(job) is locked by \(holder); wait for it to finish or stop it"
+        case .transferFailed(let message):
+            return "transfer failed: \(message) (state kept; re-run the same command to resume)"
+        case .verificationFailed(let message):
+            return "verification failed: \(message)"
+        case .interrupted:
+            return "interrupted; state saved, re-run the same command to resume"
+        }
+    }
+
+    /// The CLI's exit code for this error (see Docs/cli.md).
+    public var exitCode: Int32 {
+        switch self {
+        case .invalidInput, .fileChanged: return 2
+        case .stateUnavailable, .jobLocked: return 3
+        case .transferFailed, .verificationFailed: return 1
+        case .interrupted: return 130
+        }
+    }
+}

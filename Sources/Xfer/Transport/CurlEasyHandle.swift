@@ -1,0 +1,350 @@
+import CCurl
+import CCurlShim
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Initializes libcurl once per process. `curl_global_init` is not safe to
+/// race with itself; a static `let` is initialized exactly once, atomically.
+enum CurlLibrary {
+    private static let initialization: CURLcode = curl_global_init(Int(CURL_GLOBAL_ALL))
+
+    static func initialize() throws(TransportError) {
+        guard initialization == CURLE_OK else {
+            throw .network("libcurl failed to initialize: \(String(cString: curl_easy_strerror(initialization)))")
+        }
+    }
+}
+
+/// One curl easy handle plus the memory curl keeps pointers into while a
+/// transfer runs: the error buffer, the header list and the callback context.
+///
+/// Used only on the loop thread. A handle is prepared for one request,
+/// added to the multi handle, and after completion (or removal) `reset()`
+/// makes it reusable; curl keeps connections and caches in the multi handle,
+/// so reuse is cheap, not essential.
+final class CurlEasyHandle {
+    /// curl's `CURL *`.
+    let raw: UnsafeMutableRawPointer
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var context: TransferContext?
+    private var target: TransportURL?
+
+    /// Bigger than curl's 64 KiB default so loopback and LAN uploads are not
+    /// limited by read-callback round trips. curl's maximum is 2 MiB.
+    private static let uploadBufferSize = 512 * 1024
+
+    init?() {
+        guard let raw = curl_easy_init() else { return nil }
+        self.raw = raw
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+    }
+
+    deinit {
+        curl_easy_cleanup(raw)
+        curl_slist_free_all(headerList)
+        errorBuffer.deallocate()
+    }
+
+    /// Forgets the previous transfer: options, header list and context.
+    /// Must not be called while the handle is in a multi handle.
+    func reset() {
+        curl_easy_reset(raw)
+        curl_slist_free_all(headerList)
+        headerList = nil
+        context = nil
+        target = nil
+        errorBuffer[0] = 0
+    }
+
+    /// Configures every option for `request`. Options are set from scratch
+    /// each time because `reset()` returns the handle to curl's defaults.
+    func prepare(
+        _ request: HTTPRequest, target: TransportURL, options: TransportOptions, context: TransferContext
+    ) throws(TransportError) {
+        self.context = context
+        self.target = target
+        errorBuffer[0] = 0
+        let userdata = Unmanaged.passUnretained(context).toOpaque()
+
+        // Signals would be process-wide and this is one thread among many.
+        try set(CURLOPT_NOSIGNAL, 1)
+        try set(CURLOPT_URL, request.url)
+        try set(CURLOPT_PROTOCOLS_STR, "http,https")
+        try set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        try set(CURLOPT_FOLLOWLOCATION, 0)
+        try check(xfer_easy_setopt_pointer(raw, CURLOPT_ERRORBUFFER, errorBuffer))
+
+        try set(CURLOPT_CONNECTTIMEOUT_MS, options.connectTimeout.roundedUpMilliseconds)
+        let lowSpeedSeconds = options.lowSpeedTime.roundedUpSeconds
+        if options.lowSpeedLimit > 0 && lowSpeedSeconds > 0 {
+            try set(CURLOPT_LOW_SPEED_LIMIT, options.lowSpeedLimit)
+            try set(CURLOPT_LOW_SPEED_TIME, lowSpeedSeconds)
+        }
+        if let requestTimeout = options.requestTimeout {
+            // curl reads 0 as "no timeout"; a zero budget means fail fast.
+            try set(CURLOPT_TIMEOUT_MS, max(1, requestTimeout.roundedUpMilliseconds))
+        }
+
+        try set(CURLOPT_SSL_VERIFYPEER, options.verifyTLS ? 1 : 0)
+        try set(CURLOPT_SSL_VERIFYHOST, options.verifyTLS ? 2 : 0)
+        if let caCertificatePath = options.caCertificatePath {
+            try set(CURLOPT_CAINFO, caCertificatePath)
+        }
+        try set(CURLOPT_USERAGENT, options.userAgent)
+
+        // Without a write callback curl prints bodies to stdout.
+        try check(xfer_easy_setopt_write_callback(raw, transferWriteCallback))
+        try check(xfer_easy_setopt_pointer(raw, CURLOPT_WRITEDATA, userdata))
+        try check(xfer_easy_setopt_header_callback(raw, transferHeaderCallback))
+        try check(xfer_easy_setopt_pointer(raw, CURLOPT_HEADERDATA, userdata))
+
+        try configureMethodAndBody(request, userdata: userdata)
+        try configureHeaders(request)
+    }
+
+    private func configureMethodAndBody(_ request: HTTPRequest, userdata: UnsafeMutableRawPointer) throws(TransportError) {
+        let method = request.method
+        if method == .head {
+            try set(CURLOPT_NOBODY, 1)
+            return
+        }
+        let carriesBody = !request.body.isEmpty || method == .post || method == .put || method == .patch
+        guard carriesBody else {
+            try set(CURLOPT_HTTPGET, 1)
+            if method != .get {
+                try set(CURLOPT_CUSTOMREQUEST, method.rawValue)
+            }
+            return
+        }
+        // The size is always known, so curl sends Content-Length and never
+        // chunked encoding, which some upload servers reject.
+        let size = request.body.count
+        if method == .post {
+            try set(CURLOPT_POST, 1)
+            try check(xfer_easy_setopt_off_t(raw, CURLOPT_POSTFIELDSIZE_LARGE, size))
+        } else {
+            // UPLOAD streams from the read callback for any verb; only the
+            // request line changes.
+            try set(CURLOPT_UPLOAD, 1)
+            try check(xfer_easy_setopt_off_t(raw, CURLOPT_INFILESIZE_LARGE, size))
+            if method != .put {
+                try set(CURLOPT_CUSTOMREQUEST, method.rawValue)
+            }
+        }
+        try set(CURLOPT_UPLOAD_BUFFERSIZE, Self.uploadBufferSize)
+        try check(xfer_easy_setopt_read_callback(raw, transferReadCallback))
+        try check(xfer_easy_setopt_pointer(raw, CURLOPT_READDATA, userdata))
+        try check(xfer_easy_setopt_seek_callback(raw, transferSeekCallback))
+        try check(xfer_easy_setopt_pointer(raw, CURLOPT_SEEKDATA, userdata))
+    }
+
+    private func configureHeaders(_ request: HTTPRequest) throws(TransportError) {
+        for field in request.headers {
+            let name = field.name.trimmingHTTPWhitespace()
+            // Framing belongs to the transport: it always sends the exact
+            // Content-Length itself, and a stray value would corrupt the
+            // request. Names that are not tokens could smuggle extra lines.
+            guard name.isHTTPToken,
+                  !name.caseInsensitiveEquals("Content-Length"),
+                  !name.caseInsensitiveEquals("Transfer-Encoding")
+            else { continue }
+            let value = field.value.withoutLineBreaks().trimmingHTTPWhitespace()
+            // "Name;" is curl's syntax for a header sent with an empty value;
+            // "Name:" would remove it instead.
+            try appendHeaderLine(value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        // An empty Expect: stops curl from waiting for "100 Continue" before
+        // large bodies; many servers never send it and every upload stalls.
+        if !request.headers.contains("Expect") {
+            try appendHeaderLine("Expect:")
+        }
+        // Keep curl from labelling a POST as a form unless the caller did.
+        if request.method == .post && !request.headers.contains("Content-Type") {
+            try appendHeaderLine("Content-Type:")
+        }
+        try check(xfer_easy_setopt_slist(raw, CURLOPT_HTTPHEADER, headerList))
+    }
+
+    private func appendHeaderLine(_ line: String) throws(TransportError) {
+        guard let list = curl_slist_append(headerList, line) else {
+            throw .network("out of memory building request headers")
+        }
+        headerList = list
+    }
+
+    // MARK: Completion
+
+    /// The outcome of the transfer curl just finished with `code`.
+    func outcome(for code: CURLcode) -> Result<HTTPResponse, TransportError> {
+        guard let context, let target else {
+            return .failure(.network("transfer finished without a context"))
+        }
+        guard code == CURLE_OK else {
+            return .failure(error(for: code, context: context, target: target))
+        }
+        var status = 0
+        _ = xfer_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &status)
+        return .success(HTTPResponse(
+            status: status,
+            headers: HTTPHeaders(context.headerFields),
+            body: context.takeResponseBody()
+        ))
+    }
+
+    private func error(for code: CURLcode, context: TransferContext, target: TransportURL) -> TransportError {
+        var osErrno = 0
+        _ = xfer_easy_getinfo_long(raw, CURLINFO_OS_ERRNO, &osErrno)
+        let reason = scrubbed(curlMessage(for: code), context: context, target: target)
+
+        switch code {
+        case CURLE_UNSUPPORTED_PROTOCOL, CURLE_URL_MALFORMAT:
+            return .invalidURL("\(target.redacted) (\(reason))")
+        case CURLE_COULDNT_RESOLVE_HOST:
+            return .couldNotResolve(host: target.host)
+        case CURLE_COULDNT_CONNECT:
+            return .couldNotConnect(host: target.host, port: target.port, reason: osErrno != 0 ? Self.systemMessage(osErrno) : reason)
+        case CURLE_OPERATION_TIMEDOUT:
+            return .timedOut(reason)
+        case CURLE_WRITE_ERROR where context.exceededResponseLimit:
+            return .responseTooLarge(limit: context.responseLimit)
+        case CURLE_ABORTED_BY_CALLBACK:
+            return .cancelled
+        case CURLE_SSL_CONNECT_ERROR where osErrno != 0:
+            // A handshake cut off by the network (reset, EOF) is transient,
+            // unlike a handshake the peer refused.
+            return .network(reason)
+        case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CERTPROBLEM,
+             CURLE_SSL_CIPHER, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CRL_BADFILE, CURLE_SSL_ISSUER_ERROR,
+             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_INVALIDCERTSTATUS, CURLE_SSL_CLIENTCERT,
+             CURLE_SSL_ENGINE_NOTFOUND, CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_ENGINE_INITFAILED,
+             CURLE_SSL_SHUTDOWN_FAILED, CURLE_USE_SSL_FAILED:
+            return .tls(reason)
+        default:
+            return .network(reason)
+        }
+    }
+
+    /// The error buffer's detail when curl filled it, else the code's name.
+    private func curlMessage(for code: CURLcode) -> String {
+        let detail = String(cString: errorBuffer).trimmingHTTPWhitespace().withoutLineBreaks()
+        return detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail
+    }
+
+    /// curl's messages name hosts, not queries or header values; this makes
+    /// sure of it, since those may carry credentials.
+    private func scrubbed(_ message: String, context: TransferContext, target: TransportURL) -> String {
+        var message = message
+        for secret in target.secrets where secret.count >= 3 {
+            message = message.replacing(secret, with: "…")
+        }
+        // Long values only: credentials are long, and scrubbing a short one
+        // like "close" would mangle ordinary words.
+        for secret in context.requestHeaderValues where secret.count >= 8 {
+            message = message.replacing(secret, with: "…")
+        }
+        return message
+    }
+
+    private static func systemMessage(_ number: Int) -> String {
+        guard let text = strerror(Int32(truncatingIfNeeded: number)) else { return "errno \(number)" }
+        return String(cString: text)
+    }
+
+    // MARK: Typed setopt
+
+    private func set(_ option: CURLoption, _ value: Int) throws(TransportError) {
+        try check(xfer_easy_setopt_long(raw, option, value))
+    }
+
+    private func set(_ option: CURLoption, _ value: String) throws(TransportError) {
+        // curl copies string options, so the temporary C string may go away.
+        try check(value.withCString { xfer_easy_setopt_string(raw, option, $0) })
+    }
+
+    private func check(_ code: CURLcode) throws(TransportError) {
+        guard code == CURLE_OK else {
+            throw .network("could not configure the request: \(String(cString: curl_easy_strerror(code)))")
+        }
+    }
+}
+
+// MARK: - C callbacks
+//
+// Top-level functions capture nothing, so they convert to C function
+// pointers. `userdata` is an unretained `TransferContext`: the easy handle
+// that curl calls back for owns the context for the whole transfer.
+
+private func transferWriteCallback(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?
+) -> Int {
+    guard let userdata else { return 0 }
+    let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+    let length = size * count
+    guard length > 0, let data else { return 0 }
+    return context.appendResponseBody(UnsafeRawBufferPointer(start: data, count: length)) ? length : 0
+}
+
+private func transferHeaderCallback(
+    _ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?
+) -> Int {
+    guard let userdata else { return 0 }
+    let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+    let length = size * count
+    if length > 0, let data {
+        context.receiveHeaderLine(UnsafeRawBufferPointer(start: data, count: length))
+    }
+    return length
+}
+
+private func transferReadCallback(
+    _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?
+) -> Int {
+    guard let userdata, let buffer else { return Int(CURL_READFUNC_ABORT) }
+    let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+    return context.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+}
+
+private func transferSeekCallback(_ userdata: UnsafeMutableRawPointer?, _ offset: Int, _ origin: Int32) -> Int32 {
+    // curl only ever rewinds with SEEK_SET (0).
+    guard let userdata, origin == 0 else { return CURL_SEEKFUNC_CANTSEEK }
+    let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
+    return context.seekBody(to: offset) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
+}
+
+fileprivate extension String {
+    /// Token characters per RFC 9110 §5.6.2; anything else cannot be a
+    /// header name.
+    var isHTTPToken: Bool {
+        !isEmpty && utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"):
+                return true
+            default:
+                return "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+        }
+    }
+
+    func trimmingHTTPWhitespace() -> String {
+        let isWhitespace = { (character: Character) in character == " " || character == "\t" }
+        guard let start = firstIndex(where: { !isWhitespace($0) }),
+              let end = lastIndex(where: { !isWhitespace($0) })
+        else { return "" }
+        return String(self[start...end])
+    }
+
+    /// CR, LF and NUL would end a header line early or truncate the C
+    /// string; they become spaces.
+    func withoutLineBreaks() -> String {
+        guard utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else { return self }
+        return String(unicodeScalars.map { scalar -> Character in
+            scalar == "\r" || scalar == "\n" || scalar == "\0" ? " " : Character(scalar)
+        })
+    }
+}

@@ -1,0 +1,302 @@
+import CCurl
+import CCurlShim
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Owner of a `CURLM *` (a `void *` in this libcurl, hence a raw pointer).
+///
+/// `@unchecked Sendable` because other threads hold it only to call
+/// `wakeup()`, which libcurl documents as callable from any thread;
+/// `CurlMultiLoop` calls it only under its lock and only before the loop
+/// thread has called `close()`. Every other method runs on the loop thread.
+final class CurlMultiHandle: @unchecked Sendable {
+    private let raw: UnsafeMutableRawPointer
+
+    init(maximumConnectionsPerHost: Int) throws(TransportError) {
+        guard let raw = curl_multi_init() else {
+            throw .network("could not create a curl multi handle")
+        }
+        self.raw = raw
+        let code = xfer_multi_setopt_long(raw, CURLMOPT_MAX_HOST_CONNECTIONS, max(0, maximumConnectionsPerHost))
+        guard code == CURLM_OK else {
+            curl_multi_cleanup(raw)
+            throw .network("could not configure the curl multi handle: \(String(cString: curl_multi_strerror(code)))")
+        }
+    }
+
+    func add(_ easy: CurlEasyHandle) -> Bool {
+        curl_multi_add_handle(raw, easy.raw) == CURLM_OK
+    }
+
+    func remove(_ easy: CurlEasyHandle) {
+        curl_multi_remove_handle(raw, easy.raw)
+    }
+
+    /// Lets curl make progress on every transfer; callbacks run in here.
+    func perform() {
+        var running: Int32 = 0
+        _ = curl_multi_perform(raw, &running)
+    }
+
+    /// The next finished transfer's handle and result, if any.
+    func nextFinishedTransfer() -> (easy: UnsafeMutableRawPointer, code: CURLcode)? {
+        var easy: UnsafeMutableRawPointer?
+        var code = CURLE_OK
+        guard xfer_multi_next_done(raw, &easy, &code) != 0, let easy else { return nil }
+        return (easy, code)
+    }
+
+    /// Blocks until socket activity, curl's next internal timeout, a
+    /// `wakeup()`, or `timeoutMilliseconds`, whichever comes first.
+    func poll(timeoutMilliseconds: Int32) {
+        _ = curl_multi_poll(raw, nil, 0, timeoutMilliseconds, nil)
+    }
+
+    func wakeup() {
+        _ = curl_multi_wakeup(raw)
+    }
+
+    /// Closes cached connections and frees the handle. Call once, after
+    /// every easy handle was removed.
+    func close() {
+        curl_multi_cleanup(raw)
+    }
+}
+
+/// A request handed to the loop thread.
+struct TransferSubmission: Sendable {
+    var id: UInt64
+    var request: HTTPRequest
+    var target: TransportURL
+    var slot: TransferCompletionSlot
+}
+
+/// One curl multi handle driven by one dedicated thread.
+///
+/// `curl_multi_poll` blocks, so the loop cannot live on Swift's cooperative
+/// pool. Other threads talk to it only through `SharedState` (under a
+/// mutex) followed by `curl_multi_wakeup`; everything curl-related, including
+/// every callback, happens on the loop thread.
+final class CurlMultiLoop: Sendable {
+    private struct SharedState: Sendable {
+        var submissions: [TransferSubmission] = []
+        var cancellations: [UInt64] = []
+        var isShutdownRequested = false
+        /// Set by the loop thread as it leaves; after that nobody may touch
+        /// the multi handle, not even to wake it.
+        var isStopped = false
+    }
+
+    private enum Work {
+        case run(submissions: [TransferSubmission], cancellations: [UInt64])
+        case stop(unstarted: [TransferSubmission])
+    }
+
+    private let options: TransportOptions
+    private let multi: CurlMultiHandle
+    private let state = Mutex(SharedState())
+    private let nextID = Atomic<UInt64>(1)
+    let bodyBytesSent = TransferByteCounter()
+
+    /// Wakeups and curl's own timers end each wait early; this only bounds
+    /// how long a lost wakeup could go unnoticed.
+    private static let pollTimeoutMilliseconds: Int32 = 5_000
+
+    init(options: TransportOptions) throws(TransportError) {
+        try CurlLibrary.initialize()
+        self.options = options
+        multi = try CurlMultiHandle(maximumConnectionsPerHost: options.maximumConnectionsPerHost)
+        try startThread()
+    }
+
+    func makeRequestID() -> UInt64 {
+        nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+    }
+
+    /// Queues `submission`; after shutdown it fails at once with `.cancelled`.
+    func submit(_ submission: TransferSubmission) {
+        let accepted = state.withLock { state in
+            guard !state.isShutdownRequested else { return false }
+            state.submissions.append(submission)
+            multi.wakeup()
+            return true
+        }
+        if !accepted {
+            submission.slot.resume(with: .failure(.cancelled))
+        }
+    }
+
+    /// Asks the loop to drop the transfer of request `id`; its caller has
+    /// already been resumed by whoever cancelled it.
+    func cancel(_ id: UInt64) {
+        state.withLock { state in
+            guard !state.isStopped else { return }
+            state.cancellations.append(id)
+            multi.wakeup()
+        }
+    }
+
+    /// Makes the loop fail everything in flight with `.cancelled`, close its
+    /// connections and exit. Returns without waiting for that. Idempotent.
+    func shutdown() {
+        state.withLock { state in
+            guard !state.isShutdownRequested else { return }
+            state.isShutdownRequested = true
+            multi.wakeup()
+        }
+    }
+
+    // MARK: Loop thread
+
+    private func startThread() throws(TransportError) {
+        // The thread owns a reference until `run()` returns, so the loop
+        // outlives its last transfer even if the transport is released.
+        let context = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let status = pthread_create(&thread, nil, { context in
+            let loop = Unmanaged<CurlMultiLoop>.fromOpaque(context!).takeRetainedValue()
+            loop.run()
+            return nil
+        }, context)
+        guard status == 0 else {
+            Unmanaged<CurlMultiLoop>.fromOpaque(context).release()
+            multi.close()
+            throw .network("could not start the transport thread: \(String(cString: strerror(status)))")
+        }
+        pthread_detach(thread)
+    }
+
+    private func run() {
+        let transfers = TransferTable(multi: multi, options: options, bodyBytesSent: bodyBytesSent)
+        while true {
+            let work = state.withLock { state -> Work in
+                if state.isShutdownRequested {
+                    state.isStopped = true
+                    defer { state.submissions = [] }
+                    return .stop(unstarted: state.submissions)
+                }
+                defer {
+                    state.submissions = []
+                    state.cancellations = []
+                }
+                return .run(submissions: state.submissions, cancellations: state.cancellations)
+            }
+            switch work {
+            case .stop(let unstarted):
+                for submission in unstarted {
+                    submission.slot.resume(with: .failure(.cancelled))
+                }
+                transfers.abandonAll()
+                multi.close()
+                return
+            case .run(let submissions, let cancellations):
+                for submission in submissions {
+                    transfers.start(submission)
+                }
+                for id in cancellations {
+                    transfers.abandon(id)
+                }
+                multi.perform()
+                transfers.collectFinished()
+                multi.poll(timeoutMilliseconds: Self.pollTimeoutMilliseconds)
+            }
+        }
+    }
+}
+
+/// The loop thread's bookkeeping of transfers in the multi handle. Never
+/// leaves that thread.
+private final class TransferTable {
+    private struct Transfer {
+        var id: UInt64
+        var slot: TransferCompletionSlot
+        var easy: CurlEasyHandle
+    }
+
+    private let multi: CurlMultiHandle
+    private let options: TransportOptions
+    private let bodyBytesSent: TransferByteCounter
+    private var transfersByHandle: [UnsafeMutableRawPointer: Transfer] = [:]
+    private var handlesByID: [UInt64: UnsafeMutableRawPointer] = [:]
+    private var idleHandles: [CurlEasyHandle] = []
+    /// Idle handles kept for reuse; more would only hold memory.
+    private let maximumIdleHandles = 16
+
+    init(multi: CurlMultiHandle, options: TransportOptions, bodyBytesSent: TransferByteCounter) {
+        self.multi = multi
+        self.options = options
+        self.bodyBytesSent = bodyBytesSent
+    }
+
+    func start(_ submission: TransferSubmission) {
+        // Cancelled while queued: its caller is already resumed.
+        guard !submission.slot.isCompleted else { return }
+        guard let easy = idleHandles.popLast() ?? CurlEasyHandle() else {
+            submission.slot.resume(with: .failure(.network("could not create a curl easy handle")))
+            return
+        }
+        let context = TransferContext(
+            request: submission.request,
+            responseLimit: options.maximumResponseBodySize,
+            bodyBytesSent: bodyBytesSent
+        )
+        do {
+            try easy.prepare(submission.request, target: submission.target, options: options, context: context)
+        } catch {
+            recycle(easy)
+            submission.slot.resume(with: .failure(error))
+            return
+        }
+        guard multi.add(easy) else {
+            recycle(easy)
+            submission.slot.resume(with: .failure(.network("could not add the transfer to the curl multi handle")))
+            return
+        }
+        transfersByHandle[easy.raw] = Transfer(id: submission.id, slot: submission.slot, easy: easy)
+        handlesByID[submission.id] = easy.raw
+    }
+
+    /// Drops a cancelled transfer; removing the handle closes its connection.
+    func abandon(_ id: UInt64) {
+        guard let raw = handlesByID.removeValue(forKey: id),
+              let transfer = transfersByHandle.removeValue(forKey: raw)
+        else { return }
+        multi.remove(transfer.easy)
+        recycle(transfer.easy)
+        transfer.slot.resume(with: .failure(.cancelled))
+    }
+
+    func collectFinished() {
+        while let (raw, code) = multi.nextFinishedTransfer() {
+            guard let transfer = transfersByHandle.removeValue(forKey: raw) else { continue }
+            handlesByID[transfer.id] = nil
+            multi.remove(transfer.easy)
+            let outcome = transfer.easy.outcome(for: code)
+            recycle(transfer.easy)
+            transfer.slot.resume(with: outcome)
+        }
+    }
+
+    func abandonAll() {
+        for transfer in transfersByHandle.values {
+            multi.remove(transfer.easy)
+            transfer.slot.resume(with: .failure(.cancelled))
+        }
+        transfersByHandle = [:]
+        handlesByID = [:]
+        idleHandles = []
+    }
+
+    private func recycle(_ easy: CurlEasyHandle) {
+        // Resetting drops the context, releasing the request body and the
+        // response buffer now rather than when the handle is next used.
+        easy.reset()
+        if idleHandles.count < maximumIdleHandles {
+            idleHandles.append(easy)
+        }
+    }
+}

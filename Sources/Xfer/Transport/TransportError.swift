@@ -1,0 +1,52 @@
+/// Why a request produced no HTTP response.
+///
+/// An HTTP error status (404, 503...) is not a `TransportError`: it arrives
+/// as an `HTTPResponse`. Messages never contain query strings, userinfo or
+/// header values, which may hold credentials.
+public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The URL is malformed or not http/https. Carries the URL reduced to
+    /// scheme://host:port/path and the reason.
+    case invalidURL(String)
+    case couldNotResolve(host: String)
+    case couldNotConnect(host: String, port: Int, reason: String)
+    /// Connect timeout, low-speed abort or request timeout.
+    case timedOut(String)
+    case tls(String)
+    /// Connection reset, send/receive failure, empty or malformed reply...
+    case network(String)
+    case responseTooLarge(limit: Int)
+    case cancelled
+
+    /// True for errors worth retrying with backoff: the same request may
+    /// succeed later. Invalid URLs, TLS failures, oversized responses and
+    /// cancellation will not change by retrying.
+    public var isRetryable: Bool {
+        switch self {
+        case .couldNotResolve, .couldNotConnect, .timedOut, .network:
+            return true
+        case .invalidURL, .tls, .responseTooLarge, .cancelled:
+            return false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .invalidURL(let message):
+            return "invalid URL \(message)"
+        case .couldNotResolve(let host):
+            return "could not resolve host \(host)"
+        case .couldNotConnect(let host, let port, let reason):
+            return "could not connect to \(host):\(port) (\(reason))"
+        case .timedOut(let message):
+            return "timed out: \(message)"
+        case .tls(let message):
+            return "TLS failure: \(message)"
+        case .network(let message):
+            return "network failure: \(message)"
+        case .responseTooLarge(let limit):
+            return "response body larger than \(limit) bytes"
+        case .cancelled:
+            return "request cancelled"
+        }
+    }
+}

@@ -1,0 +1,47 @@
+/// How the HTTP transport talks to servers. Users set these through the
+/// engine's options.
+public struct TransportOptions: Sendable, Hashable {
+    /// Time allowed for DNS, TCP and TLS setup of a new connection.
+    public var connectTimeout: Duration = .seconds(15)
+    /// A transfer slower than `lowSpeedLimit` bytes/s for `lowSpeedTime` is
+    /// abandoned (-> `TransportError.timedOut`) so it can be retried instead of
+    /// hanging. This also covers a server that takes longer than
+    /// `lowSpeedTime` to answer after the upload finished. 0 disables it.
+    public var lowSpeedLimit: Int = 1024
+    public var lowSpeedTime: Duration = .seconds(30)
+    /// Optional cap on a whole request; nil = none.
+    public var requestTimeout: Duration? = nil
+    /// Global cap on simultaneous connections to one host
+    /// (CURLMOPT_MAX_HOST_CONNECTIONS); 0 means unlimited.
+    public var maximumConnectionsPerHost: Int = 8
+    /// TLS verification is on by default; turn it off only for test servers.
+    public var verifyTLS: Bool = true
+    /// A PEM bundle of trusted CAs (CURLOPT_CAINFO); nil uses the system's.
+    public var caCertificatePath: String? = nil
+    /// Upload APIs answer with small documents; a bigger body is treated as
+    /// an error (`TransportError.responseTooLarge`) rather than buffered.
+    public var maximumResponseBodySize: Int = 4 << 20
+    public var userAgent: String = "xfer/0.1"
+
+    public init() {}
+}
+
+extension Duration {
+    /// Whole milliseconds, rounded up so that a tiny positive duration never
+    /// becomes curl's "0 = no limit".
+    var roundedUpMilliseconds: Int {
+        let (seconds, attoseconds) = components
+        guard seconds >= 0, !(seconds == 0 && attoseconds <= 0) else { return 0 }
+        let perMillisecond: Int64 = 1_000_000_000_000_000
+        let (wholeMilliseconds, remainder) = attoseconds.quotientAndRemainder(dividingBy: perMillisecond)
+        let milliseconds = seconds.multipliedReportingOverflow(by: 1000)
+        guard !milliseconds.overflow else { return Int.max }
+        return Int(milliseconds.partialValue) + Int(wholeMilliseconds) + (remainder > 0 ? 1 : 0)
+    }
+
+    /// Whole seconds, rounded up, for curl options that only take seconds.
+    var roundedUpSeconds: Int {
+        let milliseconds = roundedUpMilliseconds
+        return milliseconds / 1000 + (milliseconds % 1000 > 0 ? 1 : 0)
+    }
+}

@@ -1,0 +1,61 @@
+import Foundation
+import Xfer
+
+/// A one-line progress bar on stderr (only when stderr is a terminal):
+/// acknowledged bytes, rate and ETA, redrawn at most ten times a second.
+final class ProgressDisplay: @unchecked Sendable {
+    // @unchecked: used from the single task that drains the event stream.
+    private var total: Int64 = 0
+    private var done: Int64 = 0
+    private var startDone: Int64 = 0
+    private let start = ContinuousClock.now
+    private var lastDraw = ContinuousClock.now - .seconds(1)
+    private var drawn = false
+
+    func show(_ event: TransferEvent) {
+        switch event {
+        case .started(_, let totalBytes, let doneBytes, _):
+            total = totalBytes
+            done = doneBytes
+            startDone = doneBytes
+        case .reconciled(_, _, let doneBytes):
+            done = doneBytes
+            startDone = doneBytes
+        case .chunkStored(_, _, _, let doneBytes, _):
+            done = doneBytes
+        default:
+            return
+        }
+        let now = ContinuousClock.now
+        guard now - lastDraw >= .milliseconds(100) else { return }
+        lastDraw = now
+        draw(now)
+    }
+
+    func finish() {
+        if drawn {
+            draw(ContinuousClock.now)
+            FileHandle.standardError.write(Data("\n".utf8))
+        }
+    }
+
+    private func draw(_ now: ContinuousClock.Instant) {
+        let elapsed = now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = seconds > 0 ? Double(done - startDone) / seconds : 0
+        let fraction = total > 0 ? Double(done) / Double(total) : 1
+        let width = 24
+        let filled = Int(fraction * Double(width))
+        let bar = String(repeating: "█", count: filled) + String(repeating: "·", count: width - filled)
+        var eta = "--:--"
+        if rate > 0 {
+            let left = Int(Double(total - done) / rate)
+            eta = String(format: "%02d:%02d", left / 60, left % 60)
+        }
+        let line = String(
+            format: "\r%@ %5.1f%%  %@ / %@  %@/s  ETA %@ ", bar, fraction * 100,
+            ByteSize.format(done), ByteSize.format(total), ByteSize.format(Int64(rate)), eta)
+        FileHandle.standardError.write(Data(line.utf8))
+        drawn = true
+    }
+}

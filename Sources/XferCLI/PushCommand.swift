@@ -1,0 +1,140 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import Xfer
+
+struct PushCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "push",
+        abstract: "Upload files, resuming the same push if it ran before.",
+        discussion: """
+            Re-running the same push (same files, backend and --to) resumes the unfinished job. \
+            On success prints one URL per file on stdout.
+            """)
+
+    @Argument(help: "Files to upload.")
+    var files: [String] = []
+
+    @Option(help: "Upload protocol: \(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", ")).")
+    var backend: String?
+
+    @Option(name: .customLong("to"), help: "The server's root URL.")
+    var target: String?
+
+    @Option(help: "Chunk size, e.g. 512KiB, 8MiB or bytes (default: the backend's).")
+    var chunkSize: ByteSize?
+
+    @Option(help: "Requests in flight at once (default: the backend's).")
+    var concurrency: Int?
+
+    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
+    var state: String?
+
+    @Flag(help: "Discard this push's saved progress and start over.")
+    var restart = false
+
+    @Flag(help: "Print NDJSON events on stdout instead of URLs.")
+    var json = false
+
+    @Option(help: "Credential for the server (never printed).")
+    var token: String?
+
+    @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
+    var headers: [String] = []
+
+    mutating func run() async throws {
+        guard !files.isEmpty else { throw XferError.invalidInput("name at least one file to push") }
+        guard let backendName = backend else {
+            throw XferError.invalidInput("--backend is required (\(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", ")))")
+        }
+        guard let builtIn = BuiltInBackend(rawValue: backendName) else {
+            throw XferError.invalidInput(
+                "unknown backend '\(backendName)'; choose one of \(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        guard let target else { throw XferError.invalidInput("--to URL is required") }
+        if let chunkSize, chunkSize.bytes < 1 || chunkSize.bytes > TransferOptions.maximumChunkSize {
+            throw XferError.invalidInput("--chunk-size must be between 1 byte and 1 GiB")
+        }
+        if let concurrency, !(1...TransferOptions.maximumConcurrency).contains(concurrency) {
+            throw XferError.invalidInput("--concurrency must be between 1 and \(TransferOptions.maximumConcurrency)")
+        }
+        var extraHeaders = HTTPHeaders()
+        for header in headers {
+            let (name, value) = try Self.parseHeader(header)
+            extraHeaders.add(name, value)
+        }
+        if let token, token.contains(where: { $0.isNewline }) {
+            throw XferError.invalidInput("--token must not contain line breaks")
+        }
+
+        let options = TransferOptions(
+            chunkSize: chunkSize?.bytes, concurrency: concurrency, extraHeaders: extraHeaders,
+            credentials: Credentials(token: token))
+        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state))
+        let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
+
+        let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
+        let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
+        let printer = Task { [json] in
+            for await event in job.events {
+                if json {
+                    if let line = EventJSON.line(for: event) { Terminal.out(line) }
+                } else {
+                    display?.show(event)
+                }
+            }
+            display?.finish()
+        }
+        let result: Result<JobReport, XferError>
+        do {
+            result = .success(try await job.report)
+        } catch {
+            result = .failure(error)
+        }
+        await printer.value
+        withExtendedLifetime(signals) {}
+        let report = try result.get()
+        if !json {
+            for file in report.files { Terminal.out(file.url) }
+        }
+    }
+
+    /// Splits "Name: value", refusing what would break the request or
+    /// smuggle another header in. The value is never echoed back.
+    static func parseHeader(_ text: String) throws(XferError) -> (String, String) {
+        guard let colon = text.firstIndex(of: ":") else {
+            throw .invalidInput("--header must look like \"Name: value\" (no colon found)")
+        }
+        let name = text[..<colon].trimmingCharacters(in: .whitespaces)
+        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains) else {
+            throw .invalidInput("--header has an invalid field name '\(name.prefix(40))'")
+        }
+        guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+            throw .invalidInput("--header \(name): the value must not contain line breaks")
+        }
+        return (name, value)
+    }
+}
+
+/// Runs `handler` on SIGINT/SIGTERM instead of dying, so the job can stop
+/// scheduling and commit its state.
+final class SignalTrap: @unchecked Sendable {
+    // @unchecked: the sources are set once in init and only cancelled in deinit.
+    private let sources: [any DispatchSourceSignal]
+
+    init(signals: [Int32], handler: @escaping @Sendable () -> Void) {
+        sources = signals.map { number in
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler(handler: handler)
+            source.resume()
+            return source
+        }
+    }
+
+    deinit {
+        for source in sources { source.cancel() }
+    }
+}

@@ -1,0 +1,68 @@
+import ArgumentParser
+import Foundation
+import Xfer
+
+/// `xfer`: resumable, chunked uploads.
+@main
+struct XferCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "xfer",
+        abstract: "Resumable, chunked file uploads that survive kill -9.",
+        discussion: """
+            Exit codes: 0 done; 1 transfer failed (state kept, resumable); 2 bad usage or input; \
+            3 state locked or unusable; 130 interrupted (state saved).
+            """,
+        subcommands: [PushCommand.self, ServeCommand.self])
+
+    /// Runs the command and turns every failure into one line on stderr and
+    /// a documented exit code, never a stack trace.
+    static func main() async {
+        let code: Int32
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            code = 0
+        } catch let error as XferError {
+            Terminal.error(error.description)
+            code = error.exitCode
+        } catch {
+            let exit = exitCode(for: error)
+            if exit == .success {
+                print(fullMessage(for: error))
+                code = 0
+            } else if let exitCode = error as? ExitCode {
+                code = exitCode.rawValue
+            } else {
+                // Parse and validation errors: the first line says what is
+                // wrong; the usage text is one `--help` away.
+                let message = message(for: error)
+                    .split(separator: "\n").first.map(String.init) ?? "invalid usage"
+                Terminal.error("\(message) (see 'xfer --help')")
+                code = 2
+            }
+        }
+        Terminal.flush()
+        Foundation.exit(code)
+    }
+}
+
+enum Terminal {
+    static func error(_ message: String) {
+        let line = "xfer: \(message.replacingOccurrences(of: "\n", with: " "))\n"
+        FileHandle.standardError.write(Data(line.utf8))
+    }
+
+    static func out(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+    }
+
+    static func flush() {
+        fflush(nil)
+    }
+
+    static var stderrIsTerminal: Bool { isatty(STDERR_FILENO) == 1 }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import Hummingbird
+import NIOCore
+
+/// JSON bodies for every protocol's answers. Errors are always `{"error": "..."}` so clients can show
+/// the reason without knowing which endpoint failed.
+enum JSONResponse {
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        // Sorted keys keep answers byte-stable, which makes logs and tests diffable;
+        // unescaped slashes keep URLs readable.
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
+    static func make(_ status: HTTPResponse.Status, _ value: some Encodable, headers: HTTPFields = [:]) -> Response {
+        let data: Data
+        do {
+            data = try encoder.encode(value)
+        } catch {
+            // Only our own fixed types come through here; a failure is a programming error.
+            return Response(status: .internalServerError)
+        }
+        var headers = headers
+        headers[.contentType] = "application/json; charset=utf-8"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
+        make(status, ["error": message])
+    }
+
+    static func decode<T: Decodable>(_ type: T.Type, from buffer: ByteBuffer) throws -> T {
+        try JSONDecoder().decode(type, from: Data(buffer.readableBytesView))
+    }
+}
+
+/// Collects a small JSON request body; the limit keeps a hostile client from making us buffer a file.
+enum SmallBody {
+    static let limit = 64 * 1024
+
+    enum Failure: Error {
+        case tooLarge
+        case unreadable
+    }
+
+    static func collect(_ request: Request) async throws(Failure) -> ByteBuffer {
+        do {
+            return try await request.body.collect(upTo: limit)
+        } catch is NIOTooManyBytesError {
+            throw .tooLarge
+        } catch {
+            throw .unreadable
+        }
+    }
+}

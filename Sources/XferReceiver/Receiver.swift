@@ -1,0 +1,96 @@
+import Hummingbird
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import UnixSignals
+
+public struct ReceiverConfiguration: Sendable {
+    /// Loopback unless told otherwise: the receiver has no authentication.
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port; the chosen one is reported through `onListening`.
+    public var port: Int = 0
+    /// Directory holding all receiver state and files; created if missing.
+    public var root: String
+    /// When set, POST /uploads answers this chunk size instead of the client's (lets tests exercise
+    /// "server picks the chunk size").
+    public var forcedPatchChunkSize: Int? = nil
+    /// Larger chunks are refused at creation (400) and larger chunk bodies at upload (413).
+    public var maximumChunkSize: Int = 256 << 20
+    /// Warnings only by default: request headers and bodies carry tokens and are never logged at any level.
+    public var logLevel: Logger.Level = .warning
+    /// How long SIGINT/SIGTERM waits for requests in flight before cutting them off.
+    public var shutdownGracePeriod: Duration = .seconds(10)
+
+    public init(root: String) {
+        self.root = root
+    }
+}
+
+/// The reference receiver behind `xfer serve`.
+public struct Receiver: Sendable {
+    public let configuration: ReceiverConfiguration
+
+    public init(configuration: ReceiverConfiguration) {
+        self.configuration = configuration
+    }
+
+    /// Runs until the task is cancelled or the process receives SIGINT/SIGTERM (graceful shutdown),
+    /// then returns normally. Throws if the root can't be prepared or the address can't be bound.
+    ///
+    /// Calls `onListening` exactly once with the base URL, e.g. "http://127.0.0.1:43817", once the
+    /// socket is bound and accepting.
+    public func run(onListening: @escaping @Sendable (String) -> Void) async throws {
+        var logger = Logger(label: "xfer.receiver")
+        logger.logLevel = configuration.logLevel
+
+        // fsyncs wait on the disk, not the CPU, so a few more threads than cores keeps concurrent
+        // chunks from queueing behind each other's syncs.
+        let threadPool = NIOThreadPool(numberOfThreads: max(4, System.coreCount))
+        threadPool.start()
+        do {
+            try await serve(threadPool: threadPool, logger: logger, onListening: onListening)
+        } catch {
+            try? await threadPool.shutdownGracefully()
+            throw error
+        }
+        try await threadPool.shutdownGracefully()
+    }
+
+    private func serve(threadPool: NIOThreadPool, logger: Logger, onListening: @escaping @Sendable (String) -> Void) async throws {
+        let store = try await UploadStore.open(root: configuration.root, io: BlockingIO(pool: threadPool), logger: logger)
+        let baseURL = BaseURL(configuredHost: configuration.host)
+
+        let router = Router(context: BasicRequestContext.self)
+        // Each protocol registers its own routes on the shared store; downloads are common to all.
+        PatchRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
+
+        let app = Application(
+            router: router,
+            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+            onServerRunning: { channel in
+                onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))
+            },
+            logger: logger
+        )
+
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: [app],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger
+        )
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+        let group = ServiceGroup(configuration: groupConfiguration)
+        // Cancelling the caller's task is the in-process way to stop. Cancelling the group directly
+        // would make Hummingbird cut connections mid-response and log errors, so the group runs in
+        // its own task and cancellation asks it for the same graceful shutdown a signal would.
+        let running = Task { try await group.run() }
+        try await withTaskCancellationHandler {
+            try await running.value
+        } onCancel: {
+            Task { await group.triggerGracefulShutdown() }
+        }
+    }
+}

@@ -1,0 +1,58 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An append-only file of short text records, each synced before `append` returns.
+///
+/// Each record is written as `\nrecord;`: the newline opens it and the `;` closes it. A write torn by a
+/// crash or a full disk leaves a prefix of that, which has no `;` and so never counts, and the next
+/// record's own newline cuts it off, so a torn `+1` (from `+12`) can never be read back as chunk 1,
+/// and nothing appended after a tear is lost.
+struct DurableLog: Sendable {
+    let path: String
+    let io: BlockingIO
+
+    /// `record` must be non-empty and must not contain `;`, whitespace or control characters.
+    func append(_ record: String) async throws {
+        precondition(Self.isValidRecord(record), "invalid log record")
+        let bytes = Array(("\n" + record + ";").utf8)
+        let path = self.path
+        try await io.run {
+            // O_APPEND keeps concurrent appends from different chunks from overwriting each other.
+            let file = try POSIXFile.open(path, O_WRONLY | O_APPEND | O_CREAT)
+            defer { file.close() }
+            try bytes.withUnsafeBytes { try file.writeAll($0) }
+            try file.syncData()
+        }
+    }
+
+    /// Complete records in the order they were appended. Blocking: call from `BlockingIO` or at load time.
+    static func readRecords(path: String) throws -> [Substring] {
+        guard let bytes = try FileSystemOps.readAll(path) else { return [] }
+        let text = String(decoding: bytes, as: UTF8.self)
+        var records: [Substring] = []
+        var start = text.startIndex
+        var index = text.startIndex
+        while index < text.endIndex {
+            let character = text[index]
+            if character == ";" {
+                let candidate = text[start..<index]
+                if !candidate.isEmpty { records.append(candidate) }
+                start = text.index(after: index)
+            } else if character.isNewline || character.isWhitespace {
+                // A newline inside a token means the token before it was torn: drop it.
+                start = text.index(after: index)
+            }
+            index = text.index(after: index)
+        }
+        return records
+    }
+
+    static func isValidRecord(_ record: String) -> Bool {
+        !record.isEmpty && !record.contains(where: { $0 == ";" || $0.isWhitespace || $0.isNewline || $0.asciiValue.map { $0 < 0x20 } == true })
+    }
+}

@@ -1,0 +1,198 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A failed system call, with enough context to tell which file was involved.
+/// Paths are safe to log: tokens only ever travel in headers, never in names on disk.
+struct IOError: Error, CustomStringConvertible {
+    let operation: String
+    let path: String
+    let code: Int32
+
+    var description: String {
+        "\(operation)(\(path)): \(String(cString: strerror(code))) (errno \(code))"
+    }
+}
+
+/// A thin owner of a file descriptor. Every call blocks, so callers run these on `BlockingIO`,
+/// except `pwriteAll`, which only copies into the page cache and is cheaper inline than a thread hop.
+struct POSIXFile: Sendable {
+    let descriptor: Int32
+    let path: String
+
+    static func open(_ path: String, _ flags: Int32, mode: mode_t = 0o644) throws -> POSIXFile {
+        while true {
+            let fd = Self.systemOpen(path, flags | O_CLOEXEC, mode)
+            if fd >= 0 { return POSIXFile(descriptor: fd, path: path) }
+            if errno == EINTR { continue }
+            throw IOError(operation: "open", path: path, code: errno)
+        }
+    }
+
+    private static func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
+        #if canImport(Darwin)
+        Darwin.open(path, flags, mode)
+        #elseif canImport(Musl)
+        Musl.open(path, flags, mode)
+        #else
+        Glibc.open(path, flags, mode)
+        #endif
+    }
+
+    func close() {
+        // Retrying close after EINTR can close a descriptor another thread just got, so never retry.
+        #if canImport(Darwin)
+        _ = Darwin.close(descriptor)
+        #elseif canImport(Musl)
+        _ = Musl.close(descriptor)
+        #else
+        _ = Glibc.close(descriptor)
+        #endif
+    }
+
+    func pwriteAll(_ bytes: UnsafeRawBufferPointer, at offset: Int) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset + done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IOError(operation: "pwrite", path: path, code: errno)
+            }
+            done += n
+        }
+    }
+
+    func writeAll(_ bytes: UnsafeRawBufferPointer) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = write(descriptor, bytes.baseAddress! + done, bytes.count - done)
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IOError(operation: "write", path: path, code: errno)
+            }
+            done += n
+        }
+    }
+
+    /// Reads until `buffer` is full or the file ends; returns the number of bytes read.
+    func preadFully(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = pread(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset + done))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw IOError(operation: "pread", path: path, code: errno)
+            }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    /// Makes the data (and the file size, which fdatasync covers) durable; timestamps are not worth a journal write.
+    func syncData() throws {
+        #if os(Linux) || os(Android)
+        let rc = fdatasync(descriptor)
+        #else
+        let rc = fsync(descriptor)
+        #endif
+        if rc != 0 { throw IOError(operation: "fdatasync", path: path, code: errno) }
+    }
+
+    func sync() throws {
+        if fsync(descriptor) != 0 { throw IOError(operation: "fsync", path: path, code: errno) }
+    }
+
+    func size() throws -> Int {
+        var info = stat()
+        if fstat(descriptor, &info) != 0 { throw IOError(operation: "fstat", path: path, code: errno) }
+        return Int(info.st_size)
+    }
+}
+
+/// Directory-level operations needed to make creations and renames survive a crash.
+enum FileSystemOps {
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0
+    }
+
+    /// Creates the directory; an existing one is fine because startup and creation both race with nothing but themselves.
+    static func makeDirectory(_ path: String) throws {
+        if mkdir(path, 0o755) != 0 && errno != EEXIST {
+            throw IOError(operation: "mkdir", path: path, code: errno)
+        }
+    }
+
+    /// Creates the directory and fails if it exists, which is how a fresh upload id claims its name.
+    static func makeNewDirectory(_ path: String) throws -> Bool {
+        if mkdir(path, 0o755) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw IOError(operation: "mkdir", path: path, code: errno)
+    }
+
+    /// A new or renamed entry is only durable once its directory is synced.
+    static func syncDirectory(_ path: String) throws {
+        let dir = try POSIXFile.open(path, O_RDONLY | O_DIRECTORY)
+        defer { dir.close() }
+        try dir.sync()
+    }
+
+    static func rename(_ from: String, to: String) throws {
+        #if canImport(Darwin)
+        let rc = Darwin.rename(from, to)
+        #elseif canImport(Musl)
+        let rc = Musl.rename(from, to)
+        #else
+        let rc = Glibc.rename(from, to)
+        #endif
+        if rc != 0 { throw IOError(operation: "rename", path: from, code: errno) }
+    }
+
+    /// Readers must see the old content or the new one, never a torn mix, even after a crash.
+    static func writeAtomically(_ bytes: [UInt8], to path: String, directory: String) throws {
+        let temporary = path + ".tmp"
+        let file = try POSIXFile.open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
+        do {
+            try bytes.withUnsafeBytes { try file.writeAll($0) }
+            try file.sync()
+            file.close()
+        } catch {
+            file.close()
+            throw error
+        }
+        try rename(temporary, to: path)
+        try syncDirectory(directory)
+    }
+
+    /// Returns nil when the file does not exist; any other failure is an error worth surfacing.
+    static func readAll(_ path: String) throws -> [UInt8]? {
+        let file: POSIXFile
+        do {
+            file = try POSIXFile.open(path, O_RDONLY)
+        } catch let error as IOError where error.code == ENOENT {
+            return nil
+        }
+        defer { file.close() }
+        var result: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset = 0
+        while true {
+            let n = try chunk.withUnsafeMutableBytes { try file.preadFully(into: $0, at: offset) }
+            result.append(contentsOf: chunk[0..<n])
+            offset += n
+            if n < chunk.count { break }
+        }
+        return result
+    }
+
+    /// Creates an empty file (or keeps an existing one) without truncating it.
+    static func touch(_ path: String) throws {
+        let file = try POSIXFile.open(path, O_WRONLY | O_CREAT)
+        file.close()
+    }
+}

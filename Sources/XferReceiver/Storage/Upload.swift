@@ -1,0 +1,299 @@
+import Crypto
+import Foundation
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What an upload is, fixed at creation and stored as `meta.json`.
+struct UploadMeta: Codable, Sendable {
+    static let currentFormatVersion = 1
+
+    var formatVersion: Int
+    /// The wire protocol that created the upload ("patch", later "multipart", "sequence"...), so routes
+    /// of one protocol can refuse ids of another if their rules differ.
+    var protocolName: String
+    var uploadId: String
+    /// Already sanitized: this is the name on disk and in the download URL.
+    var fileName: String
+    var size: Int
+    var chunkSize: Int
+
+    var chunkCount: Int { size == 0 ? 0 : (size - 1) / chunkSize + 1 }
+
+    /// Byte range of 1-based chunk `chunk`; the caller has checked `1...chunkCount`.
+    func byteRange(ofChunk chunk: Int) -> Range<Int> {
+        let start = (chunk - 1) * chunkSize
+        return start..<min(start + chunkSize, size)
+    }
+}
+
+/// Written (atomically) once the file is assembled, before it is published; its presence is what
+/// makes completion idempotent across restarts.
+struct CompletionRecord: Codable, Sendable, Equatable {
+    var sha256: String
+    var size: Int
+}
+
+enum UploadError: Error, CustomStringConvertible {
+    /// The upload was deleted while the request was in flight.
+    case deleted
+    /// The upload is completed (or completing): its data file is no longer writable.
+    case completed
+    case bodyTooLarge(limit: Int)
+    case bodyTooShort(received: Int, expected: Int)
+    case digestMismatch
+    /// The client's body stopped mid-way (connection reset, malformed chunked encoding...).
+    case bodyInterrupted(String)
+    /// On-disk state contradicts itself; never expected outside of tampering or disk corruption.
+    case corrupt(String)
+
+    var description: String {
+        switch self {
+        case .deleted: "upload was deleted"
+        case .completed: "upload is already completed"
+        case .bodyTooLarge(let limit): "body is larger than the chunk (\(limit) bytes)"
+        case .bodyTooShort(let received, let expected): "body has \(received) bytes, the chunk has \(expected)"
+        case .digestMismatch: "Content-MD5 does not match the body"
+        case .bodyInterrupted(let reason): "request body was cut: \(reason)"
+        case .corrupt(let reason): "upload state is corrupt: \(reason)"
+        }
+    }
+}
+
+enum CompletionOutcome: Sendable {
+    case completed(CompletionRecord)
+    case missing([Int])
+}
+
+/// One upload's chunk state. Everything it acknowledges is on disk first.
+///
+/// Chunk bodies are streamed outside the actor (see `writeChunk`), so concurrent chunks of one upload
+/// hash and write in parallel; the actor only serializes bookkeeping: who is writing which chunk,
+/// the received set, and the log appends that make it durable.
+actor Upload {
+    nonisolated let meta: UploadMeta
+    nonisolated let layout: UploadLayout
+    private let io: BlockingIO
+    private let log: DurableLog
+
+    private var received: ChunkSet
+    /// Chunks being written right now. A second request for the same chunk waits: if both wrote at
+    /// once, a good one could be acknowledged over bytes a bad one was still overwriting.
+    private var writers: Set<Int> = []
+    private var waiters: [Int: [CheckedContinuation<Void, Never>]] = [:]
+    private var completion: CompletionRecord?
+    private var completionTask: Task<CompletionRecord, any Error>?
+    private var deleted = false
+
+    init(meta: UploadMeta, layout: UploadLayout, io: BlockingIO, received: ChunkSet, completion: CompletionRecord?) {
+        self.meta = meta
+        self.layout = layout
+        self.io = io
+        self.log = DurableLog(path: layout.log, io: io)
+        self.received = received
+        self.completion = completion
+    }
+
+    // MARK: Chunks
+
+    /// Streams one chunk's body to its place in the data file and acknowledges it durably.
+    ///
+    /// Returns only after the bytes are fsync'd and `+chunk` is in the log. Throws (leaving the chunk
+    /// not received) on any mismatch or a cut body. `chunk` must be in `1...meta.chunkCount`.
+    nonisolated func writeChunk<Body: AsyncSequence>(
+        _ chunk: Int,
+        body: Body,
+        expectedMD5: [UInt8]?
+    ) async throws where Body.Element == ByteBuffer {
+        precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
+        try await beginWrite(chunk)
+        do {
+            try await Self.receive(body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5, io: io)
+        } catch {
+            await endWrite(chunk)
+            throw error
+        }
+        try await commitWrite(chunk)
+    }
+
+    private func beginWrite(_ chunk: Int) async throws {
+        while true {
+            try checkWritable()
+            if !writers.contains(chunk) { break }
+            await withCheckedContinuation { waiters[chunk, default: []].append($0) }
+        }
+        writers.insert(chunk)
+        if received.contains(chunk) {
+            // This request is about to overwrite acknowledged bytes. Unmark them durably first, so
+            // neither a bad body nor a crash mid-write can leave the region marked received. If the
+            // append fails the chunk simply reads as missing, which costs a resend and nothing else.
+            received.remove(chunk)
+            do {
+                try await log.append("-\(chunk)")
+            } catch {
+                endWrite(chunk)
+                throw error
+            }
+        }
+    }
+
+    private func commitWrite(_ chunk: Int) async throws {
+        defer { endWrite(chunk) }
+        guard !deleted else { throw UploadError.deleted }
+        try await log.append("+\(chunk)")
+        if !deleted { received.insert(chunk) }
+    }
+
+    private func endWrite(_ chunk: Int) {
+        writers.remove(chunk)
+        guard var queue = waiters[chunk], !queue.isEmpty else { return }
+        let next = queue.removeFirst()
+        waiters[chunk] = queue.isEmpty ? nil : queue
+        next.resume()
+    }
+
+    private func checkWritable() throws {
+        if deleted { throw UploadError.deleted }
+        if completion != nil || completionTask != nil { throw UploadError.completed }
+    }
+
+    /// Runs on the caller's task, not the actor: this is where the bytes and the CPU time go.
+    private static func receive<Body: AsyncSequence>(
+        _ body: Body,
+        into path: String,
+        range: Range<Int>,
+        expectedMD5: [UInt8]?,
+        io: BlockingIO
+    ) async throws where Body.Element == ByteBuffer {
+        let file = try POSIXFile.open(path, O_WRONLY)
+        defer { file.close() }
+        var md5 = Insecure.MD5()
+        var written = 0
+        var iterator = body.makeAsyncIterator()
+        while true {
+            let next: ByteBuffer?
+            do {
+                next = try await iterator.next()
+            } catch {
+                throw UploadError.bodyInterrupted(String(describing: error))
+            }
+            guard let buffer = next else { break }
+            guard buffer.readableBytes <= range.count - written else {
+                throw UploadError.bodyTooLarge(limit: range.count)
+            }
+            // pwrite into the page cache is a memcpy; doing it inline beats a thread hop per buffer.
+            // The slow part, the sync, goes to the blocking pool below.
+            try buffer.withUnsafeReadableBytes { bytes in
+                try file.pwriteAll(bytes, at: range.lowerBound + written)
+                md5.update(bufferPointer: bytes)
+            }
+            written += buffer.readableBytes
+        }
+        guard written == range.count else {
+            throw UploadError.bodyTooShort(received: written, expected: range.count)
+        }
+        if let expectedMD5, !md5.finalize().elementsEqual(expectedMD5) {
+            throw UploadError.digestMismatch
+        }
+        try await io.run { try file.syncData() }
+    }
+
+    // MARK: Queries
+
+    /// Received chunks, ascending. A completed upload reports every chunk so that a client killed
+    /// during complete can reconcile and call complete again.
+    func receivedChunks() throws -> [Int] {
+        if deleted { throw UploadError.deleted }
+        if completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
+        return received.members
+    }
+
+    /// Nil until completed.
+    func completionRecord() throws -> CompletionRecord? {
+        if deleted { throw UploadError.deleted }
+        return completion
+    }
+
+    // MARK: Completion
+
+    /// Assembles the file once every chunk is in; answers the same record on every later call.
+    func complete() async throws -> CompletionOutcome {
+        if deleted { throw UploadError.deleted }
+        if let completion { return .completed(completion) }
+        if let completionTask { return .completed(try await completionTask.value) }
+        // Chunks being (re)written are never in `received`, so this also waits out in-flight writes.
+        let missing = received.missing
+        guard missing.isEmpty else { return .missing(missing) }
+
+        // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
+        let task = Task { [meta, layout, io] in try await Self.finalize(meta: meta, layout: layout, io: io) }
+        completionTask = task
+        do {
+            let record = try await task.value
+            completion = record
+            completionTask = nil
+            return .completed(record)
+        } catch {
+            completionTask = nil
+            throw error
+        }
+    }
+
+    private static func finalize(meta: UploadMeta, layout: UploadLayout, io: BlockingIO) async throws -> CompletionRecord {
+        try await io.run {
+            let data = try POSIXFile.open(layout.data, O_RDONLY)
+            defer { data.close() }
+            let size = try data.size()
+            guard size == meta.size else {
+                throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)")
+            }
+            var sha = SHA256()
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var offset = 0
+            while offset < size {
+                let n = try buffer.withUnsafeMutableBytes { try data.preadFully(into: $0, at: offset) }
+                guard n > 0 else { throw UploadError.corrupt("data file ended early") }
+                buffer.withUnsafeBytes { sha.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                offset += n
+            }
+            let record = CompletionRecord(sha256: Hex.lowercase(sha.finalize()), size: size)
+            // The record goes first: from here on a restart finishes the publication instead of
+            // rehashing, and complete answers this exact digest forever.
+            let json = try JSONEncoder().encode(record)
+            try FileSystemOps.writeAtomically(Array(json), to: layout.completion, directory: layout.directory)
+            try publish(layout)
+            return record
+        }
+    }
+
+    /// Moves the assembled data to its download path. Blocking; also used by recovery at load time.
+    static func publish(_ layout: UploadLayout) throws {
+        try FileSystemOps.makeDirectory(layout.downloadDirectory)
+        try FileSystemOps.rename(layout.data, to: layout.downloadFile)
+        try FileSystemOps.syncDirectory(layout.downloadDirectory)
+        try FileSystemOps.syncDirectory(layout.downloadsRoot)
+        try FileSystemOps.syncDirectory(layout.directory)
+    }
+
+    // MARK: Deletion
+
+    /// Returns false if it was already deleted. Waits out a completion in progress so that it can't
+    /// publish a file after the caller has removed the directories.
+    func markDeleted() async -> Bool {
+        if deleted { return false }
+        deleted = true
+        let queues = waiters
+        waiters = [:]
+        for queue in queues.values {
+            for waiter in queue { waiter.resume() }
+        }
+        if let completionTask { _ = try? await completionTask.value }
+        return true
+    }
+}

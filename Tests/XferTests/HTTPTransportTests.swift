@@ -1,0 +1,750 @@
+import Foundation
+import Testing
+@testable import Xfer
+
+/// Tests of `HTTPTransport` against a real HTTP server on 127.0.0.1 (a small
+/// Python script, embedded below so the test target needs no resources).
+///
+/// Nothing here sleeps to synchronise: when a test needs a request to be in
+/// flight it asks the fixture (`/await`) to answer once the server has seen
+/// that request arrive.
+@Suite struct HTTPTransportTests {
+
+    // MARK: Requests and responses
+
+    @Test func getSendsCustomHeadersAndParsesTheResponse() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let request = HTTPRequest(method: .get, url: server.url("/echo?x=1"), headers: [
+            "X-Custom": "  hello world ",
+            "Authorization": "Bearer not-a-real-token",
+            "X-Empty": "",
+        ])
+        let response = try await transport.send(request)
+
+        #expect(response.status == 200)
+        #expect(response.isSuccess)
+        #expect(response.headers["content-type"] == "application/json")
+        #expect(response.headers["Content-Length"] == String(response.body.count))
+        let echo = try Echo(response)
+        #expect(echo.method == "GET")
+        #expect(echo.path == "/echo?x=1")
+        #expect(echo.header("X-Custom") == "hello world")
+        #expect(echo.header("Authorization") == "Bearer not-a-real-token")
+        #expect(echo.header("X-Empty") == "")
+        #expect(echo.header("User-Agent") == "xfer/0.1")
+        #expect(echo.header("Expect") == nil)
+        #expect(echo.header("Content-Length") == nil)
+        #expect(echo.length == 0)
+    }
+
+    @Test func postSendsAJSONBodyWithExactLength() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let json = #"{"name":"chunk-7","size":1048576}"#
+        let response = try await transport.send(HTTPRequest(
+            method: .post, url: server.url("/echo"),
+            headers: ["Content-Type": "application/json"],
+            body: RequestBody(Array(json.utf8))
+        ))
+
+        #expect(response.status == 200)
+        let echo = try Echo(response)
+        #expect(echo.method == "POST")
+        #expect(echo.body == json)
+        #expect(echo.length == json.utf8.count)
+        #expect(echo.header("Content-Length") == String(json.utf8.count))
+        #expect(echo.header("Content-Type") == "application/json")
+        #expect(echo.header("Transfer-Encoding") == nil)
+    }
+
+    @Test func postWithoutContentTypeIsNotLabelledAsAForm() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(
+            method: .post, url: server.url("/echo"), body: RequestBody(Array("a=b".utf8))
+        ))
+        let echo = try Echo(response)
+        #expect(echo.body == "a=b")
+        #expect(echo.header("Content-Type") == nil)
+    }
+
+    @Test func patchStreamsEverySegmentIntact() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.maximumResponseBodySize = 8 << 20 }
+        defer { transport.shutdown() }
+
+        var generator = SplitMix64(seed: 42)
+        let large = (0..<(3 << 20)).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        let segments: [[UInt8]] = [
+            Array("--boundary\r\nContent-Type: application/octet-stream\r\n\r\n".utf8),
+            [],
+            large,
+            [0],
+            Array(repeating: 0xAB, count: 70_000),
+            Array("\r\n--boundary--\r\n".utf8),
+        ]
+        let expected = segments.flatMap { $0 }
+        let response = try await transport.send(HTTPRequest(
+            method: .patch, url: server.url("/mirror"), body: RequestBody(segments: segments)
+        ))
+
+        #expect(response.status == 200)
+        #expect(response.headers["X-Received-Length"] == String(expected.count))
+        #expect(response.headers["X-Saw-Transfer-Encoding"] == "")
+        // Bodies over 1 MiB make curl send "Expect: 100-continue" unless told not to.
+        #expect(response.headers["X-Saw-Expect"] == "")
+        #expect(response.headers["X-Saw-Method"] == "PATCH")
+        #expect(response.body.count == expected.count)
+        #expect(response.body == expected)
+        #expect(transport.bodyBytesSent == expected.count)
+    }
+
+    @Test func putWithEmptyBodySendsZeroContentLength() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let echo = try Echo(try await transport.send(HTTPRequest(method: .put, url: server.url("/echo"))))
+        #expect(echo.method == "PUT")
+        #expect(echo.header("Content-Length") == "0")
+        #expect(echo.header("Transfer-Encoding") == nil)
+    }
+
+    @Test func deleteWithoutBodyUsesTheCustomVerb() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let echo = try Echo(try await transport.send(HTTPRequest(method: .delete, url: server.url("/echo"))))
+        #expect(echo.method == "DELETE")
+        #expect(echo.header("Content-Length") == nil)
+    }
+
+    @Test func headDoesNotWaitForTheAdvertisedBody() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(method: .head, url: server.url("/head")))
+        #expect(response.status == 200)
+        #expect(response.headers["X-Head"] == "yes")
+        #expect(response.headers["Content-Length"] == "1234")
+        #expect(response.body.isEmpty)
+    }
+
+    @Test func errorStatusIsAResponseWithItsHeaders() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/status?code=503")))
+        #expect(response.status == 503)
+        #expect(!response.isSuccess)
+        #expect(response.headers["Retry-After"] == "7")
+        #expect(response.headers.values(for: "x-multi") == ["a", "b"])
+        #expect(response.text == "unavailable")
+    }
+
+    @Test func onlyTheFinalResponsesHeadersAreKept() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/interim")))
+        #expect(response.status == 200)
+        #expect(response.headers["X-Final"] == "yes")
+        #expect(response.headers["X-Interim"] == nil)
+        #expect(response.headers["Link"] == nil)
+        #expect(response.text == "final")
+    }
+
+    @Test func foldedAndPaddedHeaderValuesAreNormalised() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/folded")))
+        #expect(response.headers["X-Folded"] == "first second")
+        #expect(response.headers["X-Spaced"] == "padded value")
+        #expect(response.text == "ok")
+    }
+
+    @Test func redirectsAreReturnedNotFollowed() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/redirect")))
+        #expect(response.status == 302)
+        #expect(response.headers["Location"] == "/echo")
+    }
+
+    @Test func lineBreaksInHeaderValuesCannotInjectHeaders() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let echo = try Echo(try await transport.send(HTTPRequest(
+            method: .get, url: server.url("/echo"),
+            headers: ["X-Custom": "a\r\nX-Injected: 1", "Bad Name": "x", "Content-Length": "999"]
+        )))
+        #expect(echo.header("X-Injected") == nil)
+        #expect(echo.header("X-Custom") == "a  X-Injected: 1")
+        #expect(echo.header("Bad Name") == nil)
+        #expect(echo.header("Content-Length") == nil)
+    }
+
+    @Test func sequentialRequestsReuseTheConnection() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let first = try Echo(try await transport.send(HTTPRequest(method: .get, url: server.url("/echo"))))
+        let second = try Echo(try await transport.send(HTTPRequest(
+            method: .post, url: server.url("/echo"), body: RequestBody(Array("x".utf8))
+        )))
+        #expect(first.clientPort == second.clientPort)
+    }
+
+    @Test func fiftyConcurrentRequestsAllComplete() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let bodies = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+            for index in 0..<50 {
+                group.addTask {
+                    let payload = "request-\(index)-" + String(repeating: "z", count: index * 100)
+                    let response = try await transport.send(HTTPRequest(
+                        method: .post, url: server.url("/echo?i=\(index)"),
+                        headers: ["Content-Type": "text/plain"], body: RequestBody(Array(payload.utf8))
+                    ))
+                    #expect(response.status == 200)
+                    return (index, try Echo(response).body)
+                }
+            }
+            var bodies: [Int: String] = [:]
+            for try await (index, body) in group {
+                bodies[index] = body
+            }
+            return bodies
+        }
+        #expect(bodies.count == 50)
+        for index in 0..<50 {
+            #expect(bodies[index] == "request-\(index)-" + String(repeating: "z", count: index * 100))
+        }
+    }
+
+    // MARK: Errors
+
+    @Test func refusedConnectionIsCouldNotConnect() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        // A port the fixture bound and closed again, so nothing listens on it.
+        let port = try #require(Int(try await transport.send(HTTPRequest(method: .get, url: server.url("/unused-port"))).text))
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: "http://127.0.0.1:\(port)/x?token=SECRET"))
+            Issue.record("expected a connect failure, got status \(response.status)")
+        } catch {
+            guard case .couldNotConnect(let host, let errorPort, let reason) = error else {
+                Issue.record("expected couldNotConnect, got \(error)")
+                return
+            }
+            #expect(host == "127.0.0.1")
+            #expect(errorPort == port)
+            #expect(reason == "Connection refused")
+            #expect(error.isRetryable)
+            #expect(error.description == "could not connect to 127.0.0.1:\(port) (Connection refused)")
+        }
+    }
+
+    @Test func unknownHostIsCouldNotResolve() async throws {
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: "http://no-such-host.invalid/x"))
+            Issue.record("expected a resolve failure, got status \(response.status)")
+        } catch {
+            #expect(error == .couldNotResolve(host: "no-such-host.invalid"))
+            #expect(error.isRetryable)
+        }
+    }
+
+    @Test func oversizedResponseIsRejected() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.maximumResponseBodySize = 1000 }
+        defer { transport.shutdown() }
+
+        let atLimit = try await transport.send(HTTPRequest(method: .get, url: server.url("/bytes?n=1000")))
+        #expect(atLimit.body.count == 1000)
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/bytes?n=5000")))
+            Issue.record("expected responseTooLarge, got \(response.body.count) bytes")
+        } catch {
+            #expect(error == .responseTooLarge(limit: 1000))
+            #expect(!error.isRetryable)
+        }
+    }
+
+    @Test(arguments: [
+        "ftp://user:hunter2@example.com/file?token=SECRET",
+        "http://exa mple.com/upload?token=SECRET#SECRET",
+        "not a url?token=SECRET",
+        "/relative/path?token=SECRET",
+    ])
+    func invalidURLIsRejectedWithoutLeakingSecrets(url: String) async throws {
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: url))
+            Issue.record("expected invalidURL, got status \(response.status)")
+        } catch {
+            guard case .invalidURL = error else {
+                Issue.record("expected invalidURL, got \(error)")
+                return
+            }
+            #expect(!error.description.contains("SECRET"))
+            #expect(!error.description.contains("hunter2"))
+            #expect(!error.isRetryable)
+        }
+    }
+
+    @Test func unsupportedSchemeShowsOnlySchemeHostPortAndPath() throws {
+        #expect(throws: TransportError.invalidURL("ftp://example.com:21/dir/file (only http and https are supported)")) {
+            _ = try TransportURL(parsing: "ftp://user:hunter2@example.com/dir/file?token=SECRET")
+        }
+        let target = try TransportURL(parsing: "https://user:pw@Example.com/a/b?sig=abc#frag")
+        #expect(target.redacted == "https://example.com:443/a/b")
+        #expect(target.secrets.contains("sig=abc"))
+    }
+
+    // MARK: Timeouts and cancellation
+
+    @Test func cancellingAnInFlightRequestThrowsCancelledPromptly() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+        let key = UUID().uuidString
+
+        let stalled = Task { try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)"))) }
+        try await server.waitFor(key: key, event: "arrived", count: 1)
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        stalled.cancel()
+        let result = await stalled.result
+        #expect(clock.now - start < .seconds(5))
+        #expect(transportError(result) == .cancelled)
+        // The handle was removed from curl, which closed the connection.
+        try await server.waitFor(key: key, event: "departed", count: 1)
+    }
+
+    @Test func cancellingBeforeSendingNeverTouchesTheNetwork() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        let task = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return try await transport.send(HTTPRequest(method: .post, url: server.url("/echo"), body: RequestBody([1, 2, 3])))
+        }
+        #expect(transportError(await task.result) == .cancelled)
+        #expect(transport.bodyBytesSent == 0)
+    }
+
+    @Test func stalledTransferIsAbandonedByTheLowSpeedLimit() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.lowSpeedTime = .seconds(1) }
+        defer { transport.shutdown() }
+        let key = UUID().uuidString
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)")))
+            Issue.record("expected a timeout, got status \(response.status)")
+        } catch {
+            guard case .timedOut = error else {
+                Issue.record("expected timedOut, got \(error)")
+                return
+            }
+            #expect(error.isRetryable)
+        }
+        #expect(clock.now - start < .seconds(10))
+        try await server.waitFor(key: key, event: "departed", count: 1)
+    }
+
+    @Test func requestTimeoutCapsTheWholeRequest() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.requestTimeout = .milliseconds(300) }
+        defer { transport.shutdown() }
+
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(UUID().uuidString)")))
+            Issue.record("expected a timeout, got status \(response.status)")
+        } catch {
+            guard case .timedOut = error else {
+                Issue.record("expected timedOut, got \(error)")
+                return
+            }
+        }
+    }
+
+    @Test func shutdownFailsInFlightRequestsAndLaterSends() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        let key = UUID().uuidString
+
+        let stalled = (0..<3).map { _ in
+            Task { try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)"))) }
+        }
+        try await server.waitFor(key: key, event: "arrived", count: 3)
+
+        let clock = ContinuousClock()
+        let start = clock.now
+        transport.shutdown()
+        for task in stalled {
+            #expect(transportError(await task.result) == .cancelled)
+        }
+        #expect(clock.now - start < .seconds(5))
+        try await server.waitFor(key: key, event: "departed", count: 3)
+
+        transport.shutdown()
+        do {
+            let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/echo")))
+            Issue.record("expected cancelled after shutdown, got status \(response.status)")
+        } catch {
+            #expect(error == .cancelled)
+        }
+    }
+
+    // MARK: TLS
+
+    @Test(.enabled(if: Fixtures.canMakeCertificates))
+    func tlsIsVerifiedByDefault() async throws {
+        let server = try Fixtures.https.get()
+        let strict = try makeTransport()
+        defer { strict.shutdown() }
+        do {
+            let response = try await strict.send(HTTPRequest(method: .get, url: server.url("/echo")))
+            Issue.record("expected a TLS failure for a self-signed certificate, got status \(response.status)")
+        } catch {
+            guard case .tls = error else {
+                Issue.record("expected tls, got \(error)")
+                return
+            }
+            #expect(!error.isRetryable)
+        }
+
+        let trusting = try makeTransport { $0.caCertificatePath = server.certificatePath }
+        defer { trusting.shutdown() }
+        #expect(try await trusting.send(HTTPRequest(method: .get, url: server.url("/echo"))).status == 200)
+
+        let unverified = try makeTransport { $0.verifyTLS = false }
+        defer { unverified.shutdown() }
+        #expect(try await unverified.send(HTTPRequest(method: .get, url: server.url("/echo"))).status == 200)
+    }
+
+    // MARK: Pure values
+
+    @Test func errorsDescribeThemselvesOnOneLine() {
+        #expect(TransportError.couldNotResolve(host: "example.invalid").description == "could not resolve host example.invalid")
+        #expect(TransportError.responseTooLarge(limit: 10).description == "response body larger than 10 bytes")
+        #expect(TransportError.cancelled.description == "request cancelled")
+        #expect(TransportError.timedOut("x").isRetryable)
+        #expect(TransportError.network("x").isRetryable)
+        #expect(TransportError.couldNotResolve(host: "h").isRetryable)
+        #expect(!TransportError.tls("x").isRetryable)
+        #expect(!TransportError.invalidURL("x").isRetryable)
+        #expect(!TransportError.cancelled.isRetryable)
+    }
+
+    @Test func durationsRoundUpForCurl() {
+        #expect(Duration.seconds(15).roundedUpMilliseconds == 15_000)
+        #expect(Duration.microseconds(1).roundedUpMilliseconds == 1)
+        #expect(Duration.zero.roundedUpMilliseconds == 0)
+        #expect(Duration.milliseconds(1500).roundedUpSeconds == 2)
+        #expect(Duration.seconds(30).roundedUpSeconds == 30)
+    }
+
+    @Test func bodySeekingRewindsAcrossSegments() {
+        let request = HTTPRequest(method: .put, url: "http://h/", body: RequestBody(segments: [[1, 2], [], [3, 4, 5]]))
+        let context = TransferContext(request: request, responseLimit: 0, bodyBytesSent: TransferByteCounter())
+        var buffer = [UInt8](repeating: 0, count: 4)
+        let firstRead = buffer.withUnsafeMutableBytes { context.readBody(into: $0) }
+        #expect(firstRead == 4)
+        #expect(buffer == [1, 2, 3, 4])
+        #expect(context.seekBody(to: 3))
+        let secondRead = buffer.withUnsafeMutableBytes { context.readBody(into: $0) }
+        #expect(secondRead == 2)
+        #expect(buffer.prefix(2) == [4, 5])
+        #expect(context.seekBody(to: 5))
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == 0)
+        #expect(!context.seekBody(to: 6))
+    }
+}
+
+// MARK: - Helpers
+
+private func makeTransport(_ configure: (inout TransportOptions) -> Void = { _ in }) throws -> HTTPTransport {
+    var options = TransportOptions()
+    configure(&options)
+    return try HTTPTransport(options: options)
+}
+
+private func transportError(_ result: Result<HTTPResponse, any Error>) -> TransportError? {
+    guard case .failure(let error) = result else { return nil }
+    return error as? TransportError
+}
+
+/// What the fixture's /echo route saw.
+private struct Echo: Decodable {
+    var method: String
+    var path: String
+    var headers: [[String]]
+    var length: Int
+    var body: String
+    var clientPort: Int
+
+    init(_ response: HTTPResponse) throws {
+        self = try JSONDecoder().decode(Echo.self, from: Data(response.body))
+    }
+
+    func header(_ name: String) -> String? {
+        headers.first { $0.first?.lowercased() == name.lowercased() }?.last
+    }
+}
+
+/// A deterministic generator, so a failing body comparison can be replayed.
+private struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+private enum Fixtures {
+    static let http = Result { try FixtureServer.start() }
+
+    static let canMakeCertificates = FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")
+
+    static let https = Result { () throws -> FixtureServer in
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("xfer-transport-tests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let certificate = directory.appendingPathComponent("cert.pem").path
+        let key = directory.appendingPathComponent("key.pem").path
+        let openssl = Process()
+        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        openssl.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", key, "-out", certificate, "-days", "2",
+            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+        ]
+        openssl.standardOutput = FileHandle.nullDevice
+        openssl.standardError = FileHandle.nullDevice
+        try openssl.run()
+        openssl.waitUntilExit()
+        guard openssl.terminationStatus == 0 else { throw FixtureError.certificateGenerationFailed }
+        return try FixtureServer.start(tls: (certificate: certificate, key: key))
+    }
+}
+
+private enum FixtureError: Error {
+    case serverDidNotStart
+    case certificateGenerationFailed
+    case awaitTimedOut(String)
+}
+
+/// A Python HTTP server on 127.0.0.1, port chosen by the OS. It exits when
+/// its stdin closes, i.e. when the test process ends.
+///
+/// `@unchecked Sendable`: every property is immutable after `start`; the
+/// process and pipe are held only to keep the child's stdin open.
+private final class FixtureServer: @unchecked Sendable {
+    let port: Int
+    let scheme: String
+    let certificatePath: String?
+    private let process: Process
+    private let stdin: Pipe
+
+    private init(port: Int, scheme: String, certificatePath: String?, process: Process, stdin: Pipe) {
+        self.port = port
+        self.scheme = scheme
+        self.certificatePath = certificatePath
+        self.process = process
+        self.stdin = stdin
+    }
+
+    func url(_ pathAndQuery: String) -> String {
+        "\(scheme)://127.0.0.1:\(port)\(pathAndQuery)"
+    }
+
+    /// Returns once the server has seen `count` `event`s ("arrived" or
+    /// "departed") of /stall requests tagged `key`. Uses its own transport
+    /// with default options, so the one under test cannot disturb the wait.
+    func waitFor(key: String, event: String, count: Int) async throws {
+        let observer = try makeTransport()
+        defer { observer.shutdown() }
+        let response = try await observer.send(HTTPRequest(
+            method: .get, url: url("/await?key=\(key)&event=\(event)&count=\(count)")
+        ))
+        guard response.status == 200 else { throw FixtureError.awaitTimedOut("\(event) \(count)") }
+    }
+
+    static func start(tls: (certificate: String, key: String)? = nil) throws -> FixtureServer {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-u", "-c", fixtureScript] + (tls.map { [$0.certificate, $0.key] } ?? [])
+        let stdin = Pipe()
+        let stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        try process.run()
+
+        var output = Data()
+        while !output.contains(UInt8(ascii: "\n")) {
+            let chunk = stdout.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw FixtureError.serverDidNotStart }
+            output.append(chunk)
+        }
+        let line = String(decoding: output, as: UTF8.self).split(separator: "\n").first ?? ""
+        guard let port = Int(line.trimmingCharacters(in: .whitespaces)) else { throw FixtureError.serverDidNotStart }
+        return FixtureServer(
+            port: port, scheme: tls == nil ? "http" : "https", certificatePath: tls?.certificate,
+            process: process, stdin: stdin
+        )
+    }
+}
+
+private let fixtureScript = #"""
+import hashlib, json, os, select, socket, ssl, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit, parse_qs
+
+events = {}
+condition = threading.Condition()
+
+def note(key, event):
+    with condition:
+        events[(key, event)] = events.get((key, event), 0) + 1
+        condition.notify_all()
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body=b"", headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def handle_any(self):
+        url = urlsplit(self.path)
+        query = {name: values[0] for name, values in parse_qs(url.query).items()}
+        if self.headers.get("Transfer-Encoding"):
+            self.reply(400, b"unexpected Transfer-Encoding")
+            self.close_connection = True
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        route = url.path
+        if route == "/echo":
+            document = {
+                "method": self.command, "path": self.path, "headers": self.headers.items(),
+                "length": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+                "clientPort": self.client_address[1], "body": body.decode("utf-8", "replace"),
+            }
+            self.reply(200, json.dumps(document).encode(), [("Content-Type", "application/json")])
+        elif route == "/mirror":
+            self.reply(200, body, [
+                ("X-Received-Length", str(len(body))),
+                ("X-Saw-Method", self.command),
+                ("X-Saw-Expect", self.headers.get("Expect", "")),
+                ("X-Saw-Transfer-Encoding", self.headers.get("Transfer-Encoding", "")),
+            ])
+        elif route == "/status":
+            self.reply(int(query["code"]), b"unavailable", [("Retry-After", "7"), ("X-Multi", "a"), ("X-Multi", "b")])
+        elif route == "/head":
+            self.send_response(200)
+            self.send_header("Content-Length", "1234")
+            self.send_header("X-Head", "yes")
+            self.end_headers()
+        elif route == "/bytes":
+            self.reply(200, b"x" * int(query["n"]))
+        elif route == "/interim":
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\nX-Interim: yes\r\n\r\n")
+            self.reply(200, b"final", [("X-Final", "yes")])
+        elif route == "/folded":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Folded: first\r\n   second\r\nX-Spaced: \t padded value  \r\nContent-Length: 2\r\n\r\nok")
+        elif route == "/redirect":
+            self.reply(302, b"", [("Location", "/echo")])
+        elif route == "/stall":
+            # Never answers; returns when the client goes away (or after 120 s).
+            key = query["key"]
+            note(key, "arrived")
+            try:
+                while True:
+                    readable, _, _ = select.select([self.connection], [], [], 120)
+                    if not readable or not self.connection.recv(65536):
+                        break
+            except OSError:
+                pass
+            note(key, "departed")
+            self.close_connection = True
+        elif route == "/await":
+            key, event, count = query["key"], query["event"], int(query["count"])
+            with condition:
+                seen = condition.wait_for(lambda: events.get((key, event), 0) >= count, timeout=30)
+            self.reply(200 if seen else 504, b"seen" if seen else b"not seen")
+        elif route == "/unused-port":
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            probe.close()
+            self.reply(200, str(port).encode())
+        else:
+            self.reply(404, b"no such route")
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+server = Server(("127.0.0.1", 0), Handler)
+if len(sys.argv) > 2:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[1], sys.argv[2])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+
+def exit_with_parent():
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+threading.Thread(target=exit_with_parent, daemon=True).start()
+server.serve_forever()
+"""#
