@@ -27,6 +27,9 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "Requests in flight at once (default: the backend's).")
     var concurrency: Int?
 
+    @Option(help: "Attempts per request before the job fails (the first included).")
+    var maxAttempts: Int = RetryPolicy().maximumAttempts
+
     @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
     var state: String?
 
@@ -58,6 +61,9 @@ struct PushCommand: AsyncParsableCommand {
         if let concurrency, !(1...TransferOptions.maximumConcurrency).contains(concurrency) {
             throw XferError.invalidInput("--concurrency must be between 1 and \(TransferOptions.maximumConcurrency)")
         }
+        guard (1...100).contains(maxAttempts) else {
+            throw XferError.invalidInput("--max-attempts must be between 1 and 100")
+        }
         var extraHeaders = HTTPHeaders()
         for header in headers {
             let (name, value) = try Self.parseHeader(header)
@@ -68,7 +74,8 @@ struct PushCommand: AsyncParsableCommand {
         }
 
         let options = TransferOptions(
-            chunkSize: chunkSize?.bytes, concurrency: concurrency, extraHeaders: extraHeaders,
+            chunkSize: chunkSize?.bytes, concurrency: concurrency,
+            retry: RetryPolicy(maximumAttempts: maxAttempts), extraHeaders: extraHeaders,
             credentials: Credentials(token: token))
         let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state))
         let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)

@@ -45,6 +45,9 @@ struct ReceiverPatchTests {
             #expect(download.body == data)
             #expect(download.headers["content-type"] == "application/octet-stream")
             #expect(download.headers["content-length"] == String(data.count))
+            let head = try await curl("HEAD", answer.url)
+            #expect(head.status == 200 && head.body.isEmpty)
+            #expect(head.headers["content-length"] == String(data.count))
 
             // A client killed after the server completed calls complete again and must get the same answer.
             let again = try await client.complete(id: id)
@@ -498,7 +501,9 @@ private func curl(
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let bodyPath = directory + "/response", headerPath = directory + "/headers"
     let statusPath = directory + "/status", stderrPath = directory + "/stderr"
-    var arguments = ["-sS", "-g", "-X", method, "-o", bodyPath, "-D", headerPath, "-w", "%{http_code}", "--max-time", "120"]
+    // curl's -X HEAD would wait for a body that never comes; -I is its way to send HEAD.
+    let methodArguments = method == "HEAD" ? ["-I"] : ["-X", method]
+    var arguments = ["-sS", "-g"] + methodArguments + ["-o", bodyPath, "-D", headerPath, "-w", "%{http_code}", "--max-time", "120"]
     for header in headers { arguments += ["-H", header] }
     if let body {
         let requestPath = directory + "/request"

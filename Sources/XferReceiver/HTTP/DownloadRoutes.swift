@@ -23,6 +23,11 @@ struct DownloadRoutes: Sendable {
         router.get("downloads/:id/:name") { _, context in
             await self.download(id: context.parameters.get("id"), encodedName: context.parameters.get("name"), context: context)
         }
+        // Download tools probe with HEAD for the size; the body closure is simply never run.
+        router.head("downloads/:id/:name") { _, context in
+            await self.download(id: context.parameters.get("id"), encodedName: context.parameters.get("name"), context: context)
+                .createHeadResponse()
+        }
     }
 
     private func download(id: String?, encodedName: String?, context: BasicRequestContext) async -> Response {

@@ -68,7 +68,7 @@ struct PatchRoutes: Sendable {
         guard create.chunkSize >= 1, create.chunkSize <= configuration.maximumChunkSize else {
             return JSONResponse.error(.badRequest, "chunkSize must be between 1 and \(configuration.maximumChunkSize)")
         }
-        let chunkSize = configuration.forcedPatchChunkSize ?? create.chunkSize
+        let chunkSize = max(1, configuration.forcedPatchChunkSize ?? create.chunkSize)
         let chunkCount = create.size == 0 ? 0 : (create.size - 1) / chunkSize + 1
         guard chunkCount <= Self.maximumChunkCount else {
             return JSONResponse.error(.badRequest, "more than \(Self.maximumChunkCount) chunks: use a larger chunkSize")

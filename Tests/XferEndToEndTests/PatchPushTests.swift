@@ -1,0 +1,262 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// `xfer push --backend patch` end to end: the real binary, real libcurl,
+/// real LMDB, and a real `xfer serve` on 127.0.0.1, with real SIGKILLs.
+final class PatchPushTests: XCTestCase {
+    var work: TemporaryDirectory!
+    var server: ServeProcess!
+
+    override func setUpWithError() throws {
+        work = TemporaryDirectory("xfer-e2e")
+        server = try ServeProcess(root: work.file("server"))
+    }
+
+    override func tearDown() {
+        server = nil
+        work = nil
+    }
+
+    private var state: String { work.file("state") }
+
+    private func push(_ files: [String], _ extra: [String] = []) throws -> RunResult {
+        try runXfer(["push"] + files + ["--backend", "patch", "--to", server.url, "--state", state] + extra)
+    }
+
+    func testFilesOfEverySizeArriveByteIdentical() throws {
+        let files = [("empty.bin", 0), ("one.bin", 1), ("exact.bin", 2 << 20), ("many.bin", (3 << 20) + 12345)]
+        for (index, (name, size)) in files.enumerated() {
+            try makeTestFile(at: work.file(name), size: size, seed: UInt64(index + 1))
+        }
+        let paths = files.map { work.file($0.0) }
+        let result = try push(paths, ["--chunk-size", "1MiB"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdout.count, files.count, "one URL per file: \(result.stdout)")
+        for (path, url) in zip(paths, result.stdout) {
+            XCTAssertTrue(url.hasSuffix("/" + (path as NSString).lastPathComponent), url)
+            XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(path), path)
+        }
+        XCTAssertEqual(result.stderr, "", "no progress or noise on a non-terminal stderr")
+    }
+
+    func testJSONEventsEndWithCompleted() throws {
+        try makeTestFile(at: work.file("a.bin"), size: 300_000)
+        let result = try push([work.file("a.bin")], ["--chunk-size", "64KiB", "--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let events = result.events
+        XCTAssertEqual(events.count, result.stdout.count, "every stdout line is a JSON object")
+        XCTAssertEqual(events.first?["event"] as? String, "started")
+        XCTAssertEqual(events.filter { $0["event"] as? String == "chunk" }.count, 5)
+        let last = try XCTUnwrap(result.lastEvent)
+        XCTAssertEqual(last["event"] as? String, "completed")
+        let files = try XCTUnwrap(last["files"] as? [[String: Any]])
+        XCTAssertEqual(files.first?["path"] as? String, work.file("a.bin"))
+        let url = try XCTUnwrap(files.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(work.file("a.bin")))
+    }
+
+    func testTheServersChunkSizeIsAdopted() throws {
+        server = nil
+        server = try ServeProcess(root: work.file("server2"), extraArguments: ["--patch-chunk-size", "100000"])
+        try makeTestFile(at: work.file("a.bin"), size: 1_000_000)
+        let result = try push([work.file("a.bin")], ["--chunk-size", "1MiB", "--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let chunks = result.events.filter { $0["event"] as? String == "chunk" }
+        XCTAssertEqual(chunks.count, 10, "1,000,000 bytes in the server's 100,000-byte chunks")
+        XCTAssertEqual(chunks.map { int($0["bytes"]) }.max(), 100_000)
+        let url = try XCTUnwrap((result.lastEvent?["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(work.file("a.bin")))
+    }
+
+    /// The heart of it: SIGKILL mid-transfer, re-run, byte-identical, and
+    /// no more re-sent than what was in flight.
+    func testSIGKILLMidTransferResumesAndResendsAtMostWhatWasInFlight() throws {
+        let size = 96 << 20
+        let chunk = 64 << 10
+        let concurrency = 4
+        let file = work.file("big.bin")
+        try makeTestFile(at: file, size: size, seed: 7)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state,
+                         "--chunk-size", String(chunk), "--concurrency", String(concurrency), "--json"]
+
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        var acknowledged = 0
+        while let line = first.readLine() {
+            guard line.contains("\"event\":\"chunk\"") else { continue }
+            let event = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            acknowledged = int(event?["doneBytes"])
+            if acknowledged >= size / 4 {
+                first.kill(SIGKILL)
+                break
+            }
+        }
+        XCTAssertEqual(first.wait(), 128 + SIGKILL, "the first run must die by SIGKILL, not finish: \(first.standardError)")
+        XCTAssertGreaterThanOrEqual(acknowledged, size / 4)
+
+        let second = try runXfer(arguments)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let started = try XCTUnwrap(second.events.first)
+        XCTAssertEqual(started["resumed"] as? Bool, true)
+        XCTAssertGreaterThanOrEqual(int(started["doneBytes"]), acknowledged, "nothing acknowledged is forgotten")
+        let last = try XCTUnwrap(second.lastEvent)
+        let resumed = int(last["bytesResumed"])
+        let sent = int(last["bytesSent"])
+        XCTAssertGreaterThanOrEqual(resumed, acknowledged)
+        XCTAssertEqual(sent, size - resumed, "the resumed run sends exactly what the server lacks")
+
+        let url = try XCTUnwrap((last["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+
+        // Server side: everything it received over both runs, partial bodies
+        // included, exceeds the file by at most the chunks that were in flight.
+        let uploadID = url.components(separatedBy: "/downloads/")[1].components(separatedBy: "/")[0]
+        let status = try getJSON(server.url + "/uploads/" + uploadID)
+        if let received = status["bytesReceived"] {
+            XCTAssertLessThanOrEqual(int(received) - size, concurrency * chunk)
+        }
+    }
+
+    func testASecondProcessOnTheSameJobFailsAtOnce() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 8 << 20)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB", "--json"]
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        XCTAssertNotNil(first.readLine { $0.contains("\"event\":\"started\"") })
+        first.kill(SIGSTOP)  // holds the job's lock, deterministically still running
+        let second = try runXfer(arguments)
+        first.kill(SIGCONT)
+        XCTAssertEqual(second.status, 3)
+        XCTAssertTrue(second.stderr.contains("locked by pid \(first.pid)"), second.stderr)
+        XCTAssertEqual(second.stderr.split(separator: "\n").count, 1, "one line: \(second.stderr)")
+        _ = first.readRemaining()
+        XCTAssertEqual(first.wait(), 0, first.standardError)
+    }
+
+    func testSIGINTSavesStateExits130AndResumes() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 48 << 20)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB", "--json"]
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        XCTAssertNotNil(first.readLine { $0.contains("\"event\":\"chunk\"") })
+        first.kill(SIGINT)
+        let rest = first.readRemaining()
+        XCTAssertEqual(first.wait(), 130, first.standardError)
+        XCTAssertTrue(rest.last?.contains("\"event\":\"failed\"") ?? false, "\(rest.suffix(2))")
+        XCTAssertTrue(first.standardError.contains("interrupted"), first.standardError)
+
+        let second = try runXfer(arguments)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        XCTAssertEqual(second.events.first?["resumed"] as? Bool, true)
+        let url = try XCTUnwrap((second.lastEvent?["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
+    func testAChangedFileIsNotResumedWithoutRestart() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 32 << 20)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB", "--json"]
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        XCTAssertNotNil(first.readLine { $0.contains("\"event\":\"chunk\"") })
+        first.kill(SIGKILL)
+        first.wait()
+
+        try makeTestFile(at: file, size: 32 << 20, seed: 99)  // same size, new bytes and mtime
+        let refused = try runXfer(arguments)
+        XCTAssertEqual(refused.status, 2)
+        XCTAssertTrue(refused.stderr.contains("--restart"), refused.stderr)
+
+        let restarted = try runXfer(arguments + ["--restart"])
+        XCTAssertEqual(restarted.status, 0, restarted.stderr)
+        XCTAssertEqual(restarted.events.first?["resumed"] as? Bool, false)
+        let url = try XCTUnwrap((restarted.lastEvent?["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
+    /// The receiver is down: the push fails with exit 1 after its retries and
+    /// keeps its state; once a receiver with the same state is back on the
+    /// same port, the same command finishes the job.
+    func testUnreachableServerFailsResumablyAndStateStaysIntact() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 3 << 20)
+        let port = server.port
+        let url = server.url
+        server.stop()
+        let arguments = ["push", file, "--backend", "patch", "--to", url, "--state", state, "--max-attempts", "2"]
+        let failed = try runXfer(arguments)
+        XCTAssertEqual(failed.status, 1, failed.stderr)
+        XCTAssertTrue(failed.stderr.contains("could not connect"), failed.stderr)
+        XCTAssertEqual(failed.stderr.split(separator: "\n").count, 1, failed.stderr)
+
+        server = try ServeProcess(root: work.file("server"), port: port)
+        let resumed = try runXfer(arguments)
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        XCTAssertEqual(try downloadSHA256(resumed.stdout[0], into: work), try sha256sum(file))
+    }
+
+    func testBadInputGetsOneLineAndTheDocumentedExitCode() throws {
+        let file = work.file("ok.bin")
+        try makeTestFile(at: file, size: 1000)
+        try FileManager.default.createDirectory(atPath: work.file("dir"), withIntermediateDirectories: true)
+        let fifo = work.file("fifo")
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        let blocker = work.file("blocker")
+        _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
+
+        let cases: [(String, [String], Int32, String)] = [
+            ("missing file", ["push", work.file("nope.bin"), "--backend", "patch", "--to", server.url], 2, "no such file"),
+            ("a directory", ["push", work.file("dir"), "--backend", "patch", "--to", server.url], 2, "is a directory"),
+            ("a FIFO", ["push", fifo, "--backend", "patch", "--to", server.url], 2, "not a regular file"),
+            ("malformed URL", ["push", file, "--backend", "patch", "--to", "http//nope"], 2, "not a usable URL"),
+            ("ftp URL", ["push", file, "--backend", "patch", "--to", "ftp://127.0.0.1/"], 2, "not a usable URL"),
+            ("chunk size 0", ["push", file, "--backend", "patch", "--to", server.url, "--chunk-size", "0"], 2, "chunk-size"),
+            ("chunk size abc", ["push", file, "--backend", "patch", "--to", server.url, "--chunk-size", "abc"], 2, "chunk-size"),
+            ("concurrency 0", ["push", file, "--backend", "patch", "--to", server.url, "--concurrency", "0"], 2, "concurrency"),
+            ("unknown backend", ["push", file, "--backend", "carrier-pigeon", "--to", server.url], 2, "unknown backend"),
+            ("header without colon", ["push", file, "--backend", "patch", "--to", server.url, "--header", "NoColon"], 2, "--header"),
+            ("unwritable state", ["push", file, "--backend", "patch", "--to", server.url, "--state", blocker + "/state"], 3, "state"),
+        ]
+        for (label, arguments, code, fragment) in cases {
+            var args = arguments
+            if !args.contains("--state") { args += ["--state", state] }
+            let result = try runXfer(args)
+            XCTAssertEqual(result.status, code, "\(label): \(result.stderr)")
+            let lines = result.stderr.split(separator: "\n")
+            XCTAssertEqual(lines.count, 1, "\(label): one line, got \(result.stderr)")
+            XCTAssertTrue(result.stderr.hasPrefix("xfer: "), "\(label): \(result.stderr)")
+            XCTAssertTrue(result.stderr.lowercased().contains(fragment.lowercased()), "\(label): \(result.stderr)")
+            XCTAssertTrue(result.stdout.isEmpty, "\(label): nothing on stdout")
+        }
+
+        if getuid() != 0 {
+            let unreadable = work.file("secret.bin")
+            try makeTestFile(at: unreadable, size: 10)
+            chmod(unreadable, 0)
+            let result = try runXfer(["push", unreadable, "--backend", "patch", "--to", server.url, "--state", state])
+            XCTAssertEqual(result.status, 2, result.stderr)
+            XCTAssertTrue(result.stderr.contains("permission denied"), result.stderr)
+        }
+
+        // None of that disturbed the state: a good push still works.
+        let good = try push([file])
+        XCTAssertEqual(good.status, 0, good.stderr)
+    }
+
+    func testSecretsNeverAppearInOutput() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 200_000)
+        let token = "tok-\(UUID().uuidString)"
+        let header = "hdr-\(UUID().uuidString)"
+        // Against a closed port so errors (which name the failing request) are printed too.
+        let dead = try ServeProcess(root: work.file("dead"))
+        let deadURL = dead.url
+        dead.stop()
+        for target in [server.url, deadURL] {
+            let result = try runXfer(["push", file, "--backend", "patch", "--to", target, "--state", state, "--json",
+                                      "--token", token, "--header", "X-Api-Key: \(header)", "--max-attempts", "2"])
+            let everything = result.stdout.joined(separator: "\n") + result.stderr
+            XCTAssertFalse(everything.contains(token), "token leaked")
+            XCTAssertFalse(everything.contains(header), "header value leaked")
+        }
+    }
+}

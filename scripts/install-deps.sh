@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the system packages xfer builds and tests with, if missing.
+# Checks what is actually needed (headers, commands), so a machine that has
+# them from elsewhere is left alone.
+set -euo pipefail
+
+need=()
+have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/include/x86_64-linux-gnu/$1" ] || [ -f "/usr/include/aarch64-linux-gnu/$1" ]; }
+have_header lmdb.h || need+=(liblmdb-dev)
+have_header curl/curl.h || need+=(libcurl4-openssl-dev)
+have_header zlib.h || need+=(zlib1g-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v curl >/dev/null || need+=(curl)
+command -v python3 >/dev/null || need+=(python3)
+command -v openssl >/dev/null || need+=(openssl)
+
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  if command -v sudo >/dev/null; then sudo="sudo"; else
+    echo "xfer needs: ${need[*]}; run as root or install sudo" >&2; exit 1
+  fi
+fi
+echo "installing: ${need[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}"
