@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "Xfer", targets: ["Xfer"]),
         .library(name: "XferPatch", targets: ["XferPatch"]),
+        .library(name: "XferMultipart", targets: ["XferMultipart"]),
+        .library(name: "XferSequence", targets: ["XferSequence"]),
         .library(name: "XferReceiver", targets: ["XferReceiver"]),
         .executable(name: "xfer", targets: ["XferCLI"]),
     ],
@@ -24,6 +26,8 @@ let package = Package(
                        providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
                        providers: [.apt(["zlib1g-dev"])]),
+        // glibc's malloc tuning (mallopt), which Swift's Glibc module leaves out.
+        .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // Typed wrappers around libcurl's variadic setopt/getinfo calls.
         .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
 
@@ -31,7 +35,7 @@ let package = Package(
         .target(
             name: "Xfer",
             dependencies: [
-                "CLMDB", "CCurlShim", "CZlib",
+                "CLMDB", "CCurlShim", "CZlib", "CMalloc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -40,6 +44,8 @@ let package = Package(
 
         // Built-in backends, written against Xfer's public API only.
         .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
+        .target(name: "XferMultipart", dependencies: ["Xfer"], path: "Backends/Multipart"),
+        .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
 
         // The reference receiver behind `xfer serve`.
         .target(
@@ -56,7 +62,7 @@ let package = Package(
         .executableTarget(
             name: "XferCLI",
             dependencies: [
-                "Xfer", "XferPatch", "XferReceiver",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -66,12 +72,15 @@ let package = Package(
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
-            dependencies: ["Xfer", "XferPatch", "XferTestSupport"],
+            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferTestSupport"],
             path: "Tests/XferTests"
         ),
         .testTarget(
             name: "XferEndToEndTests",
-            dependencies: ["Xfer", "XferPatch", "XferReceiver", "XferCLI", "XferTestSupport"],
+            dependencies: [
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferReceiver", "XferCLI", "XferTestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Tests/XferEndToEndTests"
         ),
     ]

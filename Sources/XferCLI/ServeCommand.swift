@@ -21,6 +21,21 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Answer this chunk size to patch clients instead of theirs (for testing).")
     var patchChunkSize: ByteSize?
 
+    @Option(name: .customLong("hold"), help: ArgumentHelp(
+        "Test hook: process the Nth request to PATH (PATH or PATH@N), then withhold its answer; prints 'held ...'.",
+        visibility: .hidden))
+    var holds: [String] = []
+
+    @Option(name: .customLong("stall"), help: ArgumentHelp(
+        "Test hook: withhold the Nth request to PATH (PATH or PATH@N) without processing it; prints 'stalled ...'.",
+        visibility: .hidden))
+    var stalls: [String] = []
+
+    @Option(name: .customLong("fail-merge"), help: ArgumentHelp(
+        "Test hook (multipart): fail the first N merge checks (isFinish.do) of every file, or with N@INDEX only of the file at INDEX (0-based) in its source; a failed file's fragments are discarded.",
+        valueName: "N[@INDEX]"))
+    var failMerge: String?
+
     mutating func run() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
         var configuration = ReceiverConfiguration(root: root)
@@ -30,10 +45,17 @@ struct ServeCommand: AsyncParsableCommand {
             guard patchChunkSize.bytes > 0 else { throw XferError.invalidInput("--patch-chunk-size must be positive") }
             configuration.forcedPatchChunkSize = patchChunkSize.bytes
         }
-        do {
-            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        } catch {
-            throw XferError.invalidInput("cannot create --root \(root): \((error as NSError).localizedDescription)")
+        configuration.holds = holds
+        configuration.stalls = stalls
+        configuration.onHold = { line in
+            Terminal.out(line)
+            Terminal.flush()
+        }
+        if let failMerge {
+            guard let plan = MergeFailurePlan(failMerge) else {
+                throw XferError.invalidInput("--fail-merge expects N or N@INDEX (N >= 1, INDEX >= 0), not '\(failMerge)'")
+            }
+            configuration.failMerge = plan
         }
         let receiver = Receiver(configuration: configuration)
         do {

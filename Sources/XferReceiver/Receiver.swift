@@ -21,6 +21,19 @@ public struct ReceiverConfiguration: Sendable {
     public var logLevel: Logger.Level = .warning
     /// How long SIGINT/SIGTERM waits for requests in flight before cutting them off.
     public var shutdownGracePeriod: Duration = .seconds(10)
+    /// Test hook: `PATH` or `PATH@N` — the Nth request to PATH is processed,
+    /// then its answer withheld until the client goes away. Invalid entries
+    /// are refused by `run`.
+    public var holds: [String] = []
+    /// Test hook: `PATH` or `PATH@N` — the Nth request to PATH is withheld
+    /// before it is processed (its body unread) until the client goes away.
+    public var stalls: [String] = []
+    /// Called when a held request is being withheld ("held POST /path #N", or
+    /// "stalled POST /path #N" for a stall).
+    public var onHold: (@Sendable (String) -> Void)? = nil
+
+    /// Test hook for multipart: make `isFinish.do` report failed merges (see `MergeFailurePlan`).
+    public var failMerge: MergeFailurePlan? = nil
 
     public init(root: String) {
         self.root = root
@@ -62,8 +75,24 @@ public struct Receiver: Sendable {
         let baseURL = BaseURL(configuredHost: configuration.host)
 
         let router = Router(context: BasicRequestContext.self)
+        // Middleware first: Hummingbird wraps each route in the middleware present when it is added.
+        router.add(middleware: JSONNotFoundMiddleware())
+        if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
+            let rules = try configuration.holds.map { text in
+                guard let rule = HoldRule(text) else { throw ReceiverSetupError("--hold expects /PATH or /PATH@N, not '\(text)'") }
+                return rule
+            } + configuration.stalls.map { text in
+                guard let rule = HoldRule(text, beforeProcessing: true) else {
+                    throw ReceiverSetupError("--stall expects /PATH or /PATH@N, not '\(text)'")
+                }
+                return rule
+            }
+            router.add(middleware: HoldMiddleware(rules: rules, onHold: configuration.onHold ?? { _ in }))
+        }
         // Each protocol registers its own routes on the shared store; downloads are common to all.
         PatchRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        MultipartRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        SequenceRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
 
         let app = Application(
@@ -93,4 +122,9 @@ public struct Receiver: Sendable {
             Task { await group.triggerGracefulShutdown() }
         }
     }
+}
+
+struct ReceiverSetupError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

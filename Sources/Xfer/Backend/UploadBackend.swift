@@ -85,8 +85,9 @@ public struct BackendTraits: Sendable, Hashable {
     /// check. The engine then hashes each file as its chunks are read, so the
     /// check costs no second pass over the file.
     public var reportsWholeFileSHA256: Bool
-    /// How many times `finishFile` may answer `.missing` or `finishJob`
-    /// `.rollback` before the job fails.
+    /// How many rounds of `finishFile` (or `finishJob`) a run makes at
+    /// most: after this many `.missing` (or `.rollback`) answers in a row the
+    /// job fails, its state kept. A re-run gets fresh rounds.
     public var maximumFinishRounds: Int
 
     public init(

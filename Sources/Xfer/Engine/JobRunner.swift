@@ -131,6 +131,8 @@ private struct Scheduler {
 
     var jobStart: StepState
     var jobFinish: StepState = .needed
+    /// Finish checks that failed in this run; a re-run gets fresh rounds.
+    var jobFinishRounds = 0
     var roundRobin = 0
     var doneBytes: Int64 = 0
     var acknowledgedThisRun: Int64 = 0
@@ -454,7 +456,7 @@ private struct Scheduler {
                 events.yield(.fileCompleted(file: index, path: files[index].path, url: url))
             case .missing(let chunks)?:
                 state[index].finishRounds += 1
-                guard state[index].finishRounds <= traits.maximumFinishRounds else {
+                guard state[index].finishRounds < traits.maximumFinishRounds else {
                     throw .transferFailed(
                         "the server still lacks chunks of \(files[index].path) after \(traits.maximumFinishRounds) rounds of re-sending")
                 }
@@ -485,12 +487,11 @@ private struct Scheduler {
                     if let url = file.url { events.yield(.fileCompleted(file: index, path: file.path, url: url)) }
                 }
             case .rollback(let failed)?:
-                record.finishRounds += 1
-                guard record.finishRounds <= traits.maximumFinishRounds else {
+                jobFinishRounds += 1
+                guard jobFinishRounds < traits.maximumFinishRounds else {
                     let names = failed.compactMap { record.files.indices.contains($0) ? files[$0].path : nil }
-                    try? await saveRecord(sync: false)
                     throw .transferFailed(
-                        "the server failed to assemble \(names.joined(separator: ", ")) \(traits.maximumFinishRounds) times")
+                        "the server failed to assemble \(names.joined(separator: ", ")) in \(traits.maximumFinishRounds) rounds")
                 }
                 var changes: [StateChange] = []
                 for index in failed where record.files.indices.contains(index) {

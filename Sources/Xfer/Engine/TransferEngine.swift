@@ -1,5 +1,7 @@
+import CMalloc
 import Crypto
 import Foundation
+import Glibc
 
 /// The entry point: a state directory, one HTTP transport, and the jobs
 /// started from them.
@@ -18,6 +20,7 @@ public final class TransferEngine: Sendable {
 
     /// Opens (creating if needed) the state store in `stateDirectory`.
     public init(stateDirectory: String, transport options: TransportOptions = TransportOptions()) throws(XferError) {
+        _ = Self.fixMallocThreshold
         self.stateDirectory = stateDirectory
         store = try StateStore(directory: stateDirectory)
         do {
@@ -30,6 +33,17 @@ public final class TransferEngine: Sendable {
     deinit {
         transport.shutdown()
     }
+
+    /// Chunk buffers are large and short-lived, allocated on one thread and
+    /// freed on another. glibc raises its mmap threshold each time such a
+    /// block is freed, after which chunk buffers come from per-thread arenas
+    /// that keep freed memory: peak RSS then grew with the file's size
+    /// (measured: 72 MB for 64 MiB, 98 MB for 1 GiB at 8 MiB × 4). A fixed
+    /// threshold keeps every chunk buffer in its own mapping, returned to the
+    /// kernel when freed, and memory flat (72 MB for both).
+    private static let fixMallocThreshold: Void = {
+        _ = mallopt(M_MMAP_THRESHOLD, 256 << 10)
+    }()
 
     /// The id a push of `files` to `target` with `backend` gets: the same
     /// push always maps to the same job, which is how a re-run resumes.

@@ -65,6 +65,4 @@ struct JobRecord: Sendable, Hashable, Codable {
     var isStarted = false
     var handles = ServerHandles()
     var files: [FileRecord]
-    /// Rounds of the job-level finish check so far (bounded by the backend).
-    var finishRounds = 0
 }

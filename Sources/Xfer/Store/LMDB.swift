@@ -65,11 +65,36 @@ final class LMDBEnvironment: @unchecked Sendable {
     }
 
     /// Opens or creates a named database. Call once per name at start-up.
+    ///
+    /// An existing database is opened in a read-only transaction: a write
+    /// transaction would wait for LMDB's writer lock, and a process that
+    /// merely wants to report "this job is locked" must not queue behind
+    /// another process's commits (or a stopped one).
     func database(named name: String) throws -> LMDBDatabase {
         if let existing = gate.withReadLock({ databases[name] }) { return existing }
-        let db = try write { txn throws(LMDBError) in try txn.openDatabase(name) }
+        let db = try openExisting(name) ?? write { txn throws(LMDBError) in try txn.openDatabase(name) }
         gate.withWriteLock { databases[name] = db }
         return db
+    }
+
+    private func openExisting(_ name: String) throws(LMDBError) -> LMDBDatabase? {
+        try gate.withReadLock { () throws(LMDBError) -> LMDBDatabase? in
+            var txn: OpaquePointer?
+            try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin (open)")
+            var dbi: MDB_dbi = 0
+            let code = mdb_dbi_open(txn, name, 0, &dbi)
+            if code == MDB_NOTFOUND {
+                mdb_txn_abort(txn)
+                return nil
+            }
+            guard code == 0 else {
+                mdb_txn_abort(txn)
+                throw LMDBError(code: code, operation: "mdb_dbi_open \(name)")
+            }
+            // Committing (not aborting) keeps the handle open for the environment.
+            try check(mdb_txn_commit(txn), "mdb_txn_commit (open)")
+            return LMDBDatabase(handle: dbi)
+        }
     }
 
     /// Runs `body` in a read-only transaction.

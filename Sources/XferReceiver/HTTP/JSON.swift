@@ -54,3 +54,15 @@ enum SmallBody {
         }
     }
 }
+
+/// Gives unknown routes the same `{"error": ...}` body as every other refusal; Hummingbird's own
+/// not-found answer is empty.
+struct JSONNotFoundMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            return JSONResponse.error(.notFound, "no such endpoint")
+        }
+    }
+}

@@ -140,6 +140,7 @@ struct PatchRoutes: Sendable {
         var size: Int
         var chunkSize: Int
         var received: [Int]
+        var bytesReceived: Int
     }
 
     private func status(id: String?) async throws -> Response {
@@ -148,7 +149,9 @@ struct PatchRoutes: Sendable {
         let meta = upload.meta
         return JSONResponse.make(
             .ok,
-            StatusAnswer(uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: received)
+            StatusAnswer(
+                uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: received,
+                bytesReceived: upload.bytesReceived.load(ordering: .relaxed))
         )
     }
 

@@ -1,3 +1,4 @@
+import Synchronization
 import Crypto
 import Foundation
 import NIOCore
@@ -79,6 +80,9 @@ enum CompletionOutcome: Sendable {
 actor Upload {
     nonisolated let meta: UploadMeta
     nonisolated let layout: UploadLayout
+    /// Body bytes read for this upload since the receiver started, partial
+    /// bodies included: what a client really sent, to measure re-sends.
+    nonisolated let bytesReceived = Atomic<Int>(0)
     private let io: BlockingIO
     private let log: DurableLog
 
@@ -114,7 +118,9 @@ actor Upload {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         try await beginWrite(chunk)
         do {
-            try await Self.receive(body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5, io: io)
+            try await Self.receive(
+                body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5, io: io,
+                counted: { self.bytesReceived.add($0, ordering: .relaxed) })
         } catch {
             await endWrite(chunk)
             // A delete that lands mid-body removes the data file; that's the client's 404, not a storage failure.
@@ -171,7 +177,8 @@ actor Upload {
         into path: String,
         range: Range<Int>,
         expectedMD5: [UInt8]?,
-        io: BlockingIO
+        io: BlockingIO,
+        counted: (Int) -> Void
     ) async throws where Body.Element == ByteBuffer {
         let file = try POSIXFile.open(path, O_WRONLY)
         defer { file.close() }
@@ -187,6 +194,7 @@ actor Upload {
                 throw UploadError.bodyInterrupted(String(describing: error))
             }
             guard let buffer = next else { break }
+            counted(buffer.readableBytes)
             guard buffer.readableBytes <= range.count - written else {
                 throw UploadError.bodyTooLarge(limit: range.count)
             }

@@ -94,20 +94,59 @@ actor UploadStore {
                     size: size,
                     chunkSize: chunkSize
                 )
-                try FileSystemOps.touch(uploadLayout.data)
-                try FileSystemOps.touch(uploadLayout.log)
-                // meta.json is written last (and its directory synced): a directory without it is a
-                // creation that never answered, and is treated as unknown.
-                let encoder = JSONEncoder()
-                encoder.outputFormatting = [.sortedKeys]
-                try FileSystemOps.writeAtomically(Array(try encoder.encode(meta)), to: uploadLayout.meta, directory: uploadLayout.directory)
-                try FileSystemOps.syncDirectory(layout.uploads)
+                try Self.initialize(meta, in: uploadLayout, uploads: layout.uploads)
                 return (meta, uploadLayout)
             }
         }
         let upload = Upload(meta: meta, layout: uploadLayout, io: io, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
         entries[meta.uploadId] = .ready(upload)
         return upload
+    }
+
+    /// Upload `id`, created as described when it does not exist yet.
+    ///
+    /// For protocols that hand out ids before anything says what the file is (multipart's fileIds,
+    /// given per source before the first fragment brings name and size). Concurrent calls for one id
+    /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
+    func upload(id: String, creatingIfAbsent protocolName: String, fileName: String, size: Int, chunkSize: Int) async throws -> Upload {
+        precondition(UploadID.isValid(id), "upload ids name directories")
+        while true {
+            switch entries[id] {
+            case .ready(let upload):
+                return upload
+            case .loading(let task):
+                if let upload = try await task.value { return upload }
+                // That lookup found nothing; stop it standing for the id so the next pass creates it.
+                if case .loading(let current) = entries[id], current == task { entries[id] = nil }
+            case nil:
+                let task = Task { [layout, io, logger] () throws -> Upload? in
+                    try await io.run {
+                        if let existing = try Self.load(id: id, layout: layout, io: io, logger: logger) { return existing }
+                        let meta = UploadMeta(
+                            formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
+                            fileName: fileName, size: size, chunkSize: chunkSize)
+                        let uploadLayout = layout.upload(id, fileName: fileName)
+                        // A directory without meta.json is a creation a crash cut short: nothing in it was
+                        // ever acknowledged, and its name is needed again.
+                        if FileSystemOps.exists(uploadLayout.directory) {
+                            try FileSystemOps.rename(uploadLayout.directory, to: layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".partial")
+                        }
+                        guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else {
+                            throw UploadError.corrupt("upload directory \(id) reappeared during its creation")
+                        }
+                        try Self.initialize(meta, in: uploadLayout, uploads: layout.uploads)
+                        return Upload(meta: meta, layout: uploadLayout, io: io, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                    }
+                }
+                entries[id] = .loading(task)
+                let result = await task.result
+                if case .loading(let current) = entries[id], current == task {
+                    entries[id] = (try? result.get())?.map { .ready($0) }
+                }
+                guard let upload = try result.get() else { throw UploadError.corrupt("upload \(id) could not be created") }
+                return upload
+            }
+        }
     }
 
     /// Nil for ids that are malformed or unknown.
@@ -161,6 +200,18 @@ actor UploadStore {
             }
         }
         return true
+    }
+
+    /// Fills a freshly made upload directory. Blocking.
+    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout, uploads: String) throws {
+        try FileSystemOps.touch(uploadLayout.data)
+        try FileSystemOps.touch(uploadLayout.log)
+        // meta.json is written last (and its directory synced): a directory without it is a
+        // creation that never answered, and is treated as unknown.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        try FileSystemOps.writeAtomically(Array(try encoder.encode(meta)), to: uploadLayout.meta, directory: uploadLayout.directory)
+        try FileSystemOps.syncDirectory(uploads)
     }
 
     /// Blocking.

@@ -1,0 +1,228 @@
+import Xfer
+
+/// The `multipart` protocol (the fileSection API of the first source
+/// write-up): one *source* holds several files; `preLoad.do` hands out an id
+/// per file, fragments go up as `multipart/form-data` described by a JSON
+/// `file_block` header, and `isFinish.do` either returns every file's URL or
+/// names the files the server failed to merge, which are then sent again.
+/// See Docs/protocols.md.
+///
+/// Mapping onto the engine: the client invents the `sourceId` (committed
+/// with the job, so a client killed before `preLoad.do` answered asks again
+/// with the same id and gets the same file ids); `startJob` is `preLoad.do`,
+/// whose file ids the engine commits before any fragment; a fragment is a
+/// chunk; `finishJob` is `isFinish.do`, whose failed files become a
+/// `.rollback`. The protocol has no per-file open or reconcile call: a
+/// resumed job re-sends only what the state store does not call done, and
+/// re-sending a stored fragment is harmless.
+public struct MultipartBackend: UploadBackend {
+    public let name = "multipart"
+
+    public let traits = BackendTraits(
+        defaultChunkSize: 512 << 10,
+        defaultConcurrency: 4,
+        chunkOrder: .any,
+        // The server learns that a zero-byte file exists from its one empty fragment.
+        emptyFileHasOneChunk: true,
+        maximumFinishRounds: 3)
+
+    /// Handle keys, as stored in the job's state.
+    public enum Handle {
+        public static let sourceID = "sourceId"
+        public static let fileID = "fileId"
+    }
+
+    public init() {}
+
+    public func makeJobHandles(for job: JobContext) -> ServerHandles {
+        var handles = ServerHandles()
+        handles.set(Handle.sourceID, Self.randomSourceID())
+        return handles
+    }
+
+    // MARK: preLoad.do
+
+    public func startJob(_ job: JobContext) -> Exchange<JobStart>? {
+        let sourceID = job.handles[Handle.sourceID] ?? ""
+        let fileCount = job.files.count
+        let request = formRequest(job, "/fileSection/preLoad.do", [("sourceId", sourceID), ("fileCount", String(fileCount))])
+        let operation = "ask the server for file ids (preLoad.do)"
+        return Exchange(request) { response throws(BackendError) in
+            let data = try FileSectionAnswer.data(of: response, for: operation)
+            guard let values = data["fileIds"]?.arrayValue else {
+                throw .transient("\(operation): the answer has no fileIds")
+            }
+            let ids = values.compactMap(\.stringValue)
+            guard ids.count == values.count, ids.count == fileCount else {
+                throw .mismatch("\(operation): the server sent \(values.count) file ids for \(fileCount) files")
+            }
+            // The ids travel joined by commas in isFinish.do and delete.do.
+            guard ids.allSatisfy({ !$0.isEmpty && !$0.contains(",") }), Set(ids).count == ids.count else {
+                throw .mismatch("\(operation): the server sent empty, repeated or comma-holding file ids")
+            }
+            var fileHandles: [Int: ServerHandles] = [:]
+            for (index, id) in ids.enumerated() {
+                var handles = ServerHandles()
+                handles.set(Handle.fileID, id)
+                fileHandles[index] = handles
+            }
+            return JobStart(fileHandles: fileHandles)
+        }
+    }
+
+    // MARK: upload.do
+
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        let fileID = file.handles[Handle.fileID] ?? ""
+        let block = FileBlock(
+            sourceID: job.handles[Handle.sourceID] ?? "", fileID: fileID, chunk: chunk, file: file)
+
+        var form = MultipartForm()
+        form.addFile(
+            "sectionFile", filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
+            contentType: MIMEType.forFileExtension(file.fileExtension), bytes: chunk.bytes)
+        var request = HTTPRequest(
+            method: .post, url: job.url("/fileSection/upload.do"), headers: authorization(job), body: form.body)
+        request.headers.set("Content-Type", form.contentType)
+        request.headers.set("file_block", block.headerValue)
+
+        let operation = "send fragment \(chunk.index + 1)/\(file.chunkCount) of \(Self.displayName(file.name))"
+        return Exchange(request) { response throws(BackendError) in
+            _ = try FileSectionAnswer.data(of: response, for: operation)
+            return .stored()
+        }
+    }
+
+    /// `<fileId>-<fragmentIndex>.<ext>`, or without the dot when the file has no extension.
+    public static func fragmentFileName(fileID: String, index: Int, fileExtension: String) -> String {
+        fileExtension.isEmpty ? "\(fileID)-\(index)" : "\(fileID)-\(index).\(fileExtension)"
+    }
+
+    // MARK: isFinish.do
+
+    public func finishJob(_ job: JobContext) -> Exchange<JobFinish>? {
+        let fileIDs = job.files.map { $0.handles[Handle.fileID] ?? "" }
+        let request = formRequest(
+            job, "/fileSection/isFinish.do",
+            [("sourceId", job.handles[Handle.sourceID] ?? ""), ("fileIds", fileIDs.joined(separator: ","))])
+        let names = job.files.map { Self.displayName($0.name) }
+        let operation = "ask whether the server merged the files (isFinish.do)"
+        return Exchange(request) { response throws(BackendError) in
+            let data = try FileSectionAnswer.data(of: response, for: operation)
+            guard let status = data["finishStatus"]?.intValue else {
+                throw .transient("\(operation): the answer has no finishStatus")
+            }
+            let indexByID = Dictionary(fileIDs.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+            if status == 1 {
+                guard let urls = data["fileUrls"]?.objectValue else {
+                    throw .transient("\(operation): the answer has no fileUrls")
+                }
+                var byIndex: [Int: String] = [:]
+                for (id, value) in urls {
+                    if let index = indexByID[id], let url = value.stringValue, !url.isEmpty { byIndex[index] = url }
+                }
+                if let missing = fileIDs.indices.first(where: { byIndex[$0] == nil }) {
+                    throw .mismatch("\(operation): the server reports the source finished but gives no URL for \(names[missing])")
+                }
+                return .completed(urls: byIndex)
+            }
+            let failed = Self.idList(data["failFileIds"])
+            guard !failed.isEmpty else {
+                throw .mismatch("\(operation): the server reports finishStatus \(status) but names no failed file")
+            }
+            let indexes = failed.compactMap { indexByID[$0] }
+            guard indexes.count == failed.count else {
+                throw .mismatch("\(operation): the server names failed files that are not part of this source")
+            }
+            return .rollback(files: Array(Set(indexes)).sorted())
+        }
+    }
+
+    // MARK: delete.do
+
+    public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
+        guard let sourceID = job.handles[Handle.sourceID] else { return [] }
+        let fileIDs = job.files.compactMap { $0.handles[Handle.fileID] }
+        return [formRequest(job, "/fileSection/delete.do", [("sourceId", sourceID), ("fileIds", fileIDs.joined(separator: ","))])]
+    }
+
+    // MARK: Helpers
+
+    private func formRequest(_ job: JobContext, _ path: String, _ fields: [(String, String)]) -> HTTPRequest {
+        var request = HTTPRequest(method: .post, url: job.url(path), headers: authorization(job), body: .form(fields))
+        request.headers.set("Content-Type", "application/x-www-form-urlencoded")
+        return request
+    }
+
+    /// The contract names no credential; a bearer token is what a fileSection server behind a gateway expects.
+    private func authorization(_ job: JobContext) -> HTTPHeaders {
+        var headers = HTTPHeaders()
+        if let token = job.credentials.token { headers.set("Authorization", "Bearer \(token)") }
+        return headers
+    }
+
+    /// `failFileIds` is a comma-separated string in the contract; a JSON array is read too.
+    private static func idList(_ value: JSONValue?) -> [String] {
+        if let items = value?.arrayValue { return items.compactMap(\.stringValue).filter { !$0.isEmpty } }
+        guard let text = value?.stringValue else { return [] }
+        return text.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }.filter { !$0.isEmpty }
+    }
+
+    /// Error messages are one line: a file name holding CR/LF must not break them.
+    static func displayName(_ name: String) -> String {
+        String(String.UnicodeScalarView(name.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7f ? "?" : $0 }))
+    }
+
+    private static func randomSourceID() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<16).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+        return Checksums.hex(bytes)
+    }
+}
+
+/// The `file_block` header: a JSON array holding one object that describes
+/// the fragment. `JSONValue.encoded` escapes every non-ASCII (and control)
+/// character as `\uXXXX`, which keeps the header value plain ASCII.
+struct FileBlock {
+    var value: JSONValue
+
+    init(sourceID: String, fileID: String, chunk: ChunkPayload, file: FileContext) {
+        value = [
+            [
+                "sourceId": .string(sourceID),
+                "fileId": .string(fileID),
+                "fragmentIndex": .int(chunk.index),
+                "fragmentOffset": .int(chunk.offset),
+                "fragmentSize": .int(chunk.count),
+                "totalFileFragment": .int(file.chunkCount),
+                "totalFileSize": .int(file.size),
+                "fileName": .string(file.name),
+                "fragmentMd5": .string(Checksums.hex(chunk.md5)),
+            ]
+        ]
+    }
+
+    var headerValue: String { String(decoding: value.encoded, as: UTF8.self) }
+}
+
+/// The protocol's envelope: HTTP 200 with `{"code","msg","data"}`, code 200
+/// meaning success.
+enum FileSectionAnswer {
+    static let success = 200
+
+    /// The answer's `data` (an empty object when absent) once the HTTP status
+    /// and the JSON code say success. 5xx/408/429 and unreadable bodies are
+    /// transient; any other code is the server's refusal, with its message.
+    static func data(of response: HTTPResponse, for operation: String) throws(BackendError) -> JSONValue {
+        try response.require(200, for: operation)
+        let json = try response.json(for: operation)
+        guard let code = json["code"]?.intValue else {
+            throw .transient("\(operation): the answer has no code")
+        }
+        guard code == success else {
+            let message = response.serverMessage.map { ": \($0)" } ?? ""
+            throw .rejected("\(operation): the server answered code \(code)\(message)")
+        }
+        return json["data"] ?? .object([:])
+    }
+}

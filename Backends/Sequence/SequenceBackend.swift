@@ -1,0 +1,184 @@
+import Xfer
+
+/// The `sequence` protocol (from the YJT write-up): `sequenceNo` 0 obtains
+/// an `upToken`, then blocks go one at a time with increasing `sequenceNo`,
+/// and the last block's answer carries the file's URL. See Docs/protocols.md.
+///
+/// Mapping onto the engine: `openFile` is sequenceNo 0, chunk index i is
+/// block i + 1, and the protocol has no finish call: the answer that
+/// completes the file hands its URL to the engine with the last
+/// acknowledgement, so both are committed together. After a crash the
+/// client simply sends its first unacknowledged block; the server either
+/// replays its answer (the block was accepted) or names the block it wants
+/// with a 409, which becomes `.resync`.
+public struct SequenceBackend: UploadBackend {
+    public let name = "sequence"
+
+    public let traits = BackendTraits(
+        defaultChunkSize: 1 << 20,
+        defaultConcurrency: 4,
+        chunkOrder: .sequentialWithinFile,
+        emptyFileHasOneChunk: true)
+
+    /// The handle the server's sequenceNo-0 answer provides. Secret: it is
+    /// what lets anyone write into the upload.
+    public static let upTokenHandle = "upToken"
+
+    public init() {}
+
+    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+        let request = upload(job, file, fields: SequenceFields(sequenceNo: 0, upToken: "", crc: ""), block: [])
+        let operation = "open the upload of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            let answer = try SequenceAnswer(response, for: operation)
+            guard answer.code == SequenceAnswer.accepted else { throw answer.refusal(operation) }
+            guard let token = answer.data["upToken"]?.stringValue, !token.isEmpty else {
+                throw .transient("\(operation): the answer has no upToken")
+            }
+            var handles = ServerHandles()
+            handles.set(Self.upTokenHandle, token, secret: true)
+            return FileOpening(handles: handles)
+        }
+    }
+
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        let sequenceNo = chunk.index + 1
+        let blockCount = file.chunkCount
+        let fields = SequenceFields(
+            sequenceNo: sequenceNo, upToken: file.handles[Self.upTokenHandle] ?? "", crc: Self.crcField(chunk.crc32))
+        let request = upload(job, file, fields: fields, block: chunk.bytes)
+        let operation = "send block \(sequenceNo)/\(blockCount) of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            let answer = try SequenceAnswer(response, for: operation)
+            switch answer.code {
+            case SequenceAnswer.accepted:
+                return try Self.stored(answer, sequenceNo: sequenceNo, blockCount: blockCount, operation: operation)
+            case SequenceAnswer.outOfOrder:
+                return try Self.resync(answer, sequenceNo: sequenceNo, blockCount: blockCount, operation: operation)
+            default:
+                throw answer.refusal(operation)
+            }
+        }
+    }
+
+    /// `crc` as the protocol writes it: zlib's CRC-32 as 8 lowercase hex digits.
+    public static func crcField(_ crc: UInt32) -> String {
+        Checksums.hex([UInt8(crc >> 24), UInt8(truncatingIfNeeded: crc >> 16), UInt8(truncatingIfNeeded: crc >> 8), UInt8(truncatingIfNeeded: crc)])
+    }
+
+    // MARK: Reading block answers
+
+    private static func stored(
+        _ answer: SequenceAnswer, sequenceNo: Int, blockCount: Int, operation: String
+    ) throws(BackendError) -> ChunkOutcome {
+        let isLast = sequenceNo == blockCount
+        if let url = answer.data["fileUrl"]?.stringValue, !url.isEmpty {
+            guard isLast else {
+                throw .mismatch("\(operation): the server sent the file's URL before its last block (\(blockCount))")
+            }
+            return .stored(fileURL: url)
+        }
+        // Without the URL the file could never complete: refuse rather than
+        // mark the last block done, so a re-run replays it and asks again.
+        guard !isLast else { throw .rejected("\(operation): the server accepted the last block but sent no fileUrl") }
+        guard let next = answer.data["nextSequenceNo"]?.intValue else {
+            throw .transient("\(operation): the answer has no nextSequenceNo")
+        }
+        guard next == sequenceNo + 1 else {
+            throw .mismatch("\(operation): the server accepted it but asks for block \(next) next, not \(sequenceNo + 1)")
+        }
+        return .stored()
+    }
+
+    private static func resync(
+        _ answer: SequenceAnswer, sequenceNo: Int, blockCount: Int, operation: String
+    ) throws(BackendError) -> ChunkOutcome {
+        guard let expected = answer.data["expectedSequenceNo"]?.intValue else {
+            throw .transient("\(operation): the server refused the block as out of order but sent no expectedSequenceNo")
+        }
+        guard (1...blockCount + 1).contains(expected) else {
+            throw .mismatch("\(operation): the server expects block \(expected), but the file has \(blockCount)")
+        }
+        // Resending the block the server says it expects would loop forever.
+        guard expected != sequenceNo else {
+            throw .mismatch("\(operation): the server refused block \(sequenceNo) as out of order yet expects that very block")
+        }
+        // "Expecting" the block after the last means the server holds the
+        // whole file; its URL is the last block's answer, so replay that block.
+        return .resync(next: min(expected, blockCount) - 1)
+    }
+
+    // MARK: Building requests
+
+    private func upload(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: [UInt8]) -> HTTPRequest {
+        var form = MultipartForm()
+        form.addField("sequenceNo", String(fields.sequenceNo))
+        form.addField("blockSize", String(file.chunkSize))
+        form.addField("totFileSize", String(file.size))
+        form.addField("suffix", file.fileExtension)
+        form.addField("token", job.credentials.token ?? "")
+        form.addField("upToken", fields.upToken)
+        form.addField("crc", fields.crc)
+        form.addFile("block", filename: file.name, contentType: "application/octet-stream", bytes: block)
+        var request = HTTPRequest(method: .post, url: job.url("/upload"), body: form.body)
+        request.headers.set("Content-Type", form.contentType)
+        return request
+    }
+}
+
+/// The per-request text fields that are not properties of the file.
+private struct SequenceFields {
+    var sequenceNo: Int
+    var upToken: String
+    var crc: String
+}
+
+/// The protocol's envelope: HTTP 200 with `{"code","msg","data"}`.
+struct SequenceAnswer {
+    static let accepted = 0
+    static let unknownUpToken = 401
+    static let outOfOrder = 409
+    /// The block conflicts with the one the server accepted under that
+    /// sequenceNo (another crc): the upload holds other bytes.
+    static let conflict = 412
+    /// The block's bytes do not match its crc: damaged on the way.
+    static let damaged = 422
+
+    let code: Int
+    let message: String
+    let data: JSONValue
+
+    init(_ response: HTTPResponse, for operation: String) throws(BackendError) {
+        try response.require(200, for: operation)
+        let json = try response.json(for: operation)
+        guard let code = json["code"]?.intValue else {
+            throw .transient("\(operation): the answer has no code")
+        }
+        self.code = code
+        message = json["msg"]?.stringValue ?? ""
+        data = json["data"] ?? .object([:])
+    }
+
+    /// The error for any code the step does not accept.
+    func refusal(_ operation: String) -> BackendError {
+        let detail = message.isEmpty ? "" : " (\(Self.oneLine(message)))"
+        switch code {
+        case Self.unknownUpToken:
+            return .rejected("\(operation): the server does not know this upload's upToken (expired?); re-run with --restart")
+        case Self.conflict:
+            return .mismatch("\(operation): the server holds different bytes for this block\(detail); re-run with --restart")
+        case Self.damaged:
+            return .transient("\(operation): the block arrived damaged\(detail)")
+        case 500...:
+            return .transient("\(operation): server error \(code)\(detail)")
+        default:
+            return .rejected("\(operation): the server refused it with code \(code)\(detail)")
+        }
+    }
+
+    /// Server messages end up in a one-line error: keep them short and flat.
+    private static func oneLine(_ text: String) -> String {
+        let flat = String(text.unicodeScalars.map { $0.value < 0x20 || $0.value == 0x7f ? " " : Character($0) })
+        return flat.count > 200 ? String(flat.prefix(200)) + "…" : flat
+    }
+}

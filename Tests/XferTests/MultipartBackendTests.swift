@@ -1,0 +1,263 @@
+import Foundation
+import XCTest
+
+@testable import Xfer
+@testable import XferMultipart
+
+/// The multipart backend is sans-IO: these tests check the requests it
+/// builds and how it reads answers, with no network.
+final class MultipartBackendTests: XCTestCase {
+    let backend = MultipartBackend()
+
+    private struct Spec {
+        var name: String
+        var size: Int64
+        var chunkSize = 4
+    }
+
+    private func job(
+        _ specs: [Spec] = [Spec(name: "视频 01.mp4", size: 10), Spec(name: "notes", size: 0)],
+        fileIds: [String]? = ["f0", "f1"], token: String? = nil
+    ) -> JobContext {
+        let files = specs.enumerated().map { index, spec in
+            var handles = ServerHandles()
+            if let fileIds, index < fileIds.count { handles.set(MultipartBackend.Handle.fileID, fileIds[index]) }
+            return FileContext(
+                index: index, path: "/tmp/\(spec.name)", name: spec.name, size: spec.size,
+                plan: ChunkPlan(fileSize: spec.size, chunkSize: spec.chunkSize, emptyFileHasOneChunk: true), handles: handles)
+        }
+        var handles = ServerHandles()
+        handles.set(MultipartBackend.Handle.sourceID, "src-1")
+        return JobContext(
+            id: JobID(rawValue: "0123456789abcdef"), target: "http://127.0.0.1:9", handles: handles, files: files,
+            credentials: Credentials(token: token))
+    }
+
+    private func answer(_ json: String, status: Int = 200) -> HTTPResponse {
+        HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: Array(json.utf8))
+    }
+
+    private func bodyText(_ request: HTTPRequest) -> String {
+        String(decoding: request.body.segments.flatMap { $0 }, as: UTF8.self)
+    }
+
+    private func assertRejected<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, containing text: String, line: UInt = #line) {
+        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+            guard case BackendError.rejected(let message) = error else { return XCTFail("\(error)", line: line) }
+            XCTAssertTrue(message.contains(text), message, line: line)
+        }
+    }
+
+    private func assertMismatch<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, line: UInt = #line) {
+        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+            guard case BackendError.mismatch = error else { return XCTFail("\(error)", line: line) }
+        }
+    }
+
+    private func assertTransient<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, line: UInt = #line) {
+        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)", line: line) }
+        }
+    }
+
+    // MARK: Traits and handles
+
+    func testTraitsFollowTheDocument() {
+        XCTAssertEqual(backend.name, "multipart")
+        XCTAssertEqual(backend.traits.defaultChunkSize, 512 * 1024)
+        XCTAssertEqual(backend.traits.defaultConcurrency, 4)
+        XCTAssertEqual(backend.traits.chunkOrder, .any)
+        XCTAssertTrue(backend.traits.emptyFileHasOneChunk)
+        XCTAssertEqual(backend.traits.maximumFinishRounds, 3)
+        XCTAssertNil(backend.openFile(job().files[0], in: job()))
+        XCTAssertNil(backend.reconcileFile(job().files[0], in: job()))
+        XCTAssertNil(backend.finishFile(job().files[0], in: job()))
+    }
+
+    func testEveryJobGetsItsOwnSourceId() {
+        let first = backend.makeJobHandles(for: job())[MultipartBackend.Handle.sourceID]
+        let second = backend.makeJobHandles(for: job())[MultipartBackend.Handle.sourceID]
+        XCTAssertEqual(first?.count, 32)
+        XCTAssertTrue(first?.allSatisfy(\.isHexDigit) ?? false, first ?? "nil")
+        XCTAssertNotEqual(first, second)
+    }
+
+    // MARK: preLoad.do
+
+    func testPreloadSendsTheSourceAndFileCountAsAForm() throws {
+        let job = job(fileIds: nil, token: "t0k")
+        let exchange = try XCTUnwrap(backend.startJob(job))
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/preLoad.do")
+        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/x-www-form-urlencoded")
+        XCTAssertEqual(exchange.request.headers["Authorization"], "Bearer t0k")
+        XCTAssertEqual(bodyText(exchange.request), "sourceId=src-1&fileCount=2")
+    }
+
+    func testPreloadAnswerGivesEachFileItsId() throws {
+        let exchange = try XCTUnwrap(backend.startJob(job(fileIds: nil)))
+        let start = try exchange.interpret(answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a","b"]}}"#))
+        XCTAssertEqual(start.fileHandles[0]?[MultipartBackend.Handle.fileID], "a")
+        XCTAssertEqual(start.fileHandles[1]?[MultipartBackend.Handle.fileID], "b")
+        XCTAssertEqual(start.fileHandles.count, 2)
+    }
+
+    func testPreloadAnswersThatCannotBeUsed() throws {
+        let exchange = try XCTUnwrap(backend.startJob(job(fileIds: nil)))
+        assertRejected(exchange, answer(#"{"code":403,"msg":"quota exceeded","data":{}}"#), containing: "code 403: quota exceeded")
+        assertMismatch(exchange, answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a"]}}"#))
+        assertMismatch(exchange, answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a","a"]}}"#))
+        assertMismatch(exchange, answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a,b","c"]}}"#))
+        assertTransient(exchange, answer(#"{"code":200,"msg":"ok","data":{}}"#))
+        assertTransient(exchange, answer(#"{"code":200,"#))
+        assertTransient(exchange, answer(#"{"msg":"no code"}"#))
+        assertTransient(exchange, HTTPResponse(status: 503))
+        assertRejected(exchange, HTTPResponse(status: 404), containing: "HTTP 404")
+    }
+
+    // MARK: upload.do
+
+    private func fileBlock(_ request: HTTPRequest) throws -> [String: JSONValue] {
+        let header = try XCTUnwrap(request.headers["file_block"])
+        let array = try XCTUnwrap(try JSONValue.parse(Array(header.utf8)).arrayValue)
+        XCTAssertEqual(array.count, 1, "one object in the array")
+        return try XCTUnwrap(array.first?.objectValue)
+    }
+
+    private func boundary(_ request: HTTPRequest) throws -> String {
+        let type = try XCTUnwrap(request.headers["Content-Type"])
+        XCTAssertTrue(type.hasPrefix("multipart/form-data; boundary="), type)
+        return String(type.dropFirst("multipart/form-data; boundary=".count))
+    }
+
+    func testFragmentRequestCarriesThePartAndTheFileBlockHeader() throws {
+        let job = job(token: "t0k")
+        let bytes: [UInt8] = [1, 2]
+        let exchange = backend.uploadChunk(ChunkPayload(index: 2, offset: 8, bytes: bytes), of: job.files[0], in: job)
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/upload.do")
+        XCTAssertEqual(exchange.request.headers["Authorization"], "Bearer t0k")
+
+        let block = try fileBlock(exchange.request)
+        XCTAssertEqual(block["sourceId"], "src-1")
+        XCTAssertEqual(block["fileId"], "f0")
+        XCTAssertEqual(block["fragmentIndex"], 2)
+        XCTAssertEqual(block["fragmentOffset"], 8)
+        XCTAssertEqual(block["fragmentSize"], 2)
+        XCTAssertEqual(block["totalFileFragment"], 3)
+        XCTAssertEqual(block["totalFileSize"], 10)
+        XCTAssertEqual(block["fileName"], "视频 01.mp4")
+        XCTAssertEqual(block["fragmentMd5"], "0cb988d042a7f28dd5fe2b55b3f5ac7a")  // md5 of 01 02
+        XCTAssertEqual(block.count, 9, "exactly the contract's fields")
+
+        let header = try XCTUnwrap(exchange.request.headers["file_block"])
+        XCTAssertTrue(header.utf8.allSatisfy { (0x20..<0x7f).contains($0) }, "plain printable ASCII: \(header)")
+        XCTAssertTrue(header.contains(#""fileName":"\u89c6\u9891 01.mp4""#), header)
+
+        let boundary = try boundary(exchange.request)
+        XCTAssertTrue(exchange.request.body.segments.contains(bytes), "the chunk is its own segment, shared not copied")
+        let text = bodyText(exchange.request)
+        XCTAssertTrue(
+            text.hasPrefix(
+                "--\(boundary)\r\nContent-Disposition: form-data; name=\"sectionFile\"; filename=\"f0-2.mp4\"\r\n"
+                    + "Content-Type: video/mp4\r\n\r\n\u{1}\u{2}\r\n"), text)
+        XCTAssertTrue(text.hasSuffix("\r\n--\(boundary)--\r\n"), text)
+    }
+
+    func testAZeroByteFileIsOneEmptyFragment() throws {
+        let job = job()
+        XCTAssertEqual(job.files[1].chunkCount, 1)
+        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: []), of: job.files[1], in: job)
+        let block = try fileBlock(exchange.request)
+        XCTAssertEqual(block["fragmentSize"], 0)
+        XCTAssertEqual(block["totalFileFragment"], 1)
+        XCTAssertEqual(block["totalFileSize"], 0)
+        XCTAssertEqual(block["fragmentMd5"], "d41d8cd98f00b204e9800998ecf8427e")
+        let text = bodyText(exchange.request)
+        XCTAssertTrue(
+            text.contains("filename=\"f1-0\"\r\nContent-Type: application/octet-stream\r\n\r\n\r\n--"),
+            "no extension: no dot, octet-stream, empty content: \(text)")
+    }
+
+    func testHostileNamesCannotBreakTheRequest() throws {
+        let name = "a \"quoted\"\r\nX-Evil: 1.JPG"
+        let job = job([Spec(name: name, size: 3)], fileIds: ["f\"0\r\nX: y"])
+        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [7, 8, 9]), of: job.files[0], in: job)
+
+        let header = try XCTUnwrap(exchange.request.headers["file_block"])
+        XCTAssertFalse(header.contains("\r") || header.contains("\n"), header)
+        XCTAssertTrue(header.utf8.allSatisfy { (0x20..<0x7f).contains($0) }, header)
+        XCTAssertEqual(try fileBlock(exchange.request)["fileName"]?.stringValue, name, "the name survives intact")
+
+        let text = bodyText(exchange.request)
+        XCTAssertFalse(text.contains("\r\nX-Evil") || text.contains("\r\nX: y"), "no injected header line: \(text)")
+        XCTAssertTrue(text.contains(#"filename="f%220%0D%0AX: y-0.JPG""#), text)
+        XCTAssertTrue(text.contains("Content-Type: image/jpeg\r\n"), text)
+        XCTAssertEqual(MultipartForm.unescape("f%220%0D%0AX: y-0.JPG"), "f\"0\r\nX: y-0.JPG")
+    }
+
+    func testFragmentFileNames() {
+        XCTAssertEqual(MultipartBackend.fragmentFileName(fileID: "abc", index: 0, fileExtension: "mp4"), "abc-0.mp4")
+        XCTAssertEqual(MultipartBackend.fragmentFileName(fileID: "abc", index: 12, fileExtension: ""), "abc-12")
+    }
+
+    func testFragmentAnswers() throws {
+        let job = job()
+        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [0, 1, 2, 3]), of: job.files[0], in: job)
+        XCTAssertEqual(try exchange.interpret(answer(#"{"code":200,"msg":"ok","data":{}}"#)), .stored())
+        XCTAssertEqual(try exchange.interpret(answer(#"{"code":200}"#)), .stored())
+        assertRejected(exchange, answer(#"{"code":400,"msg":"fragmentMd5 does not match"}"#), containing: "fragmentMd5 does not match")
+        assertRejected(exchange, answer(#"{"code":404,"msg":"unknown sourceId"}"#), containing: "code 404")
+        assertTransient(exchange, HTTPResponse(status: 500))
+        assertTransient(exchange, HTTPResponse(status: 429, headers: ["Retry-After": "1"]))
+        assertTransient(exchange, answer("<html>"))
+    }
+
+    // MARK: isFinish.do
+
+    func testMergeCheckSendsTheSourceAndItsFileIds() throws {
+        let exchange = try XCTUnwrap(backend.finishJob(job()))
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/isFinish.do")
+        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/x-www-form-urlencoded")
+        XCTAssertEqual(bodyText(exchange.request), "sourceId=src-1&fileIds=f0%2Cf1")
+    }
+
+    func testAFinishedSourceGivesEveryFileItsURL() throws {
+        let exchange = try XCTUnwrap(backend.finishJob(job()))
+        let done = answer(#"{"code":200,"msg":"ok","data":{"finishStatus":1,"fileUrls":{"f1":"http://x/b","f0":"http://x/a"}}}"#)
+        XCTAssertEqual(try exchange.interpret(done), .completed(urls: [0: "http://x/a", 1: "http://x/b"]))
+        assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":1,"fileUrls":{"f0":"http://x/a"}}}"#))
+        assertTransient(exchange, answer(#"{"code":200,"data":{"finishStatus":1}}"#))
+    }
+
+    func testFailedMergesRollThoseFilesBack() throws {
+        let exchange = try XCTUnwrap(backend.finishJob(job()))
+        let failed = answer(#"{"code":200,"msg":"ok","data":{"finishStatus":0,"failFileIds":"f1"}}"#)
+        XCTAssertEqual(try exchange.interpret(failed), .rollback(files: [1]))
+        let both = answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":"f1, f0"}}"#)
+        XCTAssertEqual(try exchange.interpret(both), .rollback(files: [0, 1]))
+        let asArray = answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":["f0"]}}"#)
+        XCTAssertEqual(try exchange.interpret(asArray), .rollback(files: [0]))
+        assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":""}}"#))
+        assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":"zz"}}"#))
+        assertTransient(exchange, answer(#"{"code":200,"data":{}}"#))
+        assertRejected(exchange, answer(#"{"code":404,"msg":"unknown sourceId"}"#), containing: "unknown sourceId")
+    }
+
+    // MARK: delete.do
+
+    func testCancelDeletesTheSource() {
+        let requests = backend.cancelRequests(for: job())
+        XCTAssertEqual(requests.map(\.method), [.post])
+        XCTAssertEqual(requests.map(\.url), ["http://127.0.0.1:9/fileSection/delete.do"])
+        XCTAssertEqual(requests.first.map(bodyText), "sourceId=src-1&fileIds=f0%2Cf1")
+    }
+
+    func testErrorMessagesStayOnOneLine() {
+        let job = job([Spec(name: "a\nb.bin", size: 3)], fileIds: ["f0"])
+        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3]), of: job.files[0], in: job)
+        XCTAssertThrowsError(try exchange.interpret(answer(#"{"code":400,"msg":"bad\nthing"}"#))) { error in
+            XCTAssertFalse("\(error)".contains("\n"), "\(error)")
+        }
+    }
+}
