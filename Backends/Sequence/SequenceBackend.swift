@@ -27,7 +27,7 @@ public struct SequenceBackend: UploadBackend {
     public init() {}
 
     public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
-        let request = upload(job, file, fields: SequenceFields(sequenceNo: 0, upToken: "", crc: ""), block: [])
+        let request = makeRequest(job, file, fields: SequenceFields(sequenceNo: 0, upToken: "", crc: ""), block: [])
         let operation = "open the upload of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
@@ -46,7 +46,7 @@ public struct SequenceBackend: UploadBackend {
         let blockCount = file.chunkCount
         let fields = SequenceFields(
             sequenceNo: sequenceNo, upToken: file.handles[Self.upTokenHandle] ?? "", crc: Self.crcField(chunk.crc32))
-        let request = upload(job, file, fields: fields, block: chunk.bytes)
+        let request = makeRequest(job, file, fields: fields, block: chunk.bytes)
         let operation = "send block \(sequenceNo)/\(blockCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
@@ -99,18 +99,19 @@ public struct SequenceBackend: UploadBackend {
         guard (1...blockCount + 1).contains(expected) else {
             throw .mismatch("\(operation): the server expects block \(expected), but the file has \(blockCount)")
         }
-        // Resending the block the server says it expects would loop forever.
-        guard expected != sequenceNo else {
-            throw .mismatch("\(operation): the server refused block \(sequenceNo) as out of order yet expects that very block")
-        }
         // "Expecting" the block after the last means the server holds the
         // whole file; its URL is the last block's answer, so replay that block.
-        return .resync(next: min(expected, blockCount) - 1)
+        let next = min(expected, blockCount)
+        // Resending the very block the server just refused would loop forever.
+        guard next != sequenceNo else {
+            throw .mismatch("\(operation): the server refused block \(sequenceNo) as out of order yet expects that very block")
+        }
+        return .resync(next: next - 1)
     }
 
     // MARK: Building requests
 
-    private func upload(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: [UInt8]) -> HTTPRequest {
+    private func makeRequest(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: [UInt8]) -> HTTPRequest {
         var form = MultipartForm()
         form.addField("sequenceNo", String(fields.sequenceNo))
         form.addField("blockSize", String(file.chunkSize))

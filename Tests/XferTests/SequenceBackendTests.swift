@@ -204,6 +204,13 @@ final class SequenceBackendTests: XCTestCase {
                 XCTAssertEqual(error as? BackendError, expected, json)
             }
         }
+        // The last block's replay is how the URL is fetched: refusing it cannot be followed.
+        let last = block(9, of: job, bytes: [0, 0, 0, 0])
+        XCTAssertThrowsError(try last.interpret(answer(#"{"code":409,"data":{"expectedSequenceNo":11}}"#))) { error in
+            XCTAssertEqual(
+                error as? BackendError,
+                .mismatch("send block 10/10 of a b.bin: the server refused block 10 as out of order yet expects that very block"))
+        }
     }
 
     func testRefusalsAreClassified() {

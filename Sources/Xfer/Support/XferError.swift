@@ -9,6 +9,8 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
     case stateUnavailable(String)
     /// Another live process holds this job.
     case jobLocked(job: JobID, pid: Int32?)
+    /// No job with this id (or id prefix) is in the state store.
+    case unknownJob(String)
     /// The transfer stopped on an error retries did not fix. State is kept.
     case transferFailed(String)
     /// The server answered something that contradicts the protocol.
@@ -27,7 +29,11 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
         case .jobLocked(let job, let pid):
             let holder = pid.map { "pid \($0)" } ?? "another process"
             return "state for job \(job) is locked by \(holder); wait for it to finish or stop it"
+        case .unknownJob(let id):
+            return "no job '\(id)' in this state directory; 'xfer list --all' shows the jobs it holds"
         case .transferFailed(let message):
+            // A message that already says what to do next keeps its own advice.
+            if message.contains("--restart") { return "transfer failed: \(message)" }
             return "transfer failed: \(message) (state kept; re-run the same command to resume)"
         case .verificationFailed(let message):
             return "verification failed: \(message)"
@@ -39,7 +45,7 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The CLI's exit code for this error (see Docs/cli.md).
     public var exitCode: Int32 {
         switch self {
-        case .invalidInput, .fileChanged: return 2
+        case .invalidInput, .fileChanged, .unknownJob: return 2
         case .stateUnavailable, .jobLocked: return 3
         case .transferFailed, .verificationFailed: return 1
         case .interrupted: return 130

@@ -114,7 +114,7 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             return nil
         }
         // RFC 2046 allows spaces after a boundary ("transport padding"), nothing else.
-        let padding = try await readLine(limit: 256, inside: "a boundary line")
+        let padding = try await readLine(limit: 256, inside: "a boundary line", tooLong: "a boundary line is too long")
         guard padding.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) else {
             throw .malformed("unexpected bytes after a boundary")
         }
@@ -181,7 +181,8 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
         var disposition: String?
         var contentType: String?
         while true {
-            let line = try await readLine(limit: remaining, inside: "part headers")
+            let line = try await readLine(
+                limit: remaining, inside: "part headers", tooLong: "a part's headers exceed \(FormLimits.headerBytes) bytes")
             remaining -= line.count + 2
             if line.isEmpty { break }
             guard let text = String(validating: line, as: UTF8.self), let colon = text.firstIndex(of: ":") else {
@@ -223,8 +224,9 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
                 guard rest.first == "\"" else { return nil }
                 rest = rest.dropFirst().drop { $0 != ";" }
             } else {
-                parameterValue = rest.prefix { $0 != ";" }
-                rest = rest.dropFirst(parameterValue.count)
+                let token = rest.prefix { $0 != ";" }
+                rest = rest.dropFirst(token.count)
+                parameterValue = Substring(token.trimmingCharacters(in: .whitespaces))
             }
             let name = key.trimmingCharacters(in: .whitespaces).lowercased()
             if parameters[name] == nil { parameters[name] = unescape(String(parameterValue)) }
@@ -239,16 +241,16 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             .replacingOccurrences(of: "%0A", with: "\n")
     }
 
-    /// One line without its CRLF; refused when longer than `limit`.
-    private func readLine(limit: Int, inside place: String) async throws(FormFailure) -> [UInt8] {
+    /// One line without its CRLF; refused (with `tooLong`) when longer than `limit`.
+    private func readLine(limit: Int, inside place: String, tooLong: String) async throws(FormFailure) -> [UInt8] {
         while true {
             if let end = firstLineEnd() {
-                guard end <= limit else { throw .tooLarge("\(place) are longer than \(FormLimits.headerBytes) bytes") }
+                guard end <= limit else { throw .tooLarge(tooLong) }
                 let line = buffer.readBytes(length: end) ?? []
                 buffer.moveReaderIndex(forwardBy: 2)
                 return line
             }
-            guard buffer.readableBytes <= limit + 1 else { throw .tooLarge("\(place) are longer than \(FormLimits.headerBytes) bytes") }
+            guard buffer.readableBytes <= limit + 1 else { throw .tooLarge(tooLong) }
             guard try await readMore() else { throw .malformed("the body ended inside \(place)") }
         }
     }

@@ -212,7 +212,6 @@ struct SequenceRequest: Equatable {
         if sequenceNo == 0 {
             crc = nil
         } else {
-            guard !upToken.isEmpty else { throw SequenceRefusal("upToken is required from sequenceNo 1 on") }
             guard let text = fields["crc"], let parsed = SequenceCRC.parse(text) else {
                 throw SequenceRefusal("crc must be the block's CRC-32 as 8 lowercase hex digits")
             }
@@ -290,6 +289,8 @@ final class VerifiedBlock<Body: AsyncSequence>: AsyncSequence, AsyncIteratorProt
 
         func reply(sequenceNo: Int, expectedLength: Int) -> SequenceReply {
             switch self {
+            case .wrongLength where sequenceNo == 0:
+                return .refusal(.badRequest, "the block of sequenceNo 0 must be empty")
             case .wrongLength:
                 return .refusal(.badRequest, "block \(sequenceNo) must have \(expectedLength) bytes")
             case .damaged(let actual):
