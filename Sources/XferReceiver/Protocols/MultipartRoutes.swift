@@ -24,7 +24,8 @@ import NIOCore
 /// under `/downloads/{fileId}/{name}`; a failed merge deletes it, so every fragment must come again.
 struct MultipartRoutes: Sendable {
     static let protocolName = "multipart"
-    static let maximumFileCount = 10_000
+    /// Keeps the fileIds of a whole source (35 bytes each, form-encoded) within a small form body.
+    static let maximumFileCount = 1_000
     /// Bounds a file's received set, as for patch.
     static let maximumFragmentCount = 1 << 24
     static let maximumSourceIdLength = 256
@@ -132,13 +133,7 @@ struct MultipartRoutes: Sendable {
                 return Answer.refuse(400, "fragmentMd5 does not match the fragment's bytes")
             }
         }
-        let upload = try await store.upload(
-            id: block.fileId, creatingIfAbsent: Self.protocolName, fileName: fileName, size: geometry.size,
-            chunkSize: geometry.fragmentSize)
-        let meta = upload.meta
-        guard meta.protocolName == Self.protocolName, meta.size == geometry.size, meta.chunkSize == geometry.fragmentSize,
-            meta.fileName == fileName
-        else {
+        guard let upload = try await fileUpload(block.fileId, fileName: fileName, geometry: geometry) else {
             return Answer.refuse(400, "the fragment's file (name, size or fragment size) differs from the file's earlier fragments")
         }
         guard geometry.size > 0 else { return Answer.ok() }
@@ -159,6 +154,27 @@ struct MultipartRoutes: Sendable {
             case .corrupt: return storageFailure(error)
             }
         }
+    }
+
+    /// The file's upload as this fragment describes it, created by the file's first fragment. Nil
+    /// when earlier fragments, acknowledged ones, described the file otherwise.
+    private func fileUpload(_ fileId: String, fileName: String, geometry: FileGeometry) async throws -> Upload? {
+        func matches(_ meta: UploadMeta) -> Bool {
+            meta.protocolName == Self.protocolName && meta.size == geometry.size && meta.chunkSize == geometry.fragmentSize
+                && meta.fileName == fileName
+        }
+        let upload = try await store.upload(
+            id: fileId, creatingIfAbsent: Self.protocolName, fileName: fileName, size: geometry.size, chunkSize: geometry.fragmentSize)
+        if matches(upload.meta) { return upload }
+        // A creator whose fragment was then refused (a wrong size, say) left its numbers but nothing
+        // acknowledged; they bind no one. (A zero-byte file exists only once its fragment was accepted.)
+        guard upload.meta.chunkCount > 0, try await upload.receivedChunks().isEmpty, try await upload.completionRecord() == nil else {
+            return nil
+        }
+        _ = try await store.delete(id: fileId)
+        let replaced = try await store.upload(
+            id: fileId, creatingIfAbsent: Self.protocolName, fileName: fileName, size: geometry.size, chunkSize: geometry.fragmentSize)
+        return matches(replaced.meta) ? replaced : nil
     }
 
     /// Skips parts up to the one named `sectionFile`; nil when the form has none.
