@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 
-.PHONY: all deps build release test demo clean
+.PHONY: all deps build release test torture demo clean
 
 all: build
 
@@ -20,6 +20,18 @@ release: deps
 test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# Kill -9 torture, long version (the short one runs inside `make test`): per
+# backend TRIALS pushes SIGKILLed KILLS times each against a receiver injecting
+# FAULTS, then run to the end; one line per trial and a summary (Docs/reliability.md).
+TRIALS ?= 20
+KILLS ?= 4
+FAULTS ?= 503=0.03,429=0.01,reset=0.03,truncate=0.03,garble=0.02
+SEED ?= 42
+torture: deps
+	$(SWIFT) build --build-tests
+	XFER_TORTURE_TRIALS=$(TRIALS) XFER_TORTURE_KILLS=$(KILLS) XFER_TORTURE_FAULTS='$(FAULTS)' XFER_TORTURE_SEED=$(SEED) \
+		$(SWIFT) test --skip-build --filter TortureTests
 
 # Pushes a 256 MiB file to a local `xfer serve`, kills the push with SIGKILL
 # half way, resumes it, and checks the SHA-256 of what the receiver serves.

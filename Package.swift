@@ -69,6 +69,12 @@ let package = Package(
             path: "Sources/XferCLI"
         ),
 
+        // A backend written outside the engine against its public API only,
+        // and a program embedding the engine with it (Docs/backend-guide.md).
+        .target(name: "CWBackend", dependencies: ["Xfer"], path: "Examples/CustomBackend/Sources/CWBackend"),
+        .executableTarget(
+            name: "CWUpload", dependencies: ["Xfer", "CWBackend"], path: "Examples/CustomBackend/Sources/CWUpload"),
+
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
@@ -79,6 +85,7 @@ let package = Package(
             name: "XferEndToEndTests",
             dependencies: [
                 "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferReceiver", "XferCLI", "XferTestSupport",
+                "CWBackend", "CWUpload",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tests/XferEndToEndTests"

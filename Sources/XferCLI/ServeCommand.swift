@@ -36,6 +36,17 @@ struct ServeCommand: AsyncParsableCommand {
         valueName: "N[@INDEX]"))
     var failMerge: String?
 
+    @Option(help: "Require 'Authorization: Bearer TOKEN' on every request (never printed). Also read from $XFER_AUTH_TOKEN.")
+    var authToken: String?
+
+    @Option(name: .customLong("faults"), help: ArgumentHelp(
+        "Test hook: misbehave on a share of non-GET requests, e.g. 503=0.1,429=0.05,reset=0.05,stall=0.02,truncate=0.05,garble=0.05.",
+        valueName: "KIND=P,..."))
+    var faults: String?
+
+    @Option(name: .customLong("fault-seed"), help: "Seed for --faults; the same seed repeats the same decisions.")
+    var faultSeed: UInt64 = 0
+
     mutating func run() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
         var configuration = ReceiverConfiguration(root: root)
@@ -56,6 +67,19 @@ struct ServeCommand: AsyncParsableCommand {
                 throw XferError.invalidInput("--fail-merge expects N or N@INDEX (N >= 1, INDEX >= 0), not '\(failMerge)'")
             }
             configuration.failMerge = plan
+        }
+        if let token = authToken ?? ProcessInfo.processInfo.environment["XFER_AUTH_TOKEN"] {
+            guard !token.isEmpty, !token.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value > 0x7E }) else {
+                throw XferError.invalidInput("--auth-token must be non-empty printable ASCII without spaces")
+            }
+            configuration.authToken = token
+        }
+        if let faults {
+            guard let plan = FaultPlan(faults, seed: faultSeed) else {
+                throw XferError.invalidInput(
+                    "--faults expects KIND=P[,KIND=P...] with KIND one of \(FaultKind.allCases.map(\.rawValue).joined(separator: ", ")) and probabilities adding up to at most 1, not '\(faults)'")
+            }
+            configuration.faults = plan
         }
         let receiver = Receiver(configuration: configuration)
         do {

@@ -6,7 +6,7 @@ import ServiceLifecycle
 import UnixSignals
 
 public struct ReceiverConfiguration: Sendable {
-    /// Loopback unless told otherwise: the receiver has no authentication.
+    /// Loopback unless told otherwise: without `authToken` anyone who can connect may upload.
     public var host: String = "127.0.0.1"
     /// 0 picks a free port; the chosen one is reported through `onListening`.
     public var port: Int = 0
@@ -34,6 +34,12 @@ public struct ReceiverConfiguration: Sendable {
 
     /// Test hook for multipart: make `isFinish.do` report failed merges (see `MergeFailurePlan`).
     public var failMerge: MergeFailurePlan? = nil
+
+    /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
+    public var authToken: String? = nil
+
+    /// Test hook: misbehave on a seeded share of state-changing requests (see `FaultPlan`).
+    public var faults: FaultPlan? = nil
 
     public init(root: String) {
         self.root = root
@@ -77,6 +83,9 @@ public struct Receiver: Sendable {
         let router = Router(context: BasicRequestContext.self)
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added.
         router.add(middleware: JSONNotFoundMiddleware())
+        if let token = configuration.authToken {
+            router.add(middleware: AuthMiddleware(token: token))
+        }
         if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
             let rules = try configuration.holds.map { text in
                 guard let rule = HoldRule(text) else { throw ReceiverSetupError("--hold expects /PATH or /PATH@N, not '\(text)'") }
@@ -88,6 +97,9 @@ public struct Receiver: Sendable {
                 return rule
             }
             router.add(middleware: HoldMiddleware(rules: rules, onHold: configuration.onHold ?? { _ in }))
+        }
+        if let faults = configuration.faults {
+            router.add(middleware: FaultMiddleware(plan: faults))
         }
         // Each protocol registers its own routes on the shared store; downloads are common to all.
         PatchRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)

@@ -29,6 +29,7 @@ public final class ChildProcess: @unchecked Sendable {
             let data = handle.availableData
             if data.isEmpty {
                 handle.readabilityHandler = nil
+                sink.close()
             } else {
                 sink.append(data)
             }
@@ -80,6 +81,11 @@ public final class ChildProcess: @unchecked Sendable {
     @discardableResult
     public func wait() -> Int32 {
         process.waitUntilExit()
+        // stderr is read on another thread: without this, a test could read
+        // `standardError` before the child's last line arrived. The pipe's
+        // end comes right after the exit (the bound only covers a grandchild
+        // keeping the pipe open).
+        stderrData.waitUntilClosed(timeout: 10)
         if process.terminationReason == .uncaughtSignal { return 128 + process.terminationStatus }
         return process.terminationStatus
     }
@@ -102,6 +108,25 @@ public final class ChildProcess: @unchecked Sendable {
 final class LockedData: @unchecked Sendable {
     private let lock = NSLock()
     private var data = Data()
+    private let closed = DispatchSemaphore(value: 0)
+    private var isClosed = false
+
+    /// The writer saw the end of the pipe.
+    func close() {
+        lock.lock()
+        isClosed = true
+        lock.unlock()
+        closed.signal()
+    }
+
+    /// Waits for `close()`, at most `timeout` seconds; returns at once when it already happened.
+    func waitUntilClosed(timeout: Double) {
+        lock.lock()
+        let done = isClosed
+        lock.unlock()
+        guard !done else { return }
+        if closed.wait(timeout: .now() + timeout) == .success { closed.signal() }
+    }
 
     func append(_ more: Data) {
         lock.lock()

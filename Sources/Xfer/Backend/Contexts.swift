@@ -8,19 +8,24 @@ public struct Credentials: Sendable, Hashable {
     /// The `--token` value, if any.
     public var token: String?
 
+    /// Credentials holding `token`, or none.
     public init(token: String? = nil) { self.token = token }
 }
 
 /// A read-only view of a job, handed to every backend step.
 public struct JobContext: Sendable {
+    /// The job's id.
     public let id: JobID
     /// The URL the user pushed to (`--to`), without a trailing slash.
     public let target: String
     /// Handles from `makeJobHandles` and `startJob`.
     public let handles: ServerHandles
+    /// Every file of the job, in push order.
     public let files: [FileContext]
+    /// What the user supplied to authenticate (never stored).
     public let credentials: Credentials
 
+    /// Creates a view of a job (the engine makes these; tests of a backend may too).
     public init(id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials) {
         self.id = id
         self.target = target
@@ -43,7 +48,9 @@ public struct FileContext: Sendable {
     public let path: String
     /// The file's name (last path component), as the server should see it.
     public let name: String
+    /// The file's size in bytes.
     public let size: Int64
+    /// How the file is cut into chunks.
     public let plan: ChunkPlan
     /// Handles from `startJob` and `openFile`.
     public let handles: ServerHandles
@@ -53,6 +60,7 @@ public struct FileContext: Sendable {
     /// Receipts of stored chunks, by chunk index (filled for `finishFile`).
     public let receipts: [Int: String]
 
+    /// Creates a view of a file (the engine makes these; tests of a backend may too).
     public init(
         index: Int, path: String, name: String, size: Int64, plan: ChunkPlan,
         handles: ServerHandles, digests: [DigestAlgorithm: String] = [:], receipts: [Int: String] = [:]
@@ -67,7 +75,9 @@ public struct FileContext: Sendable {
         self.receipts = receipts
     }
 
+    /// The chunk size in force for this file.
     public var chunkSize: Int { plan.chunkSize }
+    /// How many chunks the file has.
     public var chunkCount: Int { plan.count }
 
     /// The extension of `name` without the dot, or "" when it has none.
@@ -81,23 +91,28 @@ public struct FileContext: Sendable {
 public struct ChunkPayload: Sendable {
     /// 0-based position in the file.
     public let index: Int
+    /// The byte offset of the chunk in its file.
     public let offset: Int64
     /// The bytes. Put them in a `RequestBody` segment as they are: arrays
     /// are copy-on-write, so the engine's buffer is shared, not copied.
     public let bytes: [UInt8]
 
+    /// Creates a chunk (the engine makes these; tests of a backend may too).
     public init(index: Int, offset: Int64, bytes: [UInt8]) {
         self.index = index
         self.offset = offset
         self.bytes = bytes
     }
 
+    /// The chunk's length in bytes.
     public var count: Int { bytes.count }
 
     /// The inclusive byte range, as `Content-Range` wants it ("a-b").
     public var lastOffset: Int64 { offset + Int64(bytes.count) - 1 }
 
+    /// The MD5 of the chunk's bytes (16 bytes), e.g. for `Content-MD5`.
     public var md5: [UInt8] { Array(Insecure.MD5.hash(data: bytes)) }
+    /// The SHA-256 of the chunk's bytes (32 bytes).
     public var sha256: [UInt8] { Array(SHA256.hash(data: bytes)) }
     /// CRC-32 as zlib computes it.
     public var crc32: UInt32 { Checksums.crc32(bytes) }
@@ -105,6 +120,7 @@ public struct ChunkPayload: Sendable {
 
 /// Checksums backends commonly send.
 public enum Checksums {
+    /// The CRC-32 of `bytes` as zlib computes it.
     public static func crc32(_ bytes: [UInt8]) -> UInt32 {
         bytes.withUnsafeBufferPointer { buffer in
             var crc = CZlib.crc32(0, nil, 0)
@@ -121,6 +137,7 @@ public enum Checksums {
         }
     }
 
+    /// `bytes` as lowercase hexadecimal.
     public static func hex(_ bytes: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var out = [UInt8]()
@@ -132,6 +149,7 @@ public enum Checksums {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// `bytes` in standard base64 (with padding).
     public static func base64(_ bytes: [UInt8]) -> String {
         Data(bytes).base64EncodedString()
     }

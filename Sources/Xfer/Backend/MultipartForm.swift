@@ -7,6 +7,7 @@
 /// LF as `%0A`, so no name can end the header line or inject another header.
 /// A server that reverses those three escapes gets the original name back.
 public struct MultipartForm: Sendable {
+    /// The boundary between parts; never occurs in a chunk by chance (24 random characters).
     public let boundary: String
     private var segments: [[UInt8]] = []
 
@@ -73,6 +74,7 @@ public struct MultipartForm: Sendable {
 /// MIME types for the file extensions people upload most; everything else
 /// is `application/octet-stream`.
 public enum MIMEType {
+    /// The MIME type for a file extension (without the dot, any case).
     public static func forFileExtension(_ ext: String) -> String {
         table[ext.lowercased()] ?? "application/octet-stream"
     }

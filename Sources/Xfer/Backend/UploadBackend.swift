@@ -40,11 +40,20 @@ public protocol UploadBackend: Sendable {
     /// Lets a protocol enforce its limits (e.g. S3's 10,000 parts).
     func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int
 
+    /// Once per job, before any file is opened (e.g. ask for ids for every file at
+    /// once). Its handles are committed before any later step runs.
     func startJob(_ job: JobContext) -> Exchange<JobStart>?
+    /// Once per file, before its first chunk (e.g. create an upload). Its
+    /// handles, and the chunk size the server chose, are committed before any chunk.
     func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>?
+    /// On resume, for a file an earlier run opened: which chunks the server holds.
+    /// Its answer replaces the local record of done chunks.
     func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>?
+    /// Sends one chunk. The chunk is marked done only once this exchange yields `.stored`.
     func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome>
+    /// Once every chunk of a file is done (e.g. complete the upload, get its URL).
     func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>?
+    /// Once every file is finished (e.g. a merge check over all files).
     func finishJob(_ job: JobContext) -> Exchange<JobFinish>?
 
     /// Requests that ask the server to drop what it holds for this job
@@ -53,13 +62,21 @@ public protocol UploadBackend: Sendable {
 }
 
 extension UploadBackend {
+    /// No handles: most protocols let the server hand them out.
     public func makeJobHandles(for job: JobContext) -> ServerHandles { ServerHandles() }
+    /// The size the user asked for.
     public func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int { requested }
+    /// No job-level start call.
     public func startJob(_ job: JobContext) -> Exchange<JobStart>? { nil }
+    /// No per-file open call.
     public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? { nil }
+    /// No way to ask the server what it holds: a resume trusts the state store.
     public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? { nil }
+    /// No per-file finish call (the URL then comes with a chunk's answer or `finishJob`).
     public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? { nil }
+    /// No job-level finish call.
     public func finishJob(_ job: JobContext) -> Exchange<JobFinish>? { nil }
+    /// No call to drop an upload: cancelling only forgets the job locally.
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] { [] }
 }
 
@@ -73,8 +90,11 @@ public struct BackendTraits: Sendable, Hashable {
         case sequentialWithinFile
     }
 
+    /// The chunk size when the user names none.
     public var defaultChunkSize: Int
+    /// Requests in flight at once when the user names no number.
     public var defaultConcurrency: Int
+    /// Whether chunks of one file may be in flight together.
     public var chunkOrder: ChunkOrder
     /// Whether a zero-byte file is sent as one empty chunk.
     public var emptyFileHasOneChunk: Bool
@@ -90,6 +110,7 @@ public struct BackendTraits: Sendable, Hashable {
     /// job fails, its state kept. A re-run gets fresh rounds.
     public var maximumFinishRounds: Int
 
+    /// Declares a backend's needs; only the defaults are required.
     public init(
         defaultChunkSize: Int,
         defaultConcurrency: Int,
@@ -109,15 +130,20 @@ public struct BackendTraits: Sendable, Hashable {
     }
 }
 
+/// A whole-file digest a backend can ask for (`BackendTraits.digestsBeforeOpen`).
 public enum DigestAlgorithm: String, Sendable, Hashable, Codable {
+    /// MD5 and SHA-256, as lowercase hex in `FileContext.digests`.
     case md5, sha256
 }
 
 /// One request and how to read its answer.
 public struct Exchange<Outcome: Sendable>: Sendable {
+    /// The request to send (built again for every attempt).
     public var request: HTTPRequest
+    /// Reads the server's answer: an outcome, or the error the engine acts on.
     public var interpret: @Sendable (HTTPResponse) throws(BackendError) -> Outcome
 
+    /// Pairs `request` with the reading of its answer.
     public init(
         _ request: HTTPRequest,
         interpret: @escaping @Sendable (HTTPResponse) throws(BackendError) -> Outcome
@@ -142,6 +168,7 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     /// different checksum). The job fails loudly.
     case mismatch(String)
 
+    /// The message, for users.
     public var description: String {
         switch self {
         case .transient(let message, _), .rejected(let message), .uploadUnknown(let message),
@@ -155,10 +182,12 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
 
 /// The answer to `startJob`.
 public struct JobStart: Sendable, Hashable {
+    /// Job-level handles to keep (committed before any file is opened).
     public var handles: ServerHandles
     /// Handles for individual files, by file index.
     public var fileHandles: [Int: ServerHandles]
 
+    /// An answer with job-level and per-file handles.
     public init(handles: ServerHandles = ServerHandles(), fileHandles: [Int: ServerHandles] = [:]) {
         self.handles = handles
         self.fileHandles = fileHandles
@@ -167,10 +196,12 @@ public struct JobStart: Sendable, Hashable {
 
 /// The answer to `openFile`.
 public struct FileOpening: Sendable, Hashable {
+    /// The file's handles (e.g. an upload id), committed before its first chunk.
     public var handles: ServerHandles
     /// The chunk size the server chose, when it differs from the one asked.
     public var chunkSize: Int?
 
+    /// An answer with the file's handles and, if the server chose one, its chunk size.
     public init(handles: ServerHandles, chunkSize: Int? = nil) {
         self.handles = handles
         self.chunkSize = chunkSize

@@ -8,10 +8,14 @@
 public struct RetryPolicy: Sendable, Hashable {
     /// Attempts per request, the first included. 1 disables retrying.
     public var maximumAttempts: Int
+    /// The bound on the first retry's delay; it doubles with each attempt.
     public var initialDelay: Duration
+    /// The largest delay computed by backoff.
     public var maximumDelay: Duration
+    /// The longest `Retry-After` honoured.
     public var maximumRetryAfter: Duration
 
+    /// A policy; the defaults are what the CLI uses (8 attempts, 250 ms doubling to 30 s).
     public init(
         maximumAttempts: Int = 8,
         initialDelay: Duration = .milliseconds(250),
@@ -41,6 +45,7 @@ public struct RetryPolicy: Sendable, Hashable {
         return bound * fraction
     }
 
+    /// The delay before the next attempt, with random jitter.
     public func delay(after attempt: Int, retryAfter: Duration? = nil) -> Duration {
         delay(after: attempt, retryAfter: retryAfter, unit: Double.random(in: 0..<1))
     }

@@ -14,14 +14,32 @@ import Glibc
 /// let report = try await job.report
 /// ```
 public final class TransferEngine: Sendable {
+    /// The directory holding the state store and the per-job locks.
     public let stateDirectory: String
+    /// How long a completed job stays listed (`jobs(includingCompleted:)`)
+    /// before the next job to complete prunes it; `.zero` drops a job from
+    /// the store as soon as it completes.
+    public let finishedJobRetention: Duration
     let store: StateStore
     let transport: HTTPTransport
 
+    /// How long completed jobs are kept unless told otherwise: a day, long
+    /// enough to look up the URLs of yesterday's pushes.
+    public static let defaultFinishedJobRetention: Duration = .seconds(24 * 60 * 60)
+
     /// Opens (creating if needed) the state store in `stateDirectory`.
-    public init(stateDirectory: String, transport options: TransportOptions = TransportOptions()) throws(XferError) {
+    ///
+    /// - Parameters:
+    ///   - stateDirectory: Where jobs are kept; created with mode 0700.
+    ///   - options: How the HTTP transport connects and times out.
+    ///   - finishedJobRetention: How long completed jobs stay in the store.
+    public init(
+        stateDirectory: String, transport options: TransportOptions = TransportOptions(),
+        finishedJobRetention: Duration = TransferEngine.defaultFinishedJobRetention
+    ) throws(XferError) {
         _ = Self.fixMallocThreshold
         self.stateDirectory = stateDirectory
+        self.finishedJobRetention = max(.zero, finishedJobRetention)
         store = try StateStore(directory: stateDirectory)
         do {
             transport = try HTTPTransport(options: options)
@@ -59,9 +77,27 @@ public final class TransferEngine: Sendable {
     ///
     /// Everything that can be checked before sending is checked here, so a
     /// bad path or URL fails at once without touching the job's state.
+    ///
+    /// - Parameters:
+    ///   - files: Local paths, in the order the server should see them.
+    ///   - target: The server's root URL (http or https).
+    ///   - backend: The server's upload protocol.
+    ///   - options: Chunk size, concurrency, retries, headers, credentials.
+    ///   - restart: Forget saved progress of the same push and start over.
+    /// - Returns: The running job; await its `report`.
     public func push(
         _ files: [String], to target: String, using backend: any UploadBackend,
         options: TransferOptions = TransferOptions(), restart: Bool = false
+    ) async throws(XferError) -> TransferJob {
+        try await push(files, to: target, using: backend, options: options, restart: restart, resuming: nil)
+    }
+
+    /// `push`, or with `resuming` set, only the continuation of that existing
+    /// unfinished job: checked under the job's lock, so a job completed or
+    /// cancelled by another process meanwhile is never started afresh.
+    func push(
+        _ files: [String], to target: String, using backend: any UploadBackend,
+        options: TransferOptions, restart: Bool, resuming expected: JobID?
     ) async throws(XferError) -> TransferJob {
         guard !files.isEmpty else { throw .invalidInput("no files to push") }
         let target = try Self.normalizedTarget(target)
@@ -83,6 +119,12 @@ public final class TransferEngine: Sendable {
 
         let id = Self.jobID(backend: backend.name, target: target, files: paths)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        if let expected {
+            guard expected == id, let existing = try store.job(id) else { throw .unknownJob(expected.rawValue) }
+            guard existing.phase != .completed else {
+                throw .invalidInput("job \(id) is already complete; nothing to resume")
+            }
+        }
 
         var record: JobRecord
         var resumed = false
@@ -115,7 +157,25 @@ public final class TransferEngine: Sendable {
         let runner = JobRunner(
             record: record, files: localFiles, backend: backend, options: options, concurrency: concurrency,
             store: store, transport: transport, lock: lock, resumed: resumed)
-        return TransferJob(runner: runner)
+        let session = JobSession(
+            id: id, store: store, lock: lock, stateDirectory: stateDirectory, retention: finishedJobRetention,
+            rerun: { [store, transport] () throws(XferError) -> JobRunner in
+                // A run after pause(): the record moved on (handles, opened
+                // files), so it is read back rather than reused.
+                guard let current = try store.job(id) else {
+                    throw .transferFailed("the state of job \(id) vanished while it was paused")
+                }
+                for (stored, file) in zip(current.files, localFiles) {
+                    let now = try file.currentIdentity()
+                    if now != stored.identity {
+                        throw .fileChanged(path: file.path, detail: Self.describeChange(from: stored.identity, to: now))
+                    }
+                }
+                return JobRunner(
+                    record: current, files: localFiles, backend: backend, options: options, concurrency: concurrency,
+                    store: store, transport: transport, lock: lock, resumed: true)
+            })
+        return TransferJob(runner: runner, session: session)
     }
 
     /// A URL the engine can send to: http or https, with a host, without a
@@ -145,19 +205,27 @@ public final class TransferEngine: Sendable {
     }
 }
 
-/// A running job: its events, its outcome, and a way to stop it.
+/// A running job: its events, its outcome, and ways to pause, resume or
+/// stop it.
+///
+/// The job holds its lock from `push` until it ends, paused time included,
+/// so no other process can run it meanwhile.
 public final class TransferJob: Sendable {
+    /// The job's id, as `TransferEngine.jobs()` and the CLI show it.
     public let id: JobID
     /// Progress and milestones. Finishes when the job ends.
     public let events: AsyncStream<TransferEvent>
     private let task: Task<Result<JobReport, XferError>, Never>
+    private let control: JobControl
 
-    init(runner: JobRunner) {
+    init(runner: JobRunner, session: JobSession) {
         id = runner.jobID
         let (stream, continuation) = AsyncStream.makeStream(of: TransferEvent.self, bufferingPolicy: .bufferingNewest(4096))
         events = stream
+        let control = JobControl(job: runner.jobID)
+        self.control = control
         task = Task {
-            let result = await runner.run(events: continuation)
+            let result = await control.drive(first: runner, session: session, events: continuation)
             switch result {
             case .success(let report): continuation.yield(.completed(report))
             case .failure(let error): continuation.yield(.failed(error))
@@ -167,6 +235,13 @@ public final class TransferJob: Sendable {
         }
     }
 
+    deinit {
+        // Nobody is left to resume a paused job: end it (state kept) rather
+        // than leave it holding its lock for the life of the process. A
+        // running job is left to finish, as before.
+        control.abandonIfPaused()
+    }
+
     /// Waits for the job to end.
     public var report: JobReport {
         get async throws(XferError) {
@@ -174,9 +249,31 @@ public final class TransferJob: Sendable {
         }
     }
 
+    /// Stops sending until `resume()`: nothing new is scheduled, requests in
+    /// flight are abandoned (their chunks are sent again later), and every
+    /// acknowledged chunk is committed. Returns once the job is paused (it
+    /// then emits `.paused`) or has ended.
+    ///
+    /// The job keeps its lock while paused; `report` waits through the pause.
+    public func pause() async {
+        await control.pause()
+    }
+
+    /// Continues a paused job in this process: the server is asked what it
+    /// holds (where the protocol can tell) and the missing chunks follow. A
+    /// `pause()` still in progress is called off. Does nothing to a job that
+    /// is not paused.
+    public func resume() {
+        control.resume()
+    }
+
     /// Stops the job: no new requests, in-flight ones abandoned, state
-    /// committed. `report` then throws `XferError.interrupted`.
+    /// committed. `report` then throws `XferError.interrupted`. The job
+    /// stays resumable (pushing the same files again, or
+    /// `TransferEngine.resume(_:using:options:)`); to drop it for good, use
+    /// `TransferEngine.cancelJob(_:using:options:)`.
     public func cancel() {
+        control.cancel()
         task.cancel()
     }
 }

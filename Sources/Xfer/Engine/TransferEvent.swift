@@ -13,20 +13,32 @@ public enum TransferEvent: Sendable, Hashable {
     case retrying(operation: String, attempt: Int, delay: Duration, reason: String)
     /// The server asked for chunks or files again (a failed merge check).
     case resending(file: Int, chunks: Int, reason: String)
+    /// A file is complete on the server at `url`.
     case fileCompleted(file: Int, path: String, url: String)
+    /// `TransferJob.pause()` took effect: nothing is in flight and every
+    /// acknowledged chunk is committed. A `.started` follows on `resume()`.
+    case paused(job: JobID)
+    /// The job is done; always the last event of a successful job.
     case completed(JobReport)
+    /// The job stopped; always the last event of a job that did not complete.
     case failed(XferError)
 }
 
 /// The result of a finished job.
 public struct JobReport: Sendable, Hashable {
+    /// One uploaded file.
     public struct File: Sendable, Hashable {
+        /// The local path (absolute).
         public var path: String
+        /// Where the server keeps the file.
         public var url: String
+        /// Its size in bytes.
         public var size: Int64
     }
 
+    /// The job that finished.
     public var job: JobID
+    /// Every file of the job, in the order given to `push`.
     public var files: [File]
     /// Chunk bytes sent by this run, retries included.
     public var bytesSent: Int64

@@ -5,12 +5,15 @@ public struct TransferOptions: Sendable, Hashable {
     public var chunkSize: Int?
     /// Requests of this job in flight at once.
     public var concurrency: Int?
+    /// When and how often failed requests are tried again.
     public var retry: RetryPolicy
     /// Headers added to every request (e.g. from `--header`). Their values
     /// are treated as secrets: never logged or shown.
     public var extraHeaders: HTTPHeaders
+    /// What the backend uses to authenticate; never stored or shown.
     public var credentials: Credentials
 
+    /// Options; nil values take the backend's defaults (a resumed job keeps its chunk sizes).
     public init(
         chunkSize: Int? = nil,
         concurrency: Int? = nil,
@@ -28,5 +31,6 @@ public struct TransferOptions: Sendable, Hashable {
     /// The largest chunk the engine accepts: chunks are held in memory while
     /// in flight, so memory is bounded by concurrency × chunk size.
     public static let maximumChunkSize = 1 << 30
+    /// The most requests of one job in flight at once.
     public static let maximumConcurrency = 64
 }

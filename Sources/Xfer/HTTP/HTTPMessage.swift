@@ -4,35 +4,53 @@
 
 /// An HTTP method. Open-ended so a backend can use any verb its server wants.
 public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    /// The method's name, e.g. `POST`.
     public var rawValue: String
+    /// A method by name (case matters on the wire).
     public init(rawValue: String) { self.rawValue = rawValue }
 
+    /// `GET`.
     public static let get = HTTPMethod(rawValue: "GET")
+    /// `HEAD`.
     public static let head = HTTPMethod(rawValue: "HEAD")
+    /// `POST`.
     public static let post = HTTPMethod(rawValue: "POST")
+    /// `PUT`.
     public static let put = HTTPMethod(rawValue: "PUT")
+    /// `PATCH`.
     public static let patch = HTTPMethod(rawValue: "PATCH")
+    /// `DELETE`.
     public static let delete = HTTPMethod(rawValue: "DELETE")
+    /// `OPTIONS`.
     public static let options = HTTPMethod(rawValue: "OPTIONS")
 
+    /// The method's name.
     public var description: String { rawValue }
 }
 
 /// An ordered list of header fields; names compare case-insensitively.
 public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral {
+    /// One header field.
     public struct Field: Sendable, Hashable {
+        /// The field's name, as sent.
         public var name: String
+        /// The field's value.
         public var value: String
+        /// A field `name: value`.
         public init(name: String, value: String) {
             self.name = name
             self.value = value
         }
     }
 
+    /// The fields, in the order they are sent.
     public private(set) var fields: [Field]
 
+    /// No fields.
     public init() { fields = [] }
+    /// These fields, in order.
     public init(_ fields: [Field]) { self.fields = fields }
+    /// Fields from a literal, in its order.
     public init(dictionaryLiteral elements: (String, String)...) {
         fields = elements.map { Field(name: $0.0, value: $0.1) }
     }
@@ -58,12 +76,15 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
         fields.append(Field(name: name, value: value))
     }
 
+    /// Removes every field named `name`.
     public mutating func remove(_ name: String) {
         fields.removeAll { $0.name.caseInsensitiveEquals(name) }
     }
 
+    /// Whether a field named `name` is present.
     public func contains(_ name: String) -> Bool { self[name] != nil }
 
+    /// The fields, in order.
     public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
 }
 
@@ -73,15 +94,20 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
 /// without copying them: arrays are copy-on-write, so putting
 /// `chunk.bytes` in a segment shares the engine's buffer.
 public struct RequestBody: Sendable, Hashable {
+    /// The segments, sent back to back.
     public var segments: [[UInt8]]
 
+    /// A body of these segments.
     public init(segments: [[UInt8]] = []) { self.segments = segments }
+    /// A body of one segment.
     public init(_ bytes: [UInt8]) { self.segments = [bytes] }
 
+    /// No body.
     public static let empty = RequestBody()
 
     /// Total length in bytes.
     public var count: Int { segments.reduce(0) { $0 + $1.count } }
+    /// Whether the body has no bytes.
     public var isEmpty: Bool { segments.allSatisfy(\.isEmpty) }
 }
 
@@ -90,11 +116,16 @@ public struct RequestBody: Sendable, Hashable {
 /// `url` is absolute. Backends usually build it with `target.appending(path:)`
 /// from the job's target URL.
 public struct HTTPRequest: Sendable, Hashable {
+    /// The method.
     public var method: HTTPMethod
+    /// The absolute URL.
     public var url: String
+    /// Header fields; the engine adds the user's `--header` fields the backend did not set.
     public var headers: HTTPHeaders
+    /// The body, streamed from its segments.
     public var body: RequestBody
 
+    /// A request.
     public init(method: HTTPMethod, url: String, headers: HTTPHeaders = [:], body: RequestBody = .empty) {
         self.method = method
         self.url = url
@@ -107,16 +138,21 @@ public struct HTTPRequest: Sendable, Hashable {
 /// `TransportOptions.maximumResponseBodySize`): upload APIs answer with small
 /// JSON documents, and a server that streams megabytes back is misbehaving.
 public struct HTTPResponse: Sendable, Hashable {
+    /// The status code.
     public var status: Int
+    /// The response's header fields.
     public var headers: HTTPHeaders
+    /// The response body (capped in size).
     public var body: [UInt8]
 
+    /// A response (the engine makes these; tests of a backend may too).
     public init(status: Int, headers: HTTPHeaders = [:], body: [UInt8] = []) {
         self.status = status
         self.headers = headers
         self.body = body
     }
 
+    /// Whether the status is 2xx.
     public var isSuccess: Bool { (200..<300).contains(status) }
 
     /// The body decoded as UTF-8 (lossy), for messages.

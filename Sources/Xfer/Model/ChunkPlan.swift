@@ -4,10 +4,14 @@
 /// A zero-byte file has no chunks unless the protocol wants one empty chunk
 /// to announce the file (multipart and sequence do; patch does not).
 public struct ChunkPlan: Sendable, Hashable, Codable {
+    /// The file's size in bytes.
     public let fileSize: Int64
+    /// The size of every chunk but the last.
     public let chunkSize: Int
+    /// The number of chunks.
     public let count: Int
 
+    /// Cuts a file of `fileSize` bytes into chunks of `chunkSize` (> 0).
     public init(fileSize: Int64, chunkSize: Int, emptyFileHasOneChunk: Bool = false) {
         precondition(fileSize >= 0 && chunkSize > 0, "a plan needs a size ≥ 0 and a chunk size > 0")
         self.fileSize = fileSize

@@ -2,34 +2,42 @@
 /// file costs 125 KiB in memory and in the store.
 public struct ChunkSet: Sendable, Hashable {
     private(set) var words: [UInt64]
+    /// Indexes run from 0 to `capacity - 1`.
     public let capacity: Int
 
+    /// An empty set for `capacity` chunks.
     public init(capacity: Int) {
         precondition(capacity >= 0)
         self.capacity = capacity
         words = Array(repeating: 0, count: (capacity + 63) / 64)
     }
 
+    /// Whether `index` is in the set (false outside `0..<capacity`).
     public func contains(_ index: Int) -> Bool {
         guard index >= 0 && index < capacity else { return false }
         return words[index >> 6] & (1 << UInt64(index & 63)) != 0
     }
 
+    /// Adds `index`, which must be in `0..<capacity`.
     public mutating func insert(_ index: Int) {
         precondition(index >= 0 && index < capacity, "chunk \(index) is outside 0..<\(capacity)")
         words[index >> 6] |= 1 << UInt64(index & 63)
     }
 
+    /// Removes `index` (ignored outside `0..<capacity`).
     public mutating func remove(_ index: Int) {
         guard index >= 0 && index < capacity else { return }
         words[index >> 6] &= ~(1 << UInt64(index & 63))
     }
 
+    /// Empties the set.
     public mutating func removeAll() {
         for i in words.indices { words[i] = 0 }
     }
 
+    /// How many indexes are in the set.
     public var count: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
+    /// Whether every index is in the set.
     public var isComplete: Bool { count == capacity }
 
     /// The lowest index not in the set at or after `start`, or nil.

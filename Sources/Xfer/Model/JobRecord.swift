@@ -3,9 +3,13 @@ import Foundation
 /// A job's identity: derived from what the user asked for (backend, target
 /// and files), so re-running the same push finds the same job.
 public struct JobID: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible, Comparable {
+    /// 16 lowercase hex digits.
     public let rawValue: String
+    /// Wraps an id as stored (see `isWellFormed`).
     public init(rawValue: String) { self.rawValue = rawValue }
+    /// The id as shown.
     public var description: String { rawValue }
+    /// Ids order as their text does.
     public static func < (a: JobID, b: JobID) -> Bool { a.rawValue < b.rawValue }
 
     /// A job id is 16 lowercase hex digits; anything else is not one of ours.
@@ -27,9 +31,13 @@ public enum JobPhase: String, Sendable, Codable, Hashable {
 /// The identity of a local file when the job was created. A resume refuses
 /// to go on if any of it changed, since the server holds the old bytes.
 public struct FileIdentity: Sendable, Hashable, Codable {
+    /// Size in bytes.
     public var size: Int64
+    /// Modification time, in nanoseconds since 1970.
     public var modificationTimeNanoseconds: Int64
+    /// Inode number (a replaced file gets another).
     public var inode: UInt64
+    /// The device holding the file.
     public var device: UInt64
 }
 

@@ -4,16 +4,21 @@
 ///
 /// Keys marked secret are shown redacted wherever handles are displayed.
 public struct ServerHandles: Sendable, Hashable, Codable {
+    /// Every handle by key, secrets included: for backends, never for display.
     public private(set) var values: [String: String]
+    /// The keys whose values are shown redacted.
     public private(set) var secretKeys: Set<String>
 
+    /// Handles with these values, `secretKeys` among them secret.
     public init(_ values: [String: String] = [:], secretKeys: Set<String> = []) {
         self.values = values
         self.secretKeys = secretKeys
     }
 
+    /// The value of `key`, or nil.
     public subscript(key: String) -> String? { values[key] }
 
+    /// Whether there are no handles.
     public var isEmpty: Bool { values.isEmpty }
 
     /// Sets `key`; `secret` marks it for redaction in displays.
@@ -22,6 +27,7 @@ public struct ServerHandles: Sendable, Hashable, Codable {
         if secret { secretKeys.insert(key) } else { secretKeys.remove(key) }
     }
 
+    /// Removes `key` and its secret mark.
     public mutating func remove(_ key: String) {
         values[key] = nil
         secretKeys.remove(key)

@@ -1,5 +1,6 @@
 import Foundation
 import Glibc
+import Synchronization
 
 /// An exclusive, per-job lock held for the life of a push.
 ///
@@ -8,7 +9,8 @@ import Glibc
 /// that needs cleaning up by hand. The holder writes its pid into the file so
 /// the next process can say who holds it.
 final class JobLock: Sendable {
-    private let descriptor: Int32
+    /// The locked file; nil once released.
+    private let descriptor: Mutex<Int32?>
     let path: String
 
     init(stateDirectory: String, job: JobID) throws(XferError) {
@@ -19,33 +21,92 @@ final class JobLock: Sendable {
         } catch {
             throw .stateUnavailable("cannot create \(directory): \(StateStore.reason(error))")
         }
-        path = (directory as NSString).appendingPathComponent("\(job.rawValue).lock")
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw .stateUnavailable("cannot open \(path): \(String(cString: strerror(errno)))")
+        path = Self.path(stateDirectory: stateDirectory, job: job)
+        var acquired: Int32?
+        while acquired == nil {
+            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else {
+                throw .stateUnavailable("cannot open \(path): \(String(cString: strerror(errno)))")
+            }
+            if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+                let code = errno
+                let holder = Self.readPid(fd)
+                close(fd)
+                if code == EWOULDBLOCK { throw .jobLocked(job: job, pid: holder) }
+                throw .stateUnavailable("cannot lock \(path): \(String(cString: strerror(code)))")
+            }
+            // Cancel and prune unlink a job's lock file while holding it; a
+            // lock taken on a file unlinked meanwhile guards nothing, so
+            // only a lock on the file still at `path` counts.
+            var held = stat()
+            var current = stat()
+            if fstat(fd, &held) == 0, stat(path, &current) == 0, held.st_ino == current.st_ino, held.st_dev == current.st_dev {
+                acquired = fd
+            } else {
+                close(fd)
+            }
         }
-        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
-            let busy = errno == EWOULDBLOCK
-            let holder = Self.readPid(fd)
-            close(fd)
-            if busy { throw .jobLocked(job: job, pid: holder) }
-            throw .stateUnavailable("cannot lock \(path): \(String(cString: strerror(errno)))")
-        }
-        descriptor = fd
+        let fd = acquired!
+        descriptor = Mutex(fd)
         let pid = Array("\(getpid())\n".utf8)
         _ = ftruncate(fd, 0)
         _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
     }
 
     deinit {
-        // Closing the descriptor releases the flock.
-        close(descriptor)
+        release()
+    }
+
+    /// Gives the lock up now rather than when the last reference goes, so a
+    /// job that ended can be resumed or cancelled at once, even from this
+    /// process. Idempotent.
+    func release() {
+        descriptor.withLock { descriptor in
+            guard let fd = descriptor else { return }
+            descriptor = nil
+            // An empty pid tells `holder` nobody runs the job without it
+            // probing the lock (a probe could make a starting push see a busy lock).
+            _ = ftruncate(fd, 0)
+            // Closing the descriptor releases the flock.
+            close(fd)
+        }
+    }
+
+    /// Removes the lock file; call only while holding the lock, once the
+    /// job's state is gone, so lock files do not pile up.
+    func removeFile() {
+        descriptor.withLock { descriptor in
+            if descriptor != nil { _ = unlink(path) }
+        }
+    }
+
+    static func path(stateDirectory: String, job: JobID) -> String {
+        ((stateDirectory as NSString).appendingPathComponent("locks") as NSString)
+            .appendingPathComponent("\(job.rawValue).lock")
+    }
+
+    /// The pid of the live process holding the lock of `job`, or nil when
+    /// nobody holds it.
+    ///
+    /// Reads the pid the holder wrote first and probes the lock only when
+    /// that process is alive: most jobs are not running, and a probe (a
+    /// shared flock, however brief) could make a push starting at that
+    /// instant fail with "locked".
+    static func holder(stateDirectory: String, job: JobID) -> Int32? {
+        let fd = open(path(stateDirectory: stateDirectory, job: job), O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        guard let pid = readPid(fd), pid > 0, kill(pid, 0) == 0 || errno == EPERM else { return nil }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return nil
+        }
+        return pid
     }
 
     /// True when some live process holds the lock of `job`.
     static func isHeld(stateDirectory: String, job: JobID) -> Bool {
-        let path = ((stateDirectory as NSString).appendingPathComponent("locks") as NSString)
-            .appendingPathComponent("\(job.rawValue).lock")
+        let path = path(stateDirectory: stateDirectory, job: job)
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return false }
         defer { close(fd) }

@@ -53,6 +53,7 @@ final class LMDBEnvironment: @unchecked Sendable {
             // corrupt the file. SIGKILL loses nothing committed in any mode.
             let flags = UInt32(MDB_NOTLS | MDB_NOMETASYNC)
             try check(mdb_env_open(env, directory, flags, 0o600), "mdb_env_open \(directory)")
+            try Self.checkNotTruncated(env, directory: directory)
         } catch {
             mdb_env_close(env)
             throw error
@@ -62,6 +63,28 @@ final class LMDBEnvironment: @unchecked Sendable {
 
     deinit {
         mdb_env_close(env)
+    }
+
+    /// LMDB trusts its meta page: a data file cut short after it (a bad copy,
+    /// a full disk) is mapped anyway, and reading the missing pages kills the
+    /// process with SIGBUS. Refusing such a file up front turns that crash into
+    /// an error. Files only grow and pages are written before the meta page
+    /// that names them, so a healthy file, even mid-commit elsewhere, passes.
+    private static func checkNotTruncated(_ env: OpaquePointer, directory: String) throws(LMDBError) {
+        var info = MDB_envinfo()
+        var stat = MDB_stat()
+        var fd: Int32 = -1
+        try check(mdb_env_info(env, &info), "mdb_env_info \(directory)")
+        try check(mdb_env_stat(env, &stat), "mdb_env_stat \(directory)")
+        try check(mdb_env_get_fd(env, &fd), "mdb_env_get_fd \(directory)")
+        var file = Glibc.stat()
+        guard fstat(fd, &file) == 0 else { throw LMDBError(code: errno, operation: "fstat \(directory)/data.mdb") }
+        let needed = (Int64(info.me_last_pgno) + 1) * Int64(stat.ms_psize)
+        if Int64(file.st_size) < needed {
+            throw LMDBError(
+                code: MDB_CORRUPTED,
+                operation: "\(directory)/data.mdb is truncated (\(file.st_size) bytes, its pages need \(needed))")
+        }
     }
 
     /// Opens or creates a named database. Call once per name at start-up.

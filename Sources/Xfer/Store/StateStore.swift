@@ -18,11 +18,17 @@ enum StateChange: Sendable {
 
 /// Durable job and chunk state in LMDB.
 ///
-/// Layout (one LMDB environment, four named databases):
+/// Layout (one LMDB environment, seven named databases):
 /// - `meta`: `layout` → layout version.
 /// - `jobs`: job id → JSON `JobRecord` (small: files and server handles).
 /// - `chunks`: job id ‖ 0 ‖ file (u32 BE) ‖ segment (u32 BE) → bitmap of done chunks.
 /// - `receipts`: job id ‖ 0 ‖ file (u32 BE) ‖ chunk (u32 BE) → receipt text.
+/// - `progress`: job id ‖ 0 ‖ file (u32 BE) → done-chunk count (u64 LE), kept
+///   in step with the bitmaps so listing jobs never counts bits.
+/// - `finished`: completion time (u64 BE seconds) ‖ job id → nothing; finds
+///   completed jobs due for pruning without reading every job.
+/// - `summaries`: job id → `JobListing` (binary), what listing needs of the
+///   record, written with it.
 ///
 /// Reads run on the caller's thread. Writes are queued and applied by one
 /// serial queue, each batch in one transaction that begins and commits in one
@@ -36,6 +42,9 @@ final class StateStore: Sendable {
     private let jobsDB: LMDBDatabase
     private let chunksDB: LMDBDatabase
     private let receiptsDB: LMDBDatabase
+    private let progressDB: LMDBDatabase
+    private let finishedDB: LMDBDatabase
+    private let summariesDB: LMDBDatabase
     private let writer = DispatchQueue(label: "xfer.state.writer")
     private let pending = LockedValue<[(StateChange, @Sendable (Result<Void, XferError>) -> Void)]>([])
 
@@ -60,6 +69,9 @@ final class StateStore: Sendable {
             jobsDB = try env.database(named: "jobs")
             chunksDB = try env.database(named: "chunks")
             receiptsDB = try env.database(named: "receipts")
+            progressDB = try env.database(named: "progress")
+            finishedDB = try env.database(named: "finished")
+            summariesDB = try env.database(named: "summaries")
         } catch {
             throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
         }
@@ -135,7 +147,121 @@ final class StateStore: Sendable {
         }
     }
 
+    /// Ids of the jobs whose id starts with `prefix`, without decoding any record.
+    func jobIDs(withPrefix prefix: String) throws(XferError) -> [JobID] {
+        try reading { txn in
+            var ids: [JobID] = []
+            try txn.forEach(jobsDB, prefix: Array(prefix.utf8)) { key, _ in
+                ids.append(JobID(rawValue: String(decoding: key, as: UTF8.self)))
+                return true
+            }
+            return ids
+        }
+    }
+
+    /// Job `id`'s record with each file's progress, read in one transaction.
+    func jobWithProgress(_ id: JobID) throws(XferError) -> (record: JobRecord, files: [FileProgress])? {
+        try reading { txn in
+            guard let bytes = try txn.get(jobsDB, Array(id.rawValue.utf8)) else { return nil }
+            let record = try decodeJob(bytes, id: id.rawValue)
+            return (record, try progress(of: JobListing(record), in: txn))
+        }
+    }
+
+    /// Every job as listings show it, with each file's progress, read in one
+    /// transaction. Costs a few string copies and two small reads per file,
+    /// whatever the number of chunks: listings come from `summaries` (a job
+    /// written before they existed has its JSON record decoded instead).
+    func listings() throws(XferError) -> [(listing: JobListing, files: [FileProgress])] {
+        try reading { txn in
+            var result: [(listing: JobListing, files: [FileProgress])] = []
+            try txn.forEach(jobsDB, prefix: []) { key, value in
+                let id = JobID(rawValue: String(decoding: key, as: UTF8.self))
+                let listing: JobListing
+                if let bytes = try txn.get(summariesDB, key), let stored = JobListing(id: id, decoding: bytes) {
+                    listing = stored
+                } else {
+                    listing = JobListing(try decodeJob(value, id: id.rawValue))
+                }
+                result.append((listing, try progress(of: listing, in: txn)))
+                return true
+            }
+            return result
+        }
+    }
+
+    /// Each file's progress from its counter and the one bitmap segment that
+    /// holds its last chunk (usually shorter than the others, so bytes
+    /// depend on it); never the whole bitmap.
+    private func progress(of listing: JobListing, in txn: LMDBTransaction) throws -> [FileProgress] {
+        var files: [FileProgress] = []
+        files.reserveCapacity(listing.files.count)
+        for (index, file) in listing.files.enumerated() {
+            let prefix = Self.fileKey(listing.id, index)
+            let capacity = ChunkPlan(fileSize: max(0, file.size), chunkSize: max(1, file.chunkSize)).count
+            var lastDone = false
+            if capacity > 0 {
+                let last = capacity - 1
+                let key = prefix + Self.u32Bytes(UInt32(last / ChunkSet.segmentSize))
+                if let segment = try txn.get(chunksDB, key) {
+                    let bit = last % ChunkSet.segmentSize
+                    lastDone = segment.count > bit >> 3 && segment[bit >> 3] & (1 << UInt8(bit & 7)) != 0
+                }
+            }
+            let count = try storedCount(prefix, in: txn)
+            files.append(FileProgress(chunksDone: min(max(0, count), capacity), lastChunkDone: lastDone))
+        }
+        return files
+    }
+
     // MARK: Writes
+
+    /// Deletes every completed job that finished before `cutoff` (its record,
+    /// bitmaps, receipts and counters) and returns their ids.
+    ///
+    /// Each candidate is re-checked inside the write transaction, so a job
+    /// that was re-pushed since it completed is left alone.
+    func pruneCompletedJobs(finishedBefore cutoff: Date) async throws(XferError) -> [JobID] {
+        // The index has whole seconds: take every entry of the cutoff's
+        // second too, and let the record's exact time decide.
+        let limit = UInt64(max(0, cutoff.timeIntervalSince1970.rounded(.up)))
+        let result: Result<[JobID], XferError> = await withCheckedContinuation { continuation in
+            writer.async {
+                do {
+                    let pruned = try self.env.write { txn in
+                        var due: [[UInt8]] = []
+                        try txn.forEach(self.finishedDB, prefix: []) { key, _ in
+                            guard key.count > 8, Self.u64(key) < limit else { return false }
+                            due.append(key)
+                            return true
+                        }
+                        var pruned: [JobID] = []
+                        for key in due {
+                            let id = JobID(rawValue: String(decoding: key[8...], as: UTF8.self))
+                            guard let bytes = try txn.get(self.jobsDB, Array(id.rawValue.utf8)),
+                                let record = try? self.decodeJob(bytes, id: id.rawValue),
+                                record.phase == .completed, Self.finishedKey(record) == key
+                            else {
+                                try txn.delete(self.finishedDB, key)  // stale: deleted or pushed again since
+                                continue
+                            }
+                            guard record.updatedAt < cutoff else { continue }
+                            try txn.delete(self.finishedDB, key)
+                            try self.apply(.deleteJob(id), in: txn)
+                            pruned.append(id)
+                        }
+                        return pruned
+                    }
+                    continuation.resume(returning: .success(pruned))
+                } catch let error as XferError {
+                    continuation.resume(returning: .failure(error))
+                } catch {
+                    continuation.resume(returning: .failure(.stateUnavailable("cannot prune finished jobs in \(self.directory): \(error)")))
+                }
+            }
+        }
+        return try result.get()
+    }
 
     /// Applies `changes` durably (committed before this returns). Changes
     /// queued by concurrent callers share one transaction.
@@ -206,11 +332,19 @@ final class StateStore: Sendable {
         switch change {
         case .putJob(let record):
             try txn.put(jobsDB, Array(record.id.rawValue.utf8), try Self.encoder.encode(record).bytes)
+            try txn.put(summariesDB, Array(record.id.rawValue.utf8), JobListing(record).encoded)
+            if record.phase == .completed {
+                // Stale entries (a job re-pushed or deleted since) are
+                // recognised and dropped by `pruneCompletedJobs`.
+                try txn.put(finishedDB, Self.finishedKey(record), [1])
+            }
         case .deleteJob(let id):
             try txn.delete(jobsDB, Array(id.rawValue.utf8))
+            try txn.delete(summariesDB, Array(id.rawValue.utf8))
             let prefix = Array(id.rawValue.utf8) + [0]
             try txn.deleteAll(chunksDB, prefix: prefix)
             try txn.deleteAll(receiptsDB, prefix: prefix)
+            try txn.deleteAll(progressDB, prefix: prefix)
         case .markDone(let job, let file, let chunks, let receipts):
             try updateBits(job, file, chunks, to: true, in: txn)
             for (chunk, receipt) in receipts {
@@ -226,6 +360,7 @@ final class StateStore: Sendable {
             for segment in 0..<done.segmentCount {
                 try txn.put(chunksDB, prefix + Self.u32Bytes(UInt32(segment)), done.segmentBytes(segment))
             }
+            try txn.put(progressDB, prefix, Self.countBytes(done.count))
             for (chunk, receipt) in receipts {
                 try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
             }
@@ -234,6 +369,7 @@ final class StateStore: Sendable {
 
     private func updateBits(_ job: JobID, _ file: Int, _ chunks: [Int], to value: Bool, in txn: LMDBTransaction) throws {
         let prefix = Self.fileKey(job, file)
+        var count = try storedCount(prefix, in: txn)
         let bySegment = Dictionary(grouping: chunks) { $0 / ChunkSet.segmentSize }
         for (segment, members) in bySegment {
             let key = prefix + Self.u32Bytes(UInt32(segment))
@@ -242,14 +378,33 @@ final class StateStore: Sendable {
             if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
             for chunk in members {
                 let bit = chunk % ChunkSet.segmentSize
+                let mask: UInt8 = 1 << UInt8(bit & 7)
+                let wasSet = bytes[bit >> 3] & mask != 0
                 if value {
-                    bytes[bit >> 3] |= 1 << UInt8(bit & 7)
+                    bytes[bit >> 3] |= mask
+                    if !wasSet { count += 1 }
                 } else {
-                    bytes[bit >> 3] &= ~(1 << UInt8(bit & 7))
+                    bytes[bit >> 3] &= ~mask
+                    if wasSet { count -= 1 }
                 }
             }
             try txn.put(chunksDB, key, bytes)
         }
+        try txn.put(progressDB, prefix, Self.countBytes(max(0, count)))
+    }
+
+    /// A file's done-chunk count. Stores written before the counter existed
+    /// have none; it is then counted from the bitmap once and kept from then on.
+    private func storedCount(_ prefix: [UInt8], in txn: LMDBTransaction) throws -> Int {
+        if let stored = try txn.get(progressDB, prefix), stored.count == 8 {
+            return Int(Self.count(stored))
+        }
+        var count = 0
+        try txn.forEach(chunksDB, prefix: prefix) { _, value in
+            count += value.reduce(0) { $0 + $1.nonzeroBitCount }
+            return true
+        }
+        return count
     }
 
     // MARK: Helpers
@@ -294,6 +449,23 @@ final class StateStore: Sendable {
         fileKey(job, file) + u32Bytes(UInt32(chunk))
     }
 
+    static func finishedKey(_ record: JobRecord) -> [UInt8] {
+        let seconds = UInt64(max(0, record.updatedAt.timeIntervalSince1970.rounded(.down)))
+        return (0..<8).map { UInt8((seconds >> UInt64(56 - 8 * $0)) & 0xff) } + Array(record.id.rawValue.utf8)
+    }
+
+    static func u64(_ bytes: [UInt8]) -> UInt64 {
+        bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
+    static func countBytes(_ count: Int) -> [UInt8] {
+        withUnsafeBytes(of: UInt64(count).littleEndian) { Array($0) }
+    }
+
+    static func count(_ bytes: [UInt8]) -> UInt64 {
+        bytes.prefix(8).reversed().reduce(0) { $0 << 8 | UInt64($1) }
+    }
+
     static func u32Bytes(_ value: UInt32) -> [UInt8] {
         [UInt8(value >> 24), UInt8((value >> 16) & 0xff), UInt8((value >> 8) & 0xff), UInt8(value & 0xff)]
     }
@@ -310,6 +482,14 @@ final class StateStore: Sendable {
         }
         return (error as NSError).localizedDescription
     }
+}
+
+/// How far one file of a job is, as the store counts it.
+struct FileProgress: Sendable, Hashable {
+    /// Chunks the server acknowledged.
+    var chunksDone: Int
+    /// Whether the last chunk (usually shorter than the others) is among them.
+    var lastChunkDone: Bool
 }
 
 extension Data {

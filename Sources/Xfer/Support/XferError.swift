@@ -18,6 +18,7 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Stopped by a signal or by `cancel()`; state is committed.
     case interrupted
 
+    /// One actionable line for users, never holding a secret.
     public var description: String {
         switch self {
         case .invalidInput(let message):

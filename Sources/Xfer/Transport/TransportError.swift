@@ -7,14 +7,19 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The URL is malformed or not http/https. Carries the URL reduced to
     /// scheme://host:port/path and the reason.
     case invalidURL(String)
+    /// DNS found no address for `host`.
     case couldNotResolve(host: String)
+    /// No TCP connection to `host:port` (refused, unreachable).
     case couldNotConnect(host: String, port: Int, reason: String)
     /// Connect timeout, low-speed abort or request timeout.
     case timedOut(String)
+    /// The TLS handshake or certificate check failed.
     case tls(String)
     /// Connection reset, send/receive failure, empty or malformed reply...
     case network(String)
+    /// The answer's body passed `TransportOptions.maximumResponseBodySize`.
     case responseTooLarge(limit: Int)
+    /// The request's task was cancelled, or the transport shut down.
     case cancelled
 
     /// True for errors worth retrying with backoff: the same request may
@@ -29,6 +34,7 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// One line for users, without query strings, userinfo or header values.
     public var description: String {
         switch self {
         case .invalidURL(let message):

@@ -8,6 +8,7 @@ public struct TransportOptions: Sendable, Hashable {
     /// hanging. This also covers a server that takes longer than
     /// `lowSpeedTime` to answer after the upload finished. 0 disables it.
     public var lowSpeedLimit: Int = 1024
+    /// How long a transfer may stay below `lowSpeedLimit`.
     public var lowSpeedTime: Duration = .seconds(30)
     /// Optional cap on a whole request; nil = none.
     public var requestTimeout: Duration? = nil
@@ -21,8 +22,10 @@ public struct TransportOptions: Sendable, Hashable {
     /// Upload APIs answer with small documents; a bigger body is treated as
     /// an error (`TransportError.responseTooLarge`) rather than buffered.
     public var maximumResponseBodySize: Int = 4 << 20
+    /// The `User-Agent` header sent with every request.
     public var userAgent: String = "xfer/0.1"
 
+    /// The defaults above.
     public init() {}
 }
 

@@ -1,0 +1,333 @@
+import Foundation
+
+/// Where a job stands, as listings show it.
+public enum JobState: String, Sendable, Hashable, Codable, CaseIterable {
+    /// A live process (perhaps this one) holds the job's lock.
+    case running
+    /// Created or interrupted; resuming continues it.
+    case unfinished
+    /// Stopped on an error retries did not fix; resuming continues it.
+    case failed
+    /// Every file is on the server; kept until the retention ends.
+    case completed
+}
+
+/// One line of a job listing. Holds nothing secret: tokens and headers are
+/// never stored, and the target is shown without credentials or query.
+public struct JobSummary: Sendable, Hashable {
+    /// The job's id (16 hex digits).
+    public let id: JobID
+    /// The `UploadBackend.name` the job was pushed with.
+    public let backend: String
+    /// The server's root URL, with any password and query redacted.
+    public let target: String
+    /// The local files, in push order.
+    public let files: [String]
+    /// The size of all files together.
+    public let totalBytes: Int64
+    /// Bytes the server acknowledged, as the state store records them.
+    public let doneBytes: Int64
+    /// Running, unfinished, failed or completed.
+    public let state: JobState
+    /// The pid of the process running the job, when it is running.
+    public let runningProcess: Int32?
+    /// When the job was created.
+    public let createdAt: Date
+    /// When the job's record last changed (for a completed job: when it completed).
+    public let updatedAt: Date
+    /// The error that stopped the last run, if it failed.
+    public let lastError: String?
+}
+
+/// Everything the state store knows about one job, secrets redacted.
+public struct JobDetails: Sendable, Hashable {
+    /// One file of the job.
+    public struct File: Sendable, Hashable {
+        /// Position in the job (0-based).
+        public let index: Int
+        /// The local path.
+        public let path: String
+        /// The file's size in bytes.
+        public let size: Int64
+        /// The chunk size in force for the file.
+        public let chunkSize: Int
+        /// The number of chunks the file is cut into.
+        public let chunkCount: Int
+        /// Chunks the server acknowledged.
+        public let chunksDone: Int
+        /// Bytes the server acknowledged.
+        public let doneBytes: Int64
+        /// Whether the server has opened the file (its handles are stored).
+        public let isOpen: Bool
+        /// The file's URL on the server, once it is complete.
+        public let url: String?
+        /// Server handles of the file, with secret values replaced by `<redacted>`.
+        public let handles: [String: String]
+    }
+
+    /// The job's listing line.
+    public let summary: JobSummary
+    /// Job-level server handles, with secret values replaced by `<redacted>`.
+    public let handles: [String: String]
+    /// Requests in flight at once when the job last ran.
+    public let concurrency: Int
+    /// Every file of the job, in push order.
+    public let files: [File]
+}
+
+/// What `TransferEngine.cancelJob` did.
+public struct CancellationReport: Sendable, Hashable {
+    /// One request that asked the server to drop what it holds.
+    public struct Request: Sendable, Hashable {
+        /// The HTTP method, e.g. `DELETE`.
+        public let method: String
+        /// The URL without its query (which may hold secrets).
+        public let url: String
+        /// The server's status code, when it answered.
+        public let status: Int?
+        /// Why no answer came, when none did.
+        public let error: String?
+
+        /// Whether the server confirmed, or no longer knew the upload (404, 410).
+        public var succeeded: Bool {
+            guard let status else { return false }
+            return (200..<300).contains(status) || status == 404 || status == 410
+        }
+    }
+
+    /// The job that was cancelled; its local state is gone.
+    public let job: JobID
+    /// The requests sent to the server, in order; empty when there were none.
+    public let requests: [Request]
+    /// Why the server was not asked, when it was not (an unknown backend,
+    /// a completed job).
+    public let serverNotAsked: String?
+}
+
+extension TransferEngine {
+    /// Every job in the state store, oldest first.
+    ///
+    /// Cheap with many jobs: per job it reads a compact summary, and per file
+    /// a counter and one bitmap segment, however many chunks the files have;
+    /// whether a job runs is read from its lock file.
+    ///
+    /// - Parameter includingCompleted: Also list completed jobs still kept
+    ///   (see `finishedJobRetention`).
+    public func jobs(includingCompleted: Bool = false) throws(XferError) -> [JobSummary] {
+        // Many jobs share a target; parsing each once is a tenth of the listing's time.
+        var shownTargets: [String: String] = [:]
+        return try store.listings()
+            .filter { includingCompleted || $0.listing.phase != .completed }
+            .map { entry in
+                var listing = entry.listing
+                if let shown = shownTargets[listing.target] {
+                    listing.target = shown
+                } else {
+                    let shown = Self.displayURL(listing.target)
+                    shownTargets[listing.target] = shown
+                    listing.target = shown
+                }
+                return summary(of: listing, progress: entry.files, targetIsShown: true)
+            }
+            .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+    }
+
+    /// The id of the job `text` names: a whole id, or a prefix of exactly
+    /// one job's id (as `git` accepts abbreviated hashes).
+    public func jobID(matching text: String) throws(XferError) -> JobID {
+        let needle = text.trimmingCharacters(in: .whitespaces).lowercased()
+        let shown = String(text.prefix(40))
+        guard !needle.isEmpty, needle.utf8.count <= 16,
+            needle.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) })
+        else { throw .unknownJob(shown) }
+        let ids = try store.jobIDs(withPrefix: needle)
+        if let exact = ids.first(where: { $0.rawValue == needle }) { return exact }
+        switch ids.count {
+        case 0: throw .unknownJob(shown)
+        case 1: return ids[0]
+        default: throw .invalidInput("'\(shown)' matches \(ids.count) jobs; give more of the job id")
+        }
+    }
+
+    /// What the state store knows about job `id`, per file.
+    public func details(of id: JobID) throws(XferError) -> JobDetails {
+        guard let entry = try store.jobWithProgress(id) else {
+            throw .unknownJob(id.rawValue)
+        }
+        let record = entry.record
+        let summary = summary(of: JobListing(record), progress: entry.files)
+        let files = zip(record.files, entry.files).enumerated().map { index, pair -> JobDetails.File in
+            let (file, done) = pair
+            let plan = ChunkPlan(fileSize: file.size, chunkSize: max(1, file.chunkSize))
+            return JobDetails.File(
+                index: index, path: file.path, size: file.size, chunkSize: file.chunkSize, chunkCount: plan.count,
+                chunksDone: record.phase == .completed ? plan.count : done.chunksDone,
+                doneBytes: record.phase == .completed
+                    ? file.size : Self.doneBytes(size: file.size, chunkSize: file.chunkSize, done),
+                isOpen: file.isOpen, url: file.url, handles: file.handles.redacted)
+        }
+        return JobDetails(summary: summary, handles: record.handles.redacted, concurrency: record.concurrency, files: files)
+    }
+
+    /// Continues unfinished (or failed) job `id` from its saved state.
+    ///
+    /// The push is rebuilt from the job's record: files, target, chunk
+    /// sizes and server handles. Credentials and extra headers are never
+    /// stored, so pass them again in `options`; `options.chunkSize` is
+    /// ignored (the job keeps its chunk sizes) and `options.concurrency`
+    /// defaults to the job's.
+    ///
+    /// - Parameter backends: Candidates; the one whose `name` the job was
+    ///   pushed with is used.
+    /// - Throws: `.unknownJob`, `.invalidInput` (completed job, backend not
+    ///   given), `.jobLocked`, `.fileChanged`, and what `push` throws.
+    public func resume(
+        _ id: JobID, using backends: [any UploadBackend], options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> TransferJob {
+        guard let record = try store.job(id) else { throw .unknownJob(id.rawValue) }
+        guard record.phase != .completed else {
+            throw .invalidInput("job \(id) is already complete; nothing to resume")
+        }
+        let backend = try Self.backend(named: record.backend, in: backends, for: id)
+        var options = options
+        if options.concurrency == nil { options.concurrency = record.concurrency }
+        return try await push(
+            record.files.map(\.path), to: record.target, using: backend, options: options, restart: false, resuming: id)
+    }
+
+    /// Drops job `id` for good: asks the server to drop what it holds (the
+    /// backend's `cancelRequests`, best-effort: one attempt each, answers
+    /// reported, failures not fatal), then deletes the job's local state.
+    ///
+    /// A completed job's files stay on the server; only its local record
+    /// goes. When no backend in `backends` matches the job's, the server is
+    /// not asked and the report says so.
+    ///
+    /// - Throws: `.unknownJob`; `.jobLocked` when a live process runs the job
+    ///   (stop it first); `.stateUnavailable`.
+    public func cancelJob(
+        _ id: JobID, using backends: [any UploadBackend] = [], options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> CancellationReport {
+        guard try store.job(id) != nil else { throw .unknownJob(id.rawValue) }
+        let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        // Another process may have cancelled or pruned it before we got the lock.
+        guard let record = try store.job(id) else {
+            lock.removeFile()
+            throw .unknownJob(id.rawValue)
+        }
+        var requests: [CancellationReport.Request] = []
+        var notAsked: String?
+        if record.phase == .completed {
+            notAsked = "the job is complete; its files stay on the server"
+        } else if let backend = backends.first(where: { $0.name == record.backend }) {
+            let context = JobRunner.jobContext(record: record, traits: backend.traits, credentials: options.credentials)
+            let cancelRequests = backend.cancelRequests(for: context)
+            if cancelRequests.isEmpty {
+                notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
+            }
+            for var request in cancelRequests {
+                for field in options.extraHeaders where !request.headers.contains(field.name) {
+                    request.headers.add(field.name, field.value)
+                }
+                let shown = Self.displayURL(request.url)
+                do {
+                    let response = try await transport.send(request)
+                    requests.append(.init(method: request.method.rawValue, url: shown, status: response.status, error: nil))
+                } catch {
+                    requests.append(.init(method: request.method.rawValue, url: shown, status: nil, error: "\(error)"))
+                }
+            }
+        } else {
+            notAsked = "the '\(record.backend)' backend is not available here, so the server was not asked to drop the upload"
+        }
+        try await store.commit(.deleteJob(id))
+        try store.sync()
+        lock.removeFile()
+        return CancellationReport(job: id, requests: requests, serverNotAsked: notAsked)
+    }
+
+    /// Deletes completed jobs older than `finishedJobRetention` and returns
+    /// their ids. Completing a job does this too; call it to prune without
+    /// pushing (e.g. from a maintenance task).
+    public func pruneCompletedJobs() async throws(XferError) -> [JobID] {
+        let cutoff = Date().addingTimeInterval(-finishedJobRetention.timeInterval)
+        let pruned = try await store.pruneCompletedJobs(finishedBefore: cutoff)
+        for id in pruned { JobCatalog.removeLockFile(stateDirectory: stateDirectory, job: id, store: store) }
+        return pruned
+    }
+
+    // MARK: Helpers
+
+    private func summary(of record: JobListing, progress: [FileProgress], targetIsShown: Bool = false) -> JobSummary {
+        let total = record.files.reduce(Int64(0)) { $0 + $1.size }
+        let done: Int64
+        if record.phase == .completed {
+            done = total
+        } else {
+            done = zip(record.files, progress).reduce(Int64(0)) {
+                $0 + Self.doneBytes(size: $1.0.size, chunkSize: $1.0.chunkSize, $1.1)
+            }
+        }
+        let holder = JobLock.holder(stateDirectory: stateDirectory, job: record.id)
+        let state: JobState
+        if holder != nil {
+            state = .running
+        } else {
+            switch record.phase {
+            case .unfinished: state = .unfinished
+            case .failed: state = .failed
+            case .completed: state = .completed
+            }
+        }
+        return JobSummary(
+            id: record.id, backend: record.backend, target: targetIsShown ? record.target : Self.displayURL(record.target),
+            files: record.files.map(\.path), totalBytes: total, doneBytes: done, state: state,
+            runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
+            lastError: record.phase == .failed ? record.lastError : nil)
+    }
+
+    /// Acknowledged bytes of a file from its chunk count: every chunk is
+    /// full but the last, which counts only when it is done.
+    static func doneBytes(size: Int64, chunkSize: Int, _ progress: FileProgress) -> Int64 {
+        let plan = ChunkPlan(fileSize: max(0, size), chunkSize: max(1, chunkSize))
+        guard plan.count > 0, progress.chunksDone > 0 else { return 0 }
+        var bytes = Int64(progress.chunksDone) * Int64(plan.chunkSize)
+        if progress.lastChunkDone {
+            bytes -= Int64(plan.chunkSize - plan.length(of: plan.count - 1))
+        }
+        return min(max(0, bytes), plan.fileSize)
+    }
+
+    static func backend(named name: String, in backends: [any UploadBackend], for id: JobID) throws(XferError)
+        -> any UploadBackend
+    {
+        if let backend = backends.first(where: { $0.name == name }) { return backend }
+        let offered = backends.isEmpty ? "none was given" : "only \(backends.map(\.name).joined(separator: ", ")) \(backends.count == 1 ? "was" : "were") given"
+        throw .invalidInput("job \(id) was pushed with the '\(name)' backend, but \(offered); resume it with that backend")
+    }
+
+    /// `url` without its query and fragment, and with any password masked:
+    /// listings and reports must not leak credentials put in a URL.
+    static func displayURL(_ url: String) -> String {
+        guard var components = URLComponents(string: url) else {
+            return url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
+        }
+        let hadQuery = components.query != nil
+        components.query = nil
+        components.fragment = nil
+        if components.password != nil { components.password = "***" }
+        return (components.string ?? "") + (hadQuery ? "?…" : "")
+    }
+}
+
+/// Lock-file housekeeping shared by prune and cancel.
+enum JobCatalog {
+    /// Removes the lock file of a job whose state is gone, when no process
+    /// holds it (one that does is re-pushing the job and keeps it).
+    static func removeLockFile(stateDirectory: String, job: JobID, store: StateStore) {
+        guard let lock = try? JobLock(stateDirectory: stateDirectory, job: job) else { return }
+        if case .some(.none) = try? store.job(job) {
+            lock.removeFile()
+        }
+    }
+}
