@@ -98,31 +98,9 @@ struct ResumeCommand: AsyncParsableCommand {
             report(error, job: id)
             return error.exitCode
         }
-        let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
-        let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
-        let printer = Task { [json] in
-            for await event in job.events {
-                if json {
-                    if let line = EventJSON.line(for: event, job: id) { Terminal.out(line) }
-                } else {
-                    display?.show(event)
-                }
-            }
-            display?.finish()
-        }
-        let result: Result<JobReport, XferError>
-        do {
-            result = .success(try await job.report)
-        } catch {
-            result = .failure(error)
-        }
-        await printer.value
-        withExtendedLifetime(signals) {}
+        let result = await JobWatcher.follow(job, json: json, tag: id)
         switch result {
-        case .success(let report):
-            if !json {
-                for file in report.files { Terminal.out(file.url) }
-            }
+        case .success:
             return 0
         case .failure(let error):
             // With --json the engine's own `failed` event already said it.

@@ -115,30 +115,7 @@ struct PushCommand: AsyncParsableCommand {
             stateDirectory: StateLocation.resolve(state), transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
         let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
 
-        let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
-        let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
-        let printer = Task { [json] in
-            for await event in job.events {
-                if json {
-                    if let line = EventJSON.line(for: event) { Terminal.out(line) }
-                } else {
-                    display?.show(event)
-                }
-            }
-            display?.finish()
-        }
-        let result: Result<JobReport, XferError>
-        do {
-            result = .success(try await job.report)
-        } catch {
-            result = .failure(error)
-        }
-        await printer.value
-        withExtendedLifetime(signals) {}
-        let report = try result.get()
-        if !json {
-            for file in report.files { Terminal.out(file.url) }
-        }
+        _ = try await JobWatcher.follow(job, json: json).get()
     }
 
     /// Splits "Name: value", refusing what would break the request or

@@ -1,0 +1,36 @@
+import Foundation
+import Xfer
+
+/// Follows one running job for the CLI: forwards SIGINT/SIGTERM to it,
+/// shows its events (NDJSON on stdout, or a progress bar on a terminal),
+/// and on success prints one URL per file.
+enum JobWatcher {
+    /// Waits for `job` to end. `tag` adds a `job` field to every NDJSON
+    /// event (used when one command runs several jobs).
+    static func follow(_ job: TransferJob, json: Bool, tag: JobID? = nil) async -> Result<JobReport, XferError> {
+        let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
+        let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
+        let printer = Task {
+            for await event in job.events {
+                if json {
+                    if let line = EventJSON.line(for: event, job: tag) { Terminal.out(line) }
+                } else {
+                    display?.show(event)
+                }
+            }
+            display?.finish()
+        }
+        let result: Result<JobReport, XferError>
+        do {
+            result = .success(try await job.report)
+        } catch {
+            result = .failure(error)
+        }
+        await printer.value
+        withExtendedLifetime(signals) {}
+        if case .success(let report) = result, !json {
+            for file in report.files { Terminal.out(file.url) }
+        }
+        return result
+    }
+}
