@@ -261,29 +261,6 @@ final class MultipartPushTests: XCTestCase {
     }
 }
 
-/// The first of several racing outcomes, waited for with a timeout.
-private final class FirstOutcome: @unchecked Sendable {
-    // @unchecked: `value` is only touched under `lock`.
-    private let lock = NSLock()
-    private let done = DispatchSemaphore(value: 0)
-    private var value: String?
-
-    func finish(_ text: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard value == nil else { return }
-        value = text
-        done.signal()
-    }
-
-    func wait(timeout seconds: Int) -> String? {
-        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
-        lock.lock()
-        defer { lock.unlock() }
-        return value
-    }
-}
-
 // MARK: - The receiver's side of the contract, driven by curl
 
 /// The `multipart` receiver spoken to directly with curl (another client's

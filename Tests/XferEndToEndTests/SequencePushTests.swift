@@ -72,7 +72,7 @@ final class SequencePushTests: XCTestCase {
     /// that never reaches the hold is a bug worth seeing, not a frozen test run).
     private func waitForHold(client: ChildProcess) -> String? {
         let serverProcess = server.child
-        let outcome = HoldOutcome()
+        let outcome = FirstOutcome()
         Thread.detachNewThread {
             outcome.finish(serverProcess.readLine { $0.hasPrefix("held ") || $0.hasPrefix("stalled ") } ?? "server ended")
         }
@@ -325,28 +325,6 @@ final class SequencePushTests: XCTestCase {
             XCTAssertFalse(everything.contains(token), "token leaked: \(everything)")
         }
         XCTAssertTrue(failed.stderr.contains("could not connect"), failed.stderr)
-    }
-}
-
-/// Which of two threads spoke first, with a last-resort timeout.
-private final class HoldOutcome: @unchecked Sendable {
-    private let lock = NSLock()
-    private let done = DispatchSemaphore(value: 0)
-    private var value: String?
-
-    func finish(_ text: String) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard value == nil else { return }
-        value = text
-        done.signal()
-    }
-
-    func wait(timeout seconds: Int) -> String? {
-        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
-        lock.lock()
-        defer { lock.unlock() }
-        return value
     }
 }
 

@@ -202,3 +202,30 @@ public var productsDirectory: String {
 public var xferExecutable: String {
     (productsDirectory as NSString).appendingPathComponent("xfer")
 }
+
+/// The first of several racing outcomes (e.g. "the receiver held the
+/// request" versus "the client exited"), waited for with a last-resort
+/// timeout so a broken build fails instead of hanging.
+public final class FirstOutcome: @unchecked Sendable {
+    // @unchecked: `value` is only touched under `lock`.
+    private let lock = NSLock()
+    private let done = DispatchSemaphore(value: 0)
+    private var value: String?
+
+    public init() {}
+
+    public func finish(_ text: String) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard value == nil else { return }
+        value = text
+        done.signal()
+    }
+
+    public func wait(timeout seconds: Int) -> String? {
+        guard done.wait(timeout: .now() + .seconds(seconds)) == .success else { return nil }
+        lock.lock()
+        defer { lock.unlock() }
+        return value
+    }
+}
