@@ -79,14 +79,10 @@ struct PushCommand: AsyncParsableCommand {
         guard (1...100).contains(maxAttempts) else {
             throw XferError.invalidInput("--max-attempts must be between 1 and 100")
         }
-        var extraHeaders = HTTPHeaders()
-        for header in headers {
-            let (name, value) = try Self.parseHeader(header)
-            extraHeaders.add(name, value)
-        }
-        if let token, token.contains(where: { $0.isNewline }) {
-            throw XferError.invalidInput("--token must not contain line breaks")
-        }
+        var options = try CredentialArguments.options(token: token, headers: headers)
+        options.chunkSize = chunkSize?.bytes
+        options.concurrency = concurrency
+        options.retry = RetryPolicy(maximumAttempts: maxAttempts)
 
         var transport = TransportOptions()
         // curl counts these in whole seconds at best; below 0.1 s every request would time out.
@@ -107,10 +103,6 @@ struct PushCommand: AsyncParsableCommand {
             Terminal.error("warning: --insecure: the server's TLS certificate is not verified; anyone on the path can read and change this transfer")
         }
 
-        let options = TransferOptions(
-            chunkSize: chunkSize?.bytes, concurrency: concurrency,
-            retry: RetryPolicy(maximumAttempts: maxAttempts), extraHeaders: extraHeaders,
-            credentials: Credentials(token: token))
         let engine = try TransferEngine(
             stateDirectory: StateLocation.resolve(state), transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
         let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
