@@ -90,5 +90,14 @@ let package = Package(
             ],
             path: "Tests/XferEndToEndTests"
         ),
+
+        // State-store benchmark: LMDB (the product's store) against SQLite,
+        // reached through the engine's `Benchmarks` SPI. SQLite stays out of
+        // the product: nothing above depends on these targets.
+        .systemLibrary(name: "CSQLite", path: "Benchmarks/StateStores/CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+        .executableTarget(
+            name: "xfer-store-bench", dependencies: ["Xfer", "XferPatch", "CSQLite"],
+            path: "Benchmarks/StateStores/XferStoreBench"),
     ]
 )

@@ -324,7 +324,7 @@ extension TransferEngine {
 enum JobCatalog {
     /// Removes the lock file of a job whose state is gone, when no process
     /// holds it (one that does is re-pushing the job and keeps it).
-    static func removeLockFile(stateDirectory: String, job: JobID, store: StateStore) {
+    static func removeLockFile(stateDirectory: String, job: JobID, store: any JobStateStore) {
         guard let lock = try? JobLock(stateDirectory: stateDirectory, job: job) else { return }
         if case .some(.none) = try? store.job(job) {
             lock.removeFile()

@@ -5,7 +5,7 @@ import Synchronization
 /// run after a pause, and the clean-up once the job completed.
 struct JobSession: Sendable {
     let id: JobID
-    let store: StateStore
+    let store: any JobStateStore
     /// Held until the job ends; captured by `rerun` as well.
     let lock: JobLock
     let stateDirectory: String

@@ -40,14 +40,14 @@ final class JobRunner: Sendable {
     private let backend: any UploadBackend
     private let options: TransferOptions
     private let concurrency: Int
-    private let store: StateStore
+    private let store: any JobStateStore
     private let transport: HTTPTransport
     private let lock: JobLock
     private let resumed: Bool
 
     init(
         record: JobRecord, files: [LocalFile], backend: any UploadBackend, options: TransferOptions,
-        concurrency: Int, store: StateStore, transport: HTTPTransport, lock: JobLock, resumed: Bool
+        concurrency: Int, store: any JobStateStore, transport: HTTPTransport, lock: JobLock, resumed: Bool
     ) {
         jobID = record.id
         initialRecord = record
@@ -124,7 +124,7 @@ private struct Scheduler {
     let traits: BackendTraits
     let options: TransferOptions
     let concurrency: Int
-    let store: StateStore
+    let store: any JobStateStore
     let worker: Worker
     let events: AsyncStream<TransferEvent>.Continuation
     let resumed: Bool
@@ -140,7 +140,7 @@ private struct Scheduler {
 
     init(
         record: JobRecord, files: [LocalFile], backend: any UploadBackend, options: TransferOptions,
-        concurrency: Int, store: StateStore, transport: HTTPTransport,
+        concurrency: Int, store: any JobStateStore, transport: HTTPTransport,
         events: AsyncStream<TransferEvent>.Continuation, resumed: Bool
     ) throws(XferError) {
         self.record = record

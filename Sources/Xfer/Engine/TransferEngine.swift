@@ -20,7 +20,7 @@ public final class TransferEngine: Sendable {
     /// before the next job to complete prunes it; `.zero` drops a job from
     /// the store as soon as it completes.
     public let finishedJobRetention: Duration
-    let store: StateStore
+    let store: any JobStateStore
     let transport: HTTPTransport
 
     /// How long completed jobs are kept unless told otherwise: a day, long
@@ -33,14 +33,26 @@ public final class TransferEngine: Sendable {
     ///   - stateDirectory: Where jobs are kept; created with mode 0700.
     ///   - options: How the HTTP transport connects and times out.
     ///   - finishedJobRetention: How long completed jobs stay in the store.
-    public init(
+    public convenience init(
         stateDirectory: String, transport options: TransportOptions = TransportOptions(),
+        finishedJobRetention: Duration = TransferEngine.defaultFinishedJobRetention
+    ) throws(XferError) {
+        try self.init(
+            stateDirectory: stateDirectory, store: StateStore(directory: stateDirectory), transport: options,
+            finishedJobRetention: finishedJobRetention)
+    }
+
+    /// An engine over `store` instead of the LMDB store in `stateDirectory`
+    /// (which still holds the per-job locks). `package`: only the
+    /// state-store benchmark uses it, to compare stores on a real push.
+    package init(
+        stateDirectory: String, store: any JobStateStore, transport options: TransportOptions = TransportOptions(),
         finishedJobRetention: Duration = TransferEngine.defaultFinishedJobRetention
     ) throws(XferError) {
         _ = Self.fixMallocThreshold
         self.stateDirectory = stateDirectory
         self.finishedJobRetention = max(.zero, finishedJobRetention)
-        store = try StateStore(directory: stateDirectory)
+        self.store = store
         do {
             transport = try HTTPTransport(options: options)
         } catch {

@@ -7,7 +7,7 @@ struct Worker: Sendable {
     let jobID: JobID
     let backend: any UploadBackend
     let options: TransferOptions
-    let store: StateStore
+    let store: any JobStateStore
     let transport: HTTPTransport
     let events: AsyncStream<TransferEvent>.Continuation
     /// Chunk bytes handed to the transport by this run, retries included.

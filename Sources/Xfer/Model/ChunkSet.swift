@@ -72,15 +72,16 @@ public struct ChunkSet: Sendable, Hashable {
     }
 }
 
+// `package` so a `JobStateStore` outside this module stores bitmaps as `StateStore` does.
 extension ChunkSet {
     /// Chunks per stored segment. A commit rewrites only the segments it
     /// touches, so acknowledging one chunk of a huge file writes 1 KiB.
-    static let segmentSize = 8192
+    package static let segmentSize = 8192
 
-    var segmentCount: Int { (capacity + Self.segmentSize - 1) / Self.segmentSize }
+    package var segmentCount: Int { (capacity + Self.segmentSize - 1) / Self.segmentSize }
 
     /// The bytes of segment `segment` (little-endian words).
-    func segmentBytes(_ segment: Int) -> [UInt8] {
+    package func segmentBytes(_ segment: Int) -> [UInt8] {
         let wordsPerSegment = Self.segmentSize / 64
         let start = segment * wordsPerSegment
         let end = min(start + wordsPerSegment, words.count)
@@ -94,7 +95,7 @@ extension ChunkSet {
 
     /// Replaces segment `segment` with stored bytes. Bits beyond `capacity`
     /// are ignored, so a corrupt segment cannot mark chunks that don't exist.
-    mutating func loadSegment(_ segment: Int, from bytes: [UInt8]) {
+    package mutating func loadSegment(_ segment: Int, from bytes: [UInt8]) {
         let wordsPerSegment = Self.segmentSize / 64
         let start = segment * wordsPerSegment
         guard start < words.count else { return }

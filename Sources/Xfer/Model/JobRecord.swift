@@ -60,7 +60,11 @@ struct FileRecord: Sendable, Hashable, Codable {
 
 /// A job as the state store keeps it: everything but chunk progress, which
 /// lives in per-file bitmaps.
-struct JobRecord: Sendable, Hashable, Codable {
+///
+/// `package`, with every member internal: a `JobStateStore` outside this
+/// module stores records through `Codable` and reads their fields via
+/// `JobListing`.
+package struct JobRecord: Sendable, Hashable, Codable {
     var id: JobID
     var backend: String
     var target: String

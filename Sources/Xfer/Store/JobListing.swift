@@ -6,23 +6,26 @@ import Foundation
 /// Decoding JSON records with `JSONDecoder` took most of the time of listing
 /// 10,000 jobs (about 0.6 s of 1.1 s, release build); reading this form is a
 /// few string copies.
-struct JobListing: Sendable, Hashable {
-    struct File: Sendable, Hashable {
+///
+/// `package`: a `JobStateStore` returns listings, and needs the id, phase,
+/// time and file sizes to index and count what it stores.
+package struct JobListing: Sendable, Hashable {
+    package struct File: Sendable, Hashable {
         var path: String
-        var size: Int64
-        var chunkSize: Int
+        package internal(set) var size: Int64
+        package internal(set) var chunkSize: Int
     }
 
-    var id: JobID
+    package internal(set) var id: JobID
     var backend: String
     var target: String
-    var phase: JobPhase
+    package internal(set) var phase: JobPhase
     var createdAt: Date
-    var updatedAt: Date
+    package internal(set) var updatedAt: Date
     var lastError: String?
-    var files: [File]
+    package internal(set) var files: [File]
 
-    init(_ record: JobRecord) {
+    package init(_ record: JobRecord) {
         id = record.id
         backend = record.backend
         target = record.target
@@ -37,7 +40,7 @@ struct JobListing: Sendable, Hashable {
     private static let noString = UInt32.max
 
     /// Version, phase, times, strings with u32 lengths, then the files.
-    var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var out: [UInt8] = [Self.version, Self.code(of: phase)]
         Self.append(createdAt.timeIntervalSince1970.bitPattern, to: &out)
         Self.append(updatedAt.timeIntervalSince1970.bitPattern, to: &out)
@@ -59,7 +62,7 @@ struct JobListing: Sendable, Hashable {
 
     /// Nil for bytes of another version or cut short: the caller then reads
     /// the JSON record instead.
-    init?(id: JobID, decoding bytes: [UInt8]) {
+    package init?(id: JobID, decoding bytes: [UInt8]) {
         var reader = Reader(bytes: bytes)
         guard reader.byte() == Self.version, let phaseCode = reader.byte(), let phase = Self.phase(code: phaseCode),
             let created = reader.integer(8), let updated = reader.integer(8),

@@ -4,7 +4,9 @@ import Foundation
 /// A change to the state store. Changes that arrive together are applied in
 /// one write transaction (group commit), so per-chunk acknowledgements stay
 /// cheap with small chunks without any chunk being marked done early.
-enum StateChange: Sendable {
+///
+/// `package` (not internal) only because `JobStateStore` takes it; see there.
+package enum StateChange: Sendable {
     case putJob(JobRecord)
     case deleteJob(JobID)
     /// The server acknowledged these chunks; `receipts` holds what it
@@ -33,7 +35,7 @@ enum StateChange: Sendable {
 /// Reads run on the caller's thread. Writes are queued and applied by one
 /// serial queue, each batch in one transaction that begins and commits in one
 /// block (LMDB write transactions belong to the thread that began them).
-final class StateStore: Sendable {
+final class StateStore: JobStateStore {
     static let layoutVersion = "1"
 
     let directory: String
@@ -295,10 +297,6 @@ final class StateStore: Sendable {
         try result.get()
     }
 
-    func commit(_ change: StateChange) async throws(XferError) {
-        try await commit([change])
-    }
-
     /// Forces everything committed onto disk (LMDB's NOMETASYNC defers the
     /// meta page). Used after committing server handles.
     func sync() throws(XferError) {
@@ -485,11 +483,16 @@ final class StateStore: Sendable {
 }
 
 /// How far one file of a job is, as the store counts it.
-struct FileProgress: Sendable, Hashable {
+package struct FileProgress: Sendable, Hashable {
     /// Chunks the server acknowledged.
-    var chunksDone: Int
+    package var chunksDone: Int
     /// Whether the last chunk (usually shorter than the others) is among them.
-    var lastChunkDone: Bool
+    package var lastChunkDone: Bool
+
+    package init(chunksDone: Int, lastChunkDone: Bool) {
+        self.chunksDone = chunksDone
+        self.lastChunkDone = lastChunkDone
+    }
 }
 
 extension Data {
