@@ -1,7 +1,7 @@
 import ArgumentParser
 
 /// A byte count as users write it: `4096`, `512KiB`, `8MiB`, `1GiB`
-/// (binary), `5MB` (decimal), `64k` / `8m` (binary).
+/// (binary), `5MB` (decimal), `64k` / `8m` (binary), up to `TiB`/`TB`.
 struct ByteSize: ExpressibleByArgument, Hashable, CustomStringConvertible {
     let bytes: Int
 
@@ -18,9 +18,11 @@ struct ByteSize: ExpressibleByArgument, Hashable, CustomStringConvertible {
         case "k", "kib": multiplier = 1 << 10
         case "m", "mib": multiplier = 1 << 20
         case "g", "gib": multiplier = 1 << 30
+        case "t", "tib": multiplier = 1 << 40
         case "kb": multiplier = 1_000
         case "mb": multiplier = 1_000_000
         case "gb": multiplier = 1_000_000_000
+        case "tb": multiplier = 1_000_000_000_000
         default: return nil
         }
         let (product, overflow) = value.multipliedReportingOverflow(by: multiplier)

@@ -35,6 +35,8 @@ struct ResumeCommand: AsyncParsableCommand {
     @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
     var headers: [String] = []
 
+    @OptionGroup var network: NetworkArguments
+
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
@@ -49,7 +51,8 @@ struct ResumeCommand: AsyncParsableCommand {
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
         let engine = try TransferEngine(
-            stateDirectory: StateLocation.resolve(state), finishedJobRetention: try RetentionArgument.resolve(keepFinished))
+            stateDirectory: StateLocation.resolve(state), transport: try network.transportOptions(),
+            finishedJobRetention: try RetentionArgument.resolve(keepFinished))
 
         // Name every job up front, so a typo fails before anything is sent.
         var ids: [JobID] = []
@@ -245,9 +248,11 @@ struct CancelCommand: AsyncParsableCommand {
     @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
     var headers: [String] = []
 
+    @OptionGroup var network: NetworkArguments
+
     mutating func run() async throws {
         let options = try CredentialArguments.options(token: token, headers: headers)
-        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state))
+        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state), transport: try network.transportOptions())
         let id = try engine.jobID(matching: job)
         let report = try await engine.cancelJob(id, using: BuiltInBackend.allCases.map(\.backend), options: options)
         if json {

@@ -18,6 +18,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
 
+    @Option(help: "Largest request body of file bytes (a chunk, fragment or block) accepted.")
+    var maxChunkSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumChunkSize)
+
+    @Option(help: "Largest file accepted; bigger ones are refused before any byte is stored.")
+    var maxUploadSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumUploadSize)
+
     @Option(help: "Answer this chunk size to patch clients instead of theirs (for testing).")
     var patchChunkSize: ByteSize?
 
@@ -40,7 +46,7 @@ struct ServeCommand: AsyncParsableCommand {
     var authToken: String?
 
     @Option(name: .customLong("faults"), help: ArgumentHelp(
-        "Test hook: misbehave on a share of non-GET requests, e.g. 503=0.1,429=0.05,reset=0.05,stall=0.02,truncate=0.05,garble=0.05.",
+        "Test hook: misbehave on a share of non-GET requests, e.g. 503=0.1,429=0.05,reset=0.05,stall=0.02,truncate=0.05,garble=0.05,digest=0.01.",
         valueName: "KIND=P,..."))
     var faults: String?
 
@@ -52,6 +58,10 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = ReceiverConfiguration(root: root)
         configuration.host = host
         configuration.port = port
+        guard maxChunkSize.bytes >= 1 else { throw XferError.invalidInput("--max-chunk-size must be at least 1 byte") }
+        guard maxUploadSize.bytes >= 0 else { throw XferError.invalidInput("--max-upload-size must not be negative") }
+        configuration.maximumChunkSize = maxChunkSize.bytes
+        configuration.maximumUploadSize = maxUploadSize.bytes
         if let patchChunkSize {
             guard patchChunkSize.bytes > 0 else { throw XferError.invalidInput("--patch-chunk-size must be positive") }
             configuration.forcedPatchChunkSize = patchChunkSize.bytes
@@ -81,6 +91,10 @@ struct ServeCommand: AsyncParsableCommand {
             }
             configuration.faults = plan
         }
+        var isDirectory: ObjCBool = false
+        if FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
+            throw XferError.invalidInput("--root \(root) exists and is not a directory")
+        }
         let receiver = Receiver(configuration: configuration)
         do {
             try await receiver.run { url in
@@ -88,7 +102,7 @@ struct ServeCommand: AsyncParsableCommand {
                 Terminal.flush()
             }
         } catch {
-            throw XferError.invalidInput("cannot serve on \(host):\(port): \(error)")
+            throw XferError.invalidInput("cannot serve on \(host):\(port): \(Receiver.reason(for: error))")
         }
     }
 }

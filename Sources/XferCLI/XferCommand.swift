@@ -17,6 +17,9 @@ struct XferCommand: AsyncParsableCommand {
     /// Runs the command and turns every failure into one line on stderr and
     /// a documented exit code, never a stack trace.
     static func main() async {
+        // Past a file-size limit the kernel would kill the process mid-write; ignored, the write
+        // fails with EFBIG instead and becomes the same clear error as a full disk.
+        signal(SIGXFSZ, SIG_IGN)
         let code: Int32
         do {
             var command = try parseAsRoot()

@@ -1,3 +1,4 @@
+import Foundation
 import Hummingbird
 import Logging
 import NIOCore
@@ -15,8 +16,12 @@ public struct ReceiverConfiguration: Sendable {
     /// When set, POST /uploads answers this chunk size instead of the client's (lets tests exercise
     /// "server picks the chunk size").
     public var forcedPatchChunkSize: Int? = nil
-    /// Larger chunks are refused at creation (400) and larger chunk bodies at upload (413).
+    /// Larger chunks are refused at creation (400) and larger chunk bodies at upload (413). Bounds
+    /// every request body that carries file bytes.
     public var maximumChunkSize: Int = 256 << 20
+    /// Larger files are refused when their upload is created (patch 413, multipart 413 on the first
+    /// fragment, sequence at the open), before any byte of them is stored.
+    public var maximumUploadSize: Int = 1 << 40
     /// Warnings only by default: request headers and bodies carry tokens and are never logged at any level.
     public var logLevel: Logger.Level = .warning
     /// How long SIGINT/SIGTERM waits for requests in flight before cutting them off.
@@ -84,7 +89,7 @@ public struct Receiver: Sendable {
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added.
         router.add(middleware: JSONNotFoundMiddleware())
         if let token = configuration.authToken {
-            router.add(middleware: AuthMiddleware(token: token))
+            router.add(middleware: AuthMiddleware(token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential))
         }
         if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
             let rules = try configuration.holds.map { text in
@@ -106,6 +111,7 @@ public struct Receiver: Sendable {
         MultipartRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         SequenceRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
+        StatisticsRoutes(store: store).register(on: router)
 
         let app = Application(
             router: router,
@@ -133,6 +139,18 @@ public struct Receiver: Sendable {
         } onCancel: {
             Task { await group.triggerGracefulShutdown() }
         }
+    }
+}
+
+extension Receiver {
+    /// What went wrong in `run`, in a user's words: NIO's and Foundation's
+    /// errors name the syscall and repeat errno, where a user needs the reason.
+    public static func reason(for error: any Error) -> String {
+        if let error = error as? NIOCore.IOError { return String(cString: strerror(error.errnoCode)).lowercased() }
+        if let error = error as? CocoaError, let underlying = error.underlying as? POSIXError {
+            return String(cString: strerror(underlying.code.rawValue)).lowercased()
+        }
+        return String(describing: error)
     }
 }
 

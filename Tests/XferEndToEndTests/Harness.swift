@@ -84,3 +84,84 @@ func getJSON(_ url: String) throws -> [String: Any] {
 func int(_ value: Any?) -> Int {
     (value as? NSNumber)?.intValue ?? (value as? Int) ?? 0
 }
+
+/// A TCP socket on 127.0.0.1 that is not an HTTP server, for the ways a
+/// server can fail before it says anything.
+final class RawListener: @unchecked Sendable {
+    // @unchecked: `descriptor` and `fillers` are set in init and only closed in `close`.
+    enum Behaviour {
+        /// Accepts each connection and closes it at once: an empty reply.
+        case hangUp
+        /// Never accepts, and fills its accept queue so that further SYNs are
+        /// dropped: a connect that never completes, as behind a black-holing firewall.
+        case blackHole
+    }
+
+    let port: Int
+    private let descriptor: Int32
+    private var fillers: [Int32] = []
+    private var closed = false
+
+    init(_ behaviour: Behaviour) throws {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.descriptor = descriptor
+        guard descriptor >= 0 else { throw HarnessError("socket: \(errno)") }
+        var yes: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(descriptor, behaviour == .blackHole ? 0 : 16) == 0 else { throw HarnessError("bind/listen: \(errno)") }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        var fillers: [Int32] = []
+
+        switch behaviour {
+        case .hangUp:
+            let listening = descriptor
+            Thread.detachNewThread {
+                while true {
+                    let connection = accept(listening, nil, nil)
+                    if connection < 0 { return }
+                    // FIN first, then wait for the client to go: it reads end-of-stream
+                    // ("empty reply"), never a reset, whatever it was still sending.
+                    shutdown(connection, Int32(SHUT_WR))
+                    var sink = [UInt8](repeating: 0, count: 65536)
+                    while read(connection, &sink, sink.count) > 0 {}
+                    Glibc.close(connection)
+                }
+            }
+        case .blackHole:
+            // Linux queues backlog + 1 connections; these take every place.
+            for _ in 0..<3 {
+                let filler = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                _ = withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(filler, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+                fillers.append(filler)
+            }
+        }
+        self.fillers = fillers
+    }
+
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Frees the port (for a real receiver to take over).
+    func close() {
+        guard !closed else { return }
+        closed = true
+        for filler in fillers { Glibc.close(filler) }
+        fillers = []
+        shutdown(descriptor, Int32(SHUT_RDWR))
+        Glibc.close(descriptor)
+    }
+
+    deinit { close() }
+}

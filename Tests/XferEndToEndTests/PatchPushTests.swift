@@ -194,54 +194,6 @@ final class PatchPushTests: XCTestCase {
         XCTAssertEqual(try downloadSHA256(resumed.stdout[0], into: work), try sha256sum(file))
     }
 
-    func testBadInputGetsOneLineAndTheDocumentedExitCode() throws {
-        let file = work.file("ok.bin")
-        try makeTestFile(at: file, size: 1000)
-        try FileManager.default.createDirectory(atPath: work.file("dir"), withIntermediateDirectories: true)
-        let fifo = work.file("fifo")
-        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        let blocker = work.file("blocker")
-        _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
-
-        let cases: [(String, [String], Int32, String)] = [
-            ("missing file", ["push", work.file("nope.bin"), "--backend", "patch", "--to", server.url], 2, "no such file"),
-            ("a directory", ["push", work.file("dir"), "--backend", "patch", "--to", server.url], 2, "is a directory"),
-            ("a FIFO", ["push", fifo, "--backend", "patch", "--to", server.url], 2, "not a regular file"),
-            ("malformed URL", ["push", file, "--backend", "patch", "--to", "http//nope"], 2, "not a usable URL"),
-            ("ftp URL", ["push", file, "--backend", "patch", "--to", "ftp://127.0.0.1/"], 2, "not a usable URL"),
-            ("chunk size 0", ["push", file, "--backend", "patch", "--to", server.url, "--chunk-size", "0"], 2, "chunk-size"),
-            ("chunk size abc", ["push", file, "--backend", "patch", "--to", server.url, "--chunk-size", "abc"], 2, "chunk-size"),
-            ("concurrency 0", ["push", file, "--backend", "patch", "--to", server.url, "--concurrency", "0"], 2, "concurrency"),
-            ("unknown backend", ["push", file, "--backend", "carrier-pigeon", "--to", server.url], 2, "unknown backend"),
-            ("header without colon", ["push", file, "--backend", "patch", "--to", server.url, "--header", "NoColon"], 2, "--header"),
-            ("unwritable state", ["push", file, "--backend", "patch", "--to", server.url, "--state", blocker + "/state"], 3, "state"),
-        ]
-        for (label, arguments, code, fragment) in cases {
-            var args = arguments
-            if !args.contains("--state") { args += ["--state", state] }
-            let result = try runXfer(args)
-            XCTAssertEqual(result.status, code, "\(label): \(result.stderr)")
-            let lines = result.stderr.split(separator: "\n")
-            XCTAssertEqual(lines.count, 1, "\(label): one line, got \(result.stderr)")
-            XCTAssertTrue(result.stderr.hasPrefix("xfer: "), "\(label): \(result.stderr)")
-            XCTAssertTrue(result.stderr.lowercased().contains(fragment.lowercased()), "\(label): \(result.stderr)")
-            XCTAssertTrue(result.stdout.isEmpty, "\(label): nothing on stdout")
-        }
-
-        if getuid() != 0 {
-            let unreadable = work.file("secret.bin")
-            try makeTestFile(at: unreadable, size: 10)
-            chmod(unreadable, 0)
-            let result = try runXfer(["push", unreadable, "--backend", "patch", "--to", server.url, "--state", state])
-            XCTAssertEqual(result.status, 2, result.stderr)
-            XCTAssertTrue(result.stderr.contains("permission denied"), result.stderr)
-        }
-
-        // None of that disturbed the state: a good push still works.
-        let good = try push([file])
-        XCTAssertEqual(good.status, 0, good.stderr)
-    }
-
     func testSecretsNeverAppearInOutput() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 200_000)

@@ -110,34 +110,74 @@ final class SecurityTests: XCTestCase {
         XCTAssertTrue(missing.stderr.contains("--cacert"), missing.stderr)
     }
 
-    func testAuthTokenIsRequiredOnEveryRequest() throws {
+    func testAuthTokenIsRequiredOnEveryRequestOfEveryBackend() throws {
         let token = "tok-\(UUID().uuidString)"
         let server = try ServeProcess(root: work.file("server"), extraArguments: ["--auth-token", token])
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 200_000)
-        let base = ["push", file, "--backend", "patch", "--to", server.url, "--chunk-size", "64KiB"]
 
-        let anonymous = try runXfer(base + ["--state", work.file("state1")])
-        XCTAssertEqual(anonymous.status, 1, anonymous.stderr)
-        XCTAssertTrue(anonymous.stderr.contains("401"), anonymous.stderr)
+        for backend in ["patch", "multipart", "sequence"] {
+            let base = ["push", file, "--backend", backend, "--to", server.url, "--chunk-size", "64KiB"]
+            let anonymous = try runXfer(base + ["--state", work.file("\(backend)-1")])
+            XCTAssertEqual(anonymous.status, 1, "\(backend): \(anonymous.stderr)")
+            XCTAssertTrue(anonymous.stderr.contains("401"), "\(backend): \(anonymous.stderr)")
 
-        let wrong = try runXfer(base + ["--state", work.file("state2"), "--token", "tok-wrong"])
-        XCTAssertEqual(wrong.status, 1, wrong.stderr)
-        XCTAssertFalse(wrong.stderr.contains("tok-wrong"), "the token is never printed")
+            let wrong = try runXfer(base + ["--state", work.file("\(backend)-2"), "--token", "tok-wrong"])
+            XCTAssertEqual(wrong.status, 1, "\(backend): \(wrong.stderr)")
+            XCTAssertTrue(wrong.stderr.contains("401"), "\(backend): \(wrong.stderr)")
+            XCTAssertFalse(wrong.stderr.contains("tok-wrong"), "the token is never printed")
 
-        let good = try runXfer(base + ["--state", work.file("state3"), "--token", token])
-        XCTAssertEqual(good.status, 0, good.stderr)
-        let url = try XCTUnwrap(good.stdout.first)
+            let good = try runXfer(base + ["--state", work.file("\(backend)-3"), "--token", token])
+            XCTAssertEqual(good.status, 0, "\(backend): \(good.stderr)")
+            let url = try XCTUnwrap(good.stdout.first)
+            XCTAssertFalse(good.stdout.joined().contains(token) || good.stderr.contains(token), "the token is never printed")
 
-        // Downloads need it too.
-        let denied = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-s", "-o", "/dev/null", "-w", "%{http_code}", url])
-        XCTAssertEqual(denied.readLine(), "401")
-        denied.wait()
-        let allowed = try ChildProcess(executable: "/usr/bin/curl", arguments: [
-            "-fsS", "-o", work.file("copy.bin"), "-H", "Authorization: Bearer \(token)", url,
+            // Downloads need it too.
+            let denied = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-s", "-o", "/dev/null", "-w", "%{http_code}", url])
+            XCTAssertEqual(denied.readLine(), "401", backend)
+            denied.wait()
+            let copy = work.file("\(backend)-copy.bin")
+            let allowed = try ChildProcess(executable: "/usr/bin/curl", arguments: [
+                "-fsS", "-o", copy, "-H", "Authorization: Bearer \(token)", url,
+            ])
+            _ = allowed.readRemaining()
+            XCTAssertEqual(allowed.wait(), 0, allowed.standardError)
+            XCTAssertEqual(try sha256sum(copy), try sha256sum(file), backend)
+        }
+        // The refused attempts stored nothing: the only file bytes taken are the three good pushes'.
+        let stats = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-fsS", "-H", "Authorization: Bearer \(token)", server.url + "/stats"])
+        let body = stats.readRemaining().joined()
+        XCTAssertEqual(stats.wait(), 0)
+        let received = int((try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])?["payloadBytesReceived"])
+        XCTAssertEqual(received, 3 * 200_000)
+    }
+
+    /// The state directory and everything in it are private to the user, even
+    /// when the umask would let others read them.
+    func testStateFilesArePrivateWhateverTheUmask() throws {
+        let server = try ServeProcess(root: work.file("server"))
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 100_000)
+        let state = work.file("state")
+        let shell = try ChildProcess(executable: "/bin/sh", arguments: [
+            "-c", "umask 000; exec \"$0\" \"$@\"", xferExecutable, "push", file, "--backend", "patch", "--to", server.url, "--state", state,
         ])
-        _ = allowed.readRemaining()
-        XCTAssertEqual(allowed.wait(), 0, allowed.standardError)
-        XCTAssertEqual(try sha256sum(work.file("copy.bin")), try sha256sum(file))
+        _ = shell.readRemaining()
+        XCTAssertEqual(shell.wait(), 0, shell.standardError)
+        var checked = 0
+        let enumerator = try XCTUnwrap(FileManager.default.enumerator(atPath: state))
+        for case let relative as String in enumerator {
+            let path = state + "/" + relative
+            var info = stat()
+            XCTAssertEqual(lstat(path, &info), 0)
+            let mode = info.st_mode & 0o777
+            let isDirectory = info.st_mode & S_IFMT == S_IFDIR
+            XCTAssertEqual(mode, isDirectory ? 0o700 : 0o600, "\(relative) has mode \(String(mode, radix: 8))")
+            checked += 1
+        }
+        var top = stat()
+        XCTAssertEqual(stat(state, &top), 0)
+        XCTAssertEqual(top.st_mode & 0o777, 0o700)
+        XCTAssertGreaterThanOrEqual(checked, 4, "db/, data.mdb, lock.mdb and the job lock at least")
     }
 }

@@ -101,6 +101,70 @@ final class StateStoreTests: XCTestCase {
         }
     }
 
+    func testMigratesLayout1ByAddingChecksums() async throws {
+        let dir = TemporaryDirectory()
+        let job = record()
+        do {
+            let store = try StateStore(directory: dir.path)
+            try await store.commit(.putJob(job))
+            try await store.commit(.markDone(job: job.id, file: 0, chunks: [0, 2, 5], receipts: [2: "etag-2"]))
+        }
+        // Rewrite it as layout 1 wrote it: the same values without their CRC-32.
+        do {
+            let env = try LMDBEnvironment(directory: dir.file("db"), mapSize: 64 << 20, maxDatabases: 8)
+            // Opened before the write: opening a database inside one would wait on the writer lock it holds.
+            let databases = try ["jobs", "chunks", "receipts", "progress", "finished", "summaries"].map { try env.database(named: $0) }
+            let meta = try env.database(named: "meta")
+            try env.write { txn in
+                for db in databases {
+                    var entries: [([UInt8], [UInt8])] = []
+                    try txn.forEach(db, prefix: []) { key, value in
+                        entries.append((key, value))
+                        return true
+                    }
+                    for (key, value) in entries { try txn.put(db, key, Array(value.dropLast(4))) }
+                }
+                try txn.put(meta, Array("layout".utf8), Array("1".utf8))
+            }
+        }
+        let store = try StateStore(directory: dir.path)
+        XCTAssertEqual(try store.job(job.id)?.id, job.id)
+        XCTAssertEqual(try store.doneChunks(job: job.id, file: 0, capacity: 10).members, [0, 2, 5])
+        XCTAssertEqual(try store.receipts(job: job.id, file: 0), [2: "etag-2"])
+    }
+
+    func testADamagedValueIsAnErrorNotAnAnswer() async throws {
+        let dir = TemporaryDirectory()
+        let job = record()
+        do {
+            let store = try StateStore(directory: dir.path)
+            try await store.commit(.putJob(job))
+            try await store.commit(.markDone(job: job.id, file: 0, chunks: [0], receipts: [:]))
+        }
+        // One bit flipped in the stored bitmap: without the checksum this would read as chunk 1 done.
+        do {
+            let env = try LMDBEnvironment(directory: dir.file("db"), mapSize: 64 << 20, maxDatabases: 8)
+            let chunks = try env.database(named: "chunks")
+            try env.write { txn in
+                var entries: [([UInt8], [UInt8])] = []
+                try txn.forEach(chunks, prefix: []) { key, value in
+                    entries.append((key, value))
+                    return true
+                }
+                XCTAssertEqual(entries.count, 1)
+                for (key, var value) in entries {
+                    value[0] |= 0b10
+                    try txn.put(chunks, key, value)
+                }
+            }
+        }
+        let store = try StateStore(directory: dir.path)
+        XCTAssertThrowsError(try store.doneChunks(job: job.id, file: 0, capacity: 10)) { error in
+            guard case XferError.stateUnavailable(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("fails its checksum"), message)
+        }
+    }
+
     func testUnwritableDirectoryIsAClearError() throws {
         let dir = TemporaryDirectory()
         let readOnly = dir.file("ro")

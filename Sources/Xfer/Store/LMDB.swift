@@ -1,4 +1,5 @@
 import CLMDB
+import CZlib
 import Glibc
 
 /// An error code returned by LMDB.
@@ -6,8 +7,11 @@ struct LMDBError: Error, CustomStringConvertible {
     let code: Int32
     let operation: String
 
+    /// Set when the message is complete on its own (not an LMDB return code's).
+    var message: String? = nil
+
     var description: String {
-        "\(operation): \(String(cString: mdb_strerror(code)))"
+        message ?? "\(operation): \(String(cString: mdb_strerror(code)))"
     }
 
     var isMapFull: Bool { code == MDB_MAP_FULL }
@@ -20,8 +24,19 @@ private func check(_ code: Int32, _ operation: @autoclosure () -> String) throws
 }
 
 /// A named database inside an environment.
+///
+/// LMDB checks its page structure but not the bytes of a value: garbage that
+/// lands inside a valid page (a bad disk, a stray write) would read back as
+/// data. In a `checksummed` database every value carries a CRC-32 of its key
+/// and value, so such damage is an error, never a silently wrong answer.
 struct LMDBDatabase: Sendable, Hashable {
     fileprivate let handle: MDB_dbi
+    let name: String
+    let checksummed: Bool
+
+    /// The same database, its values read and written as stored (for migrating a layout).
+    var raw: LMDBDatabase { LMDBDatabase(handle: handle, name: name, checksummed: false) }
+    var sealed: LMDBDatabase { LMDBDatabase(handle: handle, name: name, checksummed: true) }
 }
 
 /// An LMDB environment: one memory-mapped file shared by every process that
@@ -87,17 +102,18 @@ final class LMDBEnvironment: @unchecked Sendable {
         }
     }
 
-    /// Opens or creates a named database. Call once per name at start-up.
+    /// Opens or creates a named database. Call once per name at start-up, and
+    /// never inside `write`: creating one takes the writer lock that holds.
     ///
     /// An existing database is opened in a read-only transaction: a write
     /// transaction would wait for LMDB's writer lock, and a process that
     /// merely wants to report "this job is locked" must not queue behind
     /// another process's commits (or a stopped one).
-    func database(named name: String) throws -> LMDBDatabase {
-        if let existing = gate.withReadLock({ databases[name] }) { return existing }
+    func database(named name: String, checksummed: Bool = false) throws -> LMDBDatabase {
+        if let existing = gate.withReadLock({ databases[name] }) { return checksummed ? existing.sealed : existing.raw }
         let db = try openExisting(name) ?? write { txn throws(LMDBError) in try txn.openDatabase(name) }
         gate.withWriteLock { databases[name] = db }
-        return db
+        return checksummed ? db.sealed : db.raw
     }
 
     private func openExisting(_ name: String) throws(LMDBError) -> LMDBDatabase? {
@@ -116,7 +132,7 @@ final class LMDBEnvironment: @unchecked Sendable {
             }
             // Committing (not aborting) keeps the handle open for the environment.
             try check(mdb_txn_commit(txn), "mdb_txn_commit (open)")
-            return LMDBDatabase(handle: dbi)
+            return LMDBDatabase(handle: dbi, name: name, checksummed: false)
         }
     }
 
@@ -192,7 +208,7 @@ struct LMDBTransaction {
     fileprivate func openDatabase(_ name: String) throws(LMDBError) -> LMDBDatabase {
         var dbi: MDB_dbi = 0
         try check(mdb_dbi_open(txn, name, UInt32(MDB_CREATE), &dbi), "mdb_dbi_open \(name)")
-        return LMDBDatabase(handle: dbi)
+        return LMDBDatabase(handle: dbi, name: name, checksummed: false)
     }
 
     /// The value stored under `key`, copied out of the map.
@@ -204,10 +220,11 @@ struct LMDBTransaction {
         }
         if code == MDB_NOTFOUND { return nil }
         try check(code, "mdb_get")
-        return Self.bytes(value)
+        return try Self.unsealed(Self.bytes(value), key: key, in: db)
     }
 
     func put(_ db: LMDBDatabase, _ key: [UInt8], _ value: [UInt8]) throws(LMDBError) {
+        let value = db.checksummed ? Self.sealed(value, key: key) : value
         let code = key.withUnsafeBytes { k in
             value.withUnsafeBytes { v in
                 var kv = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
@@ -246,7 +263,7 @@ struct LMDBTransaction {
         while code == 0 {
             let k = Self.bytes(key)
             guard k.starts(with: prefix) else { return }
-            guard try body(k, Self.bytes(value)) else { return }
+            guard try body(k, Self.unsealed(Self.bytes(value), key: k, in: db)) else { return }
             code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
         if code != MDB_NOTFOUND { try check(code, "mdb_cursor_get") }
@@ -260,6 +277,33 @@ struct LMDBTransaction {
             return true
         }
         for key in keys { try delete(db, key) }
+    }
+
+    private static func checksum(_ key: [UInt8], _ value: ArraySlice<UInt8>) -> UInt32 {
+        var crc = key.withUnsafeBytes { UInt32(crc32(0, $0.bindMemory(to: Bytef.self).baseAddress, uInt($0.count))) }
+        crc = value.withUnsafeBytes { UInt32(crc32(uLong(crc), $0.bindMemory(to: Bytef.self).baseAddress, uInt($0.count))) }
+        return crc
+    }
+
+    /// `value` followed by the CRC-32 of key and value (4 bytes, big-endian).
+    private static func sealed(_ value: [UInt8], key: [UInt8]) -> [UInt8] {
+        let crc = checksum(key, value[...])
+        return value + [UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)]
+    }
+
+    private static func unsealed(_ stored: [UInt8], key: [UInt8], in db: LMDBDatabase) throws(LMDBError) -> [UInt8] {
+        guard db.checksummed else { return stored }
+        guard stored.count >= 4 else { throw damaged(db) }
+        let value = stored[..<(stored.count - 4)]
+        let crc = stored[(stored.count - 4)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+        guard crc == checksum(key, value) else { throw damaged(db) }
+        return Array(value)
+    }
+
+    private static func damaged(_ db: LMDBDatabase) -> LMDBError {
+        LMDBError(
+            code: MDB_CORRUPTED, operation: "checksum",
+            message: "a value in '\(db.name)' fails its checksum: the state file is damaged")
     }
 
     private static func bytes(_ value: MDB_val) -> [UInt8] {

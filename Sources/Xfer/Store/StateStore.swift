@@ -36,7 +36,8 @@ package enum StateChange: Sendable {
 /// serial queue, each batch in one transaction that begins and commits in one
 /// block (LMDB write transactions belong to the thread that began them).
 final class StateStore: JobStateStore {
-    static let layoutVersion = "1"
+    /// 2: every value carries a CRC-32 (see `LMDBDatabase`). 1 had none and is migrated on open.
+    static let layoutVersion = "2"
 
     let directory: String
     private let env: LMDBEnvironment
@@ -68,31 +69,53 @@ final class StateStore: JobStateStore {
         do {
             env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 8)
             meta = try env.database(named: "meta")
-            jobsDB = try env.database(named: "jobs")
-            chunksDB = try env.database(named: "chunks")
-            receiptsDB = try env.database(named: "receipts")
-            progressDB = try env.database(named: "progress")
-            finishedDB = try env.database(named: "finished")
-            summariesDB = try env.database(named: "summaries")
+            jobsDB = try env.database(named: "jobs", checksummed: true)
+            chunksDB = try env.database(named: "chunks", checksummed: true)
+            receiptsDB = try env.database(named: "receipts", checksummed: true)
+            progressDB = try env.database(named: "progress", checksummed: true)
+            finishedDB = try env.database(named: "finished", checksummed: true)
+            summariesDB = try env.database(named: "summaries", checksummed: true)
         } catch {
             throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
         }
         try checkLayout()
     }
 
+    /// Refuses a layout this xfer cannot read; migrates layout 1 in one transaction (a crash
+    /// mid-way leaves layout 1 intact, and the next open migrates again).
     private func checkLayout() throws(XferError) {
         let key = Array("layout".utf8)
+        let current = Array(Self.layoutVersion.utf8)
         do {
             let found = try env.read { try $0.get(meta, key) }
-            if let found {
-                let version = String(decoding: found, as: UTF8.self)
-                guard version == Self.layoutVersion else {
+            if found == current { return }
+            try env.write { txn in
+                // Decided again under the writer lock: another process may have just done it.
+                let stored = try txn.get(meta, key).map { String(decoding: $0, as: UTF8.self) }
+                switch stored {
+                case Self.layoutVersion:
+                    return
+                case nil:
+                    break
+                case "1":
+                    for db in [jobsDB, chunksDB, receiptsDB, progressDB, finishedDB, summariesDB] {
+                        var entries: [([UInt8], [UInt8])] = []
+                        try txn.forEach(db.raw, prefix: []) { key, value in
+                            entries.append((key, value))
+                            return true
+                        }
+                        for (key, value) in entries { try txn.put(db, key, value) }
+                    }
+                case let version?:
+                    let which = (Int(version) ?? Int.max) < (Int(Self.layoutVersion) ?? 0) ? "an older" : "a newer"
                     throw XferError.stateUnavailable(
-                        "\(directory) holds state layout \(version), this xfer reads layout \(Self.layoutVersion); use another --state directory")
+                        "\(directory) holds state layout \(version) from \(which) xfer; this one reads layout \(Self.layoutVersion). "
+                            + "Finish its jobs with that xfer, or pass --state DIR to start a new state directory")
                 }
-            } else {
-                try env.write { txn in try txn.put(meta, key, Array(Self.layoutVersion.utf8)) }
+                try txn.put(meta, key, current)
             }
+            // The migration rewrote every value: make it durable before anything relies on it.
+            try env.sync()
         } catch let error as XferError {
             throw error
         } catch {

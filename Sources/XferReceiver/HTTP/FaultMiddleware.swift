@@ -22,6 +22,10 @@ public enum FaultKind: String, Sendable, CaseIterable, Hashable {
     /// The request is processed, then its JSON answer is replaced by HTML of
     /// the same length (a proxy error page).
     case garble
+    /// The request is processed; a `"sha256"` in its JSON answer is reported
+    /// wrong, as by a server that stored different bytes. Answers without one
+    /// pass unchanged.
+    case digest
 }
 
 /// Which faults to inject and how often, parsed from `KIND=P[,KIND=P...]`
@@ -127,6 +131,18 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
             var headers = response.headers
             headers[.contentLength] = nil
             return Response(status: response.status, headers: headers, body: ResponseBody(byteBuffer: damaged))
+        case .digest:
+            let response = try await next(request, context)
+            guard response.headers[.contentType]?.contains("json") == true else { return response }
+            var text = String(buffer: try await collect(response.body))
+            // Flip the first hex digit of the value: still well-formed, no longer the file's.
+            if let key = text.range(of: "\"sha256\":\""), key.upperBound < text.endIndex {
+                let digit = text[key.upperBound]
+                text.replaceSubrange(key.upperBound...key.upperBound, with: digit == "0" ? "1" : "0")
+            }
+            var headers = response.headers
+            headers[.contentLength] = nil
+            return Response(status: response.status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: text)))
         }
     }
 

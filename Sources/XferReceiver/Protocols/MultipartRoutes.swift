@@ -94,6 +94,9 @@ struct MultipartRoutes: Sendable {
         case .success(let implied): geometry = implied
         case .failure(let refusal): return refusal.response
         }
+        guard block.totalFileSize <= configuration.maximumUploadSize else {
+            return Answer.refuse(413, "totalFileSize \(block.totalFileSize) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
+        }
         guard let fileName = FileNames.sanitize(block.fileName) else {
             return Answer.refuse(400, "fileName has no usable last path component (or is longer than \(FileNames.maximumLength) bytes)")
         }

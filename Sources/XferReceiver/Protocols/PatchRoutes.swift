@@ -65,6 +65,9 @@ struct PatchRoutes: Sendable {
             return JSONResponse.error(.badRequest, "fileName has no usable last path component (or is longer than \(FileNames.maximumLength) bytes)")
         }
         guard create.size >= 0 else { return JSONResponse.error(.badRequest, "size must be >= 0") }
+        guard create.size <= configuration.maximumUploadSize else {
+            return JSONResponse.error(.contentTooLarge, "size \(create.size) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
+        }
         guard create.chunkSize >= 1, create.chunkSize <= configuration.maximumChunkSize else {
             return JSONResponse.error(.badRequest, "chunkSize must be between 1 and \(configuration.maximumChunkSize)")
         }

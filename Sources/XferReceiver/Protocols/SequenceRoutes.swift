@@ -41,6 +41,12 @@ struct SequenceRoutes: Sendable {
         router.post("upload") { request, _ in await self.receive(request) }
     }
 
+    /// The protocol sends the user's credential as its `token` field, so with `--auth-token` that
+    /// field is what `receive` checks, not an Authorization header.
+    static let carriesItsOwnCredential: @Sendable (Request) -> Bool = { request in
+        request.method == .post && request.uri.path == "/upload"
+    }
+
     // MARK: Handling a request
 
     private func receive(_ request: Request) async -> Response {
@@ -50,6 +56,12 @@ struct SequenceRoutes: Sendable {
         let form = StreamingFormReader(body: request.body, boundary: boundary)
         do {
             let (fields, block) = try await readFields(form)
+            if let expected = configuration.authToken,
+                !AuthMiddleware<BasicRequestContext>.equal(Array((fields["token"] ?? "").utf8), Array(expected.utf8))
+            {
+                // HTTP 401, not the protocol's code 401 (which means an unknown upToken and makes clients start over).
+                return JSONResponse.error(.unauthorized, "a valid token is required")
+            }
             let sent = try SequenceRequest(fields: fields)
             let reply =
                 sent.sequenceNo == 0
@@ -86,6 +98,9 @@ struct SequenceRoutes: Sendable {
         }
         guard (1...configuration.maximumChunkSize).contains(sent.blockSize) else {
             throw SequenceRefusal("blockSize must be between 1 and \(configuration.maximumChunkSize)")
+        }
+        guard sent.totFileSize <= configuration.maximumUploadSize else {
+            throw SequenceRefusal("totFileSize \(sent.totFileSize) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
         }
         let blockCount = sent.totFileSize == 0 ? 1 : (sent.totFileSize - 1) / sent.blockSize + 1
         guard blockCount <= Self.maximumBlockCount else {

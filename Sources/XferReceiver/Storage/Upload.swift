@@ -83,6 +83,7 @@ actor Upload {
     /// Body bytes read for this upload since the receiver started, partial
     /// bodies included: what a client really sent, to measure re-sends.
     nonisolated let bytesReceived = Atomic<Int>(0)
+    private let statistics: ReceiverStatistics
     private let io: BlockingIO
     private let log: DurableLog
 
@@ -95,8 +96,12 @@ actor Upload {
     private var completionTask: Task<CompletionRecord, any Error>?
     private var deleted = false
 
-    init(meta: UploadMeta, layout: UploadLayout, io: BlockingIO, received: ChunkSet, completion: CompletionRecord?) {
+    init(
+        meta: UploadMeta, layout: UploadLayout, io: BlockingIO, statistics: ReceiverStatistics, received: ChunkSet,
+        completion: CompletionRecord?
+    ) {
         self.meta = meta
+        self.statistics = statistics
         self.layout = layout
         self.io = io
         self.log = DurableLog(path: layout.log, io: io)
@@ -120,7 +125,10 @@ actor Upload {
         do {
             try await Self.receive(
                 body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5, io: io,
-                counted: { self.bytesReceived.add($0, ordering: .relaxed) })
+                counted: { count in
+                    self.bytesReceived.add(count, ordering: .relaxed)
+                    self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+                })
         } catch {
             await endWrite(chunk)
             // A delete that lands mid-body removes the data file; that's the client's 404, not a storage failure.

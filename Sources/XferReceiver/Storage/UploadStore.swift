@@ -49,6 +49,7 @@ struct UploadLayout: Sendable {
 actor UploadStore {
     nonisolated let layout: StoreLayout
     nonisolated let io: BlockingIO
+    nonisolated let statistics = ReceiverStatistics()
     private let logger: Logger
 
     private enum Entry {
@@ -98,7 +99,7 @@ actor UploadStore {
                 return (meta, uploadLayout)
             }
         }
-        let upload = Upload(meta: meta, layout: uploadLayout, io: io, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+        let upload = Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
         entries[meta.uploadId] = .ready(upload)
         return upload
     }
@@ -119,9 +120,9 @@ actor UploadStore {
                 // That lookup found nothing; stop it standing for the id so the next pass creates it.
                 if case .loading(let current) = entries[id], current == task { entries[id] = nil }
             case nil:
-                let task = Task { [layout, io, logger] () throws -> Upload? in
+                let task = Task { [layout, io, statistics, logger] () throws -> Upload? in
                     try await io.run {
-                        if let existing = try Self.load(id: id, layout: layout, io: io, logger: logger) { return existing }
+                        if let existing = try Self.load(id: id, layout: layout, io: io, statistics: statistics, logger: logger) { return existing }
                         let meta = UploadMeta(
                             formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
                             fileName: fileName, size: size, chunkSize: chunkSize)
@@ -135,7 +136,7 @@ actor UploadStore {
                             throw UploadError.corrupt("upload directory \(id) reappeared during its creation")
                         }
                         try Self.initialize(meta, in: uploadLayout, uploads: layout.uploads)
-                        return Upload(meta: meta, layout: uploadLayout, io: io, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                        return Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
                     }
                 }
                 entries[id] = .loading(task)
@@ -158,8 +159,8 @@ actor UploadStore {
         case .loading(let task):
             return try await task.value
         case nil:
-            let task = Task { [layout, io, logger] in
-                try await io.run { try Self.load(id: id, layout: layout, io: io, logger: logger) }
+            let task = Task { [layout, io, statistics, logger] in
+                try await io.run { try Self.load(id: id, layout: layout, io: io, statistics: statistics, logger: logger) }
             }
             entries[id] = .loading(task)
             let result = await task.result
@@ -215,7 +216,7 @@ actor UploadStore {
     }
 
     /// Blocking.
-    private static func load(id: String, layout: StoreLayout, io: BlockingIO, logger: Logger) throws -> Upload? {
+    private static func load(id: String, layout: StoreLayout, io: BlockingIO, statistics: ReceiverStatistics, logger: Logger) throws -> Upload? {
         let directory = layout.uploads + "/" + id
         guard let metaBytes = try FileSystemOps.readAll(directory + "/meta.json") else { return nil }
         let meta = try JSONDecoder().decode(UploadMeta.self, from: Data(metaBytes))
@@ -243,6 +244,6 @@ actor UploadStore {
                 try Upload.publish(uploadLayout)
             }
         }
-        return Upload(meta: meta, layout: uploadLayout, io: io, received: received, completion: completion)
+        return Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: received, completion: completion)
     }
 }

@@ -1,0 +1,42 @@
+import ArgumentParser
+import Foundation
+import Xfer
+
+/// How xfer talks to the server: timeouts and TLS trust. Shared by every
+/// command that sends requests (push, resume, cancel) so they agree.
+struct NetworkArguments: ParsableArguments {
+    @Option(help: "Seconds allowed to open a connection (DNS, TCP, TLS) before the attempt fails and is retried.")
+    var connectTimeout: Double = 15
+
+    @Option(help: "Seconds a request may make no progress (under 1 KiB/s, or waiting for an answer) before it is abandoned and retried.")
+    var lowSpeedTime: Double = 30
+
+    @Option(name: .customLong("cacert"), help: "PEM file of the CAs to trust instead of the system's (private CAs).")
+    var caCertificate: String?
+
+    @Flag(help: "Do not verify the server's TLS certificate (test servers only; prints a warning).")
+    var insecure = false
+
+    /// Checks the values and prints the --insecure warning (once per command).
+    func transportOptions() throws(XferError) -> TransportOptions {
+        var transport = TransportOptions()
+        // curl counts these in whole milliseconds; below 0.1 s every request would time out.
+        for (name, seconds) in [("--connect-timeout", connectTimeout), ("--low-speed-time", lowSpeedTime)]
+        where !(seconds.isFinite && seconds >= 0.1 && seconds <= 86_400) {
+            throw .invalidInput("\(name) must be between 0.1 and 86400 seconds")
+        }
+        transport.connectTimeout = .milliseconds(Int64(connectTimeout * 1000))
+        transport.lowSpeedTime = .milliseconds(Int64(lowSpeedTime * 1000))
+        if let caCertificate {
+            guard FileManager.default.isReadableFile(atPath: caCertificate) else {
+                throw .invalidInput("--cacert \(caCertificate): no such readable file")
+            }
+            transport.caCertificatePath = caCertificate
+        }
+        if insecure {
+            transport.verifyTLS = false
+            Terminal.error("warning: --insecure: the server's TLS certificate is not verified; anyone on the path can read and change this transfer")
+        }
+        return transport
+    }
+}

@@ -1,0 +1,24 @@
+import Hummingbird
+import Synchronization
+
+/// Receiver-wide counters, kept in memory since the receiver started.
+final class ReceiverStatistics: Sendable {
+    /// File bytes read from chunk, fragment and block bodies, partial bodies included: what
+    /// clients really sent, so re-sends after a crash can be measured for every protocol.
+    let payloadBytesReceived = Atomic<Int>(0)
+}
+
+/// `GET /stats`: the counters as JSON, for tests, torture runs and benchmarks.
+struct StatisticsRoutes: Sendable {
+    let store: UploadStore
+
+    private struct Answer: Encodable {
+        var payloadBytesReceived: Int
+    }
+
+    func register(on router: Router<BasicRequestContext>) {
+        router.get("stats") { _, _ in
+            JSONResponse.make(.ok, Answer(payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed)))
+        }
+    }
+}
