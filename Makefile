@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 
-.PHONY: all deps build release test torture demo clean
+.PHONY: all deps build release test torture demo bench clean
 
 all: build
 
@@ -37,6 +37,15 @@ torture: deps
 # half way, resumes it, and checks the SHA-256 of what the receiver serves.
 demo: release
 	./scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)/xfer"
+
+# Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
+# prints a table and rewrites the generated part of Docs/benchmarks.md (~15 min).
+# QUICK=1 for a short run; BUILD_DIR=DIR to use binaries built elsewhere (no build then).
+bench: deps
+	@if [ -z "$(BUILD_DIR)" ]; then \
+		$(SWIFT) build -c release --product xfer && \
+		$(SWIFT) build -c release --product xfer-store-bench; fi
+	BENCH_COMMAND="$(if $(QUICK),QUICK=$(QUICK) )make bench" BUILD_DIR="$(BUILD_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 
 clean:
 	rm -rf .build

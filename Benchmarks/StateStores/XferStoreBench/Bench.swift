@@ -12,6 +12,8 @@ struct XferStoreBench {
           xfer-store-bench push --file PATH --url URL [--store lmdb|sqlite] [--chunk-size BYTES]
                                 [--concurrency N] [--state DIR]
           xfer-store-bench check --url URL [--dir DIR]   (both stores must read back the same)
+          xfer-store-bench seed-resume --state DIR --job ID --chunks N [--file F] [--batch B]
+          xfer-store-bench seed-jobs --state DIR --template DIR --count N [--files K]
         """
 
     static func main() async {
@@ -23,6 +25,8 @@ struct XferStoreBench {
             switch command {
             case "commit-rate": try await commitRate(options)
             case "push": try await push(options)
+            case "seed-resume": try await Seed.resume(options)
+            case "seed-jobs": try await Seed.jobs(options)
             case "check":
                 guard let url = options.value("url") else { throw BenchError.usage(usage) }
                 let directory = try scratchDirectory(options.value("dir"), label: "check")

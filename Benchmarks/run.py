@@ -1,0 +1,645 @@
+#!/usr/bin/env python3
+"""xfer benchmarks (issue 7): `make bench`, or `QUICK=1 make bench` for a short run.
+
+Everything runs on 127.0.0.1 against `xfer serve`. Every figure is the median of
+several runs; every comparison is a ratio of two things measured alternately in
+the same run. Prints a table and rewrites the generated part of Docs/benchmarks.md.
+
+Environment: BUILD_DIR (directory holding `xfer` and `xfer-store-bench`; default
+`swift build -c release --show-bin-path`), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
+small,resume,list,resend (comma list), KEEP=1 (keep the work directory).
+Python 3 standard library only.
+"""
+import datetime
+import hashlib
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK = os.environ.get("QUICK", "") not in ("", "0")
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def env_int(name, default):
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+ROUNDS = env_int("ROUNDS", 1 if QUICK else 3)
+REPEATS = 3 if QUICK else 5
+SIZES = {
+    "throughput": 128 * MiB if QUICK else 1 * GiB,
+    "mem_small": 64 * MiB,
+    "mem_large": 512 * MiB if QUICK else 4 * GiB,
+    "small": 32 * MiB if QUICK else 256 * MiB,
+    "resend": 64 * MiB if QUICK else 256 * MiB,
+    "resume_sparse": 64 * GiB,
+    "list_jobs": 10_000,
+}
+ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+# ---------------------------------------------------------------- binaries
+
+def bin_dir():
+    given = os.environ.get("BUILD_DIR")
+    if given:
+        return os.path.abspath(given)
+    out = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=REPO,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+BIN = bin_dir()
+XFER = os.path.join(BIN, "xfer")
+STORE_BENCH = os.path.join(BIN, "xfer-store-bench")
+
+
+# ---------------------------------------------------------------- receiver
+
+class Receiver:
+    """`xfer serve` on 127.0.0.1; stdout lines (listening, stalled ...) are queued with their arrival time."""
+
+    def __init__(self, root, port=0, extra=()):
+        self.root = root
+        os.makedirs(root, exist_ok=True)
+        self.proc = subprocess.Popen([XFER, "serve", "--root", root, "--port", str(port), *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        self.lines = queue.Queue()
+        first = self.proc.stdout.readline().decode()
+        m = re.search(r"listening on (http://\S+)", first)
+        if not m:
+            self.proc.kill()
+            raise RuntimeError(f"xfer serve did not start: {first!r}")
+        self.url = m.group(1)
+        self.port = int(self.url.rsplit(":", 1)[1])
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.lines.put((time.monotonic(), raw.decode(errors="replace").strip()))
+
+    def wait_line(self, prefix, timeout):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                at, line = self.lines.get(timeout=left)
+            except queue.Empty:
+                return None
+            if line.startswith(prefix):
+                return at, line
+
+    def stats(self):
+        with urllib.request.urlopen(self.url + "/stats", timeout=30) as r:
+            return json.load(r)["payloadBytesReceived"]
+
+    def clear(self):
+        for sub in ("uploads", "downloads", "raw"):
+            d = os.path.join(self.root, sub)
+            if os.path.isdir(d):
+                for name in os.listdir(d):
+                    p = os.path.join(d, name)
+                    shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# ---------------------------------------------------------------- helpers
+
+def make_random_file(path, size):
+    if os.path.exists(path) and os.path.getsize(path) == size:
+        return
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 16 * MiB)
+            f.write(os.urandom(n))
+            left -= n
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(8 * MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_url(url):
+    h = hashlib.sha256()
+    with urllib.request.urlopen(url, timeout=600) as r:
+        for block in iter(lambda: r.read(8 * MiB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parse_time_v(path):
+    text = open(path).read()
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
+    code = re.search(r"Exit status: (\d+)", text)
+    return (int(rss.group(1)) * 1024 if rss else None), (int(code.group(1)) if code else None)
+
+
+class Work:
+    def __init__(self):
+        # In the repository's filesystem: /tmp may be a tmpfs, where fsync costs nothing.
+        self.dir = tempfile.mkdtemp(prefix=".bench-work-", dir=os.path.join(REPO, "Benchmarks"))
+        self.n = 0
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def fresh(self, label):
+        self.n += 1
+        p = self.path(f"{label}-{self.n}")
+        os.makedirs(p)
+        return p
+
+
+def push_args(file, backend, url, state, chunk="8MiB", concurrency=4, extra=()):
+    args = [XFER, "push", file, "--backend", backend, "--to", url, "--state", state, "--json",
+            "--chunk-size", chunk]
+    if concurrency:
+        args += ["--concurrency", str(concurrency)]
+    return args + list(extra)
+
+
+def timed(args, work, label):
+    """Runs args under /usr/bin/time -v; returns (seconds, peak RSS bytes, stdout)."""
+    tv = work.path(f"time-{label}-{work.n}.txt")
+    start = time.monotonic()
+    out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    rss, code = parse_time_v(tv)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} exited {out.returncode}: {out.stderr.strip()[-400:]}")
+    return elapsed, rss, out.stdout
+
+
+def completed_event(stdout):
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            ev = json.loads(line)
+            if ev.get("event") == "completed":
+                return ev
+    raise RuntimeError("no completed event: " + stdout[-300:])
+
+
+# ---------------------------------------------------------------- measurements
+
+RESULTS = {}
+
+
+def bench_throughput(work, recv):
+    size = SIZES["throughput"]
+    f = work.path("throughput.bin")
+    make_random_file(f, size)
+    kinds = ["curl", "patch", "multipart", "sequence"]
+    rates = {k: [] for k in kinds}
+    rss = {k: [] for k in kinds}
+    for rnd in range(ROUNDS):
+        for k in kinds:
+            recv.clear()
+            if k == "curl":
+                args = ["curl", "-sS", "-o", "/dev/null", "-f", "-T", f, f"{recv.url}/raw/tp-{rnd}.bin"]
+            elif k == "sequence":
+                args = push_args(f, k, recv.url, work.fresh("state"), concurrency=None)
+            else:
+                args = push_args(f, k, recv.url, work.fresh("state"))
+            secs, peak, out = timed(args, work, k)
+            if k != "curl":
+                completed_event(out)
+            rates[k].append(size / MiB / secs)
+            rss[k].append(peak)
+            log(f"  throughput round {rnd + 1} {k}: {size / MiB / secs:.0f} MiB/s ({secs:.2f} s, RSS {peak / MiB:.0f} MiB)")
+    recv.clear()
+    os.unlink(f)
+    curl = median(rates["curl"])
+    goals = {"patch": 0.9, "multipart": 0.9, "sequence": 0.8}
+    rows = []
+    for k in kinds:
+        m = median(rates[k])
+        ratio = m / curl
+        goal = goals.get(k)
+        rows.append([k, "8 MiB x 4" if k in ("patch", "multipart") else ("8 MiB" if k == "sequence" else "one stream"),
+                     f"{m:.0f}", " ".join(f"{r:.0f}" for r in rates[k]), f"{ratio:.2f}",
+                     f">= {goal}" if goal else "-", ("yes" if ratio >= goal else "NO") if goal else "-",
+                     f"{median(rss[k]) / MiB:.0f}"])
+    RESULTS["throughput"] = {
+        "title": f"1. Throughput: {size // MiB} MiB of random bytes, {ROUNDS} alternating rounds (curl, patch, multipart, sequence)",
+        "header": ["sender", "chunks", "median MiB/s", "runs MiB/s", "ratio to curl", "goal", "met", "peak RSS MiB"],
+        "rows": rows,
+    }
+
+
+def bench_memory(work, recv):
+    small, large = SIZES["mem_small"], SIZES["mem_large"]
+    fs, fl = work.path("mem-small.bin"), work.path("mem-large.bin")
+    make_random_file(fs, small)
+    make_random_file(fl, large)
+    peaks = {"small": [], "large": []}
+    for rnd in range(ROUNDS):
+        for label, f in (("small", fs), ("large", fl)):
+            recv.clear()
+            secs, peak, out = timed(push_args(f, "patch", recv.url, work.fresh("state")), work, "mem")
+            completed_event(out)
+            peaks[label].append(peak)
+            log(f"  memory round {rnd + 1} {label}: peak RSS {peak / MiB:.1f} MiB ({secs:.1f} s)")
+    recv.clear()
+    os.unlink(fs)
+    os.unlink(fl)
+    ms, ml = median(peaks["small"]), median(peaks["large"])
+    ratio = ml / ms
+    ok = ms < 64 * MiB and ml < 64 * MiB and abs(ratio - 1) <= 0.10
+    RESULTS["memory"] = {
+        "title": f"2. Peak RSS of `xfer push` (patch, 8 MiB x 4), /usr/bin/time -v, {ROUNDS} alternating rounds",
+        "header": ["file", "median peak RSS MiB", "runs MiB", "ratio large/small", "goal", "met"],
+        "rows": [
+            [f"{small // MiB} MiB random", f"{ms / MiB:.1f}", " ".join(f"{p / MiB:.1f}" for p in peaks["small"]), "-", "< 64 MiB", "yes" if ms < 64 * MiB else "NO"],
+            [f"{large // MiB} MiB random", f"{ml / MiB:.1f}", " ".join(f"{p / MiB:.1f}" for p in peaks["large"]), f"{ratio:.2f}",
+             "< 64 MiB, within 10%", "yes" if ok else "NO"],
+        ],
+    }
+
+
+def bench_small_chunks(work, recv):
+    size = SIZES["small"]
+    f = work.path("small.bin")
+    make_random_file(f, size)
+    chunks = size // (64 << 10)
+    kinds = ["xfer push", "store-bench lmdb", "store-bench sqlite"]
+    rates = {k: [] for k in kinds}
+    for rnd in range(ROUNDS):
+        for k in kinds:
+            recv.clear()
+            state = work.fresh("state")
+            if k == "xfer push":
+                secs, _, out = timed(push_args(f, "patch", recv.url, state, chunk="64KiB", concurrency=8), work, "small")
+                completed_event(out)
+                rate = chunks / secs
+            else:
+                out = subprocess.run([STORE_BENCH, "push", "--file", f, "--url", recv.url, "--store", k.split()[-1],
+                                      "--chunk-size", str(64 << 10), "--concurrency", "8", "--state", state],
+                                     capture_output=True, text=True, check=True).stdout
+                rate = json.loads(out.strip().splitlines()[-1])["chunks_per_s"]
+            rates[k].append(rate)
+            log(f"  small chunks round {rnd + 1} {k}: {rate:.0f} chunks/s")
+    recv.clear()
+    os.unlink(f)
+    base = median(rates["store-bench lmdb"])
+    rows = []
+    for k in kinds:
+        m = median(rates[k])
+        goal = k == "xfer push"
+        rows.append([k, f"{m:.0f}", " ".join(f"{r:.0f}" for r in rates[k]), f"{m / base:.2f}",
+                     ">= 3000" if goal else "-", ("yes" if m >= 3000 else "NO") if goal else "-"])
+    RESULTS["small"] = {
+        "title": (f"3. Small chunks: {size // MiB} MiB in 64 KiB chunks ({chunks} requests), patch, concurrency 8, "
+                  f"{ROUNDS} alternating rounds; `xfer push` rate is chunks / the process's wall time"),
+        "header": ["sender", "median chunks/s", "runs", "ratio to store-bench lmdb", "goal", "met"],
+        "rows": rows,
+    }
+    # The stores' raw commit rate (the bench alternates the stores itself).
+    cr_chunks, cr_rounds = (1024, 3) if QUICK else (4096, 5)
+    out = subprocess.run([STORE_BENCH, "commit-rate", "--chunks", str(cr_chunks), "--rounds", str(cr_rounds),
+                          "--committers", "8,1", "--dir", work.fresh("commit-rate")],
+                         capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            rows.append([str(r["committers"]), f"{r['lmdb_commits_per_s']:.0f}", f"{r['sqlite_commits_per_s']:.0f}",
+                         f"{r['ratio']:.2f}", f"{r['lmdb_cpu_us_per_commit']:.1f}", f"{r['sqlite_cpu_us_per_commit']:.1f}"])
+    RESULTS["commit"] = {
+        "title": f"3b. `xfer-store-bench commit-rate`: {cr_chunks} one-chunk commits, {cr_rounds} alternating rounds (medians)",
+        "header": ["committers", "LMDB commits/s", "SQLite commits/s", "LMDB/SQLite", "LMDB µs CPU/commit", "SQLite µs CPU/commit"],
+        "rows": rows,
+    }
+
+
+def read_events(proc, sink):
+    for raw in iter(proc.stdout.readline, b""):
+        line = raw.decode(errors="replace").strip()
+        try:
+            sink.put((time.monotonic(), json.loads(line)))
+        except ValueError:
+            pass
+
+
+def bench_resume(work):
+    chunk = 64 << 10
+    size = SIZES["resume_sparse"]
+    chunks = size // chunk
+    half = chunks // 2
+    concurrency = 8
+    f = work.path("sparse.bin")
+    with open(f, "wb") as h:
+        h.truncate(size)
+    root = work.path("resume-root")
+    state = work.fresh("resume-state")
+    recv = Receiver(root)
+    url, port = recv.url, recv.port
+    args = push_args(f, "patch", url, state, chunk="64KiB", concurrency=concurrency)
+    # 1. A real push creates the job and the upload; killed once the first chunk is acknowledged.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    events = queue.Queue()
+    threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
+    job = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        _, ev = events.get(timeout=120)
+        if ev.get("event") == "started":
+            job = ev["job"]
+        if ev.get("event") == "chunk":
+            break
+    proc.kill()
+    proc.wait()
+    recv.stop()
+    uploads = os.listdir(os.path.join(root, "uploads"))
+    if len(uploads) != 1 or not job:
+        raise RuntimeError(f"expected one upload and a job, got {uploads} {job}")
+    upload = uploads[0]
+    # 2. Half the chunks acknowledged on both sides.
+    seeded = subprocess.run([STORE_BENCH, "seed-resume", "--state", state, "--job", job, "--chunks", str(half)],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    log("  seed-resume:", seeded)
+    with open(os.path.join(root, "uploads", upload, "received.log"), "a") as h:
+        h.write("".join(f"\n+{n};" for n in range(1, half + 1)))
+        h.flush()
+        os.fsync(h.fileno())
+    # 3. Spawn the same push; stop the clock when the first chunk request reaches the receiver.
+    stalls = []
+    for n in range(half + 1, half + 1 + concurrency):
+        stalls += ["--stall", f"/uploads/{upload}/chunks/{n}@1"]
+    times, phases = [], []
+    for rep in range(REPEATS):
+        recv = Receiver(root, port=port, extra=stalls)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        events = queue.Queue()
+        threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
+        hit = recv.wait_line("stalled", 120)
+        proc.kill()
+        proc.wait()
+        recv.stop()
+        seen = {}
+        while not events.empty():
+            at, ev = events.get()
+            seen.setdefault(ev.get("event"), at - t0)
+        if not hit:
+            raise RuntimeError("no chunk request reached the receiver within 120 s")
+        at, line = hit
+        m = re.search(r"/chunks/(\d+)", line)
+        first_chunk = int(m.group(1)) if m else None
+        times.append(at - t0)
+        phases.append(seen)
+        log(f"  resume run {rep + 1}: {(at - t0) * 1000:.0f} ms to first chunk request ({line}); events {seen}")
+    m = median(times)
+    started = median([p.get("started", float("nan")) for p in phases])
+    reconciled = median([p.get("reconciled", float("nan")) for p in phases if "reconciled" in p]) if any("reconciled" in p for p in phases) else None
+    RESULTS["resume"] = {
+        "title": (f"4a. Resume: {chunks} chunks of 64 KiB ({size // GiB} GiB sparse file), {half} acknowledged; "
+                  f"spawn of the same `xfer push` to the first chunk request at the receiver (--stall), {REPEATS} runs"),
+        "header": ["measure", "median ms", "runs ms", "goal", "met"],
+        "rows": [
+            ["spawn -> first chunk request", f"{m * 1000:.0f}", " ".join(f"{t * 1000:.0f}" for t in times), "<= 300 ms",
+             "yes" if m <= 0.3 else "NO"],
+            ["spawn -> `started` event on stdout", f"{started * 1000:.0f}", "-", "-", "-"],
+        ] + ([["spawn -> `reconciled` event on stdout", f"{reconciled * 1000:.0f}", "-", "-", "-"]] if reconciled else [])
+          + [["first chunk requested", str(first_chunk), f"expected {half + 1}", "-", "-"]],
+    }
+    shutil.rmtree(root, ignore_errors=True)
+    os.unlink(f)
+    RESULTS["_resume_args"] = (args, stalls, upload, port, root)
+
+
+def bench_list(work, recv):
+    count = SIZES["list_jobs"]
+    template = work.fresh("template-state")
+    f = work.path("template.bin")
+    make_random_file(f, 1 * MiB)
+    out = subprocess.run([XFER, "push", f, "--backend", "patch", "--to", recv.url, "--state", template, "--json",
+                          "--chunk-size", "64KiB", "--keep-finished", "7d"], capture_output=True, text=True, check=True)
+    completed_event(out.stdout)
+    state = work.fresh("list-state")
+    seeded = subprocess.run([STORE_BENCH, "seed-jobs", "--state", state, "--template", template, "--count", str(count),
+                             "--files", "3"], capture_output=True, text=True, check=True).stdout.strip()
+    log("  seed-jobs:", seeded)
+    rows = []
+    for variant in (["list"], ["list", "--all"]):
+        times = []
+        lines = 0
+        for _ in range(REPEATS):
+            t0 = time.monotonic()
+            out = subprocess.run([XFER, *variant, "--state", state], capture_output=True, text=True)
+            times.append(time.monotonic() - t0)
+            if out.returncode != 0:
+                raise RuntimeError(f"xfer list failed: {out.stderr}")
+            lines = len(out.stdout.splitlines())
+        m = median(times)
+        rows.append([f"xfer {' '.join(variant)} ({lines} lines)", f"{m * 1000:.0f}", " ".join(f"{t * 1000:.0f}" for t in times),
+                     "<= 300 ms", "yes" if m <= 0.3 else "NO"])
+        log(f"  {' '.join(variant)}: {m * 1000:.0f} ms")
+    RESULTS["list"] = {
+        "title": f"4b. `xfer list` with {count} jobs in the store (half completed, 3 files each; seeded by `xfer-store-bench seed-jobs`), {REPEATS} runs",
+        "header": ["command", "median ms", "runs ms", "goal", "met"],
+        "rows": rows,
+    }
+    recv.clear()
+
+
+def bench_resend(work, recv):
+    size = SIZES["resend"]
+    f = work.path("resend.bin")
+    make_random_file(f, size)
+    digest = sha256_file(f)
+    rows = []
+    for backend in ("patch", "multipart", "sequence"):
+        recv.clear()
+        state = work.fresh("state")
+        concurrency = None if backend == "sequence" else 4
+        args = push_args(f, backend, recv.url, state, concurrency=concurrency)
+        total_chunks = -(-size // (8 * MiB))
+        before = recv.stats()
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        events = queue.Queue()
+        threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
+        acked = 0
+        while acked < total_chunks // 2:
+            _, ev = events.get(timeout=300)
+            if ev.get("event") == "chunk":
+                acked += 1
+        proc.kill()
+        proc.wait()
+        out = subprocess.run(args, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"re-run failed: {out.stderr}")
+        done = completed_event(out.stdout)
+        after = recv.stats()
+        resent = after - before - size
+        url = done["files"][0]["url"]
+        same = sha256_url(url) == digest
+        bound = (1 if backend == "sequence" else 4) * 8 * MiB
+        rows.append([backend, f"{acked}/{total_chunks}", f"{(after - before) / MiB:.1f}", f"{resent / MiB:.1f}",
+                     f"{bound // MiB} MiB ({'1' if backend == 'sequence' else '4'} x 8 MiB)",
+                     "yes" if 0 <= resent <= bound else "NO", "yes" if same else "NO"])
+        log(f"  resend {backend}: re-sent {resent / MiB:.1f} MiB, identical {same}")
+    recv.clear()
+    os.unlink(f)
+    RESULTS["resend"] = {
+        "title": (f"5. Re-sent after SIGKILL: {size // MiB} MiB, 8 MiB chunks (x4 for patch and multipart), killed after "
+                  "half the `chunk` events, re-run to the end; bytes from the receiver's GET /stats"),
+        "header": ["backend", "acked at kill", "received MiB", "re-sent MiB", "bound", "within", "byte-identical (sha256)"],
+        "rows": rows,
+    }
+
+
+# ---------------------------------------------------------------- report
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+    except Exception:
+        return "?"
+
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    except OSError:
+        pass
+    df = sh(f"df -hT {REPO} | tail -1").split()
+    disk = f"{df[0]} ({df[1]}), {df[3]} free of {df[2]}" if len(df) >= 5 else "?"
+    dev = os.path.basename(df[0]) if df else ""
+    rot = sh(f"cat /sys/block/{dev}/queue/rotational 2>/dev/null")
+    return [
+        ("nproc", sh("nproc")),
+        ("CPU", cpu),
+        ("RAM", mem),
+        ("kernel", platform.release()),
+        ("work dir filesystem", disk + (f", rotational={rot}" if rot else "")),
+        ("swift", sh("swift --version 2>&1 | head -1")),
+        ("curl", sh("curl --version | head -1")),
+    ]
+
+
+def table(header, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = lambda r: "| " + " | ".join(str(x).ljust(w) for x, w in zip(r, widths)) + " |"
+    return "\n".join([fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in rows])
+
+
+BEGIN = "<!-- BEGIN GENERATED by Benchmarks/run.py: re-running `make bench` replaces this part -->"
+END = "<!-- END GENERATED -->"
+
+
+def write_doc(text):
+    path = os.path.join(REPO, "Docs", "benchmarks.md")
+    block = BEGIN + "\n" + text + "\n" + END
+    if os.path.exists(path):
+        old = open(path).read()
+        if BEGIN in old and END in old:
+            new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+        else:
+            new = old.rstrip() + "\n\n" + block + "\n"
+    else:
+        new = "# Benchmarks\n\n" + block + "\n"
+    open(path, "w").write(new)
+
+
+def main():
+    command = os.environ.get("BENCH_COMMAND", ("QUICK=1 " if QUICK else "") + "make bench")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    work = Work()
+    failures = []
+    recv = Receiver(work.path("root"))
+    plan = [
+        ("throughput", lambda: bench_throughput(work, recv)),
+        ("memory", lambda: bench_memory(work, recv)),
+        ("small", lambda: bench_small_chunks(work, recv)),
+        ("resume", lambda: bench_resume(work)),
+        ("list", lambda: bench_list(work, recv)),
+        ("resend", lambda: bench_resend(work, recv)),
+    ]
+    try:
+        for name, run in plan:
+            if ONLY and name not in ONLY:
+                continue
+            log(f"== {name}")
+            t = time.monotonic()
+            try:
+                run()
+            except Exception as error:  # report and go on: a subset with honest numbers beats nothing
+                failures.append(f"{name}: {error}")
+                log(f"  FAILED: {error}")
+            log(f"  ({time.monotonic() - t:.0f} s)")
+    finally:
+        recv.stop()
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(work.dir, ignore_errors=True)
+    took = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    parts = [
+        f"Generated {started.strftime('%Y-%m-%d %H:%M UTC')} by `{command}` ({'QUICK, ' if QUICK else ''}"
+        f"{ROUNDS} rounds, took {took / 60:.1f} min), binaries from `{os.path.relpath(BIN, REPO)}`.",
+        "",
+        "### Machine",
+        "",
+        table(["", ""], machine()),
+    ]
+    for key in ("throughput", "memory", "small", "commit", "resume", "list", "resend"):
+        if key in RESULTS:
+            parts += ["", f"### {RESULTS[key]['title']}", "", table(RESULTS[key]["header"], RESULTS[key]["rows"])]
+    if failures:
+        parts += ["", "### Failed or skipped", ""] + [f"- {f}" for f in failures]
+    text = "\n".join(parts)
+    print(text)
+    write_doc(text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
