@@ -18,8 +18,14 @@ struct DurableLog: Sendable {
 
     /// `record` must be non-empty and must not contain `;`, whitespace or control characters.
     func append(_ record: String) async throws {
-        precondition(Self.isValidRecord(record), "invalid log record")
-        let bytes = Array(("\n" + record + ";").utf8)
+        try await append([record])
+    }
+
+    /// Appends `records` in one write and one sync: a group of acknowledgements costs what one does.
+    func append(_ records: [String]) async throws {
+        guard !records.isEmpty else { return }
+        precondition(records.allSatisfy(Self.isValidRecord), "invalid log record")
+        let bytes = Array(records.map { "\n" + $0 + ";" }.joined().utf8)
         let path = self.path
         try await io.run {
             // O_APPEND keeps concurrent appends from different chunks from overwriting each other.
