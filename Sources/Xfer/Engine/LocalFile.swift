@@ -120,14 +120,25 @@ final class LocalFile: Sendable {
 /// push needs no second pass over the file.
 ///
 /// Chunks are read in ascending order but by concurrent tasks, so one can
-/// arrive ahead of a gap; the gap is then read from disk (from the page
+/// arrive ahead of a gap; a small gap is then read from disk (from the page
 /// cache, usually). Chunks behind the hashed prefix are ignored: retries and
 /// rollbacks re-read bytes already hashed.
+///
+/// A large gap means a resumed job: the acknowledged part was never fed in
+/// this process. Reading it inline would hold the first new chunk back until
+/// all of it was hashed (64 s for 32 GiB), so the file is hashed in one
+/// background pass instead, while the upload goes on, and `finish` waits for it.
 final class StreamingFileHash: Sendable {
+    /// Gaps up to this are read inline: chunks in flight at once are never further apart.
+    static let largestInlineGap: Int64 = 256 << 20
+
     private struct State {
         var hash = SHA256()
         var hashedUpTo: Int64 = 0
         var digest: String?
+        /// Set once a large gap handed the rest of the file to `background`.
+        var backgrounded = false
+        var background: Task<String, any Error>?
     }
 
     private let file: LocalFile
@@ -137,13 +148,21 @@ final class StreamingFileHash: Sendable {
         self.file = file
     }
 
+    deinit {
+        state.withLock { $0.background?.cancel() }
+    }
+
     func feed(offset: Int64, bytes: [UInt8]) throws(XferError) {
-        try state.withLock { state throws(XferError) in
-            guard state.digest == nil else { return }
+        let handOff = try state.withLock { state throws(XferError) -> (hash: SHA256, position: Int64)? in
+            guard state.digest == nil, !state.backgrounded else { return nil }
             let end = offset + Int64(bytes.count)
-            guard end > state.hashedUpTo else { return }
+            guard end > state.hashedUpTo else { return nil }
+            if offset - state.hashedUpTo > Self.largestInlineGap {
+                state.backgrounded = true
+                return (state.hash, state.hashedUpTo)
+            }
             if offset > state.hashedUpTo {
-                try Self.catchUp(&state, file: file, to: offset)
+                try Self.catchUp(&state, file: self.file, to: offset)
             }
             let skip = Int(state.hashedUpTo - offset)
             if skip == 0 {
@@ -152,12 +171,33 @@ final class StreamingFileHash: Sendable {
                 state.hash.update(data: bytes[skip...])
             }
             state.hashedUpTo = end
+            return nil
         }
+        guard let handOff else { return }
+        let whole = self.file
+        // SHA256 is a plain value; this copy is the task's alone.
+        nonisolated(unsafe) let start = handOff
+        let task = Task.detached(priority: .utility) { () throws -> String in
+            var hash = start.hash
+            var position = start.position
+            try Self.hash(whole, into: &hash, from: &position, to: whole.identity.size, cancellable: true)
+            return Checksums.hex(Array(hash.finalize()))
+        }
+        state.withLock { $0.background = task }
     }
 
     /// The file's SHA-256 (lowercase hex), reading whatever was not fed.
-    func finish() throws(XferError) -> String {
-        try state.withLock { state throws(XferError) -> String in
+    func finish() async throws(XferError) -> String {
+        if let background = state.withLock({ $0.background }) {
+            do {
+                return try await background.value
+            } catch let error as XferError {
+                throw error
+            } catch {
+                throw .interrupted
+            }
+        }
+        return try state.withLock { state throws(XferError) -> String in
             if let digest = state.digest { return digest }
             try Self.catchUp(&state, file: file, to: file.identity.size)
             let digest = Checksums.hex(Array(state.hash.finalize()))
@@ -167,12 +207,19 @@ final class StreamingFileHash: Sendable {
     }
 
     private static func catchUp(_ state: inout State, file: LocalFile, to target: Int64) throws(XferError) {
+        try hash(file, into: &state.hash, from: &state.hashedUpTo, to: target, cancellable: false)
+    }
+
+    private static func hash(
+        _ file: LocalFile, into hash: inout SHA256, from position: inout Int64, to target: Int64, cancellable: Bool
+    ) throws(XferError) {
         let step = 1 << 20
-        while state.hashedUpTo < target {
-            let length = Int(min(Int64(step), target - state.hashedUpTo))
-            let bytes = try file.read(offset: state.hashedUpTo, length: length)
-            state.hash.update(data: bytes)
-            state.hashedUpTo += Int64(length)
+        while position < target {
+            if cancellable, Task.isCancelled { throw .interrupted }
+            let length = Int(min(Int64(step), target - position))
+            let bytes = try file.read(offset: position, length: length)
+            hash.update(data: bytes)
+            position += Int64(length)
         }
     }
 }

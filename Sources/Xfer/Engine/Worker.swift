@@ -114,7 +114,8 @@ struct Worker: Sendable {
                 backend.finishFile(context.files[index], in: context)
             }
             if case .completed(_, let reported?) = finish {
-                let local = try hash?.finish() ?? file.digests([.sha256])[.sha256] ?? ""
+                let local: String
+                if let hash { local = try await hash.finish() } else { local = try file.digests([.sha256])[.sha256] ?? "" }
                 guard reported.lowercased() == local else {
                     throw StepError.failed(
                         .verificationFailed(
