@@ -78,6 +78,22 @@ final class PatchBackendTests: XCTestCase {
         let answer = HTTPResponse(status: 200, body: Array(#"{"uploadId":"u1","size":10,"chunkSize":4,"received":[1,3]}"#.utf8))
         XCTAssertEqual(try exchange.interpret(answer), .serverHas(chunks: [0, 2]))
         XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 404)), .unknownUpload)
+
+        // Spaced out, empty, or in a shape the fast reader declines: the same answer either way.
+        let spaced = HTTPResponse(status: 200, body: Array(#"{ "received" : [ 1 , 3 ] , "chunkSize" : 4 }"#.utf8))
+        XCTAssertEqual(try exchange.interpret(spaced), .serverHas(chunks: [0, 2]))
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, body: Array(#"{"received":[]}"#.utf8))), .serverHas(chunks: []))
+        let exponent = HTTPResponse(status: 200, body: Array(#"{"received":[1,3e0]}"#.utf8))
+        XCTAssertEqual(try exchange.interpret(exponent), .serverHas(chunks: [0, 2]))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: Array(#"{"received":"1,3"}"#.utf8))))
+    }
+
+    func testIntegerArraysAreReadStraightFromTheBytes() {
+        let body = Array(#"{"name":"\"received\":[9]","received":[4, 5,6 ],"size":2}"#.utf8)
+        XCTAssertEqual(HTTPResponse(status: 200, body: body).integers(inArrayNamed: "received"), [4, 5, 6])
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"received":[1,-2]}"#.utf8)).integers(inArrayNamed: "received"))
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"received":[1,"#.utf8)).integers(inArrayNamed: "received"))
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"other":[1]}"#.utf8)).integers(inArrayNamed: "received"))
     }
 
     func testCompleteReadsUrlShaOrMissing() throws {

@@ -26,6 +26,27 @@ enum JSONResponse {
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
     }
 
+    /// `value` as `make` encodes it, with its empty array member `key` filled with `integers`.
+    ///
+    /// For answers that list every chunk an upload holds: a million numbers through JSONEncoder
+    /// take half a second, written directly a few milliseconds. `value` must encode `key` as `[]`;
+    /// inside a JSON string the member's quotes would be escaped, so only the member itself matches.
+    static func make(_ status: HTTPResponse.Status, _ value: some Encodable, filling key: String, with integers: [Int]) -> Response {
+        guard let data = try? encoder.encode(value) else { return Response(status: .internalServerError) }
+        let marker = Array("\"\(key)\":[]".utf8)
+        let bytes = [UInt8](data)
+        guard let at = bytes.firstRange(of: marker) else { return Response(status: .internalServerError) }
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(bytes.count + integers.count * 8)
+        buffer.writeBytes(bytes[..<(at.upperBound - 1)])
+        for (index, integer) in integers.enumerated() {
+            if index > 0 { buffer.writeInteger(UInt8(ascii: ",")) }
+            buffer.writeString(String(integer))
+        }
+        buffer.writeBytes(bytes[(at.upperBound - 1)...])
+        return Response(status: status, headers: [.contentType: "application/json; charset=utf-8"], body: ResponseBody(byteBuffer: buffer))
+    }
+
     static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
         make(status, ["error": message])
     }

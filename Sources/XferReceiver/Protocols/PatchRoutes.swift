@@ -153,9 +153,9 @@ struct PatchRoutes: Sendable {
         return JSONResponse.make(
             .ok,
             StatusAnswer(
-                uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: received,
-                bytesReceived: upload.bytesReceived.load(ordering: .relaxed))
-        )
+                uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: [],
+                bytesReceived: upload.bytesReceived.load(ordering: .relaxed)),
+            filling: "received", with: received)
     }
 
     private struct CompleteAnswer: Encodable {
