@@ -29,11 +29,7 @@ struct ResumeCommand: AsyncParsableCommand {
     @Option(help: "Attempts per request before a job fails (the first included).")
     var maxAttempts: Int = RetryPolicy().maximumAttempts
 
-    @Option(help: "Credential for the server (never printed).")
-    var token: String?
-
-    @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
-    var headers: [String] = []
+    @OptionGroup var credentials: CredentialArguments
 
     @OptionGroup var network: NetworkArguments
 
@@ -47,7 +43,7 @@ struct ResumeCommand: AsyncParsableCommand {
         guard (1...100).contains(maxAttempts) else {
             throw XferError.invalidInput("--max-attempts must be between 1 and 100")
         }
-        var options = try CredentialArguments.options(token: token, headers: headers)
+        var options = try credentials.transferOptions()
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
         let engine = try TransferEngine(
@@ -242,16 +238,12 @@ struct CancelCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object instead of text.")
     var json = false
 
-    @Option(help: "Credential for the server (never printed).")
-    var token: String?
-
-    @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
-    var headers: [String] = []
+    @OptionGroup var credentials: CredentialArguments
 
     @OptionGroup var network: NetworkArguments
 
     mutating func run() async throws {
-        let options = try CredentialArguments.options(token: token, headers: headers)
+        let options = try credentials.transferOptions()
         let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state), transport: try network.transportOptions())
         let id = try engine.jobID(matching: job)
         let report = try await engine.cancelJob(id, using: BuiltInBackend.allCases.map(\.backend), options: options)
@@ -287,20 +279,6 @@ struct CancelCommand: AsyncParsableCommand {
 // MARK: Shared pieces
 
 /// `--token` and `--header`, validated the same way as `push` does.
-enum CredentialArguments {
-    static func options(token: String?, headers: [String]) throws(XferError) -> TransferOptions {
-        var extraHeaders = HTTPHeaders()
-        for header in headers {
-            let (name, value) = try PushCommand.parseHeader(header)
-            extraHeaders.add(name, value)
-        }
-        if let token, token.contains(where: { $0.isNewline }) {
-            throw .invalidInput("--token must not contain line breaks")
-        }
-        return TransferOptions(extraHeaders: extraHeaders, credentials: Credentials(token: token))
-    }
-}
-
 /// How long completed jobs are kept: `0`, `90s`, `30m`, `24h`, `7d`.
 struct RetentionArgument: ExpressibleByArgument, Hashable {
     let duration: Duration

@@ -39,11 +39,7 @@ struct PushCommand: AsyncParsableCommand {
     @Flag(help: "Print NDJSON events on stdout instead of URLs.")
     var json = false
 
-    @Option(help: "Credential for the server (never printed).")
-    var token: String?
-
-    @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
-    var headers: [String] = []
+    @OptionGroup var credentials: CredentialArguments
 
     @OptionGroup var network: NetworkArguments
 
@@ -69,7 +65,7 @@ struct PushCommand: AsyncParsableCommand {
         guard (1...100).contains(maxAttempts) else {
             throw XferError.invalidInput("--max-attempts must be between 1 and 100")
         }
-        var options = try CredentialArguments.options(token: token, headers: headers)
+        var options = try credentials.transferOptions()
         options.chunkSize = chunkSize?.bytes
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
@@ -81,24 +77,6 @@ struct PushCommand: AsyncParsableCommand {
         let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
 
         _ = try await JobWatcher.follow(job, json: json).get()
-    }
-
-    /// Splits "Name: value", refusing what would break the request or
-    /// smuggle another header in. The value is never echoed back.
-    static func parseHeader(_ text: String) throws(XferError) -> (String, String) {
-        guard let colon = text.firstIndex(of: ":") else {
-            throw .invalidInput("--header must look like \"Name: value\" (no colon found)")
-        }
-        let name = text[..<colon].trimmingCharacters(in: .whitespaces)
-        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains) else {
-            throw .invalidInput("--header has an invalid field name '\(name.prefix(40))'")
-        }
-        guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
-            throw .invalidInput("--header \(name): the value must not contain line breaks")
-        }
-        return (name, value)
     }
 }
 
