@@ -17,8 +17,7 @@ struct ResumeCommand: AsyncParsableCommand {
     @Argument(help: "Job ids, or unique prefixes of them (default: every unfinished or failed job).")
     var jobs: [String] = []
 
-    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
-    var state: String?
+    @OptionGroup var state: StateLocation
 
     @Flag(help: "Print NDJSON events on stdout (each with a \"job\" member) instead of URLs.")
     var json = false
@@ -47,7 +46,7 @@ struct ResumeCommand: AsyncParsableCommand {
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
         let engine = try TransferEngine(
-            stateDirectory: StateLocation.resolve(state), transport: try network.transportOptions(),
+            stateDirectory: state.directory, transport: try network.transportOptions(),
             finishedJobRetention: try RetentionArgument.resolve(keepFinished))
 
         // Name every job up front, so a typo fails before anything is sent.
@@ -131,14 +130,13 @@ struct ListCommand: AsyncParsableCommand {
     @Flag(help: "Include completed jobs still kept (see --keep-finished on push and resume).")
     var all = false
 
-    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
-    var state: String?
+    @OptionGroup var state: StateLocation
 
     @Flag(help: "Print a JSON array of jobs instead of a table.")
     var json = false
 
     mutating func run() async throws {
-        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state))
+        let engine = try TransferEngine(stateDirectory: state.directory)
         let jobs = try engine.jobs(includingCompleted: all)
         let now = Date()
         if json {
@@ -166,14 +164,13 @@ struct StatusCommand: AsyncParsableCommand {
     @Argument(help: "The job id, or a unique prefix of it.")
     var job: String
 
-    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
-    var state: String?
+    @OptionGroup var state: StateLocation
 
     @Flag(help: "Print one JSON object instead of text.")
     var json = false
 
     mutating func run() async throws {
-        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state))
+        let engine = try TransferEngine(stateDirectory: state.directory)
         let details = try engine.details(of: try engine.jobID(matching: job))
         let now = Date()
         if json {
@@ -232,8 +229,7 @@ struct CancelCommand: AsyncParsableCommand {
     @Argument(help: "The job id, or a unique prefix of it.")
     var job: String
 
-    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
-    var state: String?
+    @OptionGroup var state: StateLocation
 
     @Flag(help: "Print one JSON object instead of text.")
     var json = false
@@ -244,7 +240,7 @@ struct CancelCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         let options = try credentials.transferOptions()
-        let engine = try TransferEngine(stateDirectory: StateLocation.resolve(state), transport: try network.transportOptions())
+        let engine = try TransferEngine(stateDirectory: state.directory, transport: try network.transportOptions())
         let id = try engine.jobID(matching: job)
         let report = try await engine.cancelJob(id, using: BuiltInBackend.allCases.map(\.backend), options: options)
         if json {

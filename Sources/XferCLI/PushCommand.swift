@@ -30,8 +30,7 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "Attempts per request before the job fails (the first included).")
     var maxAttempts: Int = RetryPolicy().maximumAttempts
 
-    @Option(help: "State directory (default: $XFER_STATE_DIR, $XDG_STATE_HOME/xfer or ~/.local/state/xfer).")
-    var state: String?
+    @OptionGroup var state: StateLocation
 
     @Flag(help: "Discard this push's saved progress and start over.")
     var restart = false
@@ -73,7 +72,7 @@ struct PushCommand: AsyncParsableCommand {
         let transport = try network.transportOptions()
 
         let engine = try TransferEngine(
-            stateDirectory: StateLocation.resolve(state), transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
+            stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
         let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
 
         _ = try await JobWatcher.follow(job, json: json).get()
