@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 
-.PHONY: all deps build release test torture demo bench clean
+.PHONY: all deps python-tools build release test torture demo bench clean
 
 all: build
 
@@ -11,13 +11,17 @@ all: build
 deps:
 	@./scripts/install-deps.sh
 
+# The Python servers and clients the end-to-end tests talk to (.tools/, from PyPI).
+python-tools: deps
+	@./scripts/install-python-tools.sh
+
 build: deps
 	$(SWIFT) build
 
 release: deps
 	$(SWIFT) build -c release --product xfer
 
-test: deps
+test: python-tools
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
@@ -28,7 +32,7 @@ TRIALS ?= 20
 KILLS ?= 4
 FAULTS ?= 503=0.03,429=0.01,reset=0.03,truncate=0.03,garble=0.02
 SEED ?= 42
-torture: deps
+torture: python-tools
 	$(SWIFT) build --build-tests
 	XFER_TORTURE_TRIALS=$(TRIALS) XFER_TORTURE_KILLS=$(KILLS) XFER_TORTURE_FAULTS='$(FAULTS)' XFER_TORTURE_SEED=$(SEED) \
 		$(SWIFT) test --skip-build --filter TortureTests

@@ -13,6 +13,8 @@ have_header sqlite3.h || need+=(libsqlite3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v curl >/dev/null || need+=(curl)
 command -v python3 >/dev/null || need+=(python3)
+# The end-to-end tests run Python servers (moto, a tus server) in virtual environments.
+python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v openssl >/dev/null || need+=(openssl)
 
 [ ${#need[@]} -eq 0 ] && exit 0
