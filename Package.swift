@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "XferPatch", targets: ["XferPatch"]),
         .library(name: "XferMultipart", targets: ["XferMultipart"]),
         .library(name: "XferSequence", targets: ["XferSequence"]),
+        .library(name: "XferS3", targets: ["XferS3"]),
         .library(name: "XferReceiver", targets: ["XferReceiver"]),
         .executable(name: "xfer", targets: ["XferCLI"]),
     ],
@@ -46,6 +47,8 @@ let package = Package(
         .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
         .target(name: "XferMultipart", dependencies: ["Xfer"], path: "Backends/Multipart"),
         .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
+        .target(
+            name: "XferS3", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/S3"),
 
         // The reference receiver behind `xfer serve`.
         .target(
@@ -62,7 +65,7 @@ let package = Package(
         .executableTarget(
             name: "XferCLI",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferReceiver",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -78,13 +81,13 @@ let package = Package(
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
-            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferTestSupport"],
+            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTestSupport"],
             path: "Tests/XferTests"
         ),
         .testTarget(
             name: "XferEndToEndTests",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferReceiver", "XferCLI", "XferTestSupport",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferReceiver", "XferCLI", "XferTestSupport",
                 "CWBackend", "CWUpload",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -1,6 +1,8 @@
+import ArgumentParser
 import Xfer
 import XferMultipart
 import XferPatch
+import XferS3
 import XferSequence
 
 /// The backends `--backend` can name.
@@ -8,12 +10,85 @@ enum BuiltInBackend: String, CaseIterable {
     case patch
     case multipart
     case sequence
+    case s3
 
-    var backend: any UploadBackend {
+    static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
+
+    /// The backend, configured for a new push (`s3` from `S3Arguments` and
+    /// the AWS environment; the others need nothing).
+    func makeBackend(s3 arguments: S3Arguments, profile: AWSProfileArgument) throws(XferError) -> any UploadBackend {
         switch self {
         case .patch: return PatchBackend()
         case .multipart: return MultipartBackend()
         case .sequence: return SequenceBackend()
+        case .s3:
+            let configuration = try profile.configuration()
+            let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
+            return S3Backend(configuration: configuration, endpoint: endpoint, region: arguments.region)
+        }
+    }
+
+    /// The backends an existing job may name: its endpoint and region come
+    /// from the job, credentials from the environment or `--profile`.
+    /// Credentials are resolved only for a job that needs them.
+    static func backends(forJobUsing name: String, profile: AWSProfileArgument) throws(XferError) -> [any UploadBackend] {
+        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend()]
+        if name == BuiltInBackend.s3.rawValue {
+            backends.append(S3Backend(configuration: try profile.configuration()))
+        }
+        return backends
+    }
+}
+
+/// `--profile`: where S3 credentials come from, for every command that sends requests.
+struct AWSProfileArgument: ParsableArguments {
+    @Option(help: "s3: the profile of ~/.aws/credentials to sign with (default: $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY, else $AWS_PROFILE or 'default').")
+    var profile: String?
+
+    func configuration() throws(XferError) -> AWSConfiguration {
+        do {
+            return try AWSConfiguration.resolve(profile: profile)
+        } catch {
+            throw .invalidInput(error.description)
+        }
+    }
+}
+
+/// Where a new S3 push goes; a resumed job keeps what it started with.
+struct S3Arguments: ParsableArguments {
+    @Option(name: .customLong("endpoint"), help: "s3: the server, http(s)://HOST[:PORT] (default: AWS for the region).")
+    var endpointURL: String?
+
+    @Option(help: "s3: the region to sign for (default: $AWS_REGION, the profile's region, else us-east-1).")
+    var region: String?
+
+    @Option(help: "s3: bucket addressing, path or virtual (default: virtual on AWS, path on --endpoint).")
+    var addressing: String?
+
+    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil }
+
+    /// nil for AWS's own endpoint in the region.
+    func endpoint(region: String?) throws(XferError) -> S3Endpoint? {
+        var style: S3Endpoint.Addressing?
+        if let addressing {
+            guard let parsed = S3Endpoint.Addressing(rawValue: addressing) else {
+                throw .invalidInput("--addressing must be path or virtual, not '\(addressing.prefix(40))'")
+            }
+            style = parsed
+        }
+        if let region, region.isEmpty || !region.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" }) {
+            throw .invalidInput("--region '\(region.prefix(40))' is not a region name (e.g. us-east-1)")
+        }
+        guard let endpointURL else {
+            guard let style else { return nil }
+            var aws = S3Endpoint.aws(region: region ?? "us-east-1")
+            aws.addressing = style
+            return aws
+        }
+        do {
+            return try S3Endpoint.parse(endpointURL, addressing: style ?? .path)
+        } catch {
+            throw .invalidInput(error.description)
         }
     }
 }

@@ -32,6 +32,8 @@ struct ResumeCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var aws: AWSProfileArgument
+
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
@@ -84,7 +86,9 @@ struct ResumeCommand: AsyncParsableCommand {
     private func resume(_ id: JobID, engine: TransferEngine, options: TransferOptions) async -> Int32 {
         let job: TransferJob
         do throws(XferError) {
-            job = try await engine.resume(id, using: BuiltInBackend.allCases.map(\.backend), options: options)
+            let backendName = try engine.details(of: id).summary.backend
+            let backends = try BuiltInBackend.backends(forJobUsing: backendName, profile: aws)
+            job = try await engine.resume(id, using: backends, options: options)
         } catch {
             var error = error
             if case .invalidInput = error, let summary = try? engine.details(of: id).summary,
@@ -222,7 +226,7 @@ struct CancelCommand: AsyncParsableCommand {
         commandName: "cancel",
         abstract: "Ask the server to drop a job's upload, then delete the job's local state.",
         discussion: """
-            The server is asked best-effort (patch: DELETE /uploads/{id}; multipart: delete.do; sequence has no \
+            The server is asked best-effort (patch: DELETE /uploads/{id}; multipart: delete.do; s3: AbortMultipartUpload; sequence has no \
             such call); the local state goes either way. A job another process runs is refused with exit 3.
             """)
 
@@ -238,11 +242,14 @@ struct CancelCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var aws: AWSProfileArgument
+
     mutating func run() async throws {
         let options = try credentials.transferOptions()
         let engine = try TransferEngine(stateDirectory: state.directory, transport: try network.transportOptions())
         let id = try engine.jobID(matching: job)
-        let report = try await engine.cancelJob(id, using: BuiltInBackend.allCases.map(\.backend), options: options)
+        let backends = try BuiltInBackend.backends(forJobUsing: try engine.details(of: id).summary.backend, profile: aws)
+        let report = try await engine.cancelJob(id, using: backends, options: options)
         if json {
             var object: [String: JSONValue] = [
                 "job": .string(report.job.rawValue), "cancelled": .bool(true),

@@ -15,10 +15,10 @@ struct PushCommand: AsyncParsableCommand {
     @Argument(help: "Files to upload.")
     var files: [String] = []
 
-    @Option(help: "Upload protocol: \(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", ")).")
+    @Option(help: "Upload protocol: \(BuiltInBackend.names).")
     var backend: String?
 
-    @Option(name: .customLong("to"), help: "The server's root URL.")
+    @Option(name: .customLong("to"), help: "The server's root URL (s3: s3://BUCKET/PREFIX).")
     var target: String?
 
     @Option(help: "Chunk size, e.g. 512KiB, 8MiB or bytes (default: the backend's).")
@@ -42,17 +42,24 @@ struct PushCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var s3: S3Arguments
+
+    @OptionGroup var aws: AWSProfileArgument
+
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
     mutating func run() async throws {
         guard !files.isEmpty else { throw XferError.invalidInput("name at least one file to push") }
         guard let backendName = backend else {
-            throw XferError.invalidInput("--backend is required (\(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", ")))")
+            throw XferError.invalidInput("--backend is required (\(BuiltInBackend.names))")
         }
         guard let builtIn = BuiltInBackend(rawValue: backendName) else {
             throw XferError.invalidInput(
-                "unknown backend '\(backendName)'; choose one of \(BuiltInBackend.allCases.map(\.rawValue).joined(separator: ", "))")
+                "unknown backend '\(backendName)'; choose one of \(BuiltInBackend.names)")
+        }
+        if builtIn != .s3, !s3.isEmpty || aws.profile != nil {
+            throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --backend s3")
         }
         guard let target else { throw XferError.invalidInput("--to URL is required") }
         if let chunkSize, chunkSize.bytes < 1 || chunkSize.bytes > TransferOptions.maximumChunkSize {
@@ -70,10 +77,11 @@ struct PushCommand: AsyncParsableCommand {
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
 
         let transport = try network.transportOptions()
+        let backend = try builtIn.makeBackend(s3: s3, profile: aws)
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
-        let job = try await engine.push(files, to: target, using: builtIn.backend, options: options, restart: restart)
+        let job = try await engine.push(files, to: target, using: backend, options: options, restart: restart)
 
         _ = try await JobWatcher.follow(job, json: json).get()
     }

@@ -31,6 +31,12 @@ public protocol UploadBackend: Sendable {
     /// What this backend's protocol needs from the engine.
     var traits: BackendTraits { get }
 
+    /// The form of `--to` this backend's protocol addresses, normalized. The
+    /// default takes an http(s) URL of the server's root; a protocol with
+    /// its own addressing (e.g. `s3://BUCKET/PREFIX`) checks its own form.
+    /// The result is stored with the job and is part of its id.
+    func normalizedTarget(_ target: String) throws(BackendError) -> String
+
     /// Handles the client invents before talking to the server (e.g. a
     /// source id the server's answers are keyed by). Called once when the
     /// job is created; committed with the job.
@@ -47,8 +53,13 @@ public protocol UploadBackend: Sendable {
     /// handles, and the chunk size the server chose, are committed before any chunk.
     func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>?
     /// On resume, for a file an earlier run opened: which chunks the server holds.
-    /// Its answer replaces the local record of done chunks.
+    /// Its answer replaces the local record of done chunks. `file.receipts`
+    /// holds what earlier runs recorded for the chunks they stored.
     func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>?
+    /// Asks for the next part of an answer `reconcileFile` gave in parts
+    /// (`.serverHasMore`, e.g. a paginated listing): `cursor` is what that
+    /// part named. The engine unites the parts before replacing anything.
+    func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>?
     /// Sends one chunk. The chunk is marked done only once this exchange yields `.stored`.
     func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome>
     /// Once every chunk of a file is done (e.g. complete the upload, get its URL).
@@ -62,6 +73,10 @@ public protocol UploadBackend: Sendable {
 }
 
 extension UploadBackend {
+    /// An http(s) URL with a host, without a trailing slash.
+    public func normalizedTarget(_ target: String) throws(BackendError) -> String {
+        try HTTPTarget.normalized(target)
+    }
     /// No handles: most protocols let the server hand them out.
     public func makeJobHandles(for job: JobContext) -> ServerHandles { ServerHandles() }
     /// The size the user asked for.
@@ -72,6 +87,10 @@ extension UploadBackend {
     public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? { nil }
     /// No way to ask the server what it holds: a resume trusts the state store.
     public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? { nil }
+    /// Answers never come in parts.
+    public func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>? {
+        nil
+    }
     /// No per-file finish call (the URL then comes with a chunk's answer or `finishJob`).
     public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? { nil }
     /// No job-level finish call.
@@ -213,6 +232,11 @@ public enum Reconciliation: Sendable, Hashable {
     /// The server holds exactly these chunks (0-based); `receipts` carries
     /// what it reports for them where the backend needs it later.
     case serverHas(chunks: Set<Int>, receipts: [Int: String] = [:])
+    /// The server holds at least these chunks; ask `continueReconciling`
+    /// with `cursor` for the rest (one page of a listing). `cursor` may also
+    /// name a different question, e.g. "list the parts" after "is the whole
+    /// object there already?".
+    case serverHasMore(chunks: Set<Int>, receipts: [Int: String] = [:], cursor: String)
     /// The file is already complete on the server at this URL.
     case complete(url: String)
     /// The server does not know this upload any more; open the file again.

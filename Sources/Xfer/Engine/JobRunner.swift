@@ -392,7 +392,8 @@ private struct Scheduler {
             switch reconciliation {
             case nil:
                 state[index].phase = .sending
-            case .serverHas(let chunks, let receipts)?:
+            case .serverHas(let chunks, let receipts)?, .serverHasMore(let chunks, let receipts, _)?:
+                // (The worker unites the parts of an answer; a part cannot arrive here alone.)
                 var done = ChunkSet(capacity: state[index].plan.count)
                 for chunk in chunks where chunk >= 0 && chunk < done.capacity { done.insert(chunk) }
                 try await store.commit(.replaceDone(job: record.id, file: index, done: done, receipts: receipts))

@@ -112,7 +112,9 @@ public final class TransferEngine: Sendable {
         options: TransferOptions, restart: Bool, resuming expected: JobID?
     ) async throws(XferError) -> TransferJob {
         guard !files.isEmpty else { throw .invalidInput("no files to push") }
-        let target = try Self.normalizedTarget(target)
+        let normalized: String
+        do { normalized = try backend.normalizedTarget(target) } catch { throw .invalidInput(error.description) }
+        let target = normalized
         let traits = backend.traits
         let requestedChunkSize = options.chunkSize ?? traits.defaultChunkSize
         guard (1...TransferOptions.maximumChunkSize).contains(requestedChunkSize) else {
@@ -188,26 +190,6 @@ public final class TransferEngine: Sendable {
                     store: store, transport: transport, lock: lock, resumed: true)
             })
         return TransferJob(runner: runner, session: session)
-    }
-
-    /// A URL the engine can send to: http or https, with a host, without a
-    /// trailing slash. The message never repeats the URL's query (it may hold secrets).
-    static func normalizedTarget(_ target: String) throws(XferError) -> String {
-        let trimmed = target.trimmingCharacters(in: .whitespaces)
-        guard let components = URLComponents(string: trimmed),
-            let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            let host = components.host, !host.isEmpty,
-            components.fragment == nil
-        else {
-            let shown = trimmed.split(separator: "?", maxSplits: 1).first.map(String.init) ?? ""
-            throw .invalidInput("'\(shown)' is not a usable URL; expected http(s)://HOST[:PORT][/PATH]")
-        }
-        if let port = components.port, !(1...65535).contains(port) {
-            throw .invalidInput("port \(port) is out of range in the target URL")
-        }
-        var normalized = trimmed
-        while normalized.hasSuffix("/") { normalized.removeLast() }
-        return normalized
     }
 
     static func describeChange(from old: FileIdentity, to new: FileIdentity) -> String {

@@ -55,13 +55,42 @@ struct Worker: Sendable {
         }
     }
 
+    /// A listing of a million chunks is a thousand pages at most; more
+    /// means a backend whose cursor never ends.
+    static let maximumReconcilePages = 100_000
+
     func reconcileFile(_ index: Int, job: JobContext) async -> WorkResult {
         do {
-            let file = job.files[index]
-            let reconciliation = try await perform("ask the server what it holds of \(file.path)", countBytes: false) {
-                backend.reconcileFile(file, in: job)
+            let receipts = try store.receipts(job: jobID, file: index)
+            let context = withFile(job, index) { base in
+                FileContext(
+                    index: base.index, path: base.path, name: base.name, size: base.size, plan: base.plan,
+                    handles: base.handles, digests: base.digests, receipts: receipts)
             }
-            return .reconciled(file: index, reconciliation)
+            let file = context.files[index]
+            var answer = try await perform("ask the server what it holds of \(file.path)", countBytes: false) {
+                backend.reconcileFile(file, in: context)
+            }
+            // An answer in parts: unite them, so the store is replaced once, with all of it.
+            var chunks = Set<Int>()
+            var found = [Int: String]()
+            var pages = 0
+            while case .serverHasMore(let more, let moreReceipts, let cursor)? = answer {
+                pages += 1
+                guard pages < Self.maximumReconcilePages else {
+                    throw StepError.failed(.transferFailed("the server's list of what it holds of \(file.path) never ends"))
+                }
+                chunks.formUnion(more)
+                found.merge(moreReceipts) { $1 }
+                answer = try await perform("ask the server what else it holds of \(file.path)", countBytes: false) {
+                    backend.continueReconciling(file, in: context, from: cursor)
+                }
+                if answer == nil { answer = .serverHas(chunks: [], receipts: [:]) }
+            }
+            if pages > 0, case .serverHas(let last, let lastReceipts)? = answer {
+                answer = .serverHas(chunks: chunks.union(last), receipts: found.merging(lastReceipts) { $1 })
+            }
+            return .reconciled(file: index, answer)
         } catch {
             return failure(.reconcileFile(index), file: index, error)
         }

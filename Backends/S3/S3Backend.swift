@@ -1,0 +1,382 @@
+import Crypto
+import Foundation
+import Xfer
+
+/// S3's multipart upload, as AWS S3 and the S3-compatible stores speak it.
+///
+/// A file larger than one part is `CreateMultipartUpload` (the UploadId is
+/// committed before any part), `UploadPart` with `Content-MD5` for each part,
+/// then `CompleteMultipartUpload` listing every part's ETag. A file of one
+/// part or less is one `PutObject`. On resume `ListParts` says which parts S3
+/// holds; those of the expected size whose ETag matches what this job
+/// recorded (or that this job never heard back about) are not sent again.
+/// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
+public struct S3Backend: UploadBackend {
+    public let name = "s3"
+
+    /// S3 refuses parts below 5 MiB, except the last.
+    public static let minimumPartSize = 5 << 20
+    /// S3 refuses part numbers above 10,000.
+    public static let maximumPartCount = 10_000
+
+    public let traits = BackendTraits(
+        defaultChunkSize: 8 << 20,
+        defaultConcurrency: 4,
+        chunkOrder: .any,
+        // An empty file is one empty PutObject.
+        emptyFileHasOneChunk: true)
+
+    private let configuration: AWSConfiguration
+    private let endpoint: S3Endpoint?
+    private let region: String?
+    private let now: @Sendable () -> Date
+    /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
+    private let listPageSize: Int
+
+    /// - Parameters:
+    ///   - configuration: Credentials (and a default region) to sign with.
+    ///   - endpoint: Where new jobs send to; nil for AWS in `region`. A job
+    ///     keeps the endpoint and region it was created with.
+    ///   - region: The signing region for new jobs; nil for the
+    ///     configuration's, else us-east-1.
+    ///   - listPageSize: Parts asked for per ListParts request.
+    ///   - now: The clock requests are signed with.
+    public init(
+        configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil, listPageSize: Int = 1000,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.configuration = configuration
+        self.endpoint = endpoint
+        self.region = region
+        self.listPageSize = max(1, min(1000, listPageSize))
+        self.now = now
+    }
+
+    // MARK: Job setup
+
+    /// `s3://BUCKET/PREFIX`, followed by ` at ENDPOINT` unless the endpoint
+    /// is AWS's: the same push to another S3 service is another job.
+    public func normalizedTarget(_ target: String) throws(BackendError) -> String {
+        let (location, storedEndpoint) = Self.splitTarget(target)
+        let normalized = try S3Location(parsing: location).normalized
+        if let storedEndpoint { return "\(normalized) at \(storedEndpoint)" }
+        guard let endpoint else { return normalized }
+        return "\(normalized) at \(endpoint.base)"
+    }
+
+    /// A stored target's location and endpoint (see `normalizedTarget`).
+    static func splitTarget(_ target: String) -> (location: String, endpoint: String?) {
+        guard let separator = target.range(of: " at ", options: .backwards) else { return (target, nil) }
+        let endpoint = String(target[separator.upperBound...])
+        guard (try? S3Endpoint.parse(endpoint, addressing: .path)) != nil else { return (target, nil) }
+        return (String(target[..<separator.lowerBound]), endpoint)
+    }
+
+    public func makeJobHandles(for job: JobContext) -> ServerHandles {
+        let region = self.region ?? configuration.region ?? "us-east-1"
+        let endpoint = self.endpoint ?? .aws(region: region)
+        return ServerHandles(["endpoint": endpoint.base, "addressing": endpoint.addressing.rawValue, "region": region])
+    }
+
+    /// The part size asked for, raised to S3's 5 MiB minimum, and to whole
+    /// MiB above size / 10,000 so no file needs more than 10,000 parts.
+    public func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int {
+        var part = max(requested, Self.minimumPartSize)
+        let needed = (size + Int64(Self.maximumPartCount) - 1) / Int64(Self.maximumPartCount)
+        if Int64(part) < needed {
+            let mebibyte: Int64 = 1 << 20
+            part = Int((needed + mebibyte - 1) / mebibyte * mebibyte)
+        }
+        return part
+    }
+
+    // MARK: Steps
+
+    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+        guard isMultipart(file) else { return nil }
+        let session = Session(self, job)
+        let key = session.location.key(forFileNamed: file.name)
+        var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
+        request.headers.set("Content-Type", "application/octet-stream")
+        session.sign(&request)
+        let operation = "start the multipart upload of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 200 else { throw session.failure(response, operation) }
+            guard let document = S3XML(response.body), document.root.hasPrefix("InitiateMultipartUpload"),
+                let id = document.fields["UploadId"], !id.isEmpty
+            else {
+                if let error = response.s3Error { throw session.failure(response, operation, error) }
+                throw .transient("\(operation): the answer has no UploadId")
+            }
+            return FileOpening(handles: ServerHandles(["uploadId": id, "key": key]))
+        }
+    }
+
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        let session = Session(self, job)
+        let body = RequestBody(segments: [chunk.bytes])
+        var request: HTTPRequest
+        let operation: String
+        let objectURL: String?
+        if isMultipart(file) {
+            let id = file.handles["uploadId"] ?? ""
+            let query = "partNumber=\(chunk.index + 1)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
+            request = HTTPRequest(method: .put, url: session.objectURL(file, query: query), body: body)
+            operation = "send part \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+            objectURL = nil
+        } else {
+            request = HTTPRequest(method: .put, url: session.objectURL(file), body: body)
+            request.headers.set("Content-Type", "application/octet-stream")
+            operation = "send \(file.name)"
+            objectURL = session.s3URL(file)
+        }
+        request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+        session.sign(&request)
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 200 else { throw session.failure(response, operation) }
+            guard let etag = response.headers["ETag"], !etag.isEmpty else {
+                throw .transient("\(operation): the answer has no ETag")
+            }
+            return .stored(receipt: etag, fileURL: objectURL)
+        }
+    }
+
+    /// Asks first whether the object is already whole when every part was
+    /// acknowledged (the previous run may have died after completing it),
+    /// then lists the parts, a page at a time.
+    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
+        guard isMultipart(file), file.handles["uploadId"] != nil else { return nil }
+        let session = Session(self, job)
+        guard let expected = Self.multipartETag(file) else { return listParts(file, session, after: 0) }
+        var request = HTTPRequest(method: .head, url: session.objectURL(file))
+        session.sign(&request)
+        let url = session.s3URL(file)
+        return Exchange(request) { response throws(BackendError) in
+            if response.status == 200, let etag = response.headers["ETag"], Self.sameETag(etag, expected) {
+                return .complete(url: url)
+            }
+            if response.status >= 500 || response.status == 429 { throw session.failure(response, "ask whether \(file.name) is complete") }
+            // Missing (404, or 403 without ListBucket) or another object: ask for the parts.
+            return .serverHasMore(chunks: [], receipts: [:], cursor: "0")
+        }
+    }
+
+    public func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>? {
+        guard let marker = Int(cursor) else { return nil }
+        return listParts(file, Session(self, job), after: marker)
+    }
+
+    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
+        guard isMultipart(file) else { return nil }
+        let session = Session(self, job)
+        let id = file.handles["uploadId"] ?? ""
+        let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
+        let operation = "complete the upload of \(file.name)"
+        let unreceipted = (0..<file.chunkCount).filter { file.receipts[$0] == nil }
+        guard unreceipted.isEmpty else {
+            // A part acknowledged without its ETag cannot be listed in the
+            // completion: send those again (their answers carry the ETag).
+            var request = HTTPRequest(method: .get, url: session.objectURL(file, query: query + "&max-parts=1"))
+            session.sign(&request)
+            return Exchange(request) { response throws(BackendError) in
+                guard response.status == 200 else { throw session.failure(response, operation) }
+                return .missing(unreceipted)
+            }
+        }
+        var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        for chunk in 0..<file.chunkCount {
+            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(file.receipts[chunk]!))</ETag></Part>"
+        }
+        xml += "</CompleteMultipartUpload>"
+        var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(Array(xml.utf8)))
+        request.headers.set("Content-Type", "application/xml")
+        session.sign(&request)
+        let url = session.s3URL(file)
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 200 else {
+                if response.s3Error?.code == "InvalidPart" {
+                    // S3 lacks a part this job recorded (or holds another one): send them all again.
+                    return .missing(Array(0..<file.chunkCount))
+                }
+                throw session.failure(response, operation)
+            }
+            // S3 may answer 200 and report an error in the body, even after
+            // sending whitespace for minutes: only this root means done.
+            guard let document = S3XML(response.body) else {
+                throw .transient("\(operation): the answer was cut short")
+            }
+            // AWS names the root ...Result; moto ...Response.
+            if document.root.hasPrefix("CompleteMultipartUpload") { return .completed(url: url) }
+            if let error = response.s3Error { throw session.failure(response, operation, error, okStatus: true) }
+            throw .transient("\(operation): unexpected answer <\(document.root)>")
+        }
+    }
+
+    public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
+        let session = Session(self, job)
+        return job.files.compactMap { file in
+            guard let id = file.handles["uploadId"] else { return nil }
+            var request = HTTPRequest(
+                method: .delete, url: session.objectURL(file, query: "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"))
+            session.sign(&request)
+            return request
+        }
+    }
+
+    // MARK: Helpers
+
+    private func isMultipart(_ file: FileContext) -> Bool { file.chunkCount > 1 }
+
+    private func listParts(_ file: FileContext, _ session: Session, after marker: Int) -> Exchange<Reconciliation> {
+        let id = file.handles["uploadId"] ?? ""
+        var query = "max-parts=\(listPageSize)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
+        if marker > 0 { query += "&part-number-marker=\(marker)" }
+        var request = HTTPRequest(method: .get, url: session.objectURL(file, query: query))
+        session.sign(&request)
+        let operation = "list the parts S3 holds of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            if response.s3Error?.code == "NoSuchUpload" { return .unknownUpload }
+            guard response.status == 200 else { throw session.failure(response, operation) }
+            // AWS names the root ListPartsResult; moto ListPartsResponse.
+            guard let document = S3XML(response.body, recordNames: ["Part"]), document.root.hasPrefix("ListParts") else {
+                throw .transient("\(operation): the answer is not a ListPartsResult")
+            }
+            var chunks = Set<Int>()
+            var receipts: [Int: String] = [:]
+            for part in document.records {
+                guard let number = part["PartNumber"].flatMap(Int.init), (1...file.chunkCount).contains(number),
+                    let etag = part["ETag"], let size = part["Size"].flatMap(Int.init)
+                else { continue }
+                let chunk = number - 1
+                // Another size means another cut of the file; another ETag
+                // than recorded, other bytes. Either way: send it again.
+                guard size == file.plan.length(of: chunk) else { continue }
+                if let recorded = file.receipts[chunk], !Self.sameETag(recorded, etag) { continue }
+                chunks.insert(chunk)
+                receipts[chunk] = etag
+            }
+            if document.fields["IsTruncated"] == "true", let next = document.fields["NextPartNumberMarker"].flatMap(Int.init),
+                next > marker
+            {
+                return .serverHasMore(chunks: chunks, receipts: receipts, cursor: String(next))
+            }
+            return .serverHas(chunks: chunks, receipts: receipts)
+        }
+    }
+
+    static func sameETag(_ a: String, _ b: String) -> Bool {
+        func bare(_ text: String) -> String {
+            text.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
+        }
+        return bare(a) == bare(b)
+    }
+
+    /// The ETag S3 gives an object completed from these parts: the MD5 of
+    /// the parts' MD5s, "-", the part count. Nil unless every part's receipt
+    /// is a plain MD5 (not so with SSE-KMS, for one).
+    static func multipartETag(_ file: FileContext) -> String? {
+        guard file.chunkCount > 1, file.receipts.count == file.chunkCount else { return nil }
+        var digests: [UInt8] = []
+        digests.reserveCapacity(16 * file.chunkCount)
+        for chunk in 0..<file.chunkCount {
+            guard let receipt = file.receipts[chunk], let bytes = hexBytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
+                bytes.count == 16
+            else { return nil }
+            digests += bytes
+        }
+        return Checksums.hex(Array(Insecure.MD5.hash(data: digests))) + "-\(file.chunkCount)"
+    }
+
+    private static func hexBytes(_ text: String) -> [UInt8]? {
+        let utf8 = Array(text.utf8)
+        guard utf8.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count / 2)
+        var index = 0
+        while index < utf8.count {
+            guard let high = hexValue(utf8[index]), let low = hexValue(utf8[index + 1]) else { return nil }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        return bytes
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    /// What every request of a job needs: where to send, how to sign, which
+    /// bucket and prefix. Built from the job's stored handles, so a resumed
+    /// job talks to the endpoint and region it started with.
+    private struct Session: Sendable {
+        let location: S3Location
+        let endpoint: S3Endpoint
+        let signer: SignatureV4
+        let signsPayload: Bool
+        let source: String
+        let now: @Sendable () -> Date
+
+        init(_ backend: S3Backend, _ job: JobContext) {
+            let defaults = backend.makeJobHandles(for: job)
+            let handles = job.handles
+            let base = handles["endpoint"] ?? defaults["endpoint"]!
+            let addressing = handles["addressing"].flatMap(S3Endpoint.Addressing.init(rawValue:)) ?? .path
+            let region = handles["region"] ?? defaults["region"]!
+            location =
+                (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
+            endpoint = S3Endpoint(base: base, addressing: addressing)
+            signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
+            // Over TLS the body is not hashed for the signature: Content-MD5
+            // already guards it, and TLS the rest (as the AWS CLI does).
+            signsPayload = !base.lowercased().hasPrefix("https:")
+            source = backend.configuration.source
+            now = backend.now
+        }
+
+        func objectURL(_ file: FileContext, query: String = "") -> String {
+            endpoint.url(bucket: location.bucket, key: file.handles["key"] ?? location.key(forFileNamed: file.name), query: query)
+        }
+
+        func s3URL(_ file: FileContext) -> String {
+            "s3://\(location.bucket)/\(file.handles["key"] ?? location.key(forFileNamed: file.name))"
+        }
+
+        func sign(_ request: inout HTTPRequest) {
+            let hash =
+                signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
+            signer.sign(&request, payloadHash: hash, at: now())
+        }
+
+        /// The error an unwanted answer means, by S3's error code first.
+        func failure(
+            _ response: HTTPResponse, _ operation: String, _ known: (code: String, message: String)? = nil, okStatus: Bool = false
+        ) -> BackendError {
+            let error = known ?? response.s3Error
+            let detail = error.map { ": \($0.code)" + ($0.message.isEmpty ? "" : " (\($0.message))") } ?? ""
+            let status = okStatus ? "HTTP 200 with an error" : "HTTP \(response.status)"
+            switch error?.code {
+            case "NoSuchUpload":
+                return .uploadUnknown("\(operation): S3 no longer knows the upload")
+            case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
+                "XAmzContentSHA256Mismatch", "OperationAborted":
+                return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
+            case "RequestTimeTooSkewed":
+                return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
+            case "NoSuchBucket":
+                return .rejected("\(operation): bucket '\(location.bucket)' does not exist at \(endpoint.base)")
+            case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
+                return .rejected("\(operation): S3 refused the credentials from \(source)\(detail)")
+            default:
+                if okStatus || response.status >= 500 || response.status == 408 || response.status == 429 {
+                    return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
+                }
+                return .rejected("\(operation): \(status)\(detail)")
+            }
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import Xfer
+
+#if canImport(FoundationXML)
+    import FoundationXML
+#endif
+
+/// The few XML documents S3 answers with, read into flat records: S3's
+/// answers are shallow, so "the text of each element, by name, under its
+/// parent record" is all the backend needs.
+struct S3XML {
+    /// The document's root element name ("Error", "ListPartsResult", ...).
+    var root: String = ""
+    /// Text of the root's direct children, by element name.
+    var fields: [String: String] = [:]
+    /// Records: one per element named in `recordNames` (e.g. every `Part`), each its children's text.
+    var records: [[String: String]] = []
+
+    /// Nil when `bytes` is not well-formed XML.
+    init?(_ bytes: [UInt8], recordNames: Set<String> = []) {
+        let reader = Reader(recordNames: recordNames)
+        let parser = XMLParser(data: Data(bytes))
+        parser.delegate = reader
+        guard parser.parse(), let root = reader.root else { return nil }
+        self.root = root
+        self.fields = reader.fields
+        self.records = reader.records
+    }
+
+    /// `value` with `&`, `<`, `>` and `"` escaped, for building request bodies.
+    static func escaped(_ value: String) -> String {
+        var out = ""
+        for character in value {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            default: out.append(character)
+            }
+        }
+        return out
+    }
+
+    private final class Reader: NSObject, XMLParserDelegate {
+        let recordNames: Set<String>
+        var root: String?
+        var fields: [String: String] = [:]
+        var records: [[String: String]] = []
+        private var path: [String] = []
+        private var text = ""
+        private var record: [String: String]?
+
+        init(recordNames: Set<String>) { self.recordNames = recordNames }
+
+        func parser(
+            _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?,
+            attributes: [String: String] = [:]
+        ) {
+            if root == nil { root = name }
+            if path.count == 1, recordNames.contains(name) { record = [:] }
+            path.append(name)
+            text = ""
+        }
+
+        func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
+
+        func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+            path.removeLast()
+            if path.count == 1 {
+                if recordNames.contains(name), let finished = record {
+                    records.append(finished)
+                    record = nil
+                } else {
+                    fields[name] = text
+                }
+            } else if path.count == 2, record != nil {
+                record?[name] = text
+            }
+            text = ""
+        }
+    }
+}
+
+extension HTTPResponse {
+    /// S3's `<Error><Code>…</Code><Message>…</Message></Error>`, as
+    /// "Code: Message". Only these two: S3's errors also echo the string to
+    /// sign and the access key id, which stay out of messages.
+    var s3Error: (code: String, message: String)? {
+        guard let document = S3XML(body), document.root == "Error", let code = document.fields["Code"] else { return nil }
+        let message = (document.fields["Message"] ?? "").split(whereSeparator: \.isNewline).joined(separator: " ")
+        return (code, String(message.prefix(300)))
+    }
+}

@@ -1,0 +1,60 @@
+"""The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
+server on 127.0.0.1, and boto3 to make buckets and read objects back.
+
+  s3tool.py serve                      prints "listening on URL", then serves until killed
+  s3tool.py mkbucket URL BUCKET
+  s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
+  s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts"}]} (in progress)
+
+Credentials: whatever the environment says (the tests set dummy ones; moto
+accepts any).
+"""
+import json
+import os
+import signal
+import sys
+
+# The tests blank some AWS_* variables for xfer; boto3 reads a blank one as a value.
+for name in [name for name, value in os.environ.items() if name.startswith("AWS_") and not value]:
+    del os.environ[name]
+
+
+def client(url):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+def main(argv):
+    command = argv[1]
+    if command == "serve":
+        from moto.server import ThreadedMotoServer
+
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        print(f"listening on http://{host}:{port}", flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        while True:
+            signal.pause()
+    elif command == "mkbucket":
+        client(argv[2]).create_bucket(Bucket=argv[3])
+    elif command == "get":
+        s3 = client(argv[2])
+        s3.download_file(argv[3], argv[4], argv[5])
+        print(s3.head_object(Bucket=argv[3], Key=argv[4])["ETag"])
+    elif command == "uploads":
+        s3 = client(argv[2])
+        found = []
+        for upload in s3.list_multipart_uploads(Bucket=argv[3]).get("Uploads", []):
+            parts = s3.list_parts(Bucket=argv[3], Key=upload["Key"], UploadId=upload["UploadId"]).get("Parts", [])
+            found.append({"key": upload["Key"], "uploadId": upload["UploadId"], "parts": len(parts)})
+        print(json.dumps({"uploads": found}))
+    else:
+        sys.exit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

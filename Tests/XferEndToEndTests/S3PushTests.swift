@@ -1,0 +1,177 @@
+import Foundation
+import XCTest
+import Xfer
+import XferS3
+import XferTestSupport
+
+/// `--backend s3` end to end: real xfer processes (SIGKILLed mid-push),
+/// real LMDB and libcurl, against a real S3 server (moto) on 127.0.0.1;
+/// objects read back with boto3.
+final class S3PushTests: XCTestCase {
+    var work: TemporaryDirectory!
+    var s3: S3Server!
+    let partSize = 5 << 20
+
+    override func setUpWithError() throws {
+        work = TemporaryDirectory("xfer-s3")
+        s3 = try S3Server()
+        try s3.makeBucket("bucket-a")
+    }
+
+    override func tearDown() {
+        s3 = nil
+        work = nil
+    }
+
+    private var state: String { work.file("state") }
+
+    private func pushArguments(_ files: [String], to target: String = "s3://bucket-a/in", concurrency: Int = 2) -> [String] {
+        ["push"] + files + [
+            "--backend", "s3", "--to", target, "--endpoint", s3.url, "--state", state, "--chunk-size", "5MiB",
+            "--concurrency", String(concurrency),
+        ]
+    }
+
+    private func push(_ arguments: [String], environment: [String: String] = S3Server.environment) throws -> RunResult {
+        let result = try runXfer(arguments, environment: environment)
+        let secret = S3Server.environment["AWS_SECRET_ACCESS_KEY"]!
+        XCTAssertFalse(result.stdout.joined().contains(secret) || result.stderr.contains(secret), "the secret key was printed")
+        return result
+    }
+
+    /// Starts a push with --json and SIGKILLs it once `parts` parts are acknowledged.
+    private func killedPush(_ file: String, afterParts parts: Int) throws {
+        let child = try ChildProcess(
+            executable: xferExecutable, arguments: pushArguments([file]) + ["--json"], environment: S3Server.environment)
+        var acknowledged = 0
+        while acknowledged < parts, let line = child.readLine() {
+            if line.contains("\"event\":\"chunk\"") { acknowledged += 1 }
+        }
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push ended before it was killed: \(child.standardError)")
+    }
+
+    private func assertObject(_ key: String, equals file: String, parts: Int?, line: UInt = #line) throws {
+        let copy = work.file("download-\(UUID().uuidString.prefix(6))")
+        let etag = try s3.download(bucket: "bucket-a", key: key, to: copy)
+        XCTAssertEqual(try sha256sum(copy), try sha256sum(file), "\(key) differs", line: line)
+        if let parts {
+            XCTAssertTrue(etag.hasSuffix("-\(parts)\""), "\(key): ETag \(etag) is not that of \(parts) parts", line: line)
+        } else {
+            XCTAssertFalse(etag.contains("-"), "\(key): ETag \(etag) is a multipart one", line: line)
+        }
+    }
+
+    private func jobID() throws -> String {
+        let list = try runXfer(["list", "--all", "--json", "--state", state])
+        let jobs = try JSONSerialization.jsonObject(with: Data(list.stdout.joined().utf8)) as? [[String: Any]]
+        return try XCTUnwrap(jobs?.first?["id"] as? String)
+    }
+
+    func testEmptySmallAndMultipartFilesReadBackIdentical() throws {
+        let empty = work.file("empty.bin"), small = work.file("small.bin"), large = work.file("large.bin")
+        try makeTestFile(at: empty, size: 0)
+        try makeTestFile(at: small, size: 1000, seed: 2)
+        try makeTestFile(at: large, size: 2 * partSize + 123, seed: 3)
+
+        let result = try push(pushArguments([empty, small, large]))
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(result.stdout, ["s3://bucket-a/in/empty.bin", "s3://bucket-a/in/small.bin", "s3://bucket-a/in/large.bin"])
+        try assertObject("in/empty.bin", equals: empty, parts: nil)
+        try assertObject("in/small.bin", equals: small, parts: nil)
+        try assertObject("in/large.bin", equals: large, parts: 3)
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty)
+    }
+
+    func testKilledPushResumesItsUploadAndListPartsSparesThePartsS3Holds() throws {
+        let file = work.file("big.bin")
+        let size = 8 * partSize + 77
+        try makeTestFile(at: file, size: size, seed: 4)
+        try killedPush(file, afterParts: 3)
+
+        let before = try s3.uploadsInProgress(bucket: "bucket-a")
+        XCTAssertEqual(before.count, 1, "\(before)")
+        let held = try XCTUnwrap(before.first)
+        XCTAssertGreaterThanOrEqual(held.parts, 3)
+        let status = try runXfer(["status", try jobID(), "--json", "--state", state])
+        let details = try JSONSerialization.jsonObject(with: Data(status.stdout.joined().utf8)) as? [String: Any]
+        let files = try XCTUnwrap(details?["files"] as? [[String: Any]])
+        XCTAssertEqual((files.first?["handles"] as? [String: Any])?["uploadId"] as? String, held.uploadId,
+                       "the UploadId was not committed before the parts")
+
+        let resumed = try push(pushArguments([file]) + ["--json"])
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        let reconciled = try XCTUnwrap(resumed.events.first { $0["event"] as? String == "reconciled" })
+        XCTAssertEqual(int(reconciled["chunksOnServer"]), held.parts)
+        let completed = try XCTUnwrap(resumed.lastEvent)
+        XCTAssertEqual(completed["event"] as? String, "completed")
+        // Only the parts S3 lacked were sent (the last, short part among them).
+        XCTAssertEqual(int(completed["bytesSent"]), size - held.parts * partSize)
+        // Completing the same upload leaves none behind (a new one would have left the old).
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty)
+        try assertObject("in/big.bin", equals: file, parts: 9)
+    }
+
+    func testResumeThroughTheLibraryPagesThroughListParts() async throws {
+        let file = work.file("paged.bin")
+        let size = 6 * partSize + 5
+        try makeTestFile(at: file, size: size, seed: 6)
+        try killedPush(file, afterParts: 5)
+        let held = try XCTUnwrap(try s3.uploadsInProgress(bucket: "bucket-a").first)
+
+        let environment = S3Server.environment
+        let credentials = AWSCredentials(
+            accessKeyID: environment["AWS_ACCESS_KEY_ID"]!, secretAccessKey: environment["AWS_SECRET_ACCESS_KEY"]!)
+        // Two parts per ListParts page: the engine must ask page after page.
+        let backend = S3Backend(configuration: AWSConfiguration(credentials: credentials, region: nil, source: "test"), listPageSize: 2)
+        let engine = try TransferEngine(stateDirectory: state)
+        let job = try await engine.resume(JobID(rawValue: try jobID()), using: [backend])
+        var onServer: Int?
+        for await event in job.events {
+            if case .reconciled(_, let chunks, _) = event { onServer = chunks }
+        }
+        let report = try await job.report
+        XCTAssertEqual(onServer, held.parts)
+        XCTAssertGreaterThan(held.parts, 2, "the listing needs more than one page")
+        XCTAssertEqual(report.bytesSent, Int64(size - held.parts * partSize))
+        try assertObject("in/paged.bin", equals: file, parts: 7)
+    }
+
+    func testCancelAbortsTheMultipartUpload() throws {
+        let file = work.file("c.bin")
+        try makeTestFile(at: file, size: 4 * partSize, seed: 7)
+        try killedPush(file, afterParts: 1)
+        XCTAssertEqual(try s3.uploadsInProgress(bucket: "bucket-a").count, 1)
+
+        let cancel = try push(["cancel", try jobID(), "--state", state])
+        XCTAssertEqual(cancel.status, 0, cancel.stderr)
+        XCTAssertTrue(cancel.stdout.contains { $0.contains("DELETE") && $0.contains("HTTP 204") }, "\(cancel.stdout)")
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the upload was not aborted")
+    }
+
+    func testMistakesFailWithOneLineAndTheirExitCode() throws {
+        let file = work.file("m.bin")
+        try makeTestFile(at: file, size: 1000)
+        let cases: [(arguments: [String], environment: [String: String], status: Int32, message: String)] = [
+            (pushArguments([file], to: "s3://no-such-bucket/x"), S3Server.environment, 1, "bucket 'no-such-bucket' does not exist"),
+            (pushArguments([file], to: "s3://Bad_Bucket"), S3Server.environment, 2, "not a valid S3 bucket name"),
+            (pushArguments([file], to: "http://example.com/b"), S3Server.environment, 2, "s3://BUCKET/PREFIX"),
+            (pushArguments([file]).filter { $0 != "--endpoint" && $0 != s3.url } + ["--endpoint", "ftp://x"],
+             S3Server.environment, 2, "not a usable URL"),
+            (pushArguments([file]) + ["--addressing", "sideways"], S3Server.environment, 2, "--addressing must be path or virtual"),
+            (pushArguments([file]),
+             S3Server.environment.merging(["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""]) { $1 }, 2, "no AWS credentials"),
+            (pushArguments([file]) + ["--profile", "nope"], S3Server.environment, 2, "profile 'nope'"),
+            (["push", file, "--backend", "patch", "--to", "http://127.0.0.1:9", "--endpoint", s3.url, "--state", state],
+             S3Server.environment, 2, "are for --backend s3"),
+        ]
+        for (arguments, environment, status, message) in cases {
+            let result = try push(arguments + ["--max-attempts", "2"], environment: environment)
+            XCTAssertEqual(result.status, status, "\(arguments): \(result.stderr)")
+            let lines = result.stderr.split(separator: "\n")
+            XCTAssertEqual(lines.count, 1, "\(arguments): \(result.stderr)")
+            XCTAssertTrue(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+            XCTAssertTrue(result.stdout.isEmpty, "\(arguments): \(result.stdout)")
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// The repository's root, from this file's place in it.
+let packageRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
+
+/// A Python program from `.tools/` (installed by `make python-tools`).
+func pythonTool(venv: String) throws -> String {
+    let python = packageRoot + "/.tools/\(venv)/bin/python"
+    guard FileManager.default.isExecutableFile(atPath: python) else {
+        throw HarnessError("\(python) is missing; run `make python-tools` (make test does)")
+    }
+    return python
+}
+
+/// A real S3 server (moto, in server mode) on 127.0.0.1, with boto3 —
+/// not xfer — to make buckets and read objects back.
+final class S3Server {
+    /// moto takes any keys; these are the ones every test signs with.
+    static let environment = [
+        "AWS_ACCESS_KEY_ID": "AKIAXFERTESTKEY", "AWS_SECRET_ACCESS_KEY": "xfer-test-secret-do-not-print",
+        "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "AWS_SESSION_TOKEN": "",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+    ]
+
+    let child: ChildProcess
+    let url: String
+    private let python: String
+    private let tool = packageRoot + "/Tests/Tools/s3tool.py"
+
+    init() throws {
+        python = try pythonTool(venv: "venv-s3")
+        child = try ChildProcess(executable: python, arguments: [tool, "serve"], environment: Self.environment)
+        guard let line = child.readLine(), line.hasPrefix("listening on ") else {
+            child.kill()
+            child.wait()
+            throw HarnessError("the moto S3 server did not start: \(child.standardError)")
+        }
+        url = String(line.dropFirst("listening on ".count))
+    }
+
+    deinit {
+        child.kill(SIGKILL)
+        child.wait()
+    }
+
+    @discardableResult
+    private func run(_ arguments: [String]) throws -> [String] {
+        let process = try ChildProcess(executable: python, arguments: [tool] + arguments, environment: Self.environment)
+        let lines = process.readRemaining()
+        guard process.wait() == 0 else {
+            throw HarnessError("s3tool \(arguments.first ?? "") failed: \(process.standardError.suffix(600))")
+        }
+        return lines
+    }
+
+    func makeBucket(_ bucket: String) throws { try run(["mkbucket", url, bucket]) }
+
+    /// Downloads `key` into `path` with boto3; returns the object's ETag.
+    @discardableResult
+    func download(bucket: String, key: String, to path: String) throws -> String {
+        try run(["get", url, bucket, key, path]).last ?? ""
+    }
+
+    /// Multipart uploads in progress: (key, upload id, parts S3 holds).
+    func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int)] {
+        let text = try run(["uploads", url, bucket]).joined()
+        let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+        return (json?["uploads"] as? [[String: Any]] ?? []).map {
+            ($0["key"] as? String ?? "", $0["uploadId"] as? String ?? "", int($0["parts"]))
+        }
+    }
+}

@@ -1,0 +1,304 @@
+import Crypto
+import Foundation
+import XCTest
+
+@testable import Xfer
+@testable import XferS3
+
+/// The s3 backend is sans-IO: these tests check the signatures it computes,
+/// the requests it builds and how it reads S3's answers, with no network.
+/// (End to end against a real S3 server: S3PushTests.)
+final class S3BackendTests: XCTestCase {
+    // MARK: Signature V4: the examples of the S3 documentation ("Signature
+    // Calculations for the Authorization Header: Transferring Payload in a
+    // Single Chunk"), whose keys and expected signatures AWS publishes.
+
+    private let exampleCredentials = AWSCredentials(
+        accessKeyID: "AKIAIOSFODNN7EXAMPLE", secretAccessKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+    private let exampleDate = Date(timeIntervalSince1970: 1_369_353_600)  // 2013-05-24T00:00:00Z
+    private let emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+    private func signed(_ request: HTTPRequest, payloadHash: String) -> HTTPRequest {
+        var request = request
+        SignatureV4(credentials: exampleCredentials, region: "us-east-1").sign(&request, payloadHash: payloadHash, at: exampleDate)
+        return request
+    }
+
+    func testSignatureOfTheDocumentationsGetObjectExample() {
+        let request = signed(
+            HTTPRequest(method: .get, url: "https://examplebucket.s3.amazonaws.com/test.txt", headers: ["Range": "bytes=0-9"]),
+            payloadHash: emptyHash)
+        XCTAssertEqual(
+            request.headers["Authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
+        )
+        XCTAssertEqual(request.headers["x-amz-date"], "20130524T000000Z")
+        XCTAssertEqual(request.headers["Host"], "examplebucket.s3.amazonaws.com")
+    }
+
+    func testSignatureOfTheDocumentationsPutObjectExample() {
+        let body = RequestBody(Array("Welcome to Amazon S3.".utf8))
+        let hash = SignatureV4.payloadHash(body)
+        XCTAssertEqual(hash, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072")
+        let request = signed(
+            HTTPRequest(
+                method: .put, url: "https://examplebucket.s3.amazonaws.com/test%24file.text",
+                headers: ["Date": "Fri, 24 May 2013 00:00:00 GMT", "x-amz-storage-class": "REDUCED_REDUNDANCY"], body: body),
+            payloadHash: hash)
+        XCTAssertEqual(
+            request.headers["Authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=date;host;x-amz-content-sha256;x-amz-date;x-amz-storage-class,Signature=98ad721746da40c64f1a55b78f14c238d841ea1380cd77a1b5971af0ece108bd"
+        )
+    }
+
+    func testSignatureOfTheDocumentationsGetBucketLifecycleExample() {
+        let request = signed(HTTPRequest(method: .get, url: "https://examplebucket.s3.amazonaws.com/?lifecycle"), payloadHash: emptyHash)
+        XCTAssertEqual(
+            request.headers["Authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;x-amz-content-sha256;x-amz-date,Signature=fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543"
+        )
+    }
+
+    func testSignatureOfTheDocumentationsListObjectsExample() {
+        let request = signed(
+            HTTPRequest(method: .get, url: "https://examplebucket.s3.amazonaws.com/?max-keys=2&prefix=J"), payloadHash: emptyHash)
+        XCTAssertEqual(
+            request.headers["Authorization"],
+            "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;x-amz-content-sha256;x-amz-date,Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7"
+        )
+    }
+
+    func testCanonicalQuerySortsAndEncodesTheAWSWay() {
+        XCTAssertEqual(SignatureV4.canonicalQuery("uploads"), "uploads=")
+        XCTAssertEqual(SignatureV4.canonicalQuery("uploadId=a%2Fb+c&partNumber=2"), "partNumber=2&uploadId=a%2Fb%2Bc")
+        XCTAssertEqual(SignatureV4.uriEncode("a b/ü~", keepSlash: true), "a%20b/%C3%BC~")
+        XCTAssertEqual(SignatureV4.uriEncode("a/b", keepSlash: false), "a%2Fb")
+    }
+
+    func testSessionTokenIsSignedAndCredentialsNeverPrintTheSecret() {
+        let credentials = AWSCredentials(accessKeyID: "AKIDEXAMPLE1234", secretAccessKey: "s3cr3t-value", sessionToken: "tok")
+        var request = HTTPRequest(method: .get, url: "http://127.0.0.1:9000/b/k")
+        SignatureV4(credentials: credentials, region: "eu-west-1").sign(&request, payloadHash: emptyHash, at: exampleDate)
+        XCTAssertEqual(request.headers["x-amz-security-token"], "tok")
+        XCTAssertTrue(request.headers["Authorization"]!.contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token,"))
+        XCTAssertEqual(request.headers["Host"], "127.0.0.1:9000")
+        XCTAssertFalse("\(credentials)".contains("s3cr3t"))
+        XCTAssertFalse(String(reflecting: credentials).contains("s3cr3t") && "\(credentials)".contains("s3cr3t"))
+    }
+
+    // MARK: Addressing and part sizes
+
+    func testTargetsAndKeys() throws {
+        let location = try S3Location(parsing: "s3://my-bucket/some/prefix/")
+        XCTAssertEqual(location.normalized, "s3://my-bucket/some/prefix")
+        XCTAssertEqual(location.key(forFileNamed: "a b.bin"), "some/prefix/a b.bin")
+        XCTAssertEqual(try S3Location(parsing: "s3://my-bucket").key(forFileNamed: "x"), "x")
+        for bad in ["http://host/b", "s3://", "s3://ab", "s3://Upper", "s3://-dash", "s3://under_score/x", "s3://b?x"] {
+            XCTAssertThrowsError(try S3Location(parsing: bad), bad)
+        }
+        let path = S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path)
+        XCTAssertEqual(path.url(bucket: "bkt", key: "p/a b.bin", query: "uploads"), "http://127.0.0.1:9000/bkt/p/a%20b.bin?uploads")
+        let virtual = S3Endpoint.aws(region: "eu-west-1")
+        XCTAssertEqual(virtual.url(bucket: "bkt", key: "k"), "https://bkt.s3.eu-west-1.amazonaws.com/k")
+        // Dotted buckets do not match AWS's wildcard certificate: path style then.
+        XCTAssertEqual(virtual.url(bucket: "b.k.t", key: "k"), "https://s3.eu-west-1.amazonaws.com/b.k.t/k")
+        XCTAssertThrowsError(try S3Endpoint.parse("http://h:9000/path", addressing: .path))
+    }
+
+    func testTargetNamesTheEndpointUnlessItIsAWSs() throws {
+        let local = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
+        XCTAssertEqual(try local.normalizedTarget("s3://bkt/a b/"), "s3://bkt/a b at http://127.0.0.1:9000")
+        // A stored target keeps its endpoint, whatever the resuming backend's.
+        XCTAssertEqual(try S3Backend(configuration: configuration).normalizedTarget("s3://bkt/a b at http://127.0.0.1:9000"),
+                       "s3://bkt/a b at http://127.0.0.1:9000")
+        XCTAssertEqual(try S3Backend(configuration: configuration).normalizedTarget("s3://bkt/x"), "s3://bkt/x")
+        XCTAssertEqual(S3Backend.splitTarget("s3://bkt/meet at noon").location, "s3://bkt/meet at noon")
+    }
+
+    func testPartSizeHasS3sMinimumAndGrowsToStayWithinTenThousandParts() {
+        let backend = S3Backend(configuration: configuration)
+        XCTAssertEqual(backend.chunkSize(forFileOfSize: 100, requested: 8 << 20), 8 << 20)
+        XCTAssertEqual(backend.chunkSize(forFileOfSize: 100 << 20, requested: 1 << 20), 5 << 20)
+        for size: Int64 in [80 << 30, 100 << 30, 5 << 40] {
+            let part = backend.chunkSize(forFileOfSize: size, requested: 8 << 20)
+            XCTAssertLessThanOrEqual((size + Int64(part) - 1) / Int64(part), 10_000, "\(size)")
+            XCTAssertEqual(part % (1 << 20), 0)
+        }
+        XCTAssertEqual(backend.chunkSize(forFileOfSize: 100 << 30, requested: 8 << 20), 11 << 20)
+    }
+
+    // MARK: Requests and answers
+
+    private let configuration = AWSConfiguration(
+        credentials: AWSCredentials(accessKeyID: "AKID", secretAccessKey: "secret"), region: "us-east-1", source: "test")
+
+    private func job(size: Int64 = 12 << 20, handles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:]) -> JobContext {
+        let plan = ChunkPlan(fileSize: size, chunkSize: 5 << 20)
+        let file = FileContext(index: 0, path: "/tmp/a b.bin", name: "a b.bin", size: size, plan: plan, handles: handles, receipts: receipts)
+        return JobContext(
+            id: JobID(rawValue: "0123456789abcdef"), target: "s3://bkt/in", handles: jobHandles, files: [file],
+            credentials: Credentials())
+    }
+
+    private var jobHandles: ServerHandles {
+        S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
+            .makeJobHandles(for: JobContext(id: JobID(rawValue: "x"), target: "s3://bkt", handles: ServerHandles(), files: [], credentials: Credentials()))
+    }
+
+    private let backend = S3Backend(configuration: AWSConfiguration(
+        credentials: AWSCredentials(accessKeyID: "AKID", secretAccessKey: "secret"), region: nil, source: "test"), listPageSize: 2)
+
+    private func xml(_ text: String) -> [UInt8] { Array(("<?xml version=\"1.0\" encoding=\"UTF-8\"?>" + text).utf8) }
+
+    func testJobKeepsEndpointAndRegionAndOpenCreatesTheUpload() throws {
+        XCTAssertEqual(jobHandles.values, ["endpoint": "http://127.0.0.1:9000", "addressing": "path", "region": "us-east-1"])
+        let job = job()
+        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploads")
+        XCTAssertTrue(exchange.request.headers["Authorization"]!.hasPrefix("AWS4-HMAC-SHA256 Credential=AKID/"))
+        let opening = try exchange.interpret(
+            HTTPResponse(status: 200, body: xml("<InitiateMultipartUploadResult><Bucket>bkt</Bucket><Key>in/a b.bin</Key><UploadId>U-1/2</UploadId></InitiateMultipartUploadResult>")))
+        XCTAssertEqual(opening.handles["uploadId"], "U-1/2")
+        XCTAssertEqual(opening.handles["key"], "in/a b.bin")
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: []))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testSmallFileIsOnePutObjectCompletingTheFile() throws {
+        let job = job(size: 100)
+        XCTAssertNil(backend.openFile(job.files[0], in: job))
+        let chunk = ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 7, count: 100))
+        let exchange = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertEqual(exchange.request.method, .put)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin")
+        XCTAssertEqual(exchange.request.headers["Content-MD5"], Checksums.base64(chunk.md5))
+        // Plain http: the body is signed too.
+        XCTAssertEqual(exchange.request.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""])),
+            .stored(receipt: "\"abc\"", fileURL: "s3://bkt/in/a b.bin"))
+        XCTAssertNil(backend.finishFile(job.files[0], in: job))
+    }
+
+    func testPartGoesToItsNumberAndUploadAndItsETagIsTheReceipt() throws {
+        let job = job(handles: ServerHandles(["uploadId": "U-1/2", "key": "in/a b.bin"]))
+        let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 1, count: 5 << 20))
+        let exchange = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?partNumber=2&uploadId=U-1%2F2")
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e2\""])), .stored(receipt: "\"e2\""))
+        let gone = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>"))
+        XCTAssertThrowsError(try exchange.interpret(gone)) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)") }
+        }
+        let denied = HTTPResponse(
+            status: 403,
+            body: xml("<Error><Code>SignatureDoesNotMatch</Code><Message>no</Message><AWSAccessKeyId>AKID</AWSAccessKeyId><StringToSign>secret-ish</StringToSign></Error>"))
+        XCTAssertThrowsError(try exchange.interpret(denied)) { error in
+            guard case BackendError.rejected(let message) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("SignatureDoesNotMatch"), message)
+            XCTAssertFalse(message.contains("secret-ish"), message)
+        }
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 503, body: xml("<Error><Code>SlowDown</Code></Error>")))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testReconcileListsPartsPageByPageAndSparesOnlyMatchingOnes() throws {
+        // Parts 1 and 2 recorded; 3 was in flight when the run died.
+        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\"", 1: "\"e2\""])
+        let file = job.files[0]
+        let first = try XCTUnwrap(backend.reconcileFile(file, in: job))
+        XCTAssertTrue(first.request.url.hasSuffix("?max-parts=2&uploadId=U"), first.request.url)
+        let page1 = HTTPResponse(
+            status: 200,
+            body: xml(
+                "<ListPartsResult><UploadId>U</UploadId><IsTruncated>true</IsTruncated><NextPartNumberMarker>2</NextPartNumberMarker>"
+                    + "<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size></Part>"
+                    + "<Part><PartNumber>2</PartNumber><ETag>\"other\"</ETag><Size>5242880</Size></Part></ListPartsResult>"))
+        XCTAssertEqual(try first.interpret(page1), .serverHasMore(chunks: [0], receipts: [0: "\"e1\""], cursor: "2"))
+        let second = try XCTUnwrap(backend.continueReconciling(file, in: job, from: "2"))
+        XCTAssertTrue(second.request.url.contains("part-number-marker=2"), second.request.url)
+        let page2 = HTTPResponse(
+            status: 200,
+            body: xml(
+                "<ListPartsResult><IsTruncated>false</IsTruncated>"
+                    + "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>2097152</Size></Part></ListPartsResult>"))
+        XCTAssertEqual(try second.interpret(page2), .serverHas(chunks: [2], receipts: [2: "\"e3\""]))
+        let short = HTTPResponse(
+            status: 200,
+            body: xml("<ListPartsResult><IsTruncated>false</IsTruncated><Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>9</Size></Part></ListPartsResult>"))
+        XCTAssertEqual(try second.interpret(short), .serverHas(chunks: [], receipts: [:]))
+        let gone = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>"))
+        XCTAssertEqual(try second.interpret(gone), .unknownUpload)
+    }
+
+    func testReconcileOfAFullyAcknowledgedFileFirstAsksWhetherTheObjectIsWhole() throws {
+        let md5s = ["\"" + String(repeating: "a", count: 32) + "\"", "\"" + String(repeating: "b", count: 32) + "\"",
+                    "\"" + String(repeating: "c", count: 32) + "\""]
+        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: md5s[0], 1: md5s[1], 2: md5s[2]])
+        let exchange = try XCTUnwrap(backend.reconcileFile(job.files[0], in: job))
+        XCTAssertEqual(exchange.request.method, .head)
+        let expected = try XCTUnwrap(S3Backend.multipartETag(job.files[0]))
+        XCTAssertTrue(expected.hasSuffix("-3"))
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"\(expected)\""])), .complete(url: "s3://bkt/in/a b.bin"))
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 404)), .serverHasMore(chunks: [], receipts: [:], cursor: "0"))
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"x-3\""])), .serverHasMore(chunks: [], receipts: [:], cursor: "0"))
+    }
+
+    func testCompleteListsEveryPartAndCatchesAnErrorInA200() throws {
+        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\"", 1: "\"e2\"", 2: "\"e3\""])
+        let exchange = try XCTUnwrap(backend.finishFile(job.files[0], in: job))
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertTrue(exchange.request.url.hasSuffix("?uploadId=U"))
+        let body = String(decoding: exchange.request.body.segments.flatMap { $0 }, as: UTF8.self)
+        XCTAssertTrue(body.contains("<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part>"), body)
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 200, body: xml("<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag></CompleteMultipartUploadResult>"))),
+            .completed(url: "s3://bkt/in/a b.bin"))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: xml("<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>")))) { error in
+            guard case BackendError.transient(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("InternalError"), message)
+        }
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: Array("   ".utf8)))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 400, body: xml("<Error><Code>InvalidPart</Code></Error>"))), .missing([0, 1, 2]))
+    }
+
+    func testCancelAbortsEveryOpenUpload() {
+        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]))
+        let requests = backend.cancelRequests(for: job)
+        XCTAssertEqual(requests.map(\.method), [.delete])
+        XCTAssertEqual(requests.first?.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploadId=U")
+    }
+
+    // MARK: Credentials
+
+    func testCredentialsFromEnvironmentThenProfiles() throws {
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("xfer-aws-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: home + "/.aws", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        try "[default]\naws_access_key_id = AKDEF\naws_secret_access_key = sdef\n\n[dev]\n# comment\naws_access_key_id=AKDEV\naws_secret_access_key=sdev\naws_session_token = tdev\n"
+            .write(toFile: home + "/.aws/credentials", atomically: true, encoding: .utf8)
+        try "[default]\nregion = eu-central-1\n[profile dev]\nregion=ap-south-1\n".write(toFile: home + "/.aws/config", atomically: true, encoding: .utf8)
+
+        let env = try AWSConfiguration.resolve(environment: ["AWS_ACCESS_KEY_ID": "AKENV", "AWS_SECRET_ACCESS_KEY": "senv", "AWS_REGION": "us-west-2"], home: home)
+        XCTAssertEqual(env.credentials, AWSCredentials(accessKeyID: "AKENV", secretAccessKey: "senv"))
+        XCTAssertEqual(env.region, "us-west-2")
+        let fallback = try AWSConfiguration.resolve(environment: [:], home: home)
+        XCTAssertEqual(fallback.credentials.accessKeyID, "AKDEF")
+        XCTAssertEqual(fallback.region, "eu-central-1")
+        let dev = try AWSConfiguration.resolve(profile: "dev", environment: ["AWS_ACCESS_KEY_ID": "AKENV", "AWS_SECRET_ACCESS_KEY": "x"], home: home)
+        XCTAssertEqual(dev.credentials, AWSCredentials(accessKeyID: "AKDEV", secretAccessKey: "sdev", sessionToken: "tdev"))
+        XCTAssertEqual(dev.region, "ap-south-1")
+        XCTAssertEqual(try AWSConfiguration.resolve(environment: ["AWS_PROFILE": "dev"], home: home).credentials.accessKeyID, "AKDEV")
+        XCTAssertThrowsError(try AWSConfiguration.resolve(profile: "nope", environment: [:], home: home))
+        XCTAssertThrowsError(try AWSConfiguration.resolve(environment: ["AWS_ACCESS_KEY_ID": "AK"], home: home))
+        XCTAssertThrowsError(try AWSConfiguration.resolve(environment: [:], home: home + "/missing")) { error in
+            XCTAssertTrue("\(error)".contains("no AWS credentials"), "\(error)")
+        }
+    }
+}
