@@ -43,9 +43,11 @@ demo: release
 	./scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)/xfer"
 
 # Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
-# prints a table and rewrites the generated part of Docs/benchmarks.md (~15 min).
+# prints a table and rewrites the generated part of Docs/benchmarks.md (~25 min).
+# ONLY=s3 runs xfer against `aws s3 cp` and `rclone copy` on a moto S3 server.
 # QUICK=1 for a short run; BUILD_DIR=DIR to use binaries built elsewhere (no build then).
-bench: deps
+bench: python-tools
+	@./scripts/install-bench-deps.sh
 	@if [ -z "$(BUILD_DIR)" ]; then \
 		$(SWIFT) build -c release --product xfer && \
 		$(SWIFT) build -c release --product xfer-store-bench; fi

@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "XferMultipart", targets: ["XferMultipart"]),
         .library(name: "XferSequence", targets: ["XferSequence"]),
         .library(name: "XferS3", targets: ["XferS3"]),
+        .library(name: "XferTus", targets: ["XferTus"]),
         .library(name: "XferReceiver", targets: ["XferReceiver"]),
         .executable(name: "xfer", targets: ["XferCLI"]),
     ],
@@ -49,6 +50,8 @@ let package = Package(
         .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
         .target(
             name: "XferS3", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/S3"),
+        .target(
+            name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
 
         // The reference receiver behind `xfer serve`.
         .target(
@@ -65,7 +68,7 @@ let package = Package(
         .executableTarget(
             name: "XferCLI",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferReceiver",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -81,13 +84,13 @@ let package = Package(
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
-            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTestSupport"],
+            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferTestSupport"],
             path: "Tests/XferTests"
         ),
         .testTarget(
             name: "XferEndToEndTests",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferReceiver", "XferCLI", "XferTestSupport",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferReceiver", "XferCLI", "XferTestSupport",
                 "CWBackend", "CWUpload",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

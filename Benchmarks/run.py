@@ -7,8 +7,9 @@ the same run. Prints a table and rewrites the generated part of Docs/benchmarks.
 
 Environment: BUILD_DIR (directory holding `xfer` and `xfer-store-bench`; default
 `swift build -c release --show-bin-path`), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
-small,resume,list,resend (comma list), KEEP=1 (keep the work directory).
-Python 3 standard library only.
+small,resume,list,resend,s3 (comma list), KEEP=1 (keep the work directory).
+Python 3 standard library only; the s3 section also runs moto, the AWS CLI
+(from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.
 """
 import datetime
 import hashlib
@@ -48,6 +49,7 @@ SIZES = {
     "resend": 64 * MiB if QUICK else 256 * MiB,
     "resume_sparse": 4 * GiB if QUICK else 64 * GiB,
     "list_jobs": 10_000,
+    "s3": 128 * MiB if QUICK else 1 * GiB,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 
@@ -530,6 +532,113 @@ def bench_resend(work, recv):
 
 # ---------------------------------------------------------------- report
 
+# ---------------------------------------------------------------- s3 (issue 8)
+
+S3_PYTHON = os.path.join(REPO, ".tools", "venv-s3", "bin", "python")
+S3_TOOL = os.path.join(REPO, "Tests", "Tools", "s3tool.py")
+S3_ENV = dict(os.environ, AWS_ACCESS_KEY_ID="AKIABENCH", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_REGION="us-east-1",
+              AWS_DEFAULT_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
+
+
+class Moto:
+    """moto's S3 server on 127.0.0.1 (it keeps objects in memory: one per instance here)."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen([S3_PYTHON, S3_TOOL, "serve"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=S3_ENV, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"moto did not start: {line!r}")
+        self.url = line.split()[-1]
+        subprocess.run([S3_PYTHON, S3_TOOL, "mkbucket", self.url, "bench"], env=S3_ENV, check=True)
+
+    def etag(self, key):
+        out = subprocess.run([S3_PYTHON, "-c", (
+            "import boto3,sys; s=boto3.client('s3',endpoint_url=sys.argv[1]);"
+            "print(s.head_object(Bucket='bench',Key=sys.argv[2])['ETag'])"), self.url, key],
+            env=S3_ENV, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def bench_s3(work):
+    """xfer vs `aws s3 cp` vs `rclone copy` into the same moto server, same
+    file, 8 MiB parts, 4 in flight; alternating, a fresh moto per upload."""
+    size = SIZES["s3"]
+    part, concurrency = 8 * MiB, 4
+    f = work.path("s3.bin")
+    make_random_file(f, size)
+    aws_config = work.path("aws-config")
+    with open(aws_config, "w") as out:
+        out.write(f"[default]\nregion = us-east-1\ns3 =\n  multipart_threshold = 8MB\n  multipart_chunksize = 8MB\n"
+                  f"  max_concurrent_requests = {concurrency}\n")
+    if not shutil.which("rclone"):
+        raise RuntimeError("rclone is missing (make bench installs it with apt-get)")
+    kinds = ["xfer", "aws", "rclone"]
+    rates = {k: [] for k in kinds}
+    rss = {k: [] for k in kinds}
+    parts_expected = (size + part - 1) // part
+    for rnd in range(ROUNDS):
+        for k in kinds:
+            moto = Moto()
+            key = f"{k}-{rnd}.bin"
+            env = dict(S3_ENV)
+            if k == "xfer":
+                args = [XFER, "push", f, "--backend", "s3", "--to", "s3://bench/", "--endpoint", moto.url,
+                        "--state", work.fresh("state"), "--chunk-size", "8MiB", "--concurrency", str(concurrency)]
+                key = "s3.bin"
+            elif k == "aws":
+                env["AWS_CONFIG_FILE"] = aws_config
+                args = [S3_PYTHON, "-m", "awscli", "s3", "cp", f, f"s3://bench/{key}", "--endpoint-url", moto.url,
+                        "--only-show-errors"]
+            else:
+                env.update(RCLONE_CONFIG="/nonexistent", RCLONE_S3_PROVIDER="Other", RCLONE_S3_ENDPOINT=moto.url,
+                           RCLONE_S3_ACCESS_KEY_ID=S3_ENV["AWS_ACCESS_KEY_ID"],
+                           RCLONE_S3_SECRET_ACCESS_KEY=S3_ENV["AWS_SECRET_ACCESS_KEY"], RCLONE_S3_REGION="us-east-1",
+                           RCLONE_S3_FORCE_PATH_STYLE="true")
+                # rclone's AWS SDK cannot take a CA bundle with its own transport (and this is plain http).
+                env.pop("AWS_CA_BUNDLE", None)
+                args = ["rclone", "copyto", f, f":s3:bench/{key}", "--s3-chunk-size", "8M", "--s3-upload-cutoff", "8M",
+                        "--s3-upload-concurrency", str(concurrency), "--transfers", "1", "--checkers", "1"]
+            try:
+                tv = work.path(f"time-s3-{k}-{rnd}.txt")
+                start = time.monotonic()
+                out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True, env=env)
+                secs = time.monotonic() - start
+                peak, _ = parse_time_v(tv)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{k} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+                etag = moto.etag(key)
+                # Same part size for all three: the ETag of a multipart object ends in its part count.
+                if not etag.strip('"').endswith(f"-{parts_expected}"):
+                    raise RuntimeError(f"{k}: ETag {etag} is not that of {parts_expected} parts")
+            finally:
+                moto.stop()
+            rates[k].append(size / MiB / secs)
+            rss[k].append(peak)
+            log(f"  s3 round {rnd + 1} {k}: {size / MiB / secs:.0f} MiB/s ({secs:.2f} s, RSS {peak / MiB:.0f} MiB)")
+    os.unlink(f)
+    base = median(rates["xfer"])
+    rows = []
+    versions = {"xfer": "this build", "aws": "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'"),
+                "rclone": sh("rclone version | head -1").replace("rclone ", "")}
+    for k in kinds:
+        m = median(rates[k])
+        rows.append([k, versions[k], f"{m:.0f}", " ".join(f"{r:.0f}" for r in rates[k]), f"{base / m:.2f}",
+                     f"{median(rss[k]) / MiB:.0f}", " ".join(f"{r / MiB:.0f}" for r in rss[k])])
+    moto_version = sh(S3_PYTHON + " -c 'import moto;print(moto.__version__)'")
+    RESULTS["s3"] = {
+        "title": (f"8. S3 multipart upload: {size // MiB} MiB into moto {moto_version}"
+                  f" on 127.0.0.1, 8 MiB parts, {concurrency} in flight, {ROUNDS} alternating rounds, a fresh moto per upload"),
+        "header": ["client", "version", "median MiB/s", "runs MiB/s", "xfer / client", "median peak RSS MiB", "runs RSS MiB"],
+        "rows": rows,
+    }
+
+
 def sh(cmd):
     try:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
@@ -578,18 +687,27 @@ BEGIN = "<!-- BEGIN GENERATED by Benchmarks/run.py: re-running `make bench` repl
 END = "<!-- END GENERATED -->"
 
 
-def write_doc(text):
+def write_doc(text, section=None):
+    """Replaces the generated block of Docs/benchmarks.md: the main one, or
+    the block of a section that runs on its own (s3, tus), so `ONLY=s3`
+    leaves the other figures in place."""
     path = os.path.join(REPO, "Docs", "benchmarks.md")
-    block = BEGIN + "\n" + text + "\n" + END
+    begin = BEGIN if section is None else BEGIN.replace("GENERATED", f"GENERATED {section}")
+    end = END if section is None else END.replace("GENERATED", f"GENERATED {section}")
+    block = begin + "\n" + text + "\n" + end
     if os.path.exists(path):
         old = open(path).read()
-        if BEGIN in old and END in old:
-            new = old[:old.index(BEGIN)] + block + old[old.index(END) + len(END):]
+        if begin in old and end in old:
+            new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
         else:
             new = old.rstrip() + "\n\n" + block + "\n"
     else:
         new = "# Benchmarks\n\n" + block + "\n"
     open(path, "w").write(new)
+
+
+# Sections with a generated block of their own in Docs/benchmarks.md.
+OWN_BLOCK = ("s3", "tus")
 
 
 def main():
@@ -605,6 +723,7 @@ def main():
         ("resume", lambda: bench_resume(work)),
         ("list", lambda: bench_list(work, recv)),
         ("resend", lambda: bench_resend(work, recv)),
+        ("s3", lambda: bench_s3(work)),
     ]
     try:
         for name, run in plan:
@@ -623,22 +742,29 @@ def main():
         if not os.environ.get("KEEP"):
             shutil.rmtree(work.dir, ignore_errors=True)
     took = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
-    parts = [
-        f"Generated {started.strftime('%Y-%m-%d %H:%M UTC')} by `{command}` ({'QUICK, ' if QUICK else ''}"
-        f"{ROUNDS} rounds, took {took / 60:.1f} min), binaries from `{os.path.relpath(BIN, REPO)}`.",
-        "",
-        "### Machine",
-        "",
-        table(["", ""], machine()),
-    ]
-    for key in ("throughput", "memory", "small", "commit", "resume", "list", "resend"):
-        if key in RESULTS:
+    stamp = (f"Generated {started.strftime('%Y-%m-%d %H:%M UTC')} by `{command}` ({'QUICK, ' if QUICK else ''}"
+             f"{ROUNDS} rounds, took {took / 60:.1f} min), binaries from `{os.path.relpath(BIN, REPO)}`.")
+    printed = []
+    core = [key for key in ("throughput", "memory", "small", "commit", "resume", "list", "resend") if key in RESULTS]
+    core_failures = [f for f in failures if f.split(":")[0] not in OWN_BLOCK]
+    if core or core_failures:
+        parts = [stamp, "", "### Machine", "", table(["", ""], machine())]
+        for key in core:
             parts += ["", f"### {RESULTS[key]['title']}", "", table(RESULTS[key]["header"], RESULTS[key]["rows"])]
-    if failures:
-        parts += ["", "### Failed or skipped", ""] + [f"- {f}" for f in failures]
-    text = "\n".join(parts)
-    print(text)
-    write_doc(text)
+        if core_failures:
+            parts += ["", "### Failed or skipped", ""] + [f"- {f}" for f in core_failures]
+        write_doc("\n".join(parts))
+        printed.append("\n".join(parts))
+    for key in OWN_BLOCK:
+        failed = [f for f in failures if f.split(":")[0] == key]
+        if key in RESULTS:
+            text = "\n".join([f"### {RESULTS[key]['title']}", "", stamp + " Machine as above.", "",
+                              table(RESULTS[key]["header"], RESULTS[key]["rows"])])
+            write_doc(text, section=key)
+            printed.append(text)
+        elif failed:
+            printed.append("\n".join(f"- {f}" for f in failed))  # a failed run leaves the last figures in place
+    print("\n\n".join(printed))
     return 1 if failures else 0
 
 

@@ -4,6 +4,7 @@ import XferMultipart
 import XferPatch
 import XferS3
 import XferSequence
+import XferTus
 
 /// The backends `--backend` can name.
 enum BuiltInBackend: String, CaseIterable {
@@ -11,6 +12,7 @@ enum BuiltInBackend: String, CaseIterable {
     case multipart
     case sequence
     case s3
+    case tus
 
     static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
 
@@ -21,6 +23,7 @@ enum BuiltInBackend: String, CaseIterable {
         case .patch: return PatchBackend()
         case .multipart: return MultipartBackend()
         case .sequence: return SequenceBackend()
+        case .tus: return TusBackend()
         case .s3:
             let configuration = try profile.configuration()
             let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
@@ -32,7 +35,7 @@ enum BuiltInBackend: String, CaseIterable {
     /// from the job, credentials from the environment or `--profile`.
     /// Credentials are resolved only for a job that needs them.
     static func backends(forJobUsing name: String, profile: AWSProfileArgument) throws(XferError) -> [any UploadBackend] {
-        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend()]
+        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend()]
         if name == BuiltInBackend.s3.rawValue {
             backends.append(S3Backend(configuration: try profile.configuration()))
         }

@@ -91,7 +91,9 @@ public struct FileContext: Sendable {
 public struct ChunkPayload: Sendable {
     /// 0-based position in the file.
     public let index: Int
-    /// The byte offset of the chunk in its file.
+    /// The byte offset of `bytes` in the file: the chunk's start, or later
+    /// when the server already holds the chunk's beginning
+    /// (`Reconciliation.serverHasPrefix`).
     public let offset: Int64
     /// The bytes. Put them in a `RequestBody` segment as they are: arrays
     /// are copy-on-write, so the engine's buffer is shared, not copied.

@@ -31,6 +31,11 @@ public protocol UploadBackend: Sendable {
     /// What this backend's protocol needs from the engine.
     var traits: BackendTraits { get }
 
+    /// The chunk order for this job, once `startJob` has run: lets a
+    /// protocol whose server declares its features (e.g. tus's
+    /// concatenation) send in parallel only where the server allows it.
+    func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder
+
     /// The form of `--to` this backend's protocol addresses, normalized. The
     /// default takes an http(s) URL of the server's root; a protocol with
     /// its own addressing (e.g. `s3://BUCKET/PREFIX`) checks its own form.
@@ -73,6 +78,8 @@ public protocol UploadBackend: Sendable {
 }
 
 extension UploadBackend {
+    /// `traits.chunkOrder`, whatever the job.
+    public func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder { traits.chunkOrder }
     /// An http(s) URL with a host, without a trailing slash.
     public func normalizedTarget(_ target: String) throws(BackendError) -> String {
         try HTTPTarget.normalized(target)
@@ -183,6 +190,11 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The server no longer knows the upload this request belongs to. On
     /// resume the engine opens the file afresh.
     case uploadUnknown(String)
+    /// The server holds another part of the file than this request assumed
+    /// (e.g. tus's 409 on an `Upload-Offset` it does not have: an earlier
+    /// attempt landed although its answer was lost). The engine asks
+    /// `reconcileFile` again once the file's other requests are done.
+    case outOfSync(String)
     /// The server's answer contradicts what the client sent (e.g. a
     /// different checksum). The job fails loudly.
     case mismatch(String)
@@ -191,7 +203,7 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .transient(let message, _), .rejected(let message), .uploadUnknown(let message),
-            .mismatch(let message):
+            .mismatch(let message), .outOfSync(let message):
             return message
         }
     }
@@ -237,6 +249,11 @@ public enum Reconciliation: Sendable, Hashable {
     /// name a different question, e.g. "list the parts" after "is the whole
     /// object there already?".
     case serverHasMore(chunks: Set<Int>, receipts: [Int: String] = [:], cursor: String)
+    /// The server holds exactly the file's first `bytes` bytes (protocols
+    /// that track an offset, e.g. tus). Chunks wholly below it are done; a
+    /// chunk it falls inside is sent from there on (its `ChunkPayload`
+    /// starts at `bytes`).
+    case serverHasPrefix(bytes: Int64)
     /// The file is already complete on the server at this URL.
     case complete(url: String)
     /// The server does not know this upload any more; open the file again.

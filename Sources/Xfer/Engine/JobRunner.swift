@@ -25,6 +25,7 @@ enum WorkResult: Sendable {
     case fileFinished(file: Int, FileFinish?)
     case jobFinished(JobFinish?)
     case uploadUnknown(file: Int, work: Work, message: String)
+    case outOfSync(file: Int, work: Work, message: String)
     case failed(Work, XferError)
 }
 
@@ -101,6 +102,9 @@ private struct Scheduler {
         case needsOpen, opening, needsReconcile, reconciling, sending, finishing, finished
         /// The server forgot the upload; waiting for in-flight work to drain.
         case resetting
+        /// The server holds another part of the file than a request assumed;
+        /// waiting for in-flight work to drain, then reconciling.
+        case resyncing
     }
 
     struct FileState {
@@ -112,7 +116,14 @@ private struct Scheduler {
         var finishRounds = 0
         var reopened = false
         var digests: [DigestAlgorithm: String] = [:]
+        /// Where the server's copy ends inside a chunk it holds the start of
+        /// (`Reconciliation.serverHasPrefix`); that chunk is sent from there.
+        var partial: (chunk: Int, offset: Int64)?
+        var resyncs = 0
     }
+
+    /// Reconciling again after `outOfSync` more often than this in one run fails the job.
+    static let maximumResyncs = 8
 
     enum StepState { case needed, running, done }
 
@@ -122,6 +133,8 @@ private struct Scheduler {
     let hashes: [StreamingFileHash?]
     let backend: any UploadBackend
     let traits: BackendTraits
+    /// The backend's order for this job (known once `startJob` has run).
+    var chunkOrder: BackendTraits.ChunkOrder
     let options: TransferOptions
     let concurrency: Int
     let store: any JobStateStore
@@ -147,6 +160,7 @@ private struct Scheduler {
         self.files = files
         self.backend = backend
         traits = backend.traits
+        chunkOrder = backend.traits.chunkOrder
         self.options = options
         self.concurrency = concurrency
         self.store = store
@@ -174,6 +188,9 @@ private struct Scheduler {
         }
         self.state = state
         doneBytes = state.reduce(0) { $0 + Self.bytes(of: $1.done, plan: $1.plan) }
+        if record.isStarted {
+            chunkOrder = backend.chunkOrder(for: JobRunner.jobContext(record: record, traits: traits, credentials: options.credentials))
+        }
     }
 
     // MARK: The loop
@@ -291,14 +308,14 @@ private struct Scheduler {
                 return .finishFile(index)
             }
             return nil
-        case .opening, .reconciling, .finishing, .finished, .resetting:
+        case .opening, .reconciling, .finishing, .finished, .resetting, .resyncing:
             return nil
         }
     }
 
     private func nextChunk(_ index: Int) -> Int? {
         let file = state[index]
-        switch traits.chunkOrder {
+        switch chunkOrder {
         case .sequentialWithinFile:
             guard file.inFlight.isEmpty else { return nil }
             return file.done.firstMissing()
@@ -330,7 +347,8 @@ private struct Scheduler {
             let file = files[index]
             let plan = state[index].plan
             let hash = hashes[index]
-            return { await worker.uploadChunk(chunk, of: index, file: file, plan: plan, hash: hash, job: context) }
+            let start = state[index].partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
+            return { await worker.uploadChunk(chunk, of: index, file: file, plan: plan, from: start, hash: hash, job: context) }
         case .finishFile(let index):
             let file = files[index]
             let hash = hashes[index]
@@ -360,6 +378,7 @@ private struct Scheduler {
             record.isStarted = true
             try await saveRecord(sync: start != nil)
             jobStart = .done
+            chunkOrder = backend.chunkOrder(for: JobRunner.jobContext(record: record, traits: traits, credentials: options.credentials))
 
         case .opened(let index, let opening):
             if let opening {
@@ -389,6 +408,7 @@ private struct Scheduler {
             state[index].cursor = 0
 
         case .reconciled(let index, let reconciliation):
+            state[index].partial = nil
             switch reconciliation {
             case nil:
                 state[index].phase = .sending
@@ -411,6 +431,23 @@ private struct Scheduler {
                 setDone(index, done)
                 state[index].phase = .finished
                 events.yield(.fileCompleted(file: index, path: files[index].path, url: url))
+            case .serverHasPrefix(let bytes)?:
+                let plan = state[index].plan
+                guard bytes >= 0, bytes <= record.files[index].size else {
+                    throw .transferFailed(
+                        "the server reports \(bytes) bytes of \(files[index].path), which has \(record.files[index].size)")
+                }
+                var done = ChunkSet(capacity: plan.count)
+                var chunk = 0
+                while chunk < plan.count, plan.offset(of: chunk) + Int64(plan.length(of: chunk)) <= bytes {
+                    done.insert(chunk)
+                    chunk += 1
+                }
+                if chunk < plan.count, bytes > plan.offset(of: chunk) { state[index].partial = (chunk, bytes) }
+                try await store.commit(.replaceDone(job: record.id, file: index, done: done, receipts: [:]))
+                setDone(index, done)
+                events.yield(.reconciled(file: index, chunksOnServer: done.count, doneBytes: doneBytes))
+                state[index].phase = .sending
             case .unknownUpload?:
                 try await reopen(index, message: "the server no longer knows the upload of \(files[index].path)")
             }
@@ -418,6 +455,7 @@ private struct Scheduler {
 
         case .chunkStored(let index, let chunk, let bytes):
             acknowledge(index, chunk, bytes)
+            if state[index].phase == .resyncing { resyncIfDrained(index) }
             // Acks of a forgotten upload were committed before the reset
             // that wipes them, so the order on disk stays right.
             if state[index].phase == .resetting { try await finishReset(index) }
@@ -513,7 +551,24 @@ private struct Scheduler {
         case .uploadUnknown(let index, let work, let message):
             if case .chunk(_, let chunk) = work { state[index].inFlight.remove(chunk) }
             try await reopen(index, message: message)
+
+        case .outOfSync(let index, let work, let message):
+            if case .chunk(_, let chunk) = work { state[index].inFlight.remove(chunk) }
+            state[index].resyncs += 1
+            guard state[index].resyncs <= Self.maximumResyncs else {
+                throw .transferFailed("\(message) (still after asking the server \(Self.maximumResyncs) times)")
+            }
+            if state[index].phase != .resetting {
+                state[index].phase = .resyncing
+                resyncIfDrained(index)
+            }
         }
+    }
+
+    /// Asks the server what it holds once nothing of the file is in flight.
+    private mutating func resyncIfDrained(_ index: Int) {
+        guard state[index].inFlight.isEmpty else { return }
+        state[index].phase = .needsReconcile
     }
 
     /// The server forgot a file's upload: once nothing of the file is in
@@ -543,6 +598,7 @@ private struct Scheduler {
 
     private mutating func acknowledge(_ index: Int, _ chunk: Int, _ bytes: Int) {
         state[index].inFlight.remove(chunk)
+        if state[index].partial?.chunk == chunk { state[index].partial = nil }
         guard !state[index].done.contains(chunk) else { return }
         state[index].done.insert(chunk)
         doneBytes += Int64(bytes)

@@ -17,6 +17,7 @@ struct Worker: Sendable {
     private enum StepError: Error {
         case failed(XferError)
         case uploadUnknown(String)
+        case outOfSync(String)
     }
 
     // MARK: Steps
@@ -96,13 +97,17 @@ struct Worker: Sendable {
         }
     }
 
+    /// Sends chunk `chunk`, from `start` when the server holds its beginning.
     func uploadChunk(
-        _ chunk: Int, of index: Int, file: LocalFile, plan: ChunkPlan, hash: StreamingFileHash?, job: JobContext
+        _ chunk: Int, of index: Int, file: LocalFile, plan: ChunkPlan, from start: Int64? = nil, hash: StreamingFileHash?,
+        job: JobContext
     ) async -> WorkResult {
         let work = Work.chunk(file: index, chunk: chunk)
         do {
-            let offset = plan.offset(of: chunk)
-            let bytes = try file.read(offset: offset, length: plan.length(of: chunk))
+            let chunkStart = plan.offset(of: chunk)
+            let end = chunkStart + Int64(plan.length(of: chunk))
+            let offset = min(max(start ?? chunkStart, chunkStart), end)
+            let bytes = try file.read(offset: offset, length: Int(end - offset))
             try hash?.feed(offset: offset, bytes: bytes)
             let payload = ChunkPayload(index: chunk, offset: offset, bytes: bytes)
             let context = job.files[index]
@@ -116,9 +121,10 @@ struct Worker: Sendable {
             case .stored(let receipt, nil):
                 try await store.commit(
                     .markDone(job: jobID, file: index, chunks: [chunk], receipts: receipt.map { [chunk: $0] } ?? [:]))
-                return .chunkStored(file: index, chunk: chunk, bytes: bytes.count)
+                return .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
             case .stored(let receipt, let url?):
-                return .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: bytes.count, receipt: receipt, url: url)
+                return .chunkStoredCompletingFile(
+                    file: index, chunk: chunk, bytes: plan.length(of: chunk), receipt: receipt, url: url)
             case .resync(let next):
                 return .chunkResync(file: index, chunk: chunk, next: next)
             }
@@ -204,6 +210,8 @@ struct Worker: Sendable {
                         throw StepError.failed(.verificationFailed(message))
                     case .uploadUnknown(let message):
                         throw StepError.uploadUnknown(message)
+                    case .outOfSync(let message):
+                        throw StepError.outOfSync(message)
                     }
                 }
             } catch let error as StepError {
@@ -234,6 +242,9 @@ struct Worker: Sendable {
         switch error {
         case StepError.uploadUnknown(let message):
             if let file { return .uploadUnknown(file: file, work: work, message: message) }
+            return .failed(work, .transferFailed(message))
+        case StepError.outOfSync(let message):
+            if let file { return .outOfSync(file: file, work: work, message: message) }
             return .failed(work, .transferFailed(message))
         case StepError.failed(let error):
             return .failed(work, error)

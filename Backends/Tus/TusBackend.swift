@@ -1,0 +1,287 @@
+import Crypto
+import Foundation
+import Xfer
+
+/// tus 1.0.0, the open protocol for resumable uploads (tusd, Vimeo,
+/// Cloudflare Stream, Supabase...): core, creation, creation-with-upload,
+/// termination, checksum (sha1), concatenation and expiration.
+///
+/// The job starts with `OPTIONS` on the creation URL and keeps what the
+/// server offers. When it offers `concatenation` and `creation-with-upload`,
+/// every chunk is its own partial upload, created with its bytes, up to
+/// `--concurrency` at once, and a final upload concatenates them. Otherwise
+/// each file is one upload, PATCHed chunk after chunk at the server's
+/// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
+/// there, mid-chunk if need be. See Docs/protocols.md.
+public struct TusBackend: UploadBackend {
+    public let name = "tus"
+
+    public let traits = BackendTraits(
+        defaultChunkSize: 8 << 20,
+        defaultConcurrency: 4,
+        // Narrowed per job by `chunkOrder(for:)` once the server's extensions are known.
+        chunkOrder: .sequentialWithinFile,
+        emptyFileHasOneChunk: false)
+
+    static let version = "1.0.0"
+
+    public init() {}
+
+    // MARK: Discovery
+
+    /// The creation URL as given (http or https; a trailing slash kept, since
+    /// servers route `/files/` and `/files` differently).
+    public func normalizedTarget(_ target: String) throws(BackendError) -> String {
+        _ = try HTTPTarget.normalized(target)
+        return target.trimmingCharacters(in: .whitespaces)
+    }
+
+    public func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder {
+        Features(job.handles).parallel ? .any : .sequentialWithinFile
+    }
+
+    public func startJob(_ job: JobContext) -> Exchange<JobStart>? {
+        var request = HTTPRequest(method: .options, url: job.target)
+        addCredentials(&request, job)
+        let sizes = job.files.map { ($0.name, $0.size) }
+        return Exchange(request) { response throws(BackendError) in
+            let operation = "ask the tus server what it supports"
+            if response.status == 404 || response.status == 405 {
+                // OPTIONS is optional for servers: assume core and creation only.
+                return JobStart(handles: Features.handles(extensions: ["creation"], checksum: nil, maximumSize: nil))
+            }
+            guard response.isSuccess else { throw response.unexpectedStatus(operation) }
+            let versions = Self.list(response.headers["Tus-Version"])
+            if !versions.isEmpty, !versions.contains(Self.version) {
+                throw .rejected("the server speaks tus \(versions.joined(separator: ", ")), not \(Self.version)")
+            }
+            let extensions = Self.list(response.headers["Tus-Extension"])
+            guard extensions.contains("creation") else {
+                throw .rejected("the tus server does not offer the creation extension, which xfer needs to start uploads")
+            }
+            let algorithms = Self.list(response.headers["Tus-Checksum-Algorithm"]).map { $0.lowercased() }
+            let checksum = extensions.contains("checksum") && algorithms.contains("sha1") ? "sha1" : nil
+            let maximum = response.headers["Tus-Max-Size"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            if let maximum, let (name, size) = sizes.first(where: { $0.1 > maximum }) {
+                throw .rejected("\(name) is \(size) bytes; the tus server accepts at most \(maximum) (Tus-Max-Size)")
+            }
+            return JobStart(handles: Features.handles(extensions: extensions, checksum: checksum, maximumSize: maximum))
+        }
+    }
+
+    // MARK: Files
+
+    /// One upload of the whole file, unless chunks go as partial uploads
+    /// (then only an empty file gets one here: there is nothing to concatenate).
+    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+        if Features(job.handles).parallel, file.size > 0 { return nil }
+        var request = HTTPRequest(method: .post, url: job.target)
+        prepare(&request, job)
+        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set("Upload-Metadata", Self.metadata(file))
+        let target = job.target
+        let operation = "create the tus upload of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 201 else { throw Self.failure(response, operation) }
+            guard let location = Self.location(response, relativeTo: target) else {
+                throw .transient("\(operation): the answer has no Location")
+            }
+            return FileOpening(handles: ServerHandles(["url": location]))
+        }
+    }
+
+    /// `HEAD` on the upload: the server's `Upload-Offset` is where to go on.
+    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
+        guard let url = file.handles["url"] else { return nil }
+        var request = HTTPRequest(method: .head, url: url)
+        prepare(&request, job)
+        let operation = "ask the tus server how much of \(file.name) it holds"
+        return Exchange(request) { response throws(BackendError) in
+            if [403, 404, 410].contains(response.status) { return .unknownUpload }  // expired or terminated
+            guard response.isSuccess else { throw Self.failure(response, operation) }
+            guard let offset = response.headers["Upload-Offset"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) else {
+                throw .transient("\(operation): the answer has no Upload-Offset")
+            }
+            if let length = response.headers["Upload-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
+                length != file.size
+            {
+                return .unknownUpload  // another upload than this file's
+            }
+            if offset == file.size { return .complete(url: url) }
+            return .serverHasPrefix(bytes: offset)
+        }
+    }
+
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        Features(job.handles).parallel ? partialUpload(chunk, of: file, in: job) : patch(chunk, of: file, in: job)
+    }
+
+    /// A chunk as a partial upload created with its bytes; its URL is the receipt.
+    private func partialUpload(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(segments: [chunk.bytes]))
+        prepare(&request, job)
+        request.headers.set("Upload-Concat", "partial")
+        request.headers.set("Upload-Length", String(chunk.count))
+        request.headers.set("Content-Type", "application/offset+octet-stream")
+        addChecksum(&request, chunk, job)
+        let target = job.target
+        let operation = "send chunk \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 201 else { throw Self.failure(response, operation) }
+            guard let location = Self.location(response, relativeTo: target) else {
+                throw .transient("\(operation): the answer has no Location")
+            }
+            // A partial upload the server did not take whole is abandoned: the retry makes a new one.
+            guard response.headers["Upload-Offset"].flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }) == chunk.count else {
+                throw .transient("\(operation): the server took only part of it")
+            }
+            return .stored(receipt: location)
+        }
+    }
+
+    /// A chunk PATCHed at its offset into the file's upload.
+    private func patch(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        var request = HTTPRequest(method: .patch, url: file.handles["url"] ?? job.target, body: RequestBody(segments: [chunk.bytes]))
+        prepare(&request, job)
+        request.headers.set("Upload-Offset", String(chunk.offset))
+        request.headers.set("Content-Type", "application/offset+octet-stream")
+        addChecksum(&request, chunk, job)
+        let end = chunk.offset + Int64(chunk.count)
+        let operation = "send chunk \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
+            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            guard offset == end else {
+                throw .outOfSync("\(operation): the server's offset is \(offset.map(String.init) ?? "missing"), not \(end)")
+            }
+            return .stored()
+        }
+    }
+
+    /// Concatenates the partial uploads, or checks that the upload is whole.
+    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
+        if let url = file.handles["url"] { return confirm(url, file, job) }
+        let all = Array(0..<file.chunkCount)
+        let missing = all.filter { file.receipts[$0] == nil }
+        guard missing.isEmpty else {
+            // A chunk acknowledged without its partial upload's URL cannot be
+            // concatenated: send it again (a harmless OPTIONS carries the answer).
+            var request = HTTPRequest(method: .options, url: job.target)
+            addCredentials(&request, job)
+            return Exchange(request) { _ throws(BackendError) in .missing(missing) }
+        }
+        var request = HTTPRequest(method: .post, url: job.target)
+        prepare(&request, job)
+        request.headers.set("Upload-Concat", "final;" + all.map { file.receipts[$0]! }.joined(separator: " "))
+        request.headers.set("Upload-Metadata", Self.metadata(file))
+        let target = job.target
+        let operation = "concatenate the \(file.chunkCount) parts of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            switch response.status {
+            case 201:
+                guard let location = Self.location(response, relativeTo: target) else {
+                    throw .transient("\(operation): the answer has no Location")
+                }
+                return .completed(url: location)
+            case 400, 404, 410, 412:
+                // A partial upload expired or was lost: send every part again.
+                return .missing(all)
+            default:
+                throw Self.failure(response, operation)
+            }
+        }
+    }
+
+    private func confirm(_ url: String, _ file: FileContext, _ job: JobContext) -> Exchange<FileFinish> {
+        var request = HTTPRequest(method: .head, url: url)
+        prepare(&request, job)
+        let plan = file.plan
+        let operation = "check the tus upload of \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            if [403, 404, 410].contains(response.status) { throw .uploadUnknown("\(operation): the server no longer knows it") }
+            guard response.isSuccess else { throw Self.failure(response, operation) }
+            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? -1
+            if offset == file.size { return .completed(url: url) }
+            // The server lacks the end of the file: the chunks from its offset on.
+            let first = (0..<plan.count).first { plan.offset(of: $0) + Int64(plan.length(of: $0)) > offset } ?? 0
+            return .missing(Array(first..<plan.count))
+        }
+    }
+
+    /// Termination of every upload the job created (when the server offers it).
+    public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
+        guard Features(job.handles).extensions.contains("termination") else { return [] }
+        return job.files.compactMap { file in
+            guard let url = file.handles["url"] else { return nil }
+            var request = HTTPRequest(method: .delete, url: url)
+            prepare(&request, job)
+            return request
+        }
+    }
+
+    // MARK: Helpers
+
+    /// What the server offered, kept in the job's handles.
+    struct Features {
+        var extensions: Set<String>
+        var checksum: String?
+
+        init(_ handles: ServerHandles) {
+            extensions = Set((handles["tus.extensions"] ?? "").split(separator: ",").map(String.init))
+            checksum = handles["tus.checksum"]
+        }
+
+        /// Partial uploads created with their bytes, concatenated at the end.
+        var parallel: Bool { extensions.contains("concatenation") && extensions.contains("creation-with-upload") }
+
+        static func handles(extensions: [String], checksum: String?, maximumSize: Int64?) -> ServerHandles {
+            var handles = ServerHandles(["tus.extensions": extensions.joined(separator: ",")])
+            if let checksum { handles.set("tus.checksum", checksum) }
+            if let maximumSize { handles.set("tus.maxSize", String(maximumSize)) }
+            return handles
+        }
+    }
+
+    private func prepare(_ request: inout HTTPRequest, _ job: JobContext) {
+        request.headers.set("Tus-Resumable", Self.version)
+        addCredentials(&request, job)
+    }
+
+    private func addCredentials(_ request: inout HTTPRequest, _ job: JobContext) {
+        if let token = job.credentials.token { request.headers.set("Authorization", "Bearer \(token)") }
+    }
+
+    private func addChecksum(_ request: inout HTTPRequest, _ chunk: ChunkPayload, _ job: JobContext) {
+        guard Features(job.handles).checksum == "sha1" else { return }
+        request.headers.set("Upload-Checksum", "sha1 " + Checksums.base64(Array(Insecure.SHA1.hash(data: chunk.bytes))))
+    }
+
+    /// `filename` (and nothing else: the name is all a server needs to store it under).
+    static func metadata(_ file: FileContext) -> String {
+        "filename " + Checksums.base64(Array(file.name.utf8))
+    }
+
+    static func list(_ header: String?) -> [String] {
+        (header ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
+
+    /// `Location`, made absolute against the creation URL.
+    static func location(_ response: HTTPResponse, relativeTo target: String) -> String? {
+        guard let value = response.headers["Location"]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        guard let base = URL(string: target), let resolved = URL(string: value, relativeTo: base) else { return value }
+        return resolved.absoluteString
+    }
+
+    /// tus's statuses first, then the engine's usual reading.
+    static func failure(_ response: HTTPResponse, _ operation: String) -> BackendError {
+        switch response.status {
+        case 409: return .outOfSync("\(operation): the server's Upload-Offset differs (409)")
+        case 412: return .rejected("\(operation): the server does not speak tus \(version) (412)")
+        case 413: return .rejected("\(operation): the server refuses a file or chunk this large (413)")
+        case 423: return .transient("\(operation): the upload is locked by another request (423)", retryAfter: response.retryAfter)
+        case 460: return .transient("\(operation): the server computed another checksum (460)")
+        case 404, 410: return .uploadUnknown("\(operation): the server no longer knows the upload (\(response.status))")
+        default: return response.unexpectedStatus(operation)
+        }
+    }
+}
