@@ -226,7 +226,7 @@ struct CancelCommand: AsyncParsableCommand {
         commandName: "cancel",
         abstract: "Ask the server to drop a job's upload, then delete the job's local state.",
         discussion: """
-            The server is asked best-effort (patch: DELETE /uploads/{id}; multipart: delete.do; s3: AbortMultipartUpload; sequence has no \
+            The server is asked best-effort (patch: DELETE /uploads/{id}; multipart: delete.do; s3: AbortMultipartUpload; tus: DELETE when offered; sequence has no \
             such call); the local state goes either way. A job another process runs is refused with exit 3.
             """)
 

@@ -28,7 +28,7 @@ struct ServeCommand: AsyncParsableCommand {
     var patchChunkSize: ByteSize?
 
     @Option(name: .customLong("hold"), help: ArgumentHelp(
-        "Test hook: process the Nth request to PATH (PATH or PATH@N), then withhold its answer; prints 'held ...'.",
+        "Test hook: process the Nth request to PATH (PATH or PATH@N; PATH ending in * matches every path it begins), then withhold its answer; prints 'held ...'.",
         visibility: .hidden))
     var holds: [String] = []
 

@@ -11,7 +11,9 @@ import Synchronization
 /// A stall (`beforeProcessing`) withholds the request unread instead: the
 /// client is just as blind, but the server never acted on it.
 struct HoldRule: Sendable, Hashable {
-    /// The request path, e.g. `/fileSection/isFinish.do`.
+    /// The request path, e.g. `/fileSection/isFinish.do`; ending in `*`,
+    /// every path it begins (`/files/*`: tus uploads, whose ids are not
+    /// known in advance), counted together.
     var path: String
     /// Which request to that path to hold, 1-based.
     var occurrence: Int
@@ -25,12 +27,17 @@ struct HoldRule: Sendable, Hashable {
         let parts = text.split(separator: "@", maxSplits: 1).map(String.init)
         guard let path = parts.first, path.hasPrefix("/") else { return nil }
         self.path = path
+        if path.dropLast().contains("*") { return nil }
         if parts.count == 2 {
             guard let n = Int(parts[1]), n >= 1 else { return nil }
             occurrence = n
         } else {
             occurrence = 1
         }
+    }
+
+    func matches(_ requestPath: String) -> Bool {
+        path.hasSuffix("*") ? requestPath.hasPrefix(path.dropLast()) : requestPath == path
     }
 }
 
@@ -46,15 +53,22 @@ struct HoldMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let path = request.uri.path
-        guard rules.contains(where: { $0.path == path }) else { return try await next(request, context) }
-        let count = counts.next(path)
-        if rules.contains(where: { $0.path == path && $0.occurrence == count && $0.beforeProcessing }) {
+        // Each pattern counts the requests it matches.
+        let patterns = Set(rules.filter { $0.matches(path) }.map(\.path))
+        guard !patterns.isEmpty else { return try await next(request, context) }
+        let due = patterns.map { pattern in (pattern, counts.next(pattern)) }
+        func chosen(beforeProcessing: Bool) -> Int? {
+            due.first { pattern, count in
+                rules.contains { $0.path == pattern && $0.occurrence == count && $0.beforeProcessing == beforeProcessing }
+            }?.1
+        }
+        if let count = chosen(beforeProcessing: true) {
             onHold("stalled \(request.method) \(path) #\(count)")
             try? await Task.sleep(for: .seconds(3600))
             return Response(status: .serviceUnavailable)
         }
         let response = try await next(request, context)
-        if rules.contains(where: { $0.path == path && $0.occurrence == count && !$0.beforeProcessing }) {
+        if let count = chosen(beforeProcessing: false) {
             onHold("held \(request.method) \(path) #\(count)")
             // Until the client disconnects or the server stops.
             try? await Task.sleep(for: .seconds(3600))
