@@ -86,10 +86,14 @@ public struct Receiver: Sendable {
         let baseURL = BaseURL(configuredHost: configuration.host)
 
         let router = Router(context: BasicRequestContext.self)
-        // Middleware first: Hummingbird wraps each route in the middleware present when it is added.
+        // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
+        // the first added outermost. tus's goes first so that every answer under /files, refusals
+        // of the others included, carries Tus-Resumable.
+        router.add(middleware: TusProtocolMiddleware())
         router.add(middleware: JSONNotFoundMiddleware())
         if let token = configuration.authToken {
-            router.add(middleware: AuthMiddleware(token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential))
+            router.add(middleware: AuthMiddleware(
+                token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential, open: TusRoutes.isDiscovery))
         }
         if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
             let rules = try configuration.holds.map { text in
@@ -110,6 +114,7 @@ public struct Receiver: Sendable {
         PatchRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         MultipartRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         SequenceRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        TusRoutes(store: store, threadPool: threadPool, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
         StatisticsRoutes(store: store).register(on: router)
         RawRoutes(store: store, configuration: configuration).register(on: router)

@@ -303,6 +303,26 @@ actor Upload {
         }
     }
 
+    /// For protocols that place the bytes in `layout.data` themselves rather than through
+    /// `writeChunk` (tus, whose PATCHes start at any byte): the caller has made every byte of the
+    /// file durable, so every chunk is recorded as received, then the upload completes as
+    /// `complete` does. Idempotent, also after a restart cut an earlier call short.
+    func completeWritten() async throws -> CompletionRecord {
+        if deleted { throw UploadError.deleted }
+        if completion == nil, completionTask == nil {
+            let missing = received.missing
+            if !missing.isEmpty {
+                try await log.append(missing.map { "+\($0)" })
+                if deleted { throw UploadError.deleted }
+                for chunk in missing { received.insert(chunk) }
+            }
+        }
+        switch try await complete() {
+        case .completed(let record): return record
+        case .missing: throw UploadError.corrupt("every byte is written but chunks are missing")
+        }
+    }
+
     private static func finalize(meta: UploadMeta, layout: UploadLayout, io: BlockingIO) async throws -> CompletionRecord {
         try await io.run {
             let data = try POSIXFile.open(layout.data, O_RDONLY)

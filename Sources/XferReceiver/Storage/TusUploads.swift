@@ -1,0 +1,406 @@
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// What the tus protocol keeps per upload beyond the shared `Upload` (whose `meta.json` holds
+/// protocol "tus", the file name, `size` = Upload-Length and a single chunk standing for the
+/// whole file; whose `data` file receives the bytes at their offsets; and whose completion
+/// publishes the file once the offset reaches the length):
+///
+///     root/uploads/<id>/tus.json     metadata and concatenation role as the client sent them
+///                                    (written before the upload's URL is handed out)
+///     root/uploads/<id>/offset.log   the acknowledged offset, one record per advance (DurableLog)
+///
+/// `offset.log` is the protocol's truth: an offset counts once its record is synced, and that
+/// happens only after the bytes below it were fdatasync'd. Bytes past the recorded offset (a
+/// body refused by its checksum, or a crash before the record) are never served nor counted;
+/// the next PATCH simply writes over them.
+struct TusInfo: Codable, Sendable, Equatable {
+    enum Role: String, Codable, Sendable {
+        /// An ordinary upload.
+        case single
+        /// `Upload-Concat: partial`: a piece of a later final upload.
+        case partial
+        /// `Upload-Concat: final;...`: made from complete partial uploads at its creation; no PATCH.
+        case final
+    }
+
+    var role: Role
+    /// `Upload-Metadata` exactly as received (validated); nil when absent or empty.
+    var metadata: String?
+    /// `Upload-Concat` exactly as received; nil for a single upload.
+    var concat: String?
+    /// A final upload's partial uploads, in order.
+    var partials: [String]
+}
+
+/// The checksum extension: `Upload-Checksum: ALGORITHM BASE64(DIGEST)` of one request's body.
+struct TusChecksum: Sendable, Equatable {
+    enum Algorithm: String, Sendable, CaseIterable {
+        case sha1, sha256, md5
+
+        var digestLength: Int {
+            switch self {
+            case .sha1: 20
+            case .sha256: 32
+            case .md5: 16
+            }
+        }
+    }
+
+    /// `Tus-Checksum-Algorithm`.
+    static let advertised = Algorithm.allCases.map(\.rawValue).joined(separator: ",")
+
+    enum Problem: Error, Equatable {
+        /// 400 by the spec, like a malformed header.
+        case unsupportedAlgorithm
+        case malformed
+    }
+
+    let algorithm: Algorithm
+    let digest: [UInt8]
+
+    static func parse(_ header: String) -> Result<TusChecksum, Problem> {
+        let parts = header.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: true)
+        guard parts.count == 2 else { return .failure(.malformed) }
+        guard let algorithm = Algorithm(rawValue: String(parts[0])) else { return .failure(.unsupportedAlgorithm) }
+        guard let digest = Data(base64Encoded: String(parts[1])), digest.count == algorithm.digestLength else {
+            return .failure(.malformed)
+        }
+        return .success(TusChecksum(algorithm: algorithm, digest: Array(digest)))
+    }
+}
+
+/// Hashes a body as it streams past, with the algorithm its `Upload-Checksum` names.
+struct TusHasher {
+    private enum State {
+        case sha1(Insecure.SHA1)
+        case sha256(SHA256)
+        case md5(Insecure.MD5)
+    }
+
+    private var state: State
+
+    init(_ algorithm: TusChecksum.Algorithm) {
+        switch algorithm {
+        case .sha1: state = .sha1(Insecure.SHA1())
+        case .sha256: state = .sha256(SHA256())
+        case .md5: state = .md5(Insecure.MD5())
+        }
+    }
+
+    mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        switch state {
+        case .sha1(var hasher):
+            hasher.update(bufferPointer: bytes)
+            state = .sha1(hasher)
+        case .sha256(var hasher):
+            hasher.update(bufferPointer: bytes)
+            state = .sha256(hasher)
+        case .md5(var hasher):
+            hasher.update(bufferPointer: bytes)
+            state = .md5(hasher)
+        }
+    }
+
+    func finalize() -> [UInt8] {
+        switch state {
+        case .sha1(let hasher): Array(hasher.finalize())
+        case .sha256(let hasher): Array(hasher.finalize())
+        case .md5(let hasher): Array(hasher.finalize())
+        }
+    }
+}
+
+/// What became of one request body (a PATCH, or the data of a creation-with-upload POST).
+enum TusWriteResult: Sendable, Equatable {
+    /// The whole body is durable and the upload's offset is now this.
+    case stored(offset: Int)
+    /// The body was cut (the client went away mid-body). Without a checksum what arrived is kept,
+    /// durably, and the offset is now this; with one nothing is kept and it is unchanged.
+    case interrupted(offset: Int)
+    /// The body does not match its `Upload-Checksum`: nothing kept, offset unchanged.
+    case checksumMismatch
+    /// The body goes past what this request may carry (the rest of Upload-Length, at most
+    /// `--max-chunk-size`): nothing kept, offset unchanged.
+    case tooLarge(limit: Int)
+}
+
+/// One tus upload: the shared `Upload` plus its offset.
+///
+/// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
+/// recording the new offset must not interleave with another PATCH of the same upload. A
+/// second PATCH waits for the first to end, then usually gets 409 (the offset moved).
+actor TusUpload {
+    nonisolated let upload: Upload
+    nonisolated let info: TusInfo
+    private let log: DurableLog
+    private let io: BlockingIO
+    private let statistics: ReceiverStatistics
+    private var offset: Int
+    private var terminated = false
+    private var busy = false
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(upload: Upload, info: TusInfo, log: DurableLog, io: BlockingIO, statistics: ReceiverStatistics, offset: Int) {
+        self.upload = upload
+        self.info = info
+        self.log = log
+        self.io = io
+        self.statistics = statistics
+        self.offset = offset
+    }
+
+    nonisolated var id: String { upload.meta.uploadId }
+    /// Upload-Length.
+    nonisolated var length: Int { upload.meta.size }
+
+    /// The acknowledged offset; nil once the upload is terminated.
+    var currentOffset: Int? { terminated ? nil : offset }
+
+    /// Called by a DELETE before the files go: writes in flight then fail instead of recording.
+    func markTerminated() { terminated = true }
+
+    // MARK: Writing
+
+    /// Streams `body` into the data file from `start` (the current offset, checked by the caller
+    /// inside `exclusively`), makes it durable and records the new offset.
+    ///
+    /// At most `limit` bytes are taken (the caller passes what is left of the upload, bounded by
+    /// `--max-chunk-size`); a longer body is refused whole. Memory: one network read at a time.
+    nonisolated func write<Body: AsyncSequence>(
+        _ body: Body, at start: Int, limit: Int, checksum: TusChecksum?
+    ) async throws -> TusWriteResult where Body.Element == ByteBuffer {
+        let room = min(limit, length - start)
+        var hasher = checksum.map { TusHasher($0.algorithm) }
+        var file: POSIXFile?
+        defer { file?.close() }
+        var written = 0
+        var cut = false
+        var iterator = body.makeAsyncIterator()
+        while true {
+            let next: ByteBuffer?
+            do {
+                next = try await iterator.next()
+            } catch {
+                cut = true
+                break
+            }
+            guard let buffer = next else { break }
+            let count = buffer.readableBytes
+            upload.bytesReceived.add(count, ordering: .relaxed)
+            statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+            guard count <= room - written else { return .tooLarge(limit: room) }
+            guard count > 0 else { continue }
+            // Opened only for real bytes: a completed upload's data file has moved to downloads/.
+            if file == nil { file = try POSIXFile.open(upload.layout.data, O_WRONLY) }
+            let output = file!
+            // pwrite into the page cache is a memcpy, cheaper inline than a thread hop; the sync
+            // below goes to the blocking pool.
+            try buffer.withUnsafeReadableBytes { bytes in
+                try output.pwriteAll(bytes, at: start + written)
+                hasher?.update(bytes)
+            }
+            written += count
+        }
+        if checksum != nil {
+            // A checksum covers the whole body: a cut one cannot be verified, so none of it counts.
+            if cut { return .interrupted(offset: start) }
+            if let checksum, let hasher, hasher.finalize() != checksum.digest { return .checksumMismatch }
+        }
+        if let output = file {
+            try await io.run { try output.syncData() }
+        }
+        let reached = start + written
+        try await record(reached)
+        return cut ? .interrupted(offset: reached) : .stored(offset: reached)
+    }
+
+    /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded
+    /// buffers; durable and recorded before it returns.
+    func concatenate(_ sources: [String]) async throws {
+        let destination = upload.layout.data
+        let total = length
+        try await io.run {
+            let output = try POSIXFile.open(destination, O_WRONLY)
+            defer { output.close() }
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var at = 0
+            for source in sources {
+                let input = try POSIXFile.open(source, O_RDONLY)
+                defer { input.close() }
+                var from = 0
+                while true {
+                    let n = try buffer.withUnsafeMutableBytes { try input.preadFully(into: $0, at: from) }
+                    if n == 0 { break }
+                    guard n <= total - at else { throw UploadError.corrupt("partial uploads hold more than \(total) bytes") }
+                    try buffer.withUnsafeBytes { try output.pwriteAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: at) }
+                    from += n
+                    at += n
+                }
+            }
+            guard at == total else { throw UploadError.corrupt("partial uploads hold \(at) bytes, expected \(total)") }
+            try output.syncData()
+        }
+        try await record(total)
+    }
+
+    /// Records `newOffset` durably; the bytes below it are already synced.
+    private func record(_ newOffset: Int) async throws {
+        guard !terminated else { throw UploadError.deleted }
+        precondition(newOffset >= offset && newOffset <= length, "offsets only move forward, within the upload")
+        guard newOffset > offset else { return }
+        try await log.append(String(newOffset))
+        offset = newOffset
+    }
+
+    /// Publishes the file (as every protocol's completed files are) once the offset has reached
+    /// the length. Idempotent: also finishes what a restart cut short.
+    ///
+    /// Partial uploads are left as they are (the spec has servers not process them until they are
+    /// concatenated): their data stays in place, where concatenation and GET read it. That spares
+    /// each chunk of a parallel upload a hash and a publication's syncs.
+    func finish() async throws {
+        guard !terminated else { throw UploadError.deleted }
+        guard offset == length else { throw UploadError.corrupt("finish called at offset \(offset) of \(length)") }
+        guard info.role != .partial else { return }
+        _ = try await upload.completeWritten()
+    }
+
+    /// Where a finished upload's bytes are read from (call `finish` first).
+    nonisolated var finishedFile: String {
+        info.role == .partial ? upload.layout.data : upload.layout.downloadFile
+    }
+
+    // MARK: Turns
+
+    /// Runs `body` while no other writing request of this upload runs its own; turns are taken in
+    /// arrival order.
+    nonisolated func exclusively<T>(_ body: () async throws -> T) async throws -> T {
+        await acquire()
+        do {
+            let result = try await body()
+            await release()
+            return result
+        } catch {
+            await release()
+            throw error
+        }
+    }
+
+    private func acquire() async {
+        guard busy else {
+            busy = true
+            return
+        }
+        // `release` hands the turn straight to the first waiter, so `busy` stays set.
+        await withCheckedContinuation { waiters.append($0) }
+    }
+
+    private func release() {
+        if waiters.isEmpty {
+            busy = false
+        } else {
+            waiters.removeFirst().resume()
+        }
+    }
+}
+
+/// The tus uploads of a store, by id. Built on `UploadStore`, so their files are published
+/// (and also served at `/downloads/`), deleted and recovered like every other protocol's.
+actor TusUploads {
+    static let protocolName = "tus"
+
+    private let store: UploadStore
+    private let logger: Logger
+    private var entries: [String: Task<TusUpload?, any Error>] = [:]
+
+    init(store: UploadStore, logger: Logger) {
+        self.store = store
+        self.logger = logger
+    }
+
+    /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
+    func create(fileName: String, length: Int, info: TusInfo) async throws -> TusUpload {
+        // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
+        // bytes would not do.
+        let upload = try await store.create(protocolName: Self.protocolName, fileName: fileName, size: length, chunkSize: max(1, length))
+        let files = TusFiles(upload.layout)
+        let encoded = try JSONEncoder().encode(info)
+        try await store.io.run {
+            try FileSystemOps.touch(files.offsets)
+            // Syncs the directory too, which makes the empty offset.log's entry durable.
+            try FileSystemOps.writeAtomically(Array(encoded), to: files.info, directory: upload.layout.directory)
+        }
+        let tusUpload = TusUpload(
+            upload: upload, info: info, log: DurableLog(path: files.offsets, io: store.io), io: store.io,
+            statistics: store.statistics, offset: 0)
+        entries[upload.meta.uploadId] = Task { tusUpload }
+        return tusUpload
+    }
+
+    /// Nil for ids that are malformed, unknown, terminated or of another protocol.
+    func upload(id: String) async throws -> TusUpload? {
+        guard UploadID.isValid(id) else { return nil }
+        if let task = entries[id] { return try await task.value }
+        let task = Task { [store, logger] in try await Self.read(id: id, store: store, logger: logger) }
+        entries[id] = task
+        let result = await task.result
+        // Unknown ids are not remembered: clients probing ids must not grow the registry.
+        if (try? result.get()) == nil, entries[id] == task { entries[id] = nil }
+        return try result.get()
+    }
+
+    /// Termination: false when the upload is unknown or already gone.
+    func delete(id: String) async throws -> Bool {
+        guard let upload = try await upload(id: id), await upload.currentOffset != nil else { return false }
+        await upload.markTerminated()
+        let deleted = try await store.delete(id: id)
+        entries[id] = nil
+        return deleted
+    }
+
+    private static func read(id: String, store: UploadStore, logger: Logger) async throws -> TusUpload? {
+        guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
+        let files = TusFiles(upload.layout)
+        let size = upload.meta.size
+        let loaded: (TusInfo, Int)? = try await store.io.run {
+            // A creation that died before tus.json never handed out its URL.
+            guard let infoBytes = try FileSystemOps.readAll(files.info) else { return nil }
+            let info = try JSONDecoder().decode(TusInfo.self, from: Data(infoBytes))
+            var offset = 0
+            for record in try DurableLog.readRecords(path: files.offsets) {
+                guard let value = Int(record), value >= offset, value <= size else {
+                    // Only tampering gets here; what follows an unreadable record cannot be trusted.
+                    logger.warning("Ignoring offset.log from an unreadable record on", metadata: ["upload": "\(id)"])
+                    break
+                }
+                offset = value
+            }
+            return (info, offset)
+        }
+        guard case let (info, offset)? = loaded else { return nil }
+        return TusUpload(
+            upload: upload, info: info, log: DurableLog(path: files.offsets, io: store.io), io: store.io,
+            statistics: store.statistics, offset: offset)
+    }
+}
+
+private struct TusFiles {
+    let info: String
+    let offsets: String
+
+    init(_ layout: UploadLayout) {
+        info = layout.directory + "/tus.json"
+        offsets = layout.directory + "/offset.log"
+    }
+}
