@@ -7,8 +7,9 @@ import Xfer
 /// termination, checksum (sha1), concatenation and expiration.
 ///
 /// The job starts with `OPTIONS` on the creation URL and keeps what the
-/// server offers. When it offers `concatenation` and `creation-with-upload`,
-/// every chunk is its own partial upload, created with its bytes, up to
+/// server offers. When it offers `concatenation` and `creation-with-upload`
+/// and the job sends more than one request at a time, every chunk is its own
+/// partial upload, created with its bytes, up to
 /// `--concurrency` at once, and a final upload concatenates them. Otherwise
 /// each file is one upload, PATCHed chunk after chunk at the server's
 /// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
@@ -44,11 +45,12 @@ public struct TusBackend: UploadBackend {
         var request = HTTPRequest(method: .options, url: job.target)
         addCredentials(&request, job)
         let sizes = job.files.map { ($0.name, $0.size) }
+        let parallelWanted = job.concurrency > 1
         return Exchange(request) { response throws(BackendError) in
             let operation = "ask the tus server what it supports"
             if response.status == 404 || response.status == 405 {
                 // OPTIONS is optional for servers: assume core and creation only.
-                return JobStart(handles: Features.handles(extensions: ["creation"], checksum: nil, maximumSize: nil))
+                return JobStart(handles: Features.handles(extensions: ["creation"], checksum: nil, maximumSize: nil, parallel: false))
             }
             guard response.isSuccess else { throw response.unexpectedStatus(operation) }
             let versions = Self.list(response.headers["Tus-Version"])
@@ -65,7 +67,10 @@ public struct TusBackend: UploadBackend {
             if let maximum, let (name, size) = sizes.first(where: { $0.1 > maximum }) {
                 throw .rejected("\(name) is \(size) bytes; the tus server accepts at most \(maximum) (Tus-Max-Size)")
             }
-            return JobStart(handles: Features.handles(extensions: extensions, checksum: checksum, maximumSize: maximum))
+            // Partial uploads cost the server a copy when it concatenates them:
+            // worth it only with more than one in flight. Decided once, kept with the job.
+            let parallel = parallelWanted && extensions.contains("concatenation") && extensions.contains("creation-with-upload")
+            return JobStart(handles: Features.handles(extensions: extensions, checksum: checksum, maximumSize: maximum, parallel: parallel))
         }
     }
 
@@ -225,17 +230,19 @@ public struct TusBackend: UploadBackend {
     struct Features {
         var extensions: Set<String>
         var checksum: String?
+        /// Partial uploads created with their bytes, concatenated at the end.
+        var parallel: Bool
 
         init(_ handles: ServerHandles) {
             extensions = Set((handles["tus.extensions"] ?? "").split(separator: ",").map(String.init))
             checksum = handles["tus.checksum"]
+            parallel = handles["tus.mode"] == "parallel"
         }
 
-        /// Partial uploads created with their bytes, concatenated at the end.
-        var parallel: Bool { extensions.contains("concatenation") && extensions.contains("creation-with-upload") }
-
-        static func handles(extensions: [String], checksum: String?, maximumSize: Int64?) -> ServerHandles {
-            var handles = ServerHandles(["tus.extensions": extensions.joined(separator: ",")])
+        static func handles(extensions: [String], checksum: String?, maximumSize: Int64?, parallel: Bool) -> ServerHandles {
+            var handles = ServerHandles([
+                "tus.extensions": extensions.joined(separator: ","), "tus.mode": parallel ? "parallel" : "in order",
+            ])
             if let checksum { handles.set("tus.checksum", checksum) }
             if let maximumSize { handles.set("tus.maxSize", String(maximumSize)) }
             return handles

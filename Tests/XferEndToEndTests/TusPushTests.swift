@@ -182,6 +182,30 @@ final class TusPushTests: XCTestCase {
         XCTAssertTrue(code == "404" || code == "410", "HEAD after termination answered \(code)")
     }
 
+    func testPushToXferServeSurvivesALostAnswerAndSIGKILL() throws {
+        // The 6th request under /files/ (a partial upload) is processed and
+        // its answer withheld: the client gives up on it, sends the chunk as
+        // a new partial upload, and the orphan is never concatenated.
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--hold", "/files/*@6"])
+        let creation = server.url + "/files/"
+        let file = work.file("x.bin")
+        let size = 16 * chunk + 99
+        try makeTestFile(at: file, size: size, seed: 8)
+        let push = arguments([file], to: creation) + ["--low-speed-time", "1"]
+        try killedPush(push, afterChunks: 8)
+        XCTAssertEqual(server.child.readLine()?.hasPrefix("held POST /files/"), true, "no answer was withheld")
+
+        let resumed = try runXfer(push + ["--json"])
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        let completed = try XCTUnwrap(resumed.lastEvent)
+        let url = try XCTUnwrap((completed["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertTrue(url.hasPrefix(creation), url)
+        try assertServed(url, equals: file)
+        // Re-sent: the withheld chunk, and at most the 3 in flight at the kill.
+        let received = int(try getJSON(server.url + "/stats")["payloadBytesReceived"])
+        XCTAssertLessThanOrEqual(received, size + 4 * chunk)
+    }
+
     private func onlyJob() throws -> String {
         let list = try runXfer(["list", "--all", "--json", "--state", state])
         let jobs = try JSONSerialization.jsonObject(with: Data(list.stdout.joined().utf8)) as? [[String: Any]]

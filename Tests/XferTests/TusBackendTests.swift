@@ -16,16 +16,18 @@ final class TusBackendTests: XCTestCase {
                      checksum: String? = "sha1", fileHandles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:],
                      size: Int64 = 10, token: String? = nil) -> JobContext {
         var handles = ServerHandles(["tus.extensions": extensions])
+        if extensions.contains("concatenation") { handles.set("tus.mode", "parallel") }
         if let checksum { handles.set("tus.checksum", checksum) }
         let file = FileContext(
             index: 0, path: "/tmp/ä b.bin", name: "ä b.bin", size: size, plan: ChunkPlan(fileSize: size, chunkSize: 4),
             handles: fileHandles, receipts: receipts)
         return JobContext(id: JobID(rawValue: "0123456789abcdef"), target: target, handles: handles, files: [file],
-                          credentials: Credentials(token: token))
+                          credentials: Credentials(token: token), concurrency: 4)
     }
 
     func testDiscoveryKeepsWhatTheServerOffersAndPicksTheOrder() throws {
         let start = try XCTUnwrap(backend.startJob(job()))
+        let oneAtATime = JobContext(id: JobID(rawValue: "x"), target: target, handles: ServerHandles(), files: [], credentials: Credentials())
         XCTAssertEqual(start.request.method, .options)
         XCTAssertEqual(start.request.url, target)
         let answer = HTTPResponse(status: 204, headers: [
@@ -39,6 +41,9 @@ final class TusBackendTests: XCTestCase {
         let started = JobContext(id: JobID(rawValue: "x"), target: target, handles: handles, files: [], credentials: Credentials())
         XCTAssertEqual(backend.chunkOrder(for: started), .any)
         XCTAssertEqual(backend.chunkOrder(for: job(extensions: "creation,checksum")), .sequentialWithinFile)
+        // One request at a time: partial uploads would only add the server's concatenation.
+        let single = try backend.startJob(oneAtATime)!.interpret(answer).handles
+        XCTAssertEqual(single["tus.mode"], "in order")
 
         XCTAssertThrowsError(try start.interpret(HTTPResponse(status: 204, headers: ["Tus-Version": "0.2.2", "Tus-Extension": "creation"])))
         XCTAssertThrowsError(try start.interpret(HTTPResponse(status: 204, headers: ["Tus-Version": "1.0.0", "Tus-Extension": "checksum"])))

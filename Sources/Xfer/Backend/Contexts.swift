@@ -24,14 +24,20 @@ public struct JobContext: Sendable {
     public let files: [FileContext]
     /// What the user supplied to authenticate (never stored).
     public let credentials: Credentials
+    /// Requests the job keeps in flight at once (e.g. whether parallel
+    /// uploads are worth their cost).
+    public let concurrency: Int
 
     /// Creates a view of a job (the engine makes these; tests of a backend may too).
-    public init(id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials) {
+    public init(
+        id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials, concurrency: Int = 1
+    ) {
         self.id = id
         self.target = target
         self.handles = handles
         self.files = files
         self.credentials = credentials
+        self.concurrency = concurrency
     }
 
     /// `target` joined with `path` (which should start with "/").

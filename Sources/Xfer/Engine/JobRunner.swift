@@ -82,7 +82,7 @@ final class JobRunner: Sendable {
             files: record.files.enumerated().map { index, file in
                 fileContext(index: index, file: file, traits: traits)
             },
-            credentials: credentials)
+            credentials: credentials, concurrency: record.concurrency)
     }
 
     static func fileContext(
