@@ -18,7 +18,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
 
-    @Option(help: "Largest request body of file bytes (a chunk, fragment or block) accepted.")
+    @Option(help: "Largest request body of file bytes (a chunk, fragment, block or tus PATCH) accepted.")
     var maxChunkSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumChunkSize)
 
     @Option(help: "Largest file accepted; bigger ones are refused before any byte is stored.")

@@ -4,7 +4,7 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
   s3tool.py serve                      prints "listening on URL", then serves until killed
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
-  s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts"}]} (in progress)
+  s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
 
 Credentials: whatever the environment says (the tests set dummy ones; moto
 accepts any).
@@ -50,7 +50,8 @@ def main(argv):
         found = []
         for upload in s3.list_multipart_uploads(Bucket=argv[3]).get("Uploads", []):
             parts = s3.list_parts(Bucket=argv[3], Key=upload["Key"], UploadId=upload["UploadId"]).get("Parts", [])
-            found.append({"key": upload["Key"], "uploadId": upload["UploadId"], "parts": len(parts)})
+            found.append({"key": upload["Key"], "uploadId": upload["UploadId"], "parts": len(parts),
+                          "bytes": sum(part["Size"] for part in parts)})
         print(json.dumps({"uploads": found}))
     else:
         sys.exit(f"unknown command {command}")

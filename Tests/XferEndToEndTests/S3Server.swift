@@ -68,11 +68,11 @@ final class S3Server {
     }
 
     /// Multipart uploads in progress: (key, upload id, parts S3 holds).
-    func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int)] {
+    func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int, bytes: Int)] {
         let text = try run(["uploads", url, bucket]).joined()
         let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
         return (json?["uploads"] as? [[String: Any]] ?? []).map {
-            ($0["key"] as? String ?? "", $0["uploadId"] as? String ?? "", int($0["parts"]))
+            ($0["key"] as? String ?? "", $0["uploadId"] as? String ?? "", int($0["parts"]), int($0["bytes"]))
         }
     }
 }
