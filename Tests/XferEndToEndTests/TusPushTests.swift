@@ -163,6 +163,44 @@ final class TusPushTests: XCTestCase {
         try assertServed(uploadURL, equals: file)
     }
 
+    func testResumeAfterTheUploadExpiredStartsANewOne() throws {
+        // The server forgets an upload 3 s after its creation (expiration).
+        let server = try TusServer(directory: work.file("server"), arguments: ["--disable-concatenation", "--upload-expiry", "3"])
+        let file = work.file("e.bin")
+        let size = 4 * chunk + 11
+        try makeTestFile(at: file, size: size, seed: 10)
+        try killedPush(arguments([file], to: server.url), afterChunks: 1)
+        let status = try runXfer(["status", "--json", "--state", state, try onlyJob()])
+        let details = try JSONSerialization.jsonObject(with: Data(status.stdout.joined().utf8)) as? [String: Any]
+        let expired = try XCTUnwrap(((details?["files"] as? [[String: Any]])?.first?["handles"] as? [String: Any])?["url"] as? String)
+        // Wait for the server, not for a guessed time: until HEAD says the upload is gone.
+        let deadline = Date().addingTimeInterval(30)
+        var code = ""
+        while Date() < deadline {
+            code = try headStatus(expired)
+            if code == "410" || code == "404" { break }
+            usleep(100_000)
+        }
+        XCTAssertTrue(code == "410" || code == "404", "the upload did not expire: HEAD answered \(code)")
+
+        let resumed = try runXfer(arguments([file], to: server.url) + ["--json"])
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        let completed = try XCTUnwrap(resumed.lastEvent)
+        XCTAssertEqual(int(completed["bytesSent"]), size, "an expired upload's bytes must all be sent again")
+        let url = try XCTUnwrap((completed["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertNotEqual(url, expired)
+        try assertServed(url, equals: file)
+    }
+
+    private func headStatus(_ url: String) throws -> String {
+        let head = try ChildProcess(executable: "/usr/bin/curl", arguments: [
+            "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-I", "-H", "Tus-Resumable: 1.0.0", url,
+        ])
+        let code = head.readRemaining().joined()
+        head.wait()
+        return code
+    }
+
     func testCancelTerminatesTheUpload() throws {
         let server = try TusServer(directory: work.file("server"), arguments: ["--disable-concatenation"])
         let file = work.file("c.bin")
