@@ -194,11 +194,17 @@ public struct S3Backend: UploadBackend {
         let url = session.s3URL(file)
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else {
-                if response.s3Error?.code == "InvalidPart" {
+                switch response.s3Error?.code {
+                case "InvalidPart":
                     // S3 lacks a part this job recorded (or holds another one): send them all again.
                     return .missing(Array(0..<file.chunkCount))
+                case "NoSuchUpload":
+                    // An earlier attempt may have completed it and lost its answer: let
+                    // reconcileFile's HEAD look for the object before anything is sent again.
+                    throw .outOfSync("\(operation): S3 no longer knows the upload; asking whether the object is already whole")
+                default:
+                    throw session.failure(response, operation)
                 }
-                throw session.failure(response, operation)
             }
             // S3 may answer 200 and report an error in the body, even after
             // sending whitespace for minutes: only this root means done.

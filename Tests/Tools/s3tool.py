@@ -1,7 +1,11 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve                      prints "listening on URL", then serves until killed
+  s3tool.py serve [--lose-complete]    prints "listening on URL", then serves until killed;
+                                       --lose-complete: the first CompleteMultipartUpload of
+                                       each upload completes it but answers 500 (a lost answer),
+                                       and later ones answer NoSuchUpload, as S3 may for an
+                                       upload it completed
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
@@ -27,8 +31,44 @@ def client(url):
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
 
+def serve_losing_complete_answers():
+    import threading
+    from urllib.parse import parse_qs
+
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    moto = DomainDispatcherApplication(create_backend_app)
+    completed = set()
+    lock = threading.Lock()
+
+    def app(environ, start_response):
+        query = parse_qs(environ.get("QUERY_STRING", ""))
+        if environ["REQUEST_METHOD"] != "POST" or "uploadId" not in query:
+            return moto(environ, start_response)
+        upload = query["uploadId"][0]
+        with lock:
+            again = upload in completed
+            completed.add(upload)
+        if again:
+            start_response("404 Not Found", [("Content-Type", "application/xml")])
+            return [b"<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>"]
+        for _ in moto(environ, lambda *args, **kwargs: None):
+            pass
+        print(f"lost the answer to completing {upload}", flush=True)
+        start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
+        return [b"<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>"]
+
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    server.serve_forever()
+
+
 def main(argv):
     command = argv[1]
+    if command == "serve" and "--lose-complete" in argv[2:]:
+        return serve_losing_complete_answers()
     if command == "serve":
         from moto.server import ThreadedMotoServer
 

@@ -137,6 +137,27 @@ final class S3PushTests: XCTestCase {
         try assertObject("in/paged.bin", equals: file, parts: 7)
     }
 
+    func testACompletionWhoseAnswerWasLostIsFoundByHEADNotUploadedAgain() throws {
+        // The first CompleteMultipartUpload completes the object but answers 500; the retry
+        // gets NoSuchUpload, as S3 may answer for an upload it completed.
+        s3 = try S3Server(arguments: ["--lose-complete"])
+        try s3.makeBucket("bucket-a")
+        let file = work.file("lost.bin")
+        let size = 3 * partSize + 9
+        try makeTestFile(at: file, size: size, seed: 11)
+
+        let result = try push(pushArguments([file]) + ["--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertTrue(s3.child.readLine()?.hasPrefix("lost the answer to completing") == true, "no answer was lost")
+        let completed = try XCTUnwrap(result.lastEvent)
+        XCTAssertEqual(completed["event"] as? String, "completed")
+        XCTAssertEqual(int(completed["bytesSent"]), size, "parts were uploaded again")
+        let url = (completed["files"] as? [[String: Any]])?.first?["url"] as? String
+        XCTAssertEqual(url, "s3://bucket-a/in/lost.bin")
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "a second upload was started")
+        try assertObject("in/lost.bin", equals: file, parts: 4)
+    }
+
     func testCancelAbortsTheMultipartUpload() throws {
         let file = work.file("c.bin")
         try makeTestFile(at: file, size: 4 * partSize, seed: 7)

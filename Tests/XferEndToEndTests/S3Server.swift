@@ -33,9 +33,10 @@ final class S3Server {
     private let python: String
     private let tool = packageRoot + "/Tests/Tools/s3tool.py"
 
-    init() throws {
+    /// `arguments` go to `s3tool.py serve` (e.g. `--lose-complete`).
+    init(arguments: [String] = []) throws {
         python = try pythonTool(venv: "venv-s3")
-        child = try ChildProcess(executable: python, arguments: [tool, "serve"], environment: Self.environment)
+        child = try ChildProcess(executable: python, arguments: [tool, "serve"] + arguments, environment: Self.environment)
         guard let line = child.readLine(), line.hasPrefix("listening on ") else {
             child.kill()
             child.wait()

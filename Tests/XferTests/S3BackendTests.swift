@@ -266,6 +266,11 @@ final class S3BackendTests: XCTestCase {
         }
         XCTAssertEqual(
             try exchange.interpret(HTTPResponse(status: 400, body: xml("<Error><Code>InvalidPart</Code></Error>"))), .missing([0, 1, 2]))
+        // A retry after a lost answer: the upload is gone because it completed. The engine asks
+        // reconcileFile again, whose HEAD finds the whole object, instead of uploading anew.
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>")))) { error in
+            guard case BackendError.outOfSync = error else { return XCTFail("\(error)") }
+        }
     }
 
     func testCancelAbortsEveryOpenUpload() {
