@@ -170,6 +170,47 @@ final class TusReceiverTests: XCTestCase {
         XCTAssertEqual(try patch(url, offset: first.count + second.count, Data("x".utf8)).status, 403, "a final upload takes no PATCH")
     }
 
+    func testACutBodyKeepsWhatArrivedUnlessItCarriesAChecksum() throws {
+        let data = Data((0..<1000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        for checksummed in [false, true] {
+            let url = try XCTUnwrap(try tus("POST", creation, headers: ["Upload-Length: 1000"]).headers["location"])
+            let before = int(try getJSON(server.url + "/stats")["payloadBytesReceived"])
+            var headers = ["Upload-Offset: 0", "Content-Type: application/offset+octet-stream", "Content-Length: 1000"]
+            if checksummed { headers.append("Upload-Checksum: sha1 \(sha1Base64(data))") }
+            try sendAndHangUp(url, headers: headers, body: data.prefix(400))
+            // Wait for the receiver, not for a guessed time: until it has read the 400 bytes.
+            let deadline = Date().addingTimeInterval(30)
+            while int(try getJSON(server.url + "/stats")["payloadBytesReceived"]) < before + 400, Date() < deadline {
+                usleep(20_000)
+            }
+            // The cut request holds the upload until it is recorded, so the next PATCH sees its outcome.
+            let kept = checksummed ? 0 : 400
+            let rest = try patch(url, offset: kept, data.suffix(from: kept))
+            XCTAssertEqual(rest.status, 204, "checksummed \(checksummed): \(rest.text)")
+            XCTAssertEqual(rest.headers["upload-offset"], "1000")
+            XCTAssertEqual(try tus("GET", url).body, data)
+        }
+    }
+
+    /// A PATCH whose connection closes after part of its body: a client that died mid-request.
+    private func sendAndHangUp(_ url: String, headers: [String], body: Data) throws {
+        let address = try XCTUnwrap(URL(string: url))
+        let head = "PATCH \(address.path) HTTP/1.1\r\nHost: 127.0.0.1\r\nTus-Resumable: 1.0.0\r\n"
+            + headers.map { $0 + "\r\n" }.joined() + "\r\n"
+        let request = work.file("cut-\(UUID().uuidString.prefix(6))")
+        try (Data(head.utf8) + body).write(to: URL(fileURLWithPath: request))
+        let script = """
+            import socket, sys
+            connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+            connection.sendall(open(sys.argv[2], "rb").read())
+            connection.close()
+            """
+        let child = try ChildProcess(
+            executable: try pythonTool(venv: "venv-tus"), arguments: ["-c", script, String(address.port ?? 0), request])
+        _ = child.readRemaining()
+        XCTAssertEqual(child.wait(), 0, child.standardError)
+    }
+
     // MARK: curl
 
     private struct Reply {
