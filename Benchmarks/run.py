@@ -586,7 +586,7 @@ def bench_s3(work):
         out.write(src.read().replace("region = us-east-1\n", "region = us-east-1\nrequest_checksum_calculation = when_required\n"))
     if not shutil.which("rclone"):
         raise RuntimeError("rclone is missing (make bench installs it with apt-get)")
-    kinds = ["xfer", "aws", "aws no checksum", "rclone"]
+    kinds = ["xfer", "xfer crc32", "aws", "aws no checksum", "rclone"]
     rates = {k: [] for k in kinds}
     rss = {k: [] for k in kinds}
     parts_expected = (size + part - 1) // part
@@ -595,9 +595,11 @@ def bench_s3(work):
             moto = Moto()
             key = f"{k.replace(' ', '-')}-{rnd}.bin"
             env = dict(S3_ENV)
-            if k == "xfer":
+            if k.startswith("xfer"):
                 args = [XFER, "push", f, "--backend", "s3", "--to", "s3://bench/", "--endpoint", moto.url,
                         "--state", work.fresh("state"), "--chunk-size", "8MiB", "--concurrency", str(concurrency)]
+                if k == "xfer crc32":
+                    args += ["--part-checksum", "crc32"]
                 key = "s3.bin"
             elif k.startswith("aws"):
                 env["AWS_CONFIG_FILE"] = aws_config if k == "aws" else aws_plain_config
@@ -630,21 +632,23 @@ def bench_s3(work):
             rss[k].append(peak)
             log(f"  s3 round {rnd + 1} {k}: {size / MiB / secs:.0f} MiB/s ({secs:.2f} s, RSS {peak / MiB:.0f} MiB)")
     os.unlink(f)
-    base = median(rates["xfer"])
+    base, base_crc = median(rates["xfer"]), median(rates["xfer crc32"])
     rows = []
     aws_version = "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'")
-    versions = {"xfer": "this build: Content-MD5 per part", "aws": aws_version + ": CRC32 per part (its default)",
+    versions = {"xfer": "this build: Content-MD5 per part (default)",
+                "xfer crc32": "this build: --part-checksum crc32 (CRC32 per part)", "aws": aws_version + ": CRC32 per part (its default)",
                 "aws no checksum": aws_version + ": request_checksum_calculation = when_required (none on parts)",
                 "rclone": sh("rclone version | head -1").replace("rclone ", "")}
     for k in kinds:
         m = median(rates[k])
         rows.append([k, versions[k], f"{m:.0f}", " ".join(f"{r:.0f}" for r in rates[k]), f"{base / m:.2f}",
-                     f"{median(rss[k]) / MiB:.0f}", " ".join(f"{r / MiB:.0f}" for r in rss[k])])
+                     f"{base_crc / m:.2f}", f"{median(rss[k]) / MiB:.0f}", " ".join(f"{r / MiB:.0f}" for r in rss[k])])
     moto_version = sh(S3_PYTHON + " -c 'import moto;print(moto.__version__)'")
     RESULTS["s3"] = {
         "title": (f"8. S3 multipart upload: {size // MiB} MiB into moto {moto_version}"
                   f" on 127.0.0.1, 8 MiB parts, {concurrency} in flight, {ROUNDS} alternating rounds, a fresh moto per upload"),
-        "header": ["client", "how", "median MiB/s", "runs MiB/s", "xfer / client", "median peak RSS MiB", "runs RSS MiB"],
+        "header": ["client", "how", "median MiB/s", "runs MiB/s", "xfer / client", "xfer crc32 / client",
+                   "median peak RSS MiB", "runs RSS MiB"],
         "rows": rows,
     }
 

@@ -5,8 +5,9 @@ import Xfer
 /// S3's multipart upload, as AWS S3 and the S3-compatible stores speak it.
 ///
 /// A file larger than one part is `CreateMultipartUpload` (the UploadId is
-/// committed before any part), `UploadPart` with `Content-MD5` for each part,
-/// then `CompleteMultipartUpload` listing every part's ETag. A file of one
+/// committed before any part), `UploadPart` with `Content-MD5` (or, when
+/// asked, `x-amz-checksum-crc32`) for each part, then
+/// `CompleteMultipartUpload` listing every part's ETag (and CRC-32). A file of one
 /// part or less is one `PutObject`. On resume `ListParts` says which parts S3
 /// holds; those of the expected size whose ETag matches what this job
 /// recorded (or that this job never heard back about) are not sent again.
@@ -29,6 +30,7 @@ public struct S3Backend: UploadBackend {
     private let configuration: AWSConfiguration
     private let endpoint: S3Endpoint?
     private let region: String?
+    private let partChecksum: S3PartChecksum
     private let now: @Sendable () -> Date
     /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
     private let listPageSize: Int
@@ -39,15 +41,19 @@ public struct S3Backend: UploadBackend {
     ///     keeps the endpoint and region it was created with.
     ///   - region: The signing region for new jobs; nil for the
     ///     configuration's, else us-east-1.
+    ///   - partChecksum: The checksum each part of a new job carries. A job
+    ///     keeps the one it was created with.
     ///   - listPageSize: Parts asked for per ListParts request.
     ///   - now: The clock requests are signed with.
     public init(
-        configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil, listPageSize: Int = 1000,
+        configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil,
+        partChecksum: S3PartChecksum = .md5, listPageSize: Int = 1000,
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.configuration = configuration
         self.endpoint = endpoint
         self.region = region
+        self.partChecksum = partChecksum
         self.listPageSize = max(1, min(1000, listPageSize))
         self.now = now
     }
@@ -75,7 +81,10 @@ public struct S3Backend: UploadBackend {
     public func makeJobHandles(for job: JobContext) -> ServerHandles {
         let region = self.region ?? configuration.region ?? "us-east-1"
         let endpoint = self.endpoint ?? .aws(region: region)
-        return ServerHandles(["endpoint": endpoint.base, "addressing": endpoint.addressing.rawValue, "region": region])
+        var handles = ["endpoint": endpoint.base, "addressing": endpoint.addressing.rawValue, "region": region]
+        // Absent means md5: what jobs created before the choice existed sent.
+        if partChecksum != .md5 { handles[S3PartChecksum.handleName] = partChecksum.rawValue }
+        return ServerHandles(handles)
     }
 
     /// The part size asked for, raised to S3's 5 MiB minimum, and to whole
@@ -98,6 +107,7 @@ public struct S3Backend: UploadBackend {
         let key = session.location.key(forFileNamed: file.name)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", "application/octet-stream")
+        if session.partChecksum == .crc32 { request.headers.set("x-amz-checksum-algorithm", "CRC32") }
         session.sign(&request)
         let operation = "start the multipart upload of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
@@ -130,14 +140,18 @@ public struct S3Backend: UploadBackend {
             operation = "send \(file.name)"
             objectURL = session.s3URL(file)
         }
-        request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+        for header in session.partChecksum.headers(for: chunk) { request.headers.set(header.name, header.value) }
+        let crc32 = request.headers["x-amz-checksum-crc32"]
         session.sign(&request)
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
             guard let etag = response.headers["ETag"], !etag.isEmpty else {
                 throw .transient("\(operation): the answer has no ETag")
             }
-            return .stored(receipt: etag, fileURL: objectURL)
+            if let crc32, let echoed = response.headers["x-amz-checksum-crc32"], echoed != crc32 {
+                throw .transient("\(operation): S3 reports CRC-32 \(echoed.prefix(16)), not the \(crc32) sent")
+            }
+            return .stored(receipt: S3PartReceipt(etag: etag, crc32: crc32).stored, fileURL: objectURL)
         }
     }
 
@@ -172,10 +186,14 @@ public struct S3Backend: UploadBackend {
         let id = file.handles["uploadId"] ?? ""
         let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         let operation = "complete the upload of \(file.name)"
-        let unreceipted = (0..<file.chunkCount).filter { file.receipts[$0] == nil }
+        let receipts = (0..<file.chunkCount).map { file.receipts[$0].map(S3PartReceipt.init(stored:)) }
+        let unreceipted = (0..<file.chunkCount).filter {
+            guard let receipt = receipts[$0] else { return true }
+            return session.partChecksum == .crc32 && receipt.crc32 == nil
+        }
         guard unreceipted.isEmpty else {
-            // A part acknowledged without its ETag cannot be listed in the
-            // completion: send those again (their answers carry the ETag).
+            // A part acknowledged without its ETag (or CRC-32) cannot be listed
+            // in the completion: send those again (their answers carry it).
             var request = HTTPRequest(method: .get, url: session.objectURL(file, query: query + "&max-parts=1"))
             session.sign(&request)
             return Exchange(request) { response throws(BackendError) in
@@ -184,8 +202,10 @@ public struct S3Backend: UploadBackend {
             }
         }
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        for chunk in 0..<file.chunkCount {
-            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(file.receipts[chunk]!))</ETag></Part>"
+        for (chunk, receipt) in receipts.enumerated() {
+            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt!.etag))</ETag>"
+            if let crc32 = receipt!.crc32 { xml += "<ChecksumCRC32>\(S3XML.escaped(crc32))</ChecksumCRC32>" }
+            xml += "</Part>"
         }
         xml += "</CompleteMultipartUpload>"
         var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(Array(xml.utf8)))
@@ -255,11 +275,18 @@ public struct S3Backend: UploadBackend {
                 else { continue }
                 let chunk = number - 1
                 // Another size means another cut of the file; another ETag
-                // than recorded, other bytes. Either way: send it again.
+                // (or CRC-32) than recorded, other bytes. Either way: send it again.
                 guard size == file.plan.length(of: chunk) else { continue }
-                if let recorded = file.receipts[chunk], !Self.sameETag(recorded, etag) { continue }
+                let recorded = file.receipts[chunk].map(S3PartReceipt.init(stored:))
+                let listedCRC = part["ChecksumCRC32"].flatMap { $0.isEmpty ? nil : $0 }
+                if let recorded, !Self.sameETag(recorded.etag, etag) { continue }
+                if let listedCRC, let recordedCRC = recorded?.crc32, listedCRC != recordedCRC { continue }
+                let receipt = S3PartReceipt(etag: etag, crc32: listedCRC ?? recorded?.crc32)
+                // The completion must name each part's CRC-32; a part whose
+                // CRC-32 neither S3 nor this job knows is sent again.
+                if session.partChecksum == .crc32, receipt.crc32 == nil { continue }
                 chunks.insert(chunk)
-                receipts[chunk] = etag
+                receipts[chunk] = receipt.stored
             }
             if document.fields["IsTruncated"] == "true", let next = document.fields["NextPartNumberMarker"].flatMap(Int.init),
                 next > marker
@@ -285,7 +312,8 @@ public struct S3Backend: UploadBackend {
         var digests: [UInt8] = []
         digests.reserveCapacity(16 * file.chunkCount)
         for chunk in 0..<file.chunkCount {
-            guard let receipt = file.receipts[chunk], let bytes = hexBytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
+            guard let receipt = file.receipts[chunk].map({ S3PartReceipt(stored: $0).etag }),
+                let bytes = hexBytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
                 bytes.count == 16
             else { return nil }
             digests += bytes
@@ -324,6 +352,7 @@ public struct S3Backend: UploadBackend {
         let endpoint: S3Endpoint
         let signer: SignatureV4
         let signsPayload: Bool
+        let partChecksum: S3PartChecksum
         let source: String
         let now: @Sendable () -> Date
 
@@ -337,8 +366,9 @@ public struct S3Backend: UploadBackend {
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base, addressing: addressing)
             signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
-            // Over TLS the body is not hashed for the signature: Content-MD5
-            // already guards it, and TLS the rest (as the AWS CLI does).
+            partChecksum = handles[S3PartChecksum.handleName].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
+            // Over TLS the body is not hashed for the signature: the part's
+            // checksum already guards it, and TLS the rest (as the AWS CLI does).
             signsPayload = !base.lowercased().hasPrefix("https:")
             source = backend.configuration.source
             now = backend.now

@@ -9,7 +9,7 @@ import Xfer
 /// the four signatures of the S3 documentation's examples.
 public struct SignatureV4: Sendable {
     /// The hash S3 takes in place of the body's SHA-256 when the body is not signed
-    /// (over TLS, where `Content-MD5` still guards each part's bytes).
+    /// (over TLS, where each part's checksum still guards its bytes).
     public static let unsignedPayload = "UNSIGNED-PAYLOAD"
 
     public var credentials: AWSCredentials

@@ -27,7 +27,9 @@ enum BuiltInBackend: String, CaseIterable {
         case .s3:
             let configuration = try profile.configuration()
             let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
-            return S3Backend(configuration: configuration, endpoint: endpoint, region: arguments.region)
+            return S3Backend(
+                configuration: configuration, endpoint: endpoint, region: arguments.region,
+                partChecksum: try arguments.checksum())
         }
     }
 
@@ -68,7 +70,18 @@ struct S3Arguments: ParsableArguments {
     @Option(help: "s3: bucket addressing, path or virtual (default: virtual on AWS, path on --endpoint).")
     var addressing: String?
 
-    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil }
+    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5) or crc32 (x-amz-checksum-crc32) (default: md5).")
+    var partChecksum: String?
+
+    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil }
+
+    func checksum() throws(XferError) -> S3PartChecksum {
+        guard let partChecksum else { return .md5 }
+        guard let parsed = S3PartChecksum(rawValue: partChecksum) else {
+            throw .invalidInput("--part-checksum must be md5 or crc32, not '\(partChecksum.prefix(40))'")
+        }
+        return parsed
+    }
 
     /// nil for AWS's own endpoint in the region.
     func endpoint(region: String?) throws(XferError) -> S3Endpoint? {

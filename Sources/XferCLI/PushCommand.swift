@@ -59,7 +59,7 @@ struct PushCommand: AsyncParsableCommand {
                 "unknown backend '\(backendName)'; choose one of \(BuiltInBackend.names)")
         }
         if builtIn != .s3, !s3.isEmpty || aws.profile != nil {
-            throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --backend s3")
+            throw XferError.invalidInput("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
         }
         guard let target else { throw XferError.invalidInput("--to URL is required") }
         if let chunkSize, chunkSize.bytes < 1 || chunkSize.bytes > TransferOptions.maximumChunkSize {

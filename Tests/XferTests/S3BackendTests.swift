@@ -132,11 +132,13 @@ final class S3BackendTests: XCTestCase {
     private let configuration = AWSConfiguration(
         credentials: AWSCredentials(accessKeyID: "AKID", secretAccessKey: "secret"), region: "us-east-1", source: "test")
 
-    private func job(size: Int64 = 12 << 20, handles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:]) -> JobContext {
+    private func job(
+        size: Int64 = 12 << 20, handles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:], jobHandles: ServerHandles? = nil
+    ) -> JobContext {
         let plan = ChunkPlan(fileSize: size, chunkSize: 5 << 20)
         let file = FileContext(index: 0, path: "/tmp/a b.bin", name: "a b.bin", size: size, plan: plan, handles: handles, receipts: receipts)
         return JobContext(
-            id: JobID(rawValue: "0123456789abcdef"), target: "s3://bkt/in", handles: jobHandles, files: [file],
+            id: JobID(rawValue: "0123456789abcdef"), target: "s3://bkt/in", handles: jobHandles ?? self.jobHandles, files: [file],
             credentials: Credentials())
     }
 
@@ -271,6 +273,82 @@ final class S3BackendTests: XCTestCase {
         XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>")))) { error in
             guard case BackendError.outOfSync = error else { return XCTFail("\(error)") }
         }
+    }
+
+    // MARK: --part-checksum crc32
+
+    func testCRC32IsSentAsS3SpellsItAndKeptInTheReceipt() {
+        // CRC-32's check value: "123456789" gives 0xCBF43926, big-endian in base64.
+        XCTAssertEqual(S3PartChecksum.crc32Text(Checksums.crc32(Array("123456789".utf8))), "y/Q5Jg==")
+        XCTAssertEqual(S3PartReceipt(stored: "\"e1\""), S3PartReceipt(etag: "\"e1\""))
+        XCTAssertEqual(S3PartReceipt(stored: "\"e1\" crc32=y/Q5Jg=="), S3PartReceipt(etag: "\"e1\"", crc32: "y/Q5Jg=="))
+        XCTAssertEqual(S3PartReceipt(etag: "\"e1\"", crc32: "y/Q5Jg==").stored, "\"e1\" crc32=y/Q5Jg==")
+    }
+
+    private var crc32JobHandles: ServerHandles {
+        S3Backend(
+            configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path), partChecksum: .crc32
+        ).makeJobHandles(for: JobContext(id: JobID(rawValue: "x"), target: "s3://bkt", handles: ServerHandles(), files: [], credentials: Credentials()))
+    }
+
+    func testACRC32JobDeclaresItAtCreationSendsEachPartsCRCAndCompletesWithThem() throws {
+        XCTAssertEqual(crc32JobHandles["partChecksum"], "crc32")
+        // The choice is the job's: `backend`, made as for a resume (md5), follows it.
+        let uploadHandles = ServerHandles(["uploadId": "U", "key": "in/a b.bin"])
+        let job = job(handles: uploadHandles, jobHandles: crc32JobHandles)
+        let open = try XCTUnwrap(backend.openFile(job.files[0], in: job))
+        XCTAssertEqual(open.request.headers["x-amz-checksum-algorithm"], "CRC32")
+        XCTAssertTrue(open.request.headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
+
+        let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 9, count: 5 << 20))
+        let crc = S3PartChecksum.crc32Text(chunk.crc32)
+        let part = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertEqual(part.request.headers["x-amz-checksum-crc32"], crc)
+        XCTAssertNil(part.request.headers["Content-MD5"])
+        XCTAssertEqual(
+            try part.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e2\"", "x-amz-checksum-crc32": crc])),
+            .stored(receipt: "\"e2\" crc32=\(crc)"))
+        XCTAssertThrowsError(try part.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e2\"", "x-amz-checksum-crc32": "AAAAAA=="]))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+
+        let receipts = [0: "\"e1\" crc32=AAAAAQ==", 1: "\"e2\" crc32=AAAAAg==", 2: "\"e3\" crc32=AAAAAw=="]
+        let whole = self.job(handles: uploadHandles, receipts: receipts, jobHandles: crc32JobHandles)
+        let finish = try XCTUnwrap(backend.finishFile(whole.files[0], in: whole))
+        let body = String(decoding: finish.request.body.segments.flatMap { $0 }, as: UTF8.self)
+        XCTAssertTrue(
+            body.contains("<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag><ChecksumCRC32>AAAAAg==</ChecksumCRC32></Part>"), body)
+        // A receipt without its CRC-32 cannot be completed: that part is sent again.
+        let lacking = self.job(handles: uploadHandles, receipts: [0: receipts[0]!, 1: "\"e2\"", 2: receipts[2]!], jobHandles: crc32JobHandles)
+        let resend = try XCTUnwrap(backend.finishFile(lacking.files[0], in: lacking))
+        XCTAssertEqual(resend.request.method, .get)
+        XCTAssertEqual(try resend.interpret(HTTPResponse(status: 200, body: xml("<ListPartsResult/>"))), .missing([1]))
+        // The object's ETag is still the MD5 of the parts' ETags.
+        let md5 = "\"" + String(repeating: "a", count: 32) + "\""
+        let digests = self.job(handles: uploadHandles, receipts: [0: md5 + " crc32=AAAAAQ==", 1: md5, 2: md5])
+        XCTAssertEqual(S3Backend.multipartETag(digests.files[0]), S3Backend.multipartETag(self.job(receipts: [0: md5, 1: md5, 2: md5]).files[0]))
+    }
+
+    func testACRC32JobSparesOnlyListedPartsWhoseCRCItCanCompleteWith() throws {
+        let job = job(
+            handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\" crc32=AAAAAQ=="], jobHandles: crc32JobHandles)
+        let exchange = try XCTUnwrap(backend.reconcileFile(job.files[0], in: job))
+        func page(_ parts: String) -> HTTPResponse {
+            HTTPResponse(status: 200, body: xml("<ListPartsResult><IsTruncated>false</IsTruncated>\(parts)</ListPartsResult>"))
+        }
+        // Part 1: recorded, no CRC listed (moto lists none): the recorded one is kept.
+        // Part 2: not recorded, CRC listed (AWS lists it): spared with it.
+        // Part 3: not recorded, no CRC listed: sent again.
+        let answer = page(
+            "<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size></Part>"
+                + "<Part><PartNumber>2</PartNumber><ETag>\"e2\"</ETag><Size>5242880</Size><ChecksumCRC32>AAAAAg==</ChecksumCRC32></Part>"
+                + "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>2097152</Size></Part>")
+        XCTAssertEqual(
+            try exchange.interpret(answer),
+            .serverHas(chunks: [0, 1], receipts: [0: "\"e1\" crc32=AAAAAQ==", 1: "\"e2\" crc32=AAAAAg=="]))
+        // Another CRC than recorded: other bytes.
+        let other = page("<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size><ChecksumCRC32>BBBBBB==</ChecksumCRC32></Part>")
+        XCTAssertEqual(try exchange.interpret(other), .serverHas(chunks: [], receipts: [:]))
     }
 
     func testCancelAbortsEveryOpenUpload() {
