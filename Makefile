@@ -44,7 +44,8 @@ demo: release
 
 # Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
 # prints a table and rewrites the generated part of Docs/benchmarks.md (~25 min).
-# ONLY=s3 runs xfer against `aws s3 cp` (with and without its CRC32s) and `rclone copy` on a moto S3 server.
+# ONLY=s3 runs xfer (Content-MD5, and --part-checksum crc32) against `aws s3 cp` (with and without its
+# CRC32s) and `rclone copy` on a moto S3 server.
 # QUICK=1 for a short run; BUILD_DIR=DIR to use binaries built elsewhere (no build then).
 bench: python-tools
 	@./scripts/install-bench-deps.sh

@@ -202,9 +202,9 @@ public struct S3Backend: UploadBackend {
             }
         }
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        for (chunk, receipt) in receipts.enumerated() {
-            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt!.etag))</ETag>"
-            if let crc32 = receipt!.crc32 { xml += "<ChecksumCRC32>\(S3XML.escaped(crc32))</ChecksumCRC32>" }
+        for (chunk, receipt) in receipts.compactMap({ $0 }).enumerated() {
+            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt.etag))</ETag>"
+            if let crc32 = receipt.crc32 { xml += "<ChecksumCRC32>\(S3XML.escaped(crc32))</ChecksumCRC32>" }
             xml += "</Part>"
         }
         xml += "</CompleteMultipartUpload>"

@@ -68,13 +68,13 @@ final class S3Server {
         try run(["get", url, bucket, key, path]).last ?? ""
     }
 
-    /// Multipart uploads in progress: (key, upload id, parts S3 holds).
     /// The object's CRC-32 as S3 reports it, without a composite one's part count, or
     /// "none" when S3 keeps none.
     func crc32(bucket: String, key: String) throws -> String {
         try run(["crc32", url, bucket, key]).last ?? ""
     }
 
+    /// Multipart uploads in progress: (key, upload id, parts S3 holds, their bytes).
     func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int, bytes: Int)] {
         let text = try run(["uploads", url, bucket]).joined()
         let json = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
