@@ -7,7 +7,7 @@ the same run. Prints a table and rewrites the generated part of Docs/benchmarks.
 
 Environment: BUILD_DIR (directory holding `xfer` and `xfer-store-bench`; default
 `swift build -c release --show-bin-path`), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
-small,resume,list,resend,s3,tus (comma list), KEEP=1 (keep the work directory).
+small,resume,list,resend,s3,tus,trees (comma list), KEEP=1 (keep the work directory).
 Python 3 standard library only; the s3 section also runs moto, the AWS CLI
 (from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.
 """
@@ -51,6 +51,8 @@ SIZES = {
     "list_jobs": 10_000,
     "s3": 128 * MiB if QUICK else 1 * GiB,
     "tus": 128 * MiB if QUICK else 1 * GiB,
+    "tree_files": 2_000 if QUICK else 10_000,
+    "tree_large": 20_000 if QUICK else 100_000,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 
@@ -531,7 +533,174 @@ def bench_resend(work, recv):
     }
 
 
-# ---------------------------------------------------------------- report
+# ---------------------------------------------------------------- trees (issue 15)
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a live process, from /proc."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def parse_cpu_v(path):
+    text = open(path).read()
+    user = re.search(r"User time \(seconds\): ([\d.]+)", text)
+    system = re.search(r"System time \(seconds\): ([\d.]+)", text)
+    return float(user.group(1)) + float(system.group(1))
+
+
+def make_tree(root, count, size=4096):
+    """count files of size random bytes, 100 to a directory."""
+    payload = os.urandom(size * 64)
+    for i in range(count):
+        d = os.path.join(root, f"d{i // 100:04d}")
+        if i % 100 == 0:
+            os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, f"f{i:06d}.bin"), "wb") as h:
+            start = (i * 977) % (len(payload) - size)
+            h.write(i.to_bytes(8, "little") + payload[start:start + size - 8])
+
+
+def tree_files(root):
+    for d in sorted(os.listdir(root)):
+        for f in sorted(os.listdir(os.path.join(root, d))):
+            yield os.path.join(root, d, f), f"{d}/{f}"
+
+
+def timed_cpu(args, work, label, recv):
+    """Runs args under /usr/bin/time -v; returns (wall s, client CPU s, receiver CPU s, peak RSS, stdout)."""
+    tv = work.path(f"time-{label}-{work.n}.txt")
+    before = cpu_seconds(recv.proc.pid)
+    start = time.monotonic()
+    out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True)
+    elapsed = time.monotonic() - start
+    receiver = cpu_seconds(recv.proc.pid) - before
+    rss, _ = parse_time_v(tv)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args[:4])}... exited {out.returncode}: {out.stderr.strip()[-400:]}")
+    return elapsed, parse_cpu_v(tv), receiver, rss, out.stdout
+
+
+def bench_trees(work):
+    count = SIZES["tree_files"]
+    large = SIZES["tree_large"]
+    root = work.path("tree-root")
+    recv = Receiver(root)
+    tree = work.path("tree")
+    make_tree(tree, count)
+    curl_config = work.path("curl.cfg")
+    with open(curl_config, "w") as h:
+        for path, rel in tree_files(tree):
+            h.write(f'upload-file = "{path}"\nurl = "{recv.url}/raw/{rel.replace("/", "-")}"\noutput = "/dev/null"\n')
+    kinds = ["curl", "xfer"]
+    runs = {k: [] for k in kinds}
+    try:
+        for rnd in range(ROUNDS):
+            for k in kinds:
+                recv.clear()
+                if k == "curl":
+                    args = ["curl", "-sS", "-f", "-K", curl_config]
+                else:
+                    args = [XFER, "push", tree, "--backend", "patch", "--to", recv.url, "--state", work.fresh("tree-state"),
+                            "--json", "--concurrency", "8"]
+                wall, cpu, receiver, rss, out = timed_cpu(args, work, "tree-" + k, recv)
+                if k == "xfer":
+                    files = completed_event(out)["files"]
+                    if len(files) != count:
+                        raise RuntimeError(f"xfer reported {len(files)} files of {count}")
+                runs[k].append((wall, cpu, receiver, rss))
+                log(f"  trees round {rnd + 1} {k}: {count / wall:.0f} files/s, client {cpu * 1000 / count:.2f} CPU-ms/file, "
+                    f"receiver {receiver * 1000 / count:.2f} CPU-ms/file, RSS {rss / MiB:.0f} MiB")
+        rows = []
+        curl_rate = median([count / r[0] for r in runs["curl"]])
+        for k in kinds:
+            rate = median([count / r[0] for r in runs[k]])
+            client = median([r[1] * 1000 / count for r in runs[k]])
+            receiver = median([r[2] * 1000 / count for r in runs[k]])
+            goal = k == "xfer"
+            rows.append([
+                "xfer push DIR, patch, -c 8" if goal else "curl, one process, -T each to /raw (keep-alive)",
+                f"{rate:.0f}", " ".join(f"{count / r[0]:.0f}" for r in runs[k]), f"{rate / curl_rate:.2f}",
+                f"{client:.3f}", f"{receiver:.3f}", f"{median([r[3] for r in runs[k]]) / MiB:.0f}",
+                ">= 1000 files/s, <= 0.5 ms client, <= 0.5 ms receiver" if goal else "-",
+                ("yes" if rate >= 1000 and client <= 0.5 and receiver <= 0.5 else "NO") if goal else "-"])
+        RESULTS["trees"] = {
+            "title": (f"Trees: {count} files of 4 KiB in {count // 100} directories to `xfer serve` on 127.0.0.1, "
+                      f"{ROUNDS} alternating rounds (medians); CPU from /usr/bin/time and the receiver's /proc"),
+            "header": ["sender", "files/s", "runs", "ratio to curl", "client CPU-ms/file", "receiver CPU-ms/file",
+                       "peak RSS MiB", "goal", "met"],
+            "rows": rows,
+        }
+        # The large tree: linear wall time, bounded memory and state, fast list/status, fast resume.
+        shutil.rmtree(tree, ignore_errors=True)
+        recv.clear()
+        make_tree(tree, large)
+        state = work.fresh("tree-large-state")
+        args = [XFER, "push", tree, "--backend", "patch", "--to", recv.url, "--state", state, "--json", "--concurrency", "8",
+                "--keep-finished", "7d"]
+        wall, cpu, receiver, rss, out = timed_cpu(args, work, "tree-large", recv)
+        job = completed_event(out)["job"]
+        state_bytes = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(state) for f in fs)
+        small_wall = median([r[0] for r in runs["xfer"]])
+        list_times, status_times = [], []
+        for _ in range(REPEATS):
+            t = time.monotonic()
+            subprocess.run([XFER, "list", "--all", "--state", state], capture_output=True, check=True)
+            list_times.append(time.monotonic() - t)
+            t = time.monotonic()
+            subprocess.run([XFER, "status", job, "--state", state], capture_output=True, check=True)
+            status_times.append(time.monotonic() - t)
+        # Killed half way, then re-run: spawn to the first chunk the receiver acknowledges.
+        recv.clear()
+        state = work.fresh("tree-kill-state")
+        args = [XFER, "push", tree, "--backend", "patch", "--to", recv.url, "--state", state, "--json", "--concurrency", "8"]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        events = queue.Queue()
+        threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
+        done = 0
+        while done < large // 2:
+            _, ev = events.get(timeout=600)
+            if ev.get("event") == "fileCompleted":
+                done += 1
+        proc.kill()
+        proc.wait()
+        resume_times = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            events = queue.Queue()
+            threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
+            while True:
+                at, ev = events.get(timeout=600)
+                if ev.get("event") == "chunk":
+                    resume_times.append(at - t0)
+                    break
+            proc.kill()
+            proc.wait()
+        ratio = wall / small_wall
+        scale = large / count
+        RESULTS["trees_large"] = {
+            "title": f"Trees at scale: {large} files of 4 KiB, one push each (list/status: {REPEATS} runs; resume: 3 runs)",
+            "header": ["measure", "value", "goal", "met"],
+            "rows": [
+                [f"wall time, {large} files", f"{wall:.1f} s ({large / wall:.0f} files/s)", "-", "-"],
+                [f"ratio to the {count}-file push (x{scale:.0f} files)", f"{ratio:.1f}x", f"<= {1.1 * scale:.0f}x",
+                 "yes" if ratio <= 1.1 * scale else "NO"],
+                ["client CPU per file", f"{cpu * 1000 / large:.3f} ms", "-", "-"],
+                ["receiver CPU per file", f"{receiver * 1000 / large:.3f} ms", "-", "-"],
+                ["client peak RSS", f"{rss / MiB:.0f} MiB", "<= 128 MiB", "yes" if rss <= 128 * MiB else "NO"],
+                ["state directory per file", f"{state_bytes / large:.0f} bytes", "<= 300", "yes" if state_bytes / large <= 300 else "NO"],
+                ["`xfer list --all`", f"{median(list_times) * 1000:.0f} ms", "<= 300 ms", "yes" if median(list_times) <= 0.3 else "NO"],
+                ["`xfer status JOB`", f"{median(status_times) * 1000:.0f} ms", "<= 300 ms", "yes" if median(status_times) <= 0.3 else "NO"],
+                ["killed half way: spawn -> first chunk acknowledged", f"{median(resume_times) * 1000:.0f} ms",
+                 "<= 1000 ms (first request)", "yes" if median(resume_times) <= 1.0 else "NO"],
+            ],
+        }
+    finally:
+        recv.stop()
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
+
 
 # ---------------------------------------------------------------- s3 (issue 8)
 
@@ -807,7 +976,7 @@ def write_doc(text, section=None):
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus")
+OWN_BLOCK = ("s3", "tus", "trees")
 
 
 def main():
@@ -825,6 +994,7 @@ def main():
         ("resend", lambda: bench_resend(work, recv)),
         ("s3", lambda: bench_s3(work)),
         ("tus", lambda: bench_tus(work)),
+        ("trees", lambda: bench_trees(work)),
     ]
     try:
         for name, run in plan:
@@ -859,8 +1029,11 @@ def main():
     for key in OWN_BLOCK:
         failed = [f for f in failures if f.split(":")[0] == key]
         if key in RESULTS:
-            text = "\n".join([f"### {RESULTS[key]['title']}", "", stamp + " Machine as above.", "",
-                              table(RESULTS[key]["header"], RESULTS[key]["rows"])])
+            parts = []
+            # A section may have several tables (trees: the 10,000-file rounds and the large tree).
+            for name in [key] + [k for k in RESULTS if k.startswith(key + "_")]:
+                parts += [f"### {RESULTS[name]['title']}", "", table(RESULTS[name]["header"], RESULTS[name]["rows"]), ""]
+            text = "\n".join(parts[:2] + [stamp + " Machine as above.", ""] + parts[2:]).rstrip()
             write_doc(text, section=key)
             printed.append(text)
         elif failed:

@@ -196,7 +196,7 @@ struct FileBlock {
                 "fragmentSize": .int(chunk.count),
                 "totalFileFragment": .int(file.chunkCount),
                 "totalFileSize": .int(file.size),
-                "fileName": .string(file.name),
+                "fileName": .string(file.relativePath),
                 "fragmentMd5": .string(Checksums.hex(chunk.md5)),
             ]
         ]

@@ -18,7 +18,7 @@ public struct PatchBackend: UploadBackend {
 
     public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
         let body: JSONValue = [
-            "fileName": .string(file.name),
+            "fileName": .string(file.relativePath),
             "size": .int(file.size),
             "chunkSize": .int(file.chunkSize),
         ]

@@ -37,7 +37,7 @@ public struct S3Location: Sendable, Hashable {
     /// `s3://BUCKET/PREFIX`, as stored with the job.
     public var normalized: String { prefix.isEmpty ? "s3://\(bucket)" : "s3://\(bucket)/\(prefix)" }
 
-    /// The key of the object a file named `name` becomes.
+    /// The key of the object a file at `name` (a relative path) becomes.
     public func key(forFileNamed name: String) -> String { prefix.isEmpty ? name : "\(prefix)/\(name)" }
 
     /// S3's rules for bucket names (3–63 of a-z, 0-9, '.', '-'; a letter or digit at each end).

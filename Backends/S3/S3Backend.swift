@@ -104,7 +104,7 @@ public struct S3Backend: UploadBackend {
     public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
         guard isMultipart(file) else { return nil }
         let session = Session(self, job)
-        let key = session.location.key(forFileNamed: file.name)
+        let key = session.location.key(forFileNamed: file.relativePath)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", "application/octet-stream")
         if session.partChecksum == .crc32 { request.headers.set("x-amz-checksum-algorithm", "CRC32") }
@@ -375,11 +375,11 @@ public struct S3Backend: UploadBackend {
         }
 
         func objectURL(_ file: FileContext, query: String = "") -> String {
-            endpoint.url(bucket: location.bucket, key: file.handles["key"] ?? location.key(forFileNamed: file.name), query: query)
+            endpoint.url(bucket: location.bucket, key: file.handles["key"] ?? location.key(forFileNamed: file.relativePath), query: query)
         }
 
         func s3URL(_ file: FileContext) -> String {
-            "s3://\(location.bucket)/\(file.handles["key"] ?? location.key(forFileNamed: file.name))"
+            "s3://\(location.bucket)/\(file.handles["key"] ?? location.key(forFileNamed: file.relativePath))"
         }
 
         func sign(_ request: inout HTTPRequest) {

@@ -120,7 +120,7 @@ public struct SequenceBackend: UploadBackend {
         form.addField("token", job.credentials.token ?? "")
         form.addField("upToken", fields.upToken)
         form.addField("crc", fields.crc)
-        form.addFile("block", filename: file.name, contentType: "application/octet-stream", bytes: block)
+        form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", bytes: block)
         var request = HTTPRequest(method: .post, url: job.url("/upload"), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         return request

@@ -263,9 +263,12 @@ public struct TusBackend: UploadBackend {
         request.headers.set("Upload-Checksum", "sha1 " + Checksums.base64(Array(Insecure.SHA1.hash(data: chunk.bytes))))
     }
 
-    /// `filename` (and nothing else: the name is all a server needs to store it under).
+    /// `filename`, and `relativePath` when the file was found in a directory
+    /// (the key Uppy sends, so servers that keep trees already read it).
     static func metadata(_ file: FileContext) -> String {
-        "filename " + Checksums.base64(Array(file.name.utf8))
+        var pairs = "filename " + Checksums.base64(Array(file.name.utf8))
+        if file.relativePath != file.name { pairs += ",relativePath " + Checksums.base64(Array(file.relativePath.utf8)) }
+        return pairs
     }
 
     static func list(_ header: String?) -> [String] {

@@ -27,9 +27,13 @@ enum EventJSON {
 
     private static func members(for event: TransferEvent) -> [String: JSONValue]? {
         switch event {
-        case .started(let job, let total, let done, let resumed):
+        case .started(let job, let total, let done, let files, let doneFiles, let resumed):
             return ["event": .string("started"), "job": .string(job.rawValue), "totalBytes": .int(total),
-                    "doneBytes": .int(done), "resumed": .bool(resumed)]
+                    "doneBytes": .int(done), "totalFiles": .int(files), "doneFiles": .int(doneFiles), "resumed": .bool(resumed)]
+        case .fileSkipped(let path, let reason):
+            return ["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason)]
+        case .fileFailed(let file, let path, let reason):
+            return ["event": .string("fileFailed"), "file": .int(file), "path": .string(path), "reason": .string(reason)]
         case .reconciled(let file, let chunks, let done):
             return ["event": .string("reconciled"), "file": .int(file), "chunksOnServer": .int(chunks), "doneBytes": .int(done)]
         case .chunkStored(let file, let chunk, let bytes, let done, let total):

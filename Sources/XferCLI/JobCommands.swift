@@ -151,7 +151,7 @@ struct ListCommand: AsyncParsableCommand {
         var rows = [["JOB", "STATE", "BACKEND", "FILES", "DONE", "AGE", "TARGET"]]
         for job in jobs {
             rows.append([
-                job.id.rawValue, job.state.rawValue, job.backend, String(job.files.count),
+                job.id.rawValue, job.state.rawValue, job.backend, String(job.fileCount),
                 JobText.progress(done: job.doneBytes, total: job.totalBytes), JobText.age(of: job.createdAt, now: now),
                 job.target,
             ])
@@ -173,25 +173,34 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object instead of text.")
     var json = false
 
+    @Flag(help: "Describe every file (by default the first \(StatusCommand.shownFiles) and every failed one).")
+    var files = false
+
+    /// A job may hold 100,000 files: status stays a screenful unless asked.
+    static let shownFiles = 20
+
     mutating func run() async throws {
         let engine = try TransferEngine(stateDirectory: state.directory)
-        let details = try engine.details(of: try engine.jobID(matching: job))
+        let details = try engine.details(
+            of: try engine.jobID(matching: job), files: files ? .all : .first(Self.shownFiles))
         let now = Date()
         if json {
             var object = JobJSON.summary(details.summary, now: now)
             object["concurrency"] = .int(details.concurrency)
             object["handles"] = JobJSON.handles(details.handles)
-            object["files"] = .array(
-                details.files.map { file in
-                    var members: [String: JSONValue] = [
-                        "index": .int(file.index), "path": .string(file.path), "size": .int(file.size),
-                        "chunkSize": .int(file.chunkSize), "chunkCount": .int(file.chunkCount),
-                        "chunksDone": .int(file.chunksDone), "doneBytes": .int(file.doneBytes), "open": .bool(file.isOpen),
-                        "handles": JobJSON.handles(file.handles),
-                    ]
-                    members["url"] = file.url.map(JSONValue.string) ?? .null
-                    return .object(members)
-                })
+            func describe(_ file: JobDetails.File) -> JSONValue {
+                var members: [String: JSONValue] = [
+                    "index": .int(file.index), "path": .string(file.path), "relativePath": .string(file.relativePath),
+                    "size": .int(file.size), "chunkSize": .int(file.chunkSize), "chunkCount": .int(file.chunkCount),
+                    "chunksDone": .int(file.chunksDone), "doneBytes": .int(file.doneBytes), "open": .bool(file.isOpen),
+                    "handles": JobJSON.handles(file.handles),
+                ]
+                members["url"] = file.url.map(JSONValue.string) ?? .null
+                members["failure"] = file.failure.map(JSONValue.string) ?? .null
+                return .object(members)
+            }
+            object["files"] = .array(details.files.map(describe))
+            object["failed"] = .array(details.failedFiles.map(describe))
             Terminal.out(JobJSON.encode(.object(object)))
             return
         }
@@ -204,6 +213,7 @@ struct StatusCommand: AsyncParsableCommand {
             ["created", "\(JobText.timestamp(summary.createdAt)) (\(JobText.age(of: summary.createdAt, now: now)) ago)"],
             ["updated", "\(JobText.timestamp(summary.updatedAt)) (\(JobText.age(of: summary.updatedAt, now: now)) ago)"],
             ["progress", JobText.progress(done: summary.doneBytes, total: summary.totalBytes)],
+            ["files", "\(summary.completedFiles)/\(summary.fileCount) sent" + (summary.failedFiles > 0 ? ", \(summary.failedFiles) failed" : "")],
         ]
         if let error = summary.lastError { rows.append(["last error", error]) }
         if !details.handles.isEmpty { rows.append(["handles", JobText.handles(details.handles)]) }
@@ -216,7 +226,15 @@ struct StatusCommand: AsyncParsableCommand {
             ]
             if let url = file.url { fileRows.append(["  url", url]) }
             if !file.handles.isEmpty { fileRows.append(["  handles", JobText.handles(file.handles)]) }
+            if let failure = file.failure { fileRows.append(["  failed", failure]) }
             for line in JobText.table(fileRows, rightAligned: []) { Terminal.out(line) }
+        }
+        if details.files.count < summary.fileCount {
+            Terminal.out("… \(summary.fileCount - details.files.count) more files (--files lists them all)")
+        }
+        let shown = Set(details.files.map(\.index))
+        for file in details.failedFiles where !shown.contains(file.index) {
+            Terminal.out("failed file \(file.index + 1): \(file.path): \(file.failure ?? "")")
         }
     }
 }
@@ -379,7 +397,8 @@ enum JobJSON {
     static func summary(_ job: JobSummary, now: Date) -> [String: JSONValue] {
         [
             "id": .string(job.id.rawValue), "backend": .string(job.backend), "target": .string(job.target),
-            "files": .array(job.files.map(JSONValue.string)), "fileCount": .int(job.files.count),
+            "files": .array(job.paths.map(JSONValue.string)), "fileCount": .int(job.fileCount),
+            "completedFiles": .int(job.completedFiles), "failedFiles": .int(job.failedFiles),
             "totalBytes": .int(job.totalBytes), "doneBytes": .int(job.doneBytes), "state": .string(job.state.rawValue),
             "pid": job.runningProcess.map { .int($0) } ?? .null,
             "createdAt": .string(timestamp(job.createdAt)), "updatedAt": .string(timestamp(job.updatedAt)),

@@ -15,6 +15,17 @@ enum JobWatcher {
                 if json {
                     if let line = EventJSON.line(for: event, job: tag) { Terminal.out(line) }
                 } else {
+                    // One line each, also when stderr is a log: these are what a person must act on.
+                    switch event {
+                    case .fileSkipped(let path, let reason):
+                        display?.interrupt()
+                        Terminal.error("skipping \(path): \(reason)")
+                    case .fileFailed(_, let path, let reason):
+                        display?.interrupt()
+                        Terminal.error("failed \(path): \(reason)")
+                    default:
+                        break
+                    }
                     display?.show(event)
                 }
             }

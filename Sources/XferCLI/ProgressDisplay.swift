@@ -8,16 +8,25 @@ final class ProgressDisplay: @unchecked Sendable {
     private var total: Int64 = 0
     private var done: Int64 = 0
     private var startDone: Int64 = 0
+    private var files = 0
+    private var doneFiles = 0
+    private var failedFiles = 0
     private let start = ContinuousClock.now
     private var lastDraw = ContinuousClock.now - .seconds(1)
     private var drawn = false
 
     func show(_ event: TransferEvent) {
         switch event {
-        case .started(_, let totalBytes, let doneBytes, _):
+        case .started(_, let totalBytes, let doneBytes, let fileCount, let filesDone, _):
             total = totalBytes
             done = doneBytes
             startDone = doneBytes
+            files = fileCount
+            doneFiles = filesDone
+        case .fileCompleted:
+            doneFiles += 1
+        case .fileFailed:
+            failedFiles += 1
         case .reconciled(_, _, let doneBytes):
             done = doneBytes
             startDone = doneBytes
@@ -30,6 +39,14 @@ final class ProgressDisplay: @unchecked Sendable {
         guard now - lastDraw >= .milliseconds(100) else { return }
         lastDraw = now
         draw(now)
+    }
+
+    /// Ends the bar's line so a message can take a line of its own.
+    func interrupt() {
+        if drawn {
+            FileHandle.standardError.write(Data("\n".utf8))
+            drawn = false
+        }
     }
 
     func finish() {
@@ -52,9 +69,12 @@ final class ProgressDisplay: @unchecked Sendable {
             let left = Int(Double(total - done) / rate)
             eta = String(format: "%02d:%02d", left / 60, left % 60)
         }
+        // Files only when there is more than one: a single file's bar stays as it was.
+        var counts = files > 1 ? "  \(min(doneFiles, files))/\(files) files" : ""
+        if failedFiles > 0 { counts += " (\(failedFiles) failed)" }
         let line = String(
-            format: "\r%@ %5.1f%%  %@ / %@  %@/s  ETA %@ ", bar, fraction * 100,
-            ByteSize.format(done), ByteSize.format(total), ByteSize.format(Int64(rate)), eta)
+            format: "\r%@ %5.1f%%  %@ / %@%@  %@/s  ETA %@ ", bar, fraction * 100,
+            ByteSize.format(done), ByteSize.format(total), counts, ByteSize.format(Int64(rate)), eta)
         FileHandle.standardError.write(Data(line.utf8))
         drawn = true
     }

@@ -6,14 +6,28 @@ import Xfer
 struct PushCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "push",
-        abstract: "Upload files, resuming the same push if it ran before.",
+        abstract: "Upload files and directory trees, resuming the same push if it ran before.",
         discussion: """
-            Re-running the same push (same files, backend and --to) resumes the unfinished job. \
-            On success prints one URL per file on stdout.
+            A directory is sent recursively, each file under its path relative to the directory. Re-running the \
+            same push (same paths, backend and --to) resumes the unfinished job, and also sends files added to the \
+            directories since; files changed since are sent again, files deleted since are reported. On success \
+            prints one URL per file on stdout.
             """)
 
-    @Argument(help: "Files to upload.")
+    @Argument(help: "Files and directories to upload.")
     var files: [String] = []
+
+    @Option(name: .customLong("include"), help: ArgumentHelp("Only send files matching GLOB (repeatable).", valueName: "GLOB"))
+    var includes: [String] = []
+
+    @Option(name: .customLong("exclude"), help: ArgumentHelp("Do not send files matching GLOB; wins over --include (repeatable).", valueName: "GLOB"))
+    var excludes: [String] = []
+
+    @Flag(help: "Follow symbolic links inside directories (loops are detected).")
+    var followSymlinks = false
+
+    @Flag(help: "Print what would be sent, send nothing.")
+    var dryRun = false
 
     @Option(help: "Upload protocol: \(BuiltInBackend.names).")
     var backend: String?
@@ -50,7 +64,12 @@ struct PushCommand: AsyncParsableCommand {
     var keepFinished: RetentionArgument?
 
     mutating func run() async throws {
-        guard !files.isEmpty else { throw XferError.invalidInput("name at least one file to push") }
+        guard !files.isEmpty else { throw XferError.invalidInput("name at least one file or directory to push") }
+        let selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
+        if dryRun {
+            try DryRun.print(files, selection: selection, json: json)
+            return
+        }
         guard let backendName = backend else {
             throw XferError.invalidInput("--backend is required (\(BuiltInBackend.names))")
         }
@@ -81,9 +100,60 @@ struct PushCommand: AsyncParsableCommand {
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
-        let job = try await engine.push(files, to: target, using: backend, options: options, restart: restart)
+        let job = try await engine.push(
+            files, to: target, using: backend, options: options, selection: selection, restart: restart)
 
         _ = try await JobWatcher.follow(job, json: json).get()
+    }
+}
+
+/// `xfer push --dry-run`: the walk a push would make, sending nothing and
+/// touching no state.
+enum DryRun {
+    static func print(_ paths: [String], selection: FileSelection, json: Bool) throws(XferError) {
+        var files = 0
+        var bytes: Int64 = 0
+        var skipped = 0
+        var failed = 0
+        for entry in try FileTree.entries(of: paths, selection: selection) {
+            switch entry {
+            case .file(let file):
+                files += 1
+                bytes += file.size
+                if json {
+                    Terminal.out(JobJSON.encode(.object([
+                        "event": .string("wouldSend"), "path": .string(file.path),
+                        "relativePath": .string(file.relativePath), "size": .int(file.size),
+                    ])))
+                } else {
+                    Terminal.out("\(file.relativePath)  \(JobText.bytes(file.size))")
+                }
+            case .skipped(let path, let reason):
+                skipped += 1
+                if json {
+                    Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason)])))
+                } else {
+                    Terminal.error("skipping \(path): \(reason)")
+                }
+            case .failed(let path, _, _, let reason):
+                failed += 1
+                if json {
+                    Terminal.out(JobJSON.encode(.object(["event": .string("fileFailed"), "path": .string(path), "reason": .string(reason)])))
+                } else {
+                    Terminal.error("cannot send \(path): \(reason)")
+                }
+            }
+        }
+        let summary = "would send \(files) file\(files == 1 ? "" : "s") (\(JobText.bytes(bytes)))"
+            + (skipped > 0 ? ", \(skipped) skipped" : "") + (failed > 0 ? ", \(failed) unreadable" : "")
+        if json {
+            Terminal.out(JobJSON.encode(.object([
+                "event": .string("dryRun"), "files": .int(files), "bytes": .int(bytes), "skipped": .int(skipped),
+                "failed": .int(failed),
+            ])))
+        } else {
+            Terminal.error(summary)
+        }
     }
 }
 

@@ -9,6 +9,7 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
+  s3tool.py objects URL BUCKET         prints {"KEY": "ETAG", ...} for every object
 
 Credentials: whatever the environment says (the tests set dummy ones; moto
 accepts any).
@@ -98,6 +99,12 @@ def main(argv):
             found.append({"key": upload["Key"], "uploadId": upload["UploadId"], "parts": len(parts),
                           "bytes": sum(part["Size"] for part in parts)})
         print(json.dumps({"uploads": found}))
+    elif command == "objects":
+        found = {}
+        for page in client(argv[2]).get_paginator("list_objects_v2").paginate(Bucket=argv[3]):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = item["ETag"]
+        print(json.dumps(found))
     else:
         sys.exit(f"unknown command {command}")
 

@@ -55,7 +55,7 @@ final class LibraryJobTests: XCTestCase {
         }.last)
         XCTAssertLessThanOrEqual(lastBefore, try XCTUnwrap(committedAtPause))
         // Nothing happens between the pause and the resumed run's start.
-        guard case .started(let id, let total, let done, let resumed) = events[paused + 1] else {
+        guard case .started(let id, let total, let done, _, _, let resumed) = events[paused + 1] else {
             return XCTFail("after .paused came \(events[paused + 1])")
         }
         XCTAssertEqual(id, job.id)
@@ -107,7 +107,7 @@ final class LibraryJobTests: XCTestCase {
         var started: TransferEvent?
         for await event in resumed.events where started == nil { started = event }
         let report = try await resumed.report
-        guard case .started(_, _, let done, true)? = started else { return XCTFail("\(String(describing: started))") }
+        guard case .started(_, _, let done, _, _, true)? = started else { return XCTFail("\(String(describing: started))") }
         XCTAssertEqual(done, listed.doneBytes, "the resumed run starts from what was committed")
         XCTAssertEqual(try downloadSHA256(report.files[0].url, into: work), try sha256sum(file))
         XCTAssertEqual(try engine.jobs(includingCompleted: true).first { $0.id == job.id }?.state, .completed)

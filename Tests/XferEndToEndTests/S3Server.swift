@@ -74,6 +74,12 @@ final class S3Server {
         try run(["crc32", url, bucket, key]).last ?? ""
     }
 
+    /// Every object of `bucket`, by key, with its ETag.
+    func objects(bucket: String) throws -> [String: String] {
+        let text = try run(["objects", url, bucket]).joined()
+        return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] ?? [:]
+    }
+
     /// Multipart uploads in progress: (key, upload id, parts S3 holds, their bytes).
     func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int, bytes: Int)] {
         let text = try run(["uploads", url, bucket]).joined()

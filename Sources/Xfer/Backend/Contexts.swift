@@ -20,8 +20,11 @@ public struct JobContext: Sendable {
     public let target: String
     /// Handles from `makeJobHandles` and `startJob`.
     public let handles: ServerHandles
-    /// Every file of the job, in push order.
-    public let files: [FileContext]
+    /// Every file of the job, in push order. In `startJob`, `finishJob` and
+    /// `cancelRequests` every file is at hand; in the steps of one file,
+    /// each is read from the state store when accessed (a job may hold
+    /// 100,000 files): use the step's own `file` argument there.
+    public let files: JobFiles
     /// What the user supplied to authenticate (never stored).
     public let credentials: Credentials
     /// Requests the job keeps in flight at once (e.g. whether parallel
@@ -31,6 +34,13 @@ public struct JobContext: Sendable {
     /// Creates a view of a job (the engine makes these; tests of a backend may too).
     public init(
         id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials, concurrency: Int = 1
+    ) {
+        self.init(id: id, target: target, handles: handles, files: JobFiles(files), credentials: credentials, concurrency: concurrency)
+    }
+
+    /// A view whose files come from `files` (e.g. another view's).
+    public init(
+        id: JobID, target: String, handles: ServerHandles, files: JobFiles, credentials: Credentials, concurrency: Int = 1
     ) {
         self.id = id
         self.target = target
@@ -46,12 +56,51 @@ public struct JobContext: Sendable {
     }
 }
 
+/// The files of a job, in push order: an array, or (for the engine's jobs)
+/// each file read from the state store when it is accessed, so a view of a
+/// job costs the same whatever its number of files.
+public struct JobFiles: RandomAccessCollection, Sendable {
+    private enum Storage: Sendable {
+        case array([FileContext])
+        case lookup(count: Int, @Sendable (Int) -> FileContext)
+    }
+
+    private let storage: Storage
+
+    /// These files.
+    public init(_ files: [FileContext]) { storage = .array(files) }
+
+    /// `count` files, each made by `file` when accessed.
+    init(count: Int, file: @escaping @Sendable (Int) -> FileContext) { storage = .lookup(count: count, file) }
+
+    public var startIndex: Int { 0 }
+    public var endIndex: Int {
+        switch storage {
+        case .array(let files): return files.count
+        case .lookup(let count, _): return count
+        }
+    }
+
+    public subscript(position: Int) -> FileContext {
+        switch storage {
+        case .array(let files): return files[position]
+        case .lookup(_, let file): return file(position)
+        }
+    }
+}
+
 /// A read-only view of one file of a job.
 public struct FileContext: Sendable {
-    /// Position in the job (the order the user gave).
+    /// Position in the job (the order the user gave; files a re-run of a
+    /// directory push finds are added at the end).
     public let index: Int
     /// The local path.
     public let path: String
+    /// The file's path relative to the directory the user named, '/'-separated
+    /// (its name when the file itself was named): where a protocol has a
+    /// place for it, the server should see this (an S3 key's tail, tus's
+    /// `relativePath` metadata).
+    public let relativePath: String
     /// The file's name (last path component), as the server should see it.
     public let name: String
     /// The file's size in bytes.
@@ -68,17 +117,32 @@ public struct FileContext: Sendable {
 
     /// Creates a view of a file (the engine makes these; tests of a backend may too).
     public init(
-        index: Int, path: String, name: String, size: Int64, plan: ChunkPlan,
+        index: Int, path: String, relativePath: String? = nil, name: String, size: Int64, plan: ChunkPlan,
         handles: ServerHandles, digests: [DigestAlgorithm: String] = [:], receipts: [Int: String] = [:]
     ) {
         self.index = index
         self.path = path
+        self.relativePath = relativePath ?? name
         self.name = name
         self.size = size
         self.plan = plan
         self.handles = handles
         self.digests = digests
         self.receipts = receipts
+    }
+
+    /// The same file with these digests.
+    func with(digests: [DigestAlgorithm: String]) -> FileContext {
+        FileContext(
+            index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles,
+            digests: digests, receipts: receipts)
+    }
+
+    /// The same file with these receipts.
+    func with(receipts: [Int: String]) -> FileContext {
+        FileContext(
+            index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles,
+            digests: digests, receipts: receipts)
     }
 
     /// The chunk size in force for this file.

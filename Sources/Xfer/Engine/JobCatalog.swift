@@ -21,8 +21,14 @@ public struct JobSummary: Sendable, Hashable {
     public let backend: String
     /// The server's root URL, with any password and query redacted.
     public let target: String
-    /// The local files, in push order.
-    public let files: [String]
+    /// The local paths the user named (files and directories), in order.
+    public let paths: [String]
+    /// How many files the job holds.
+    public let fileCount: Int
+    /// How many of them are complete on the server.
+    public let completedFiles: Int
+    /// How many of them failed in the last run.
+    public let failedFiles: Int
     /// The size of all files together.
     public let totalBytes: Int64
     /// Bytes the server acknowledged, as the state store records them.
@@ -63,6 +69,10 @@ public struct JobDetails: Sendable, Hashable {
         public let url: String?
         /// Server handles of the file, with secret values replaced by `<redacted>`.
         public let handles: [String: String]
+        /// The path relative to the directory named (the name when the file was named).
+        public let relativePath: String
+        /// Why the file failed in the last run, if it did.
+        public let failure: String?
     }
 
     /// The job's listing line.
@@ -71,8 +81,18 @@ public struct JobDetails: Sendable, Hashable {
     public let handles: [String: String]
     /// Requests in flight at once when the job last ran.
     public let concurrency: Int
-    /// Every file of the job, in push order.
+    /// The files asked for (see `details(of:files:)`), in push order.
     public let files: [File]
+    /// The files whose last run failed (at most `failureLimit` of them).
+    public let failedFiles: [File]
+}
+
+/// Which files `TransferEngine.details(of:files:)` describes one by one.
+public enum FileListing: Sendable, Hashable {
+    /// Every file (a job may hold 100,000).
+    case all
+    /// The first `n` files.
+    case first(Int)
 }
 
 /// What `TransferEngine.cancelJob` did.
@@ -116,20 +136,20 @@ extension TransferEngine {
     public func jobs(includingCompleted: Bool = false) throws(XferError) -> [JobSummary] {
         // Many jobs share a target; parsing each once is a tenth of the listing's time.
         var shownTargets: [String: String] = [:]
-        return try store.listings()
-            .filter { includingCompleted || $0.listing.phase != .completed }
-            .map { entry in
-                var listing = entry.listing
-                if let shown = shownTargets[listing.target] {
-                    listing.target = shown
-                } else {
-                    let shown = Self.displayURL(listing.target)
-                    shownTargets[listing.target] = shown
-                    listing.target = shown
-                }
-                return summary(of: listing, progress: entry.files, targetIsShown: true)
+        var result: [JobSummary] = []
+        for listing in try store.listings() where includingCompleted || listing.record.phase != .completed {
+            var listing = listing
+            if let shown = shownTargets[listing.record.target] {
+                listing.record.target = shown
+            } else {
+                let shown = Self.displayURL(listing.record.target)
+                shownTargets[listing.record.target] = shown
+                listing.record.target = shown
             }
-            .sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
+            let paths = listing.record.rootCount == 1 ? [listing.record.firstRoot] : try store.roots(listing.record.id)
+            result.append(summary(of: listing, paths: paths, targetIsShown: true))
+        }
+        return result.sorted { ($0.createdAt, $0.id) < ($1.createdAt, $1.id) }
     }
 
     /// The id of the job `text` names: a whole id, or a prefix of exactly
@@ -149,24 +169,50 @@ extension TransferEngine {
         }
     }
 
-    /// What the state store knows about job `id`, per file.
-    public func details(of id: JobID) throws(XferError) -> JobDetails {
-        guard let entry = try store.jobWithProgress(id) else {
+    /// What the state store knows about job `id`: its totals, the files
+    /// `files` asks for, and the files that failed.
+    ///
+    /// Costs O(files asked for): `.first(n)` keeps it small for a job of
+    /// 100,000 files.
+    public func details(of id: JobID, files listing: FileListing = .all, failureLimit: Int = 100) throws(XferError)
+        -> JobDetails
+    {
+        guard let record = try store.job(id) else {
             throw .unknownJob(id.rawValue)
         }
-        let record = entry.record
-        let summary = summary(of: JobListing(record), progress: entry.files)
-        let files = zip(record.files, entry.files).enumerated().map { index, pair -> JobDetails.File in
-            let (file, done) = pair
-            let plan = ChunkPlan(fileSize: file.size, chunkSize: max(1, file.chunkSize))
-            return JobDetails.File(
-                index: index, path: file.path, size: file.size, chunkSize: file.chunkSize, chunkCount: plan.count,
-                chunksDone: record.phase == .completed ? plan.count : done.chunksDone,
-                doneBytes: record.phase == .completed
-                    ? file.size : Self.doneBytes(size: file.size, chunkSize: file.chunkSize, done),
-                isOpen: file.isOpen, url: file.url, handles: file.handles.redacted)
+        let counters = try store.counters(id)
+        let summary = summary(of: JobListing(record: record, counters: counters), paths: try store.roots(id))
+        let limit: Int
+        switch listing {
+        case .all: limit = Int.max
+        case .first(let n): limit = max(0, n)
         }
-        return JobDetails(summary: summary, handles: record.handles.redacted, concurrency: record.concurrency, files: files)
+        var files: [JobDetails.File] = []
+        var start = 0
+        while files.count < limit {
+            let page = try store.files(job: id, from: start, limit: min(4096, limit - files.count))
+            for (index, file) in page { files.append(try fileDetails(index, file, record: record)) }
+            guard let last = page.last else { break }
+            start = last.index + 1
+        }
+        let failed = try store.failedFiles(job: id, limit: failureLimit).map { entry throws(XferError) in
+            try fileDetails(entry.index, entry.record, record: record)
+        }
+        return JobDetails(
+            summary: summary, handles: record.handles.redacted, concurrency: record.concurrency, files: files,
+            failedFiles: failed)
+    }
+
+    private func fileDetails(_ index: Int, _ file: FileRecord, record: JobRecord) throws(XferError) -> JobDetails.File {
+        let plan = ChunkPlan(fileSize: file.size, chunkSize: max(1, file.chunkSize))
+        let done = try store.fileProgress(job: record.id, file: index)
+        let complete = record.phase == .completed || file.isComplete
+        return JobDetails.File(
+            index: index, path: file.path, size: file.size, chunkSize: file.chunkSize, chunkCount: plan.count,
+            chunksDone: complete ? plan.count : min(done.chunksDone, plan.count),
+            doneBytes: complete ? file.size : min(done.bytesDone, file.size),
+            isOpen: file.isOpen, url: file.url, handles: file.handles.redacted, relativePath: file.relativePath,
+            failure: file.failure)
     }
 
     /// Continues unfinished (or failed) job `id` from its saved state.
@@ -192,7 +238,8 @@ extension TransferEngine {
         var options = options
         if options.concurrency == nil { options.concurrency = record.concurrency }
         return try await push(
-            record.files.map(\.path), to: record.target, using: backend, options: options, restart: false, resuming: id)
+            try store.roots(id), to: record.target, using: backend, options: options, selection: try FileSelection(record.rules),
+            restart: false, resuming: id)
     }
 
     /// Drops job `id` for good: asks the server to drop what it holds (the
@@ -220,7 +267,7 @@ extension TransferEngine {
         if record.phase == .completed {
             notAsked = "the job is complete; its files stay on the server"
         } else if let backend = backends.first(where: { $0.name == record.backend }) {
-            let context = JobRunner.jobContext(record: record, traits: backend.traits, credentials: options.credentials)
+            let context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
             let cancelRequests = backend.cancelRequests(for: context)
             if cancelRequests.isEmpty {
                 notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
@@ -258,16 +305,9 @@ extension TransferEngine {
 
     // MARK: Helpers
 
-    private func summary(of record: JobListing, progress: [FileProgress], targetIsShown: Bool = false) -> JobSummary {
-        let total = record.files.reduce(Int64(0)) { $0 + $1.size }
-        let done: Int64
-        if record.phase == .completed {
-            done = total
-        } else {
-            done = zip(record.files, progress).reduce(Int64(0)) {
-                $0 + Self.doneBytes(size: $1.0.size, chunkSize: $1.0.chunkSize, $1.1)
-            }
-        }
+    private func summary(of listing: JobListing, paths: [String], targetIsShown: Bool = false) -> JobSummary {
+        let record = listing.record
+        let counters = listing.counters
         let holder = JobLock.holder(stateDirectory: stateDirectory, job: record.id)
         let state: JobState
         if holder != nil {
@@ -281,21 +321,11 @@ extension TransferEngine {
         }
         return JobSummary(
             id: record.id, backend: record.backend, target: targetIsShown ? record.target : Self.displayURL(record.target),
-            files: record.files.map(\.path), totalBytes: total, doneBytes: done, state: state,
-            runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
+            paths: paths, fileCount: counters.fileCount, completedFiles: counters.completedFiles,
+            failedFiles: counters.failedFiles, totalBytes: counters.totalBytes,
+            doneBytes: record.phase == .completed ? counters.totalBytes : min(counters.doneBytes, counters.totalBytes),
+            state: state, runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
             lastError: record.phase == .failed ? record.lastError : nil)
-    }
-
-    /// Acknowledged bytes of a file from its chunk count: every chunk is
-    /// full but the last, which counts only when it is done.
-    static func doneBytes(size: Int64, chunkSize: Int, _ progress: FileProgress) -> Int64 {
-        let plan = ChunkPlan(fileSize: max(0, size), chunkSize: max(1, chunkSize))
-        guard plan.count > 0, progress.chunksDone > 0 else { return 0 }
-        var bytes = Int64(progress.chunksDone) * Int64(plan.chunkSize)
-        if progress.lastChunkDone {
-            bytes -= Int64(plan.chunkSize - plan.length(of: plan.count - 1))
-        }
-        return min(max(0, bytes), plan.fileSize)
     }
 
     static func backend(named name: String, in backends: [any UploadBackend], for id: JobID) throws(XferError)

@@ -15,20 +15,20 @@ final class LocalFile: Sendable {
     init(path: String) throws(XferError) {
         self.path = path
         var info = stat()
-        guard stat(path, &info) == 0 else {
-            throw .invalidInput("\(path): \(Self.describe(errno))")
-        }
-        switch info.st_mode & S_IFMT {
-        case S_IFREG:
-            break
-        case S_IFDIR:
-            throw .invalidInput("\(path) is a directory; name the files inside it")
-        default:
-            throw .invalidInput("\(path) is not a regular file (a pipe, socket or device cannot be resumed)")
-        }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // Opened before it is looked at, so what is checked is what is read;
+        // O_NONBLOCK keeps a FIFO put in the file's place from hanging the open.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
-            throw .invalidInput("\(path): \(Self.describe(errno))")
+            throw .fileUnreadable(path: path, reason: Self.describe(errno))
+        }
+        guard fstat(fd, &info) == 0 else {
+            let code = errno
+            close(fd)
+            throw .fileUnreadable(path: path, reason: Self.describe(code))
+        }
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw .fileUnreadable(path: path, reason: "not a regular file")
         }
         descriptor = fd
         identity = Self.identity(of: info)
@@ -59,7 +59,7 @@ final class LocalFile: Sendable {
             initialized = done
         }
         if failure != 0 {
-            throw .transferFailed("cannot read \(path): \(Self.describe(failure))")
+            throw .fileUnreadable(path: path, reason: Self.describe(failure))
         }
         guard bytes.count == length else {
             throw .fileChanged(path: path, detail: "it is shorter than when the job began")
@@ -71,7 +71,7 @@ final class LocalFile: Sendable {
     func currentIdentity() throws(XferError) -> FileIdentity {
         var info = stat()
         guard fstat(descriptor, &info) == 0 else {
-            throw .transferFailed("cannot stat \(path): \(Self.describe(errno))")
+            throw .fileUnreadable(path: path, reason: Self.describe(errno))
         }
         return Self.identity(of: info)
     }

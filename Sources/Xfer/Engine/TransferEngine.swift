@@ -75,43 +75,51 @@ public final class TransferEngine: Sendable {
         _ = mallopt(M_MMAP_THRESHOLD, 256 << 10)
     }()
 
-    /// The id a push of `files` to `target` with `backend` gets: the same
+    /// The id a push of `paths` to `target` with `backend` gets: the same
     /// push always maps to the same job, which is how a re-run resumes.
-    public static func jobID(backend: String, target: String, files: [String]) -> JobID {
+    public static func jobID(backend: String, target: String, files paths: [String]) -> JobID {
         var hash = SHA256()
         hash.update(data: Array("xfer-job-v1\0\(backend)\0\(target)".utf8))
-        for file in files { hash.update(data: Array("\0\(file)".utf8)) }
+        for path in paths { hash.update(data: Array("\0\(path)".utf8)) }
         return JobID(rawValue: String(Checksums.hex(Array(hash.finalize())).prefix(16)))
     }
 
-    /// Starts pushing `files` to `target`, or resumes the unfinished job for
-    /// the same files, backend and target.
+    /// Starts pushing `paths` (files and directories, mixed) to `target`,
+    /// or resumes the unfinished job for the same paths, backend and target.
+    ///
+    /// A directory is walked recursively in a stable order and its files
+    /// reach the server under their paths relative to it (see
+    /// `FileSelection` for what is taken). Resuming walks the directories
+    /// again: files added since join the job, files changed since are sent
+    /// again from their start, and files gone since fail on their own
+    /// without stopping the others.
     ///
     /// Everything that can be checked before sending is checked here, so a
     /// bad path or URL fails at once without touching the job's state.
     ///
     /// - Parameters:
-    ///   - files: Local paths, in the order the server should see them.
-    ///   - target: The server's root URL (http or https).
+    ///   - paths: Local files and directories, in the order the server should see them.
+    ///   - target: The server's root URL (http or https), or the backend's own form.
     ///   - backend: The server's upload protocol.
     ///   - options: Chunk size, concurrency, retries, headers, credentials.
+    ///   - selection: Which files of the directories to take.
     ///   - restart: Forget saved progress of the same push and start over.
     /// - Returns: The running job; await its `report`.
     public func push(
-        _ files: [String], to target: String, using backend: any UploadBackend,
-        options: TransferOptions = TransferOptions(), restart: Bool = false
+        _ paths: [String], to target: String, using backend: any UploadBackend,
+        options: TransferOptions = TransferOptions(), selection: FileSelection = FileSelection(), restart: Bool = false
     ) async throws(XferError) -> TransferJob {
-        try await push(files, to: target, using: backend, options: options, restart: restart, resuming: nil)
+        try await push(paths, to: target, using: backend, options: options, selection: selection, restart: restart, resuming: nil)
     }
 
     /// `push`, or with `resuming` set, only the continuation of that existing
     /// unfinished job: checked under the job's lock, so a job completed or
     /// cancelled by another process meanwhile is never started afresh.
     func push(
-        _ files: [String], to target: String, using backend: any UploadBackend,
-        options: TransferOptions, restart: Bool, resuming expected: JobID?
+        _ paths: [String], to target: String, using backend: any UploadBackend,
+        options: TransferOptions, selection: FileSelection, restart: Bool, resuming expected: JobID?
     ) async throws(XferError) -> TransferJob {
-        guard !files.isEmpty else { throw .invalidInput("no files to push") }
+        guard !paths.isEmpty else { throw .invalidInput("no files to push") }
         let normalized: String
         do { normalized = try backend.normalizedTarget(target) } catch { throw .invalidInput(error.description) }
         let target = normalized
@@ -125,13 +133,14 @@ public final class TransferEngine: Sendable {
             throw .invalidInput("concurrency must be between 1 and \(TransferOptions.maximumConcurrency), not \(concurrency)")
         }
 
-        let paths = files.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
-        if Set(paths).count != paths.count {
-            throw .invalidInput("the same file is named twice; name each file once")
+        let roots = paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        if Set(roots).count != roots.count {
+            throw .invalidInput("the same path is named twice; name each file or directory once")
         }
-        let localFiles = try paths.map { path throws(XferError) in try LocalFile(path: path) }
+        // Every root must exist before anything is stored (a typo is exit 2, not a failed job).
+        let walker = try FileTreeWalker(roots: roots, selection: selection)
 
-        let id = Self.jobID(backend: backend.name, target: target, files: paths)
+        let id = Self.jobID(backend: backend.name, target: target, files: roots)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
         if let expected {
             guard expected == id, let existing = try store.job(id) else { throw .unknownJob(expected.rawValue) }
@@ -140,14 +149,18 @@ public final class TransferEngine: Sendable {
             }
         }
 
+        let chunkSize: @Sendable (Int64) -> Int = { size in
+            max(1, backend.chunkSize(forFileOfSize: size, requested: requestedChunkSize))
+        }
         var record: JobRecord
         var resumed = false
-        if let existing = try store.job(id), !restart, existing.phase != .completed {
-            for (stored, local) in zip(existing.files, localFiles) where stored.identity != local.identity {
-                throw .fileChanged(path: local.path, detail: Self.describeChange(from: stored.identity, to: local.identity))
-            }
+        if let existing = try store.job(id), !restart {
+            // A completed job still kept is re-run too: what is new or changed
+            // in its directories is sent, what is on the server already is not.
             record = existing
             record.concurrency = concurrency
+            record.rules = selection.rules
+            record.phase = .unfinished
             resumed = true
         } else {
             if try store.job(id) != nil {
@@ -155,41 +168,98 @@ public final class TransferEngine: Sendable {
             }
             let now = Date()
             record = JobRecord(
-                id: id, backend: backend.name, target: target, createdAt: now, updatedAt: now,
-                concurrency: concurrency,
-                files: localFiles.map { file in
-                    FileRecord(
-                        path: file.path, identity: file.identity,
-                        chunkSize: max(1, backend.chunkSize(forFileOfSize: file.identity.size, requested: requestedChunkSize)))
-                })
-            let context = JobRunner.jobContext(record: record, traits: traits, credentials: options.credentials)
+                id: id, backend: backend.name, target: target, createdAt: now, updatedAt: now, concurrency: concurrency,
+                rootCount: roots.count, firstRoot: roots[0], rules: selection.rules)
+            let context = JobContext(
+                id: id, target: target, handles: ServerHandles(), files: [], credentials: options.credentials,
+                concurrency: concurrency)
             record.handles = backend.makeJobHandles(for: context)
-            try await store.commit(.putJob(record))
+            // The header first: a push killed while its files are being recorded
+            // is a job whose re-run walks the tree again and records the rest.
+            try await store.commit(.createJob(record, roots: roots))
             try store.sync()
         }
+        // Files found on a re-run join the job, unless the protocol handed out ids
+        // for every file in its job-level step already (multipart's preLoad.do).
+        let closed = record.isStarted
+            && backend.startJob(
+                JobContext(id: id, target: target, handles: record.handles, files: [], credentials: options.credentials)) != nil
+        let notes = try await recordFiles(walker, job: id, chunkSize: chunkSize, closedTo: closed ? backend.name : nil)
+        if !resumed, try store.counters(id).fileCount == 0 {
+            try await store.commit(.deleteJob(id))
+            lock.removeFile()
+            throw .invalidInput("nothing to push: \(paths.count == 1 ? paths[0] : "the paths named") hold\(paths.count == 1 ? "s" : "") no file to send")
+        }
+        record.updatedAt = Date()
+        try await store.commit(.putJob(record))
 
-        let runner = JobRunner(
-            record: record, files: localFiles, backend: backend, options: options, concurrency: concurrency,
-            store: store, transport: transport, lock: lock, resumed: resumed)
+        let make: @Sendable (JobRecord, Bool, [TransferEvent]) -> JobRunner = { [store, transport] record, resumed, notes in
+            JobRunner(
+                record: record, backend: backend, options: options, concurrency: concurrency, chunkSize: chunkSize,
+                store: store, transport: transport, lock: lock, resumed: resumed, notes: notes)
+        }
+        let runner = make(record, resumed, notes)
         let session = JobSession(
             id: id, store: store, lock: lock, stateDirectory: stateDirectory, retention: finishedJobRetention,
-            rerun: { [store, transport] () throws(XferError) -> JobRunner in
+            rerun: { [store] () throws(XferError) -> JobRunner in
                 // A run after pause(): the record moved on (handles, opened
                 // files), so it is read back rather than reused.
                 guard let current = try store.job(id) else {
                     throw .transferFailed("the state of job \(id) vanished while it was paused")
                 }
-                for (stored, file) in zip(current.files, localFiles) {
-                    let now = try file.currentIdentity()
-                    if now != stored.identity {
-                        throw .fileChanged(path: file.path, detail: Self.describeChange(from: stored.identity, to: now))
-                    }
-                }
-                return JobRunner(
-                    record: current, files: localFiles, backend: backend, options: options, concurrency: concurrency,
-                    store: store, transport: transport, lock: lock, resumed: true)
+                return make(current, true, [])
             })
         return TransferJob(runner: runner, session: session)
+    }
+
+    /// At most this many skipped paths are reported one by one (then a count).
+    static let maximumNotes = 1000
+
+    /// Walks the roots and records every file the job does not hold yet, in
+    /// batches (a file found again keeps its record and its progress).
+    /// Returns what the walk skipped, as events for the run to report.
+    private func recordFiles(
+        _ walker: FileTreeWalker, job: JobID, chunkSize: @Sendable (Int64) -> Int, closedTo backend: String?
+    ) async throws(XferError) -> [TransferEvent] {
+        var next = try store.counters(job).fileCount
+        var batch: [(index: Int, record: FileRecord)] = []
+        var notes: [TransferEvent] = []
+        var skipped = 0
+        for entry in walker {
+            let found: FileRecord
+            switch entry {
+            case .file(let file):
+                found = FileRecord(
+                    path: file.path, relativePath: file.relativePath, root: file.root, identity: file.identity,
+                    chunkSize: chunkSize(file.identity.size))
+            case .failed(let path, let relativePath, let root, let reason):
+                found = FileRecord(
+                    path: path, relativePath: relativePath, root: root,
+                    identity: FileIdentity(size: 0, modificationTimeNanoseconds: 0, inode: 0, device: 0), chunkSize: 1,
+                    failure: reason)
+            case .skipped(let path, let reason):
+                skipped += 1
+                if notes.count < Self.maximumNotes { notes.append(.fileSkipped(path: path, reason: reason)) }
+                continue
+            }
+            guard try store.fileIndex(job: job, root: found.root, relativePath: found.relativePath) == nil else { continue }
+            if let backend {
+                throw .invalidInput(
+                    "\(found.path) is new since this job started, and the '\(backend)' protocol cannot add files to an upload "
+                        + "it started; re-run with --restart to send the whole push again")
+            }
+            batch.append((next, found))
+            next += 1
+            if batch.count == 512 {
+                try await store.commit(.putFiles(job: job, files: batch))
+                batch.removeAll(keepingCapacity: true)
+            }
+        }
+        if !batch.isEmpty { try await store.commit(.putFiles(job: job, files: batch)) }
+        if skipped > notes.count {
+            notes.append(.fileSkipped(path: "…", reason: "and \(skipped - notes.count) more paths skipped"))
+        }
+        return notes
     }
 
     static func describeChange(from old: FileIdentity, to new: FileIdentity) -> String {

@@ -3,8 +3,12 @@
 /// Progress counts bytes the server acknowledged, never bytes merely handed
 /// to the network, so it cannot run ahead of the truth or pass 100%.
 public enum TransferEvent: Sendable, Hashable {
-    /// The job is running. `doneBytes` is what earlier runs already sent.
-    case started(job: JobID, totalBytes: Int64, doneBytes: Int64, resumed: Bool)
+    /// The job is running. `doneBytes` and `doneFiles` are what earlier runs
+    /// already sent; `files` counts every file of the job.
+    case started(job: JobID, totalBytes: Int64, doneBytes: Int64, files: Int, doneFiles: Int, resumed: Bool)
+    /// A path found in a directory is not sent (a special file, a symbolic
+    /// link not followed, a loop). Reported before the first request.
+    case fileSkipped(path: String, reason: String)
     /// The server told which chunks it holds; `doneBytes` is the new total.
     case reconciled(file: Int, chunksOnServer: Int, doneBytes: Int64)
     /// The server acknowledged a chunk.
@@ -15,6 +19,9 @@ public enum TransferEvent: Sendable, Hashable {
     case resending(file: Int, chunks: Int, reason: String)
     /// A file is complete on the server at `url`.
     case fileCompleted(file: Int, path: String, url: String)
+    /// A file could not be sent (it vanished, changed or cannot be read);
+    /// the others go on, and a re-run takes it up again.
+    case fileFailed(file: Int, path: String, reason: String)
     /// `TransferJob.pause()` took effect: nothing is in flight and every
     /// acknowledged chunk is committed. A `.started` follows on `resume()`.
     case paused(job: JobID)

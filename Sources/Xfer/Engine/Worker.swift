@@ -22,35 +22,56 @@ struct Worker: Sendable {
 
     // MARK: Steps
 
+    /// `startJob`; the handles it gives for files are committed into their
+    /// records here, before the result is reported.
     func startJob(_ job: JobContext) async -> WorkResult {
         do {
             let start = try await perform("start the upload", countBytes: false) { backend.startJob(job) }
+            if let start, !start.fileHandles.isEmpty {
+                var changes: [StateChange] = []
+                for (index, handles) in start.fileHandles.sorted(by: { $0.key < $1.key }) {
+                    guard var record = try store.file(job: jobID, index: index) else { continue }
+                    record.handles.merge(handles)
+                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
+                    if changes.count == 1024 {
+                        try await store.commit(changes)
+                        changes.removeAll(keepingCapacity: true)
+                    }
+                }
+                try await store.commit(changes)
+            }
             return .started(start)
         } catch {
             return failure(.startJob, file: nil, error)
         }
     }
 
-    func openFile(
-        _ index: Int, file: LocalFile, digestsNeeded: Set<DigestAlgorithm>, known: [DigestAlgorithm: String],
-        job: JobContext
-    ) async -> WorkResult {
+    /// `openFile`; the record with the server's handles (and chunk size) is
+    /// committed before the result is reported, so before any chunk.
+    func openFile(_ file: FileContext, record: FileRecord, local: LocalFile, job: JobContext) async -> WorkResult {
+        let index = file.index
         do {
-            var digests = known
-            let missing = digestsNeeded.subtracting(digests.keys)
-            if !missing.isEmpty {
-                let computed = try file.digests(missing)
-                digests.merge(computed) { $1 }
+            var file = file
+            let algorithms = backend.traits.digestsBeforeOpen
+            if !algorithms.isEmpty { file = file.with(digests: try local.digests(algorithms)) }
+            let opening = try await perform("open \(local.path) on the server", countBytes: false) {
+                backend.openFile(file, in: job)
             }
-            let context = withFile(job, index) { base in
-                FileContext(
-                    index: base.index, path: base.path, name: base.name, size: base.size, plan: base.plan,
-                    handles: base.handles, digests: digests)
+            var opened = record
+            if let opening {
+                opened.handles.merge(opening.handles)
+                if let size = opening.chunkSize, size != record.chunkSize {
+                    guard (1...TransferOptions.maximumChunkSize).contains(size) else {
+                        throw StepError.failed(
+                            .transferFailed("the server chose a chunk size of \(size) bytes for \(local.path), which xfer cannot use"))
+                    }
+                    opened.chunkSize = size
+                }
             }
-            let opening = try await perform("open \(file.path) on the server", countBytes: false) {
-                backend.openFile(context.files[index], in: context)
-            }
-            return .opened(file: index, opening)
+            opened.isOpen = true
+            opened.url = nil
+            try await store.commit(.putFiles(job: jobID, files: [(index, opened)]))
+            return .opened(file: index, opened)
         } catch {
             return failure(.openFile(index), file: index, error)
         }
@@ -60,17 +81,12 @@ struct Worker: Sendable {
     /// means a backend whose cursor never ends.
     static let maximumReconcilePages = 100_000
 
-    func reconcileFile(_ index: Int, job: JobContext) async -> WorkResult {
+    func reconcileFile(_ base: FileContext, job: JobContext) async -> WorkResult {
+        let index = base.index
         do {
-            let receipts = try store.receipts(job: jobID, file: index)
-            let context = withFile(job, index) { base in
-                FileContext(
-                    index: base.index, path: base.path, name: base.name, size: base.size, plan: base.plan,
-                    handles: base.handles, digests: base.digests, receipts: receipts)
-            }
-            let file = context.files[index]
+            let file = base.with(receipts: try store.receipts(job: jobID, file: index))
             var answer = try await perform("ask the server what it holds of \(file.path)", countBytes: false) {
-                backend.reconcileFile(file, in: context)
+                backend.reconcileFile(file, in: job)
             }
             // An answer in parts: unite them, so the store is replaced once, with all of it.
             var chunks = Set<Int>()
@@ -84,7 +100,7 @@ struct Worker: Sendable {
                 chunks.formUnion(more)
                 found.merge(moreReceipts) { $1 }
                 answer = try await perform("ask the server what else it holds of \(file.path)", countBytes: false) {
-                    backend.continueReconciling(file, in: context, from: cursor)
+                    backend.continueReconciling(file, in: job, from: cursor)
                 }
                 if answer == nil { answer = .serverHas(chunks: [], receipts: [:]) }
             }
@@ -98,33 +114,43 @@ struct Worker: Sendable {
     }
 
     /// Sends chunk `chunk`, from `start` when the server holds its beginning.
+    /// The acknowledgement (and a URL the answer carries) is committed
+    /// before the result is reported.
     func uploadChunk(
-        _ chunk: Int, of index: Int, file: LocalFile, plan: ChunkPlan, from start: Int64? = nil, hash: StreamingFileHash?,
-        job: JobContext
+        _ chunk: Int, of file: FileContext, record: FileRecord, local: LocalFile, from start: Int64? = nil,
+        hash: StreamingFileHash?, job: JobContext
     ) async -> WorkResult {
+        let index = file.index
+        let plan = file.plan
         let work = Work.chunk(file: index, chunk: chunk)
         do {
             let chunkStart = plan.offset(of: chunk)
             let end = chunkStart + Int64(plan.length(of: chunk))
             let offset = min(max(start ?? chunkStart, chunkStart), end)
-            let bytes = try file.read(offset: offset, length: Int(end - offset))
+            let bytes = try local.read(offset: offset, length: Int(end - offset))
             try hash?.feed(offset: offset, bytes: bytes)
             let payload = ChunkPayload(index: chunk, offset: offset, bytes: bytes)
-            let context = job.files[index]
             let exchanged = try await perform(
-                "send chunk \(chunk + 1)/\(plan.count) of \(context.name)", countBytes: true
+                "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", countBytes: true
             ) {
-                backend.uploadChunk(payload, of: context, in: job)
+                backend.uploadChunk(payload, of: file, in: job)
             }
             guard let outcome = exchanged else { return .failed(work, .transferFailed("no chunk request")) }
             switch outcome {
-            case .stored(let receipt, nil):
-                try await store.commit(
-                    .markDone(job: jobID, file: index, chunks: [chunk], receipts: receipt.map { [chunk: $0] } ?? [:]))
+            case .stored(let receipt, let url):
+                var changes: [StateChange] = [
+                    .markDone(job: jobID, file: index, chunks: [chunk], plan: plan, receipts: receipt.map { [chunk: $0] } ?? [:])
+                ]
+                if let url {
+                    var completed = record
+                    completed.url = url
+                    changes.append(.putFiles(job: jobID, files: [(index, completed)]))
+                }
+                try await store.commit(changes)
+                if let url {
+                    return .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: plan.length(of: chunk), url: url)
+                }
                 return .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
-            case .stored(let receipt, let url?):
-                return .chunkStoredCompletingFile(
-                    file: index, chunk: chunk, bytes: plan.length(of: chunk), receipt: receipt, url: url)
             case .resync(let next):
                 return .chunkResync(file: index, chunk: chunk, next: next)
             }
@@ -133,29 +159,30 @@ struct Worker: Sendable {
         }
     }
 
+    /// `finishFile`; a completion's URL is committed before the result is reported.
     func finishFile(
-        _ index: Int, file: LocalFile, recorded: FileIdentity, hash: StreamingFileHash?, job: JobContext
+        _ base: FileContext, record: FileRecord, local: LocalFile, hash: StreamingFileHash?, job: JobContext
     ) async -> WorkResult {
+        let index = base.index
         do {
-            try checkUnchanged(file, recorded: recorded)
-            let base = job.files[index]
-            let receipts = try store.receipts(job: jobID, file: index)
-            let context = withFile(job, index) { base in
-                FileContext(
-                    index: base.index, path: base.path, name: base.name, size: base.size, plan: base.plan,
-                    handles: base.handles, digests: base.digests, receipts: receipts)
+            try checkUnchanged(local, recorded: record.identity)
+            let file = base.with(receipts: try store.receipts(job: jobID, file: index))
+            let finish = try await perform("complete \(file.name) on the server", countBytes: false) {
+                backend.finishFile(file, in: job)
             }
-            let finish = try await perform("complete \(base.name) on the server", countBytes: false) {
-                backend.finishFile(context.files[index], in: context)
-            }
-            if case .completed(_, let reported?) = finish {
-                let local: String
-                if let hash { local = try await hash.finish() } else { local = try file.digests([.sha256])[.sha256] ?? "" }
-                guard reported.lowercased() == local else {
-                    throw StepError.failed(
-                        .verificationFailed(
-                            "the server's SHA-256 of \(file.path) is \(reported), the local file's is \(local); the server holds different bytes"))
+            if case .completed(let url, let reported) = finish {
+                if let reported {
+                    let digest: String
+                    if let hash { digest = try await hash.finish() } else { digest = try local.digests([.sha256])[.sha256] ?? "" }
+                    guard reported.lowercased() == digest else {
+                        throw StepError.failed(
+                            .verificationFailed(
+                                "the server's SHA-256 of \(record.path) is \(reported), the local file's is \(digest); the server holds different bytes"))
+                    }
                 }
+                var completed = record
+                completed.url = url
+                try await store.commit(.putFiles(job: jobID, files: [(index, completed)]))
             }
             return .fileFinished(file: index, finish)
         } catch {
@@ -163,10 +190,33 @@ struct Worker: Sendable {
         }
     }
 
-    func finishJob(files: [LocalFile], recorded: [FileIdentity], job: JobContext) async -> WorkResult {
+    /// `finishJob`, with every file of the job; URLs of a completion, and the
+    /// resets of a rollback, are committed before the result is reported.
+    func finishJob(_ job: JobContext, traits: BackendTraits) async -> WorkResult {
         do {
-            for (file, identity) in zip(files, recorded) { try checkUnchanged(file, recorded: identity) }
             let finish = try await perform("complete the upload", countBytes: false) { backend.finishJob(job) }
+            var changes: [StateChange] = []
+            switch finish {
+            case .completed(let urls)?:
+                for (index, url) in urls.sorted(by: { $0.key < $1.key }) {
+                    guard var record = try store.file(job: jobID, index: index) else { continue }
+                    record.url = url
+                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
+                    events.yield(.fileCompleted(file: index, path: record.path, url: url))
+                }
+            case .rollback(let failed)?:
+                for index in Set(failed).sorted() {
+                    guard var record = try store.file(job: jobID, index: index) else { continue }
+                    record.url = nil
+                    let plan = ChunkPlan(
+                        fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
+                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
+                    changes.append(.replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]))
+                }
+            case nil:
+                break
+            }
+            try await store.commit(changes)
             return .jobFinished(finish)
         } catch {
             return failure(.finishJob, file: nil, error)
@@ -247,11 +297,25 @@ struct Worker: Sendable {
             if let file { return .outOfSync(file: file, work: work, message: message) }
             return .failed(work, .transferFailed(message))
         case StepError.failed(let error):
-            return .failed(work, error)
+            return classify(work, file: file, error)
         case let error as XferError:
-            return .failed(work, error)
+            return classify(work, file: file, error)
         default:
             return .failed(work, .transferFailed("\(error)"))
+        }
+    }
+
+    /// Problems of the local file (changed, vanished, unreadable) fail that
+    /// file only; everything else stops the job.
+    private func classify(_ work: Work, file: Int?, _ error: XferError) -> WorkResult {
+        guard let file else { return .failed(work, error) }
+        switch error {
+        case .fileChanged(_, let detail):
+            return .fileFailed(file: file, work: work, reason: "it changed during the push (\(detail))")
+        case .fileUnreadable(_, let reason):
+            return .fileFailed(file: file, work: work, reason: "cannot be read (\(reason))")
+        default:
+            return .failed(work, error)
         }
     }
 
@@ -260,11 +324,5 @@ struct Worker: Sendable {
         if now != recorded {
             throw .fileChanged(path: file.path, detail: TransferEngine.describeChange(from: recorded, to: now))
         }
-    }
-
-    private func withFile(_ job: JobContext, _ index: Int, _ change: (FileContext) -> FileContext) -> JobContext {
-        var files = job.files
-        files[index] = change(files[index])
-        return JobContext(id: job.id, target: job.target, handles: job.handles, files: files, credentials: job.credentials)
     }
 }

@@ -4,6 +4,9 @@ public struct ChunkSet: Sendable, Hashable {
     private(set) var words: [UInt64]
     /// Indexes run from 0 to `capacity - 1`.
     public let capacity: Int
+    /// How many indexes are in the set: kept in step by every change, so
+    /// asking costs nothing (the scheduler asks after every chunk).
+    public private(set) var count = 0
 
     /// An empty set for `capacity` chunks.
     public init(capacity: Int) {
@@ -21,22 +24,32 @@ public struct ChunkSet: Sendable, Hashable {
     /// Adds `index`, which must be in `0..<capacity`.
     public mutating func insert(_ index: Int) {
         precondition(index >= 0 && index < capacity, "chunk \(index) is outside 0..<\(capacity)")
-        words[index >> 6] |= 1 << UInt64(index & 63)
+        let mask: UInt64 = 1 << UInt64(index & 63)
+        if words[index >> 6] & mask == 0 { count += 1 }
+        words[index >> 6] |= mask
+    }
+
+    /// Adds every index in `0..<end` (clamped to the capacity).
+    public mutating func insertAll(below end: Int) {
+        let end = min(max(0, end), capacity)
+        for word in 0..<(end >> 6) { words[word] = .max }
+        if end & 63 != 0 { words[end >> 6] |= (1 << UInt64(end & 63)) - 1 }
+        count = words.reduce(0) { $0 + $1.nonzeroBitCount }
     }
 
     /// Removes `index` (ignored outside `0..<capacity`).
     public mutating func remove(_ index: Int) {
         guard index >= 0 && index < capacity else { return }
-        words[index >> 6] &= ~(1 << UInt64(index & 63))
+        let mask: UInt64 = 1 << UInt64(index & 63)
+        if words[index >> 6] & mask != 0 { count -= 1 }
+        words[index >> 6] &= ~mask
     }
 
     /// Empties the set.
     public mutating func removeAll() {
         for i in words.indices { words[i] = 0 }
+        count = 0
     }
-
-    /// How many indexes are in the set.
-    public var count: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
     /// Whether every index is in the set.
     public var isComplete: Bool { count == capacity }
 
@@ -100,14 +113,13 @@ extension ChunkSet {
         let start = segment * wordsPerSegment
         guard start < words.count else { return }
         let available = min(wordsPerSegment, words.count - start, bytes.count / 8)
+        let tail = capacity & 63
         for i in 0..<available {
             var word: UInt64 = 0
             for b in 0..<8 { word |= UInt64(bytes[i * 8 + b]) << UInt64(8 * b) }
+            if tail != 0, start + i == words.count - 1 { word &= (1 << UInt64(tail)) - 1 }
+            count += word.nonzeroBitCount - words[start + i].nonzeroBitCount
             words[start + i] = word
-        }
-        let tail = capacity & 63
-        if tail != 0, let last = words.indices.last, start + available > last {
-            words[last] &= (1 << UInt64(tail)) - 1
         }
     }
 }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// A job's identity: derived from what the user asked for (backend, target
-/// and files), so re-running the same push finds the same job.
+/// and the paths named), so re-running the same push finds the same job.
 public struct JobID: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible, Comparable {
     /// 16 lowercase hex digits.
     public let rawValue: String
@@ -24,12 +24,13 @@ public enum JobPhase: String, Sendable, Codable, Hashable {
     case unfinished
     /// Every file is on the server.
     case completed
-    /// Stopped on an error that retrying did not fix; a re-run resumes it.
+    /// Stopped on an error that retrying did not fix, or ended with files
+    /// that failed; a re-run resumes it.
     case failed
 }
 
-/// The identity of a local file when the job was created. A resume refuses
-/// to go on if any of it changed, since the server holds the old bytes.
+/// The identity of a local file when the job took it. A file whose
+/// identity changed is sent again from its start.
 public struct FileIdentity: Sendable, Hashable, Codable {
     /// Size in bytes.
     public var size: Int64
@@ -39,11 +40,40 @@ public struct FileIdentity: Sendable, Hashable, Codable {
     public var inode: UInt64
     /// The device holding the file.
     public var device: UInt64
+
+    /// An identity with these values.
+    public init(size: Int64, modificationTimeNanoseconds: Int64, inode: UInt64, device: UInt64) {
+        self.size = size
+        self.modificationTimeNanoseconds = modificationTimeNanoseconds
+        self.inode = inode
+        self.device = device
+    }
 }
 
-/// One file of a job as the state store keeps it.
-struct FileRecord: Sendable, Hashable, Codable {
+/// How a directory named in a push is walked; kept with the job so a re-run
+/// (or `xfer resume`) walks it the same way.
+package struct TreeRules: Sendable, Hashable {
+    package var includes: [String] = []
+    package var excludes: [String] = []
+    package var followSymlinks = false
+
+    package init(includes: [String] = [], excludes: [String] = [], followSymlinks: Bool = false) {
+        self.includes = includes
+        self.excludes = excludes
+        self.followSymlinks = followSymlinks
+    }
+}
+
+/// One file of a job as the state store keeps it, under its own key: a
+/// change to one file writes this record alone.
+package struct FileRecord: Sendable, Hashable {
+    /// The absolute local path.
     var path: String
+    /// The path relative to the directory named (the file's name when the
+    /// file itself was named), '/'-separated: what the server is told.
+    var relativePath: String
+    /// Which of the job's roots the file was found under.
+    var root: Int
     var identity: FileIdentity
     /// The chunk size in force for this file (the server may change it when
     /// the file is opened, before any chunk is sent).
@@ -53,18 +83,17 @@ struct FileRecord: Sendable, Hashable, Codable {
     var handles = ServerHandles()
     /// The file's URL on the server once it is complete.
     var url: String?
+    /// Why the file failed in the last run (it is retried by the next).
+    var failure: String?
 
     var size: Int64 { identity.size }
-    var name: String { (path as NSString).lastPathComponent }
+    var name: String { relativePath.split(separator: "/").last.map(String.init) ?? relativePath }
+    var isComplete: Bool { url != nil }
 }
 
-/// A job as the state store keeps it: everything but chunk progress, which
-/// lives in per-file bitmaps.
-///
-/// `package`, with every member internal: a `JobStateStore` outside this
-/// module stores records through `Codable` and reads their fields via
-/// `JobListing`.
-package struct JobRecord: Sendable, Hashable, Codable {
+/// A job's header as the state store keeps it: everything but its files,
+/// their progress and its counters, each of which lives under keys of its own.
+package struct JobRecord: Sendable, Hashable {
     var id: JobID
     var backend: String
     var target: String
@@ -76,5 +105,173 @@ package struct JobRecord: Sendable, Hashable, Codable {
     /// True once the backend's job-level start step answered and its handles are stored.
     var isStarted = false
     var handles = ServerHandles()
-    var files: [FileRecord]
+    /// How many paths the user named (kept under their own keys) and the first, for listings.
+    var rootCount: Int
+    var firstRoot: String
+    var rules = TreeRules()
+}
+
+/// Totals the store keeps per job in step with every file and chunk change,
+/// so listing a job never visits its files.
+package struct JobCounters: Sendable, Hashable {
+    package var fileCount = 0
+    package var totalBytes: Int64 = 0
+    /// Bytes of chunks the server acknowledged.
+    package var doneBytes: Int64 = 0
+    package var completedFiles = 0
+    package var failedFiles = 0
+
+    package init() {}
+}
+
+// MARK: Binary forms
+
+extension FileIdentity {
+    func write(to writer: inout RecordWriter) {
+        writer.int64(size)
+        writer.int64(modificationTimeNanoseconds)
+        writer.uint64(inode)
+        writer.uint64(device)
+    }
+
+    init?(from reader: inout RecordReader) {
+        guard let size = reader.int64(), let time = reader.int64(), let inode = reader.uint64(), let device = reader.uint64()
+        else { return nil }
+        self.init(size: size, modificationTimeNanoseconds: time, inode: inode, device: device)
+    }
+}
+
+extension ServerHandles {
+    func write(to writer: inout RecordWriter) {
+        writer.varint(UInt64(values.count))
+        for key in values.keys.sorted() {
+            writer.string(key)
+            writer.string(values[key] ?? "")
+            writer.bool(secretKeys.contains(key))
+        }
+    }
+
+    init?(from reader: inout RecordReader) {
+        guard let count = reader.varint(), count < 1 << 20 else { return nil }
+        self.init()
+        for _ in 0..<count {
+            guard let key = reader.string(), let value = reader.string(), let secret = reader.bool() else { return nil }
+            set(key, value, secret: secret)
+        }
+    }
+}
+
+extension FileRecord {
+    private static let version: UInt8 = 1
+
+    var encoded: [UInt8] {
+        var writer = RecordWriter(capacity: 96 + path.utf8.count + relativePath.utf8.count)
+        writer.byte(Self.version)
+        writer.string(path)
+        writer.string(relativePath)
+        writer.int(root)
+        identity.write(to: &writer)
+        writer.int(chunkSize)
+        writer.bool(isOpen)
+        handles.write(to: &writer)
+        writer.optionalString(url)
+        writer.optionalString(failure)
+        return writer.bytes
+    }
+
+    init?(decoding bytes: [UInt8]) {
+        var reader = RecordReader(bytes)
+        guard reader.byte() == Self.version, let path = reader.string(), let relativePath = reader.string(),
+            let root = reader.int(), let identity = FileIdentity(from: &reader), let chunkSize = reader.int(),
+            let isOpen = reader.bool(), let handles = ServerHandles(from: &reader), let url = reader.optionalString(),
+            let failure = reader.optionalString(), reader.isAtEnd
+        else { return nil }
+        self.init(
+            path: path, relativePath: relativePath, root: root, identity: identity, chunkSize: chunkSize, isOpen: isOpen,
+            handles: handles, url: url, failure: failure)
+    }
+}
+
+extension JobPhase {
+    var code: UInt8 {
+        switch self {
+        case .unfinished: return 0
+        case .completed: return 1
+        case .failed: return 2
+        }
+    }
+
+    init?(code: UInt8) {
+        switch code {
+        case 0: self = .unfinished
+        case 1: self = .completed
+        case 2: self = .failed
+        default: return nil
+        }
+    }
+}
+
+extension JobRecord {
+    private static let version: UInt8 = 1
+
+    var encoded: [UInt8] {
+        var writer = RecordWriter(capacity: 128 + target.utf8.count + firstRoot.utf8.count)
+        writer.byte(Self.version)
+        writer.string(backend)
+        writer.string(target)
+        writer.double(createdAt.timeIntervalSince1970)
+        writer.double(updatedAt.timeIntervalSince1970)
+        writer.byte(phase.code)
+        writer.optionalString(lastError)
+        writer.int(concurrency)
+        writer.bool(isStarted)
+        handles.write(to: &writer)
+        writer.int(rootCount)
+        writer.string(firstRoot)
+        writer.strings(rules.includes)
+        writer.strings(rules.excludes)
+        writer.bool(rules.followSymlinks)
+        return writer.bytes
+    }
+
+    init?(id: JobID, decoding bytes: [UInt8]) {
+        var reader = RecordReader(bytes)
+        guard reader.byte() == Self.version, let backend = reader.string(), let target = reader.string(),
+            let created = reader.double(), let updated = reader.double(), let phaseCode = reader.byte(),
+            let phase = JobPhase(code: phaseCode), let lastError = reader.optionalString(), let concurrency = reader.int(),
+            let isStarted = reader.bool(), let handles = ServerHandles(from: &reader), let rootCount = reader.int(),
+            let firstRoot = reader.string(), let includes = reader.strings(), let excludes = reader.strings(),
+            let follow = reader.bool(), reader.isAtEnd
+        else { return nil }
+        self.init(
+            id: id, backend: backend, target: target, createdAt: Date(timeIntervalSince1970: created),
+            updatedAt: Date(timeIntervalSince1970: updated), phase: phase, lastError: lastError, concurrency: concurrency,
+            isStarted: isStarted, handles: handles, rootCount: rootCount, firstRoot: firstRoot,
+            rules: TreeRules(includes: includes, excludes: excludes, followSymlinks: follow))
+    }
+}
+
+extension JobCounters {
+    var encoded: [UInt8] {
+        var writer = RecordWriter(capacity: 40)
+        writer.int64(Int64(fileCount))
+        writer.int64(totalBytes)
+        writer.int64(doneBytes)
+        writer.int64(Int64(completedFiles))
+        writer.int64(Int64(failedFiles))
+        return writer.bytes
+    }
+
+    init?(decoding bytes: [UInt8]) {
+        var reader = RecordReader(bytes)
+        guard let files = reader.int64(), let total = reader.int64(), let done = reader.int64(),
+            let completed = reader.int64(), let failed = reader.int64(), reader.isAtEnd
+        else { return nil }
+        self.init()
+        fileCount = Int(files)
+        totalBytes = total
+        doneBytes = done
+        completedFiles = Int(completed)
+        failedFiles = Int(failed)
+    }
 }

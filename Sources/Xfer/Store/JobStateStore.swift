@@ -16,20 +16,33 @@ import Foundation
 ///   a system crash); changes of concurrent callers may share one
 ///   transaction, are never split, and are applied in the order queued.
 /// - Reads see every change whose `commit` returned.
+/// - Every change costs O(1) in the size of its job: a file's change writes
+///   its own keys and the job's counters, never the job's other files.
 package protocol JobStateStore: Sendable {
+    /// Job `id`'s header.
     func job(_ id: JobID) throws(XferError) -> JobRecord?
-    /// Every job in the store, ordered by id.
-    func jobs() throws(XferError) -> [JobRecord]
+    /// Job `id`'s totals, kept in step with its files and chunks.
+    func counters(_ id: JobID) throws(XferError) -> JobCounters
+    /// The paths the user named for job `id`, in order.
+    func roots(_ id: JobID) throws(XferError) -> [String]
+    /// File `index` of job `id`.
+    func file(job: JobID, index: Int) throws(XferError) -> FileRecord?
+    /// Up to `limit` files of job `id` from index `start` on, in index order.
+    func files(job: JobID, from start: Int, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)]
+    /// The index of the file found at `relativePath` under root `root`.
+    func fileIndex(job: JobID, root: Int, relativePath: String) throws(XferError) -> Int?
+    /// Up to `limit` files of job `id` whose last run failed, in index order.
+    func failedFiles(job: JobID, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)]
+    /// How much of file `file` the server acknowledged.
+    func fileProgress(job: JobID, file: Int) throws(XferError) -> FileProgress
     /// The chunks of file `file` the server has acknowledged.
     func doneChunks(job: JobID, file: Int, capacity: Int) throws(XferError) -> ChunkSet
     /// What the server answered for each acknowledged chunk that had a receipt.
     func receipts(job: JobID, file: Int) throws(XferError) -> [Int: String]
     /// Ids of the jobs whose id starts with `prefix`, ordered.
     func jobIDs(withPrefix prefix: String) throws(XferError) -> [JobID]
-    /// Job `id`'s record with each file's progress, read consistently.
-    func jobWithProgress(_ id: JobID) throws(XferError) -> (record: JobRecord, files: [FileProgress])?
-    /// Every job as listings show it, ordered by id, read consistently.
-    func listings() throws(XferError) -> [(listing: JobListing, files: [FileProgress])]
+    /// Every job's header and counters, ordered by id, read consistently.
+    func listings() throws(XferError) -> [JobListing]
     /// Deletes every completed job that finished before `cutoff` and returns their ids.
     func pruneCompletedJobs(finishedBefore cutoff: Date) async throws(XferError) -> [JobID]
     /// Applies `changes` durably (see the contract above).
@@ -41,6 +54,62 @@ package protocol JobStateStore: Sendable {
 extension JobStateStore {
     package func commit(_ change: StateChange) async throws(XferError) {
         try await commit([change])
+    }
+}
+
+/// A change to the state store. Changes that arrive together are applied in
+/// one write transaction (group commit), so per-chunk acknowledgements stay
+/// cheap with small chunks without any chunk being marked done early.
+///
+/// `package` (not internal) only because `JobStateStore` takes it; see there.
+package enum StateChange: Sendable {
+    /// A new job: its header and the paths the user named. Counters start at zero.
+    case createJob(JobRecord, roots: [String])
+    /// Replaces a job's header.
+    case putJob(JobRecord)
+    case deleteJob(JobID)
+    /// Adds or replaces files by index; the job's counters follow.
+    case putFiles(job: JobID, files: [(index: Int, record: FileRecord)])
+    /// The server acknowledged these chunks; `receipts` holds what it
+    /// answered for the ones that need it later (e.g. an S3 ETag).
+    case markDone(job: JobID, file: Int, chunks: [Int], plan: ChunkPlan, receipts: [Int: String])
+    /// The server no longer has these chunks (a rollback or a 409).
+    case markNotDone(job: JobID, file: Int, chunks: [Int], plan: ChunkPlan)
+    /// Replace a file's progress with what the server reports holding.
+    case replaceDone(job: JobID, file: Int, done: ChunkSet, plan: ChunkPlan, receipts: [Int: String])
+}
+
+/// A job as listings show it: its header and totals, no file.
+package struct JobListing: Sendable, Hashable {
+    package var record: JobRecord
+    package var counters: JobCounters
+
+    package init(record: JobRecord, counters: JobCounters) {
+        self.record = record
+        self.counters = counters
+    }
+}
+
+/// How far one file of a job is, as the store counts it.
+package struct FileProgress: Sendable, Hashable {
+    /// Chunks the server acknowledged.
+    package var chunksDone: Int
+    /// Their bytes.
+    package var bytesDone: Int64
+
+    package init(chunksDone: Int, bytesDone: Int64) {
+        self.chunksDone = chunksDone
+        self.bytesDone = bytesDone
+    }
+}
+
+extension ChunkPlan {
+    /// The bytes of the chunks in `done`: every chunk is full but the last.
+    func bytes(of done: ChunkSet) -> Int64 {
+        guard count > 0 else { return 0 }
+        var total = Int64(done.count) * Int64(chunkSize)
+        if done.contains(count - 1) { total -= Int64(chunkSize - length(of: count - 1)) }
+        return total
     }
 }
 

@@ -246,16 +246,19 @@ struct LMDBTransaction {
     }
 
     /// Calls `body` for every key that starts with `prefix`, in key order,
-    /// until it returns false.
+    /// until it returns false; from `start` on when given (a key at or after
+    /// `prefix`, to page through a range).
     func forEach(
-        _ db: LMDBDatabase, prefix: [UInt8], _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
+        _ db: LMDBDatabase, prefix: [UInt8], from start: [UInt8]? = nil,
+        _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
         var cursor: OpaquePointer?
         try check(mdb_cursor_open(txn, db.handle, &cursor), "mdb_cursor_open")
         defer { mdb_cursor_close(cursor) }
         var key = MDB_val()
         var value = MDB_val()
-        var code: Int32 = prefix.withUnsafeBytes { raw in
+        let first = start ?? prefix
+        var code: Int32 = first.withUnsafeBytes { raw in
             key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
             if raw.count == 0 { return mdb_cursor_get(cursor, &key, &value, MDB_FIRST) }
             return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)

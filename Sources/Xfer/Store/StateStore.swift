@@ -1,53 +1,51 @@
+import Crypto
 import Dispatch
 import Foundation
 
-/// A change to the state store. Changes that arrive together are applied in
-/// one write transaction (group commit), so per-chunk acknowledgements stay
-/// cheap with small chunks without any chunk being marked done early.
-///
-/// `package` (not internal) only because `JobStateStore` takes it; see there.
-package enum StateChange: Sendable {
-    case putJob(JobRecord)
-    case deleteJob(JobID)
-    /// The server acknowledged these chunks; `receipts` holds what it
-    /// answered for the ones that need it later (e.g. an S3 ETag).
-    case markDone(job: JobID, file: Int, chunks: [Int], receipts: [Int: String])
-    /// The server no longer has these chunks (a rollback or a 409).
-    case markNotDone(job: JobID, file: Int, chunks: [Int])
-    /// Replace a file's progress with what the server reports holding.
-    case replaceDone(job: JobID, file: Int, done: ChunkSet, receipts: [Int: String])
-}
-
 /// Durable job and chunk state in LMDB.
 ///
-/// Layout (one LMDB environment, seven named databases):
+/// Layout 3 (one LMDB environment; keys below start with the job id and a 0
+/// byte, so a job's keys sit together and `deleteJob` is a range delete):
 /// - `meta`: `layout` → layout version.
-/// - `jobs`: job id → JSON `JobRecord` (small: files and server handles).
-/// - `chunks`: job id ‖ 0 ‖ file (u32 BE) ‖ segment (u32 BE) → bitmap of done chunks.
-/// - `receipts`: job id ‖ 0 ‖ file (u32 BE) ‖ chunk (u32 BE) → receipt text.
-/// - `progress`: job id ‖ 0 ‖ file (u32 BE) → done-chunk count (u64 LE), kept
-///   in step with the bitmaps so listing jobs never counts bits.
+/// - `jobs`: job id → `JobRecord` (binary): the header, no file.
+/// - `counters`: job id → `JobCounters`: files, bytes, done bytes, completed
+///   and failed files, updated in the transaction of every change they count.
+/// - `roots`: job ‖ root (u32 BE) → a path the user named.
+/// - `files`: job ‖ file (u32 BE) → `FileRecord` (binary).
+/// - `paths`: job ‖ root (u32 BE) ‖ relative path → file (u32 BE): finds a
+///   file again when a directory is walked anew.
+/// - `failures`: job ‖ file (u32 BE) → nothing: the files whose last run failed.
+/// - `chunks`: job ‖ file ‖ segment (u32 BE) → bitmap of done chunks.
+/// - `receipts`: job ‖ file ‖ chunk (u32 BE) → receipt text.
+/// - `progress`: job ‖ file → done chunks and their bytes (u64 LE each).
 /// - `finished`: completion time (u64 BE seconds) ‖ job id → nothing; finds
 ///   completed jobs due for pruning without reading every job.
-/// - `summaries`: job id → `JobListing` (binary), what listing needs of the
-///   record, written with it.
+///
+/// Every value carries a CRC-32 of its key and value (see `LMDBDatabase`).
 ///
 /// Reads run on the caller's thread. Writes are queued and applied by one
 /// serial queue, each batch in one transaction that begins and commits in one
 /// block (LMDB write transactions belong to the thread that began them).
 final class StateStore: JobStateStore {
-    /// 2: every value carries a CRC-32 (see `LMDBDatabase`). 1 had none and is migrated on open.
-    static let layoutVersion = "2"
+    /// 3: per-file keys and per-job counters (1 and 2 kept a job's files in one
+    /// JSON record; both are migrated on open).
+    static let layoutVersion = "3"
 
     let directory: String
     private let env: LMDBEnvironment
     private let meta: LMDBDatabase
     private let jobsDB: LMDBDatabase
+    private let countersDB: LMDBDatabase
+    private let rootsDB: LMDBDatabase
+    private let filesDB: LMDBDatabase
+    private let pathsDB: LMDBDatabase
+    private let failuresDB: LMDBDatabase
     private let chunksDB: LMDBDatabase
     private let receiptsDB: LMDBDatabase
     private let progressDB: LMDBDatabase
     private let finishedDB: LMDBDatabase
-    private let summariesDB: LMDBDatabase
+    /// Layout 2's listing copies, emptied by the migration.
+    private let legacySummariesDB: LMDBDatabase
     private let writer = DispatchQueue(label: "xfer.state.writer")
     private let pending = LockedValue<[(StateChange, @Sendable (Result<Void, XferError>) -> Void)]>([])
 
@@ -67,22 +65,28 @@ final class StateStore: JobStateStore {
             throw .stateUnavailable("\(directory) is not writable; pass --state DIR with a writable directory")
         }
         do {
-            env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 8)
+            env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 16)
             meta = try env.database(named: "meta")
             jobsDB = try env.database(named: "jobs", checksummed: true)
+            countersDB = try env.database(named: "counters", checksummed: true)
+            rootsDB = try env.database(named: "roots", checksummed: true)
+            filesDB = try env.database(named: "files", checksummed: true)
+            pathsDB = try env.database(named: "paths", checksummed: true)
+            failuresDB = try env.database(named: "failures", checksummed: true)
             chunksDB = try env.database(named: "chunks", checksummed: true)
             receiptsDB = try env.database(named: "receipts", checksummed: true)
             progressDB = try env.database(named: "progress", checksummed: true)
             finishedDB = try env.database(named: "finished", checksummed: true)
-            summariesDB = try env.database(named: "summaries", checksummed: true)
+            legacySummariesDB = try env.database(named: "summaries", checksummed: true)
         } catch {
             throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
         }
         try checkLayout()
     }
 
-    /// Refuses a layout this xfer cannot read; migrates layout 1 in one transaction (a crash
-    /// mid-way leaves layout 1 intact, and the next open migrates again).
+    /// Refuses a layout this xfer cannot read; migrates layouts 1 and 2 in one
+    /// transaction (a crash mid-way leaves the old layout intact, and the next
+    /// open migrates again).
     private func checkLayout() throws(XferError) {
         let key = Array("layout".utf8)
         let current = Array(Self.layoutVersion.utf8)
@@ -97,15 +101,13 @@ final class StateStore: JobStateStore {
                     return
                 case nil:
                     break
-                case "1":
-                    for db in [jobsDB, chunksDB, receiptsDB, progressDB, finishedDB, summariesDB] {
-                        var entries: [([UInt8], [UInt8])] = []
-                        try txn.forEach(db.raw, prefix: []) { key, value in
-                            entries.append((key, value))
-                            return true
-                        }
-                        for (key, value) in entries { try txn.put(db, key, value) }
-                    }
+                case "1", "2":
+                    try LegacyLayout.migrate(
+                        from: stored == "1" ? 1 : 2, in: txn, jobs: jobsDB, files: filesDB, roots: rootsDB, paths: pathsDB,
+                        counters: countersDB,
+                        legacy: LegacyLayout.Databases(
+                            summaries: legacySummariesDB, chunks: chunksDB, receipts: receiptsDB, progress: progressDB,
+                            finished: finishedDB))
                 case let version?:
                     let which = (Int(version) ?? Int.max) < (Int(Self.layoutVersion) ?? 0) ? "an older" : "a newer"
                     throw XferError.stateUnavailable(
@@ -114,7 +116,7 @@ final class StateStore: JobStateStore {
                 }
                 try txn.put(meta, key, current)
             }
-            // The migration rewrote every value: make it durable before anything relies on it.
+            // A migration rewrote values: make it durable before anything relies on it.
             try env.sync()
         } catch let error as XferError {
             throw error
@@ -126,40 +128,79 @@ final class StateStore: JobStateStore {
     // MARK: Reads
 
     func job(_ id: JobID) throws(XferError) -> JobRecord? {
+        try reading { txn in try record(id, in: txn) }
+    }
+
+    func counters(_ id: JobID) throws(XferError) -> JobCounters {
+        try reading { txn in try counters(id, in: txn) }
+    }
+
+    func roots(_ id: JobID) throws(XferError) -> [String] {
         try reading { txn in
-            guard let bytes = try txn.get(jobsDB, Array(id.rawValue.utf8)) else { return nil }
-            return try decodeJob(bytes, id: id.rawValue)
+            var roots: [String] = []
+            try txn.forEach(rootsDB, prefix: Self.jobPrefix(id)) { _, value in
+                roots.append(String(decoding: value, as: UTF8.self))
+                return true
+            }
+            return roots
         }
     }
 
-    /// Every job in the store, ordered by id.
-    func jobs() throws(XferError) -> [JobRecord] {
-        try reading { txn in
-            var result: [JobRecord] = []
-            try txn.forEach(jobsDB, prefix: []) { key, value in
-                result.append(try decodeJob(value, id: String(decoding: key, as: UTF8.self)))
-                return true
+    func file(job: JobID, index: Int) throws(XferError) -> FileRecord? {
+        try reading { txn in try file(job, index, in: txn) }
+    }
+
+    func files(job: JobID, from start: Int, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)] {
+        let prefix = Self.jobPrefix(job)
+        return try reading { txn in
+            var result: [(index: Int, record: FileRecord)] = []
+            guard limit > 0 else { return result }
+            try txn.forEach(filesDB, prefix: prefix, from: Self.fileKey(job, max(0, start))) { key, value in
+                let index = Int(Self.u32(key, at: prefix.count))
+                result.append((index, try decodeFile(value, job: job, index: index)))
+                return result.count < limit
             }
             return result
         }
     }
 
-    /// The chunks of file `file` the server has acknowledged.
+    func fileIndex(job: JobID, root: Int, relativePath: String) throws(XferError) -> Int? {
+        try reading { txn in
+            try txn.get(pathsDB, Self.pathKey(job, root, relativePath)).map { Int(Self.u32($0, at: 0)) }
+        }
+    }
+
+    func failedFiles(job: JobID, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)] {
+        let prefix = Self.jobPrefix(job)
+        return try reading { txn in
+            var result: [(index: Int, record: FileRecord)] = []
+            guard limit > 0 else { return result }
+            try txn.forEach(failuresDB, prefix: prefix) { key, _ in
+                let index = Int(Self.u32(key, at: prefix.count))
+                if let record = try file(job, index, in: txn) { result.append((index, record)) }
+                return result.count < limit
+            }
+            return result
+        }
+    }
+
+    func fileProgress(job: JobID, file: Int) throws(XferError) -> FileProgress {
+        try reading { txn in try storedProgress(Self.fileKey(job, file), in: txn) }
+    }
+
     func doneChunks(job: JobID, file: Int, capacity: Int) throws(XferError) -> ChunkSet {
         var set = ChunkSet(capacity: capacity)
         guard capacity > 0 else { return set }
         let prefix = Self.fileKey(job, file)
         try reading { txn in
             try txn.forEach(chunksDB, prefix: prefix) { key, value in
-                let segment = Self.u32(key, at: prefix.count)
-                set.loadSegment(Int(segment), from: value)
+                set.loadSegment(Int(Self.u32(key, at: prefix.count)), from: value)
                 return true
             }
         }
         return set
     }
 
-    /// What the server answered for each acknowledged chunk that had a receipt.
     func receipts(job: JobID, file: Int) throws(XferError) -> [Int: String] {
         let prefix = Self.fileKey(job, file)
         return try reading { txn in
@@ -172,7 +213,6 @@ final class StateStore: JobStateStore {
         }
     }
 
-    /// Ids of the jobs whose id starts with `prefix`, without decoding any record.
     func jobIDs(withPrefix prefix: String) throws(XferError) -> [JobID] {
         try reading { txn in
             var ids: [JobID] = []
@@ -184,65 +224,24 @@ final class StateStore: JobStateStore {
         }
     }
 
-    /// Job `id`'s record with each file's progress, read in one transaction.
-    func jobWithProgress(_ id: JobID) throws(XferError) -> (record: JobRecord, files: [FileProgress])? {
+    /// Every job's header and counters: two small reads per job, whatever its
+    /// number of files or chunks.
+    func listings() throws(XferError) -> [JobListing] {
         try reading { txn in
-            guard let bytes = try txn.get(jobsDB, Array(id.rawValue.utf8)) else { return nil }
-            let record = try decodeJob(bytes, id: id.rawValue)
-            return (record, try progress(of: JobListing(record), in: txn))
-        }
-    }
-
-    /// Every job as listings show it, with each file's progress, read in one
-    /// transaction. Costs a few string copies and two small reads per file,
-    /// whatever the number of chunks: listings come from `summaries` (a job
-    /// written before they existed has its JSON record decoded instead).
-    func listings() throws(XferError) -> [(listing: JobListing, files: [FileProgress])] {
-        try reading { txn in
-            var result: [(listing: JobListing, files: [FileProgress])] = []
+            var result: [JobListing] = []
             try txn.forEach(jobsDB, prefix: []) { key, value in
                 let id = JobID(rawValue: String(decoding: key, as: UTF8.self))
-                let listing: JobListing
-                if let bytes = try txn.get(summariesDB, key), let stored = JobListing(id: id, decoding: bytes) {
-                    listing = stored
-                } else {
-                    listing = JobListing(try decodeJob(value, id: id.rawValue))
-                }
-                result.append((listing, try progress(of: listing, in: txn)))
+                result.append(JobListing(record: try decodeJob(value, id: id), counters: try counters(id, in: txn)))
                 return true
             }
             return result
         }
     }
 
-    /// Each file's progress from its counter and the one bitmap segment that
-    /// holds its last chunk (usually shorter than the others, so bytes
-    /// depend on it); never the whole bitmap.
-    private func progress(of listing: JobListing, in txn: LMDBTransaction) throws -> [FileProgress] {
-        var files: [FileProgress] = []
-        files.reserveCapacity(listing.files.count)
-        for (index, file) in listing.files.enumerated() {
-            let prefix = Self.fileKey(listing.id, index)
-            let capacity = ChunkPlan(fileSize: max(0, file.size), chunkSize: max(1, file.chunkSize)).count
-            var lastDone = false
-            if capacity > 0 {
-                let last = capacity - 1
-                let key = prefix + Self.u32Bytes(UInt32(last / ChunkSet.segmentSize))
-                if let segment = try txn.get(chunksDB, key) {
-                    let bit = last % ChunkSet.segmentSize
-                    lastDone = segment.count > bit >> 3 && segment[bit >> 3] & (1 << UInt8(bit & 7)) != 0
-                }
-            }
-            let count = try storedCount(prefix, in: txn)
-            files.append(FileProgress(chunksDone: min(max(0, count), capacity), lastChunkDone: lastDone))
-        }
-        return files
-    }
-
     // MARK: Writes
 
-    /// Deletes every completed job that finished before `cutoff` (its record,
-    /// bitmaps, receipts and counters) and returns their ids.
+    /// Deletes every completed job that finished before `cutoff` (everything
+    /// under its id) and returns their ids.
     ///
     /// Each candidate is re-checked inside the write transaction, so a job
     /// that was re-pushed since it completed is left alone.
@@ -256,23 +255,23 @@ final class StateStore: JobStateStore {
                     let pruned = try self.env.write { txn in
                         var due: [[UInt8]] = []
                         try txn.forEach(self.finishedDB, prefix: []) { key, _ in
-                            guard key.count > 8, Self.u64(key) < limit else { return false }
+                            guard key.count > 8, Self.u64BE(key) < limit else { return false }
                             due.append(key)
                             return true
                         }
                         var pruned: [JobID] = []
                         for key in due {
                             let id = JobID(rawValue: String(decoding: key[8...], as: UTF8.self))
-                            guard let bytes = try txn.get(self.jobsDB, Array(id.rawValue.utf8)),
-                                let record = try? self.decodeJob(bytes, id: id.rawValue),
-                                record.phase == .completed, Self.finishedKey(record) == key
+                            guard let record = try? self.record(id, in: txn), record.phase == .completed,
+                                Self.finishedKey(record) == key
                             else {
                                 try txn.delete(self.finishedDB, key)  // stale: deleted or pushed again since
                                 continue
                             }
                             guard record.updatedAt < cutoff else { continue }
                             try txn.delete(self.finishedDB, key)
-                            try self.apply(.deleteJob(id), in: txn)
+                            var cache: [JobID: JobCounters] = [:]
+                            try self.apply(.deleteJob(id), in: txn, counters: &cache)
                             pruned.append(id)
                         }
                         return pruned
@@ -291,6 +290,7 @@ final class StateStore: JobStateStore {
     /// Applies `changes` durably (committed before this returns). Changes
     /// queued by concurrent callers share one transaction.
     func commit(_ changes: [StateChange]) async throws(XferError) {
+        if changes.isEmpty { return }
         let result: Result<Void, XferError> = await withCheckedContinuation { continuation in
             let remaining = LockedValue(changes.count)
             let failure = LockedValue<XferError?>(nil)
@@ -307,10 +307,6 @@ final class StateStore: JobStateStore {
                         continuation.resume(returning: .success(()))
                     }
                 }
-            }
-            if changes.isEmpty {
-                continuation.resume(returning: .success(()))
-                return
             }
             pending.withLock { queue in
                 for change in changes { queue.append((change, done)) }
@@ -338,7 +334,10 @@ final class StateStore: JobStateStore {
         let result: Result<Void, XferError>
         do {
             try env.write { txn in
-                for (change, _) in batch { try apply(change, in: txn) }
+                // Counters change with nearly every change of a batch: read once, written once.
+                var cache: [JobID: JobCounters] = [:]
+                for (change, _) in batch { try apply(change, in: txn, counters: &cache) }
+                for (id, counters) in cache { try txn.put(countersDB, Array(id.rawValue.utf8), counters.encoded) }
             }
             result = .success(())
         } catch let error as XferError {
@@ -349,86 +348,160 @@ final class StateStore: JobStateStore {
         for (_, done) in batch { done(result) }
     }
 
-    private func apply(_ change: StateChange, in txn: LMDBTransaction) throws {
+    private func apply(_ change: StateChange, in txn: LMDBTransaction, counters cache: inout [JobID: JobCounters]) throws {
+        func counters(_ id: JobID) throws -> JobCounters {
+            if let cached = cache[id] { return cached }
+            let stored = try self.counters(id, in: txn)
+            cache[id] = stored
+            return stored
+        }
         switch change {
-        case .putJob(let record):
-            try txn.put(jobsDB, Array(record.id.rawValue.utf8), try Self.encoder.encode(record).bytes)
-            try txn.put(summariesDB, Array(record.id.rawValue.utf8), JobListing(record).encoded)
-            if record.phase == .completed {
-                // Stale entries (a job re-pushed or deleted since) are
-                // recognised and dropped by `pruneCompletedJobs`.
-                try txn.put(finishedDB, Self.finishedKey(record), [1])
+        case .createJob(let record, let roots):
+            try putJob(record, in: txn)
+            for (index, root) in roots.enumerated() {
+                try txn.put(rootsDB, Self.fileKey(record.id, index), Array(root.utf8))
             }
+            cache[record.id] = JobCounters()
+
+        case .putJob(let record):
+            try putJob(record, in: txn)
+
         case .deleteJob(let id):
             try txn.delete(jobsDB, Array(id.rawValue.utf8))
-            try txn.delete(summariesDB, Array(id.rawValue.utf8))
-            let prefix = Array(id.rawValue.utf8) + [0]
-            try txn.deleteAll(chunksDB, prefix: prefix)
-            try txn.deleteAll(receiptsDB, prefix: prefix)
-            try txn.deleteAll(progressDB, prefix: prefix)
-        case .markDone(let job, let file, let chunks, let receipts):
-            try updateBits(job, file, chunks, to: true, in: txn)
+            try txn.delete(countersDB, Array(id.rawValue.utf8))
+            cache[id] = nil
+            let prefix = Self.jobPrefix(id)
+            for db in [rootsDB, filesDB, pathsDB, failuresDB, chunksDB, receiptsDB, progressDB] {
+                try txn.deleteAll(db, prefix: prefix)
+            }
+
+        case .putFiles(let job, let files):
+            var totals = try counters(job)
+            for (index, record) in files {
+                let key = Self.fileKey(job, index)
+                let old = try txn.get(filesDB, key).map { try decodeFile($0, job: job, index: index) }
+                if let old {
+                    totals.totalBytes += record.size - old.size
+                    if old.root != record.root || old.relativePath != record.relativePath {
+                        try txn.delete(pathsDB, Self.pathKey(job, old.root, old.relativePath))
+                        try txn.put(pathsDB, Self.pathKey(job, record.root, record.relativePath), Self.u32Bytes(UInt32(index)))
+                    }
+                } else {
+                    totals.fileCount += 1
+                    totals.totalBytes += record.size
+                    try txn.put(pathsDB, Self.pathKey(job, record.root, record.relativePath), Self.u32Bytes(UInt32(index)))
+                }
+                totals.completedFiles += (record.isComplete ? 1 : 0) - (old?.isComplete == true ? 1 : 0)
+                let failed = record.failure != nil
+                let wasFailed = old?.failure != nil
+                if failed != wasFailed {
+                    totals.failedFiles += failed ? 1 : -1
+                    if failed { try txn.put(failuresDB, key, []) } else { try txn.delete(failuresDB, key) }
+                }
+                try txn.put(filesDB, key, record.encoded)
+            }
+            cache[job] = totals
+
+        case .markDone(let job, let file, let chunks, let plan, let receipts):
+            let delta = try updateBits(job, file, chunks, plan: plan, to: true, in: txn)
+            if delta != 0 { cache[job] = try counters(job).adding(doneBytes: delta) }
             for (chunk, receipt) in receipts {
                 try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
             }
-        case .markNotDone(let job, let file, let chunks):
-            try updateBits(job, file, chunks, to: false, in: txn)
+
+        case .markNotDone(let job, let file, let chunks, let plan):
+            let delta = try updateBits(job, file, chunks, plan: plan, to: false, in: txn)
+            if delta != 0 { cache[job] = try counters(job).adding(doneBytes: delta) }
             for chunk in chunks { try txn.delete(receiptsDB, Self.chunkKey(job, file, chunk)) }
-        case .replaceDone(let job, let file, let done, let receipts):
+
+        case .replaceDone(let job, let file, let done, let plan, let receipts):
             let prefix = Self.fileKey(job, file)
+            let old = try storedProgress(prefix, in: txn)
             try txn.deleteAll(chunksDB, prefix: prefix)
             try txn.deleteAll(receiptsDB, prefix: prefix)
             for segment in 0..<done.segmentCount {
                 try txn.put(chunksDB, prefix + Self.u32Bytes(UInt32(segment)), done.segmentBytes(segment))
             }
-            try txn.put(progressDB, prefix, Self.countBytes(done.count))
+            let bytes = plan.bytes(of: done)
+            try txn.put(progressDB, prefix, Self.progressBytes(FileProgress(chunksDone: done.count, bytesDone: bytes)))
+            if bytes != old.bytesDone { cache[job] = try counters(job).adding(doneBytes: bytes - old.bytesDone) }
             for (chunk, receipt) in receipts {
                 try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
             }
         }
     }
 
-    private func updateBits(_ job: JobID, _ file: Int, _ chunks: [Int], to value: Bool, in txn: LMDBTransaction) throws {
-        let prefix = Self.fileKey(job, file)
-        var count = try storedCount(prefix, in: txn)
-        let bySegment = Dictionary(grouping: chunks) { $0 / ChunkSet.segmentSize }
-        for (segment, members) in bySegment {
-            let key = prefix + Self.u32Bytes(UInt32(segment))
-            var bytes = try txn.get(chunksDB, key) ?? []
-            let needed = ChunkSet.segmentSize / 8
-            if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
-            for chunk in members {
-                let bit = chunk % ChunkSet.segmentSize
-                let mask: UInt8 = 1 << UInt8(bit & 7)
-                let wasSet = bytes[bit >> 3] & mask != 0
-                if value {
-                    bytes[bit >> 3] |= mask
-                    if !wasSet { count += 1 }
-                } else {
-                    bytes[bit >> 3] &= ~mask
-                    if wasSet { count -= 1 }
-                }
-            }
-            try txn.put(chunksDB, key, bytes)
+    private func putJob(_ record: JobRecord, in txn: LMDBTransaction) throws {
+        try txn.put(jobsDB, Array(record.id.rawValue.utf8), record.encoded)
+        if record.phase == .completed {
+            // Stale entries (a job re-pushed or deleted since) are
+            // recognised and dropped by `pruneCompletedJobs`.
+            try txn.put(finishedDB, Self.finishedKey(record), [1])
         }
-        try txn.put(progressDB, prefix, Self.countBytes(max(0, count)))
     }
 
-    /// A file's done-chunk count. Stores written before the counter existed
-    /// have none; it is then counted from the bitmap once and kept from then on.
-    private func storedCount(_ prefix: [UInt8], in txn: LMDBTransaction) throws -> Int {
-        if let stored = try txn.get(progressDB, prefix), stored.count == 8 {
-            return Int(Self.count(stored))
+    /// Sets or clears `chunks`' bits; returns the change in done bytes.
+    private func updateBits(
+        _ job: JobID, _ file: Int, _ chunks: [Int], plan: ChunkPlan, to value: Bool, in txn: LMDBTransaction
+    ) throws -> Int64 {
+        let prefix = Self.fileKey(job, file)
+        var progress = try storedProgress(prefix, in: txn)
+        let before = progress.bytesDone
+        var segmentKey: [UInt8] = []
+        var bytes: [UInt8] = []
+        // Chunks of one change are few and usually in one segment: no grouping needed.
+        for chunk in chunks.sorted() where chunk >= 0 && chunk < plan.count {
+            let key = prefix + Self.u32Bytes(UInt32(chunk / ChunkSet.segmentSize))
+            if key != segmentKey {
+                if !segmentKey.isEmpty { try txn.put(chunksDB, segmentKey, bytes) }
+                segmentKey = key
+                bytes = try txn.get(chunksDB, key) ?? []
+                let needed = ChunkSet.segmentSize / 8
+                if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
+            }
+            let bit = chunk % ChunkSet.segmentSize
+            let mask: UInt8 = 1 << UInt8(bit & 7)
+            let wasSet = bytes[bit >> 3] & mask != 0
+            if value, !wasSet {
+                bytes[bit >> 3] |= mask
+                progress.chunksDone += 1
+                progress.bytesDone += Int64(plan.length(of: chunk))
+            } else if !value, wasSet {
+                bytes[bit >> 3] &= ~mask
+                progress.chunksDone -= 1
+                progress.bytesDone -= Int64(plan.length(of: chunk))
+            }
         }
-        var count = 0
-        try txn.forEach(chunksDB, prefix: prefix) { _, value in
-            count += value.reduce(0) { $0 + $1.nonzeroBitCount }
-            return true
-        }
-        return count
+        if !segmentKey.isEmpty { try txn.put(chunksDB, segmentKey, bytes) }
+        try txn.put(progressDB, prefix, Self.progressBytes(progress))
+        return progress.bytesDone - before
     }
 
     // MARK: Helpers
+
+    private func record(_ id: JobID, in txn: LMDBTransaction) throws -> JobRecord? {
+        guard let bytes = try txn.get(jobsDB, Array(id.rawValue.utf8)) else { return nil }
+        return try decodeJob(bytes, id: id)
+    }
+
+    private func counters(_ id: JobID, in txn: LMDBTransaction) throws -> JobCounters {
+        guard let bytes = try txn.get(countersDB, Array(id.rawValue.utf8)) else { return JobCounters() }
+        guard let counters = JobCounters(decoding: bytes) else { throw unreadable("counters of job \(id)") }
+        return counters
+    }
+
+    private func file(_ job: JobID, _ index: Int, in txn: LMDBTransaction) throws -> FileRecord? {
+        try txn.get(filesDB, Self.fileKey(job, index)).map { try decodeFile($0, job: job, index: index) }
+    }
+
+    private func storedProgress(_ prefix: [UInt8], in txn: LMDBTransaction) throws -> FileProgress {
+        guard let stored = try txn.get(progressDB, prefix) else { return FileProgress(chunksDone: 0, bytesDone: 0) }
+        var reader = RecordReader(stored)
+        guard let chunks = reader.int64(), let bytes = reader.int64(), reader.isAtEnd else {
+            throw unreadable("a progress counter")
+        }
+        return FileProgress(chunksDone: Int(chunks), bytesDone: bytes)
+    }
 
     private func reading<T>(_ body: (LMDBTransaction) throws -> T) throws(XferError) -> T {
         do {
@@ -440,34 +513,39 @@ final class StateStore: JobStateStore {
         }
     }
 
-    private func decodeJob(_ bytes: [UInt8], id: String) throws -> JobRecord {
-        do {
-            return try Self.decoder.decode(JobRecord.self, from: Data(bytes))
-        } catch {
-            throw XferError.stateUnavailable(
-                "the record of job \(id) in \(directory) is unreadable (\(Self.reason(error))); remove that directory or use another --state")
-        }
+    func decodeJob(_ bytes: [UInt8], id: JobID) throws -> JobRecord {
+        guard let record = JobRecord(id: id, decoding: bytes) else { throw unreadable("the record of job \(id)") }
+        return record
     }
 
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .secondsSince1970
-        encoder.outputFormatting = [.sortedKeys]
-        return encoder
-    }()
+    private func decodeFile(_ bytes: [UInt8], job: JobID, index: Int) throws -> FileRecord {
+        guard let record = FileRecord(decoding: bytes) else { throw unreadable("file \(index + 1) of job \(job)") }
+        return record
+    }
 
-    private static let decoder: JSONDecoder = {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        return decoder
-    }()
+    func unreadable(_ what: String) -> XferError {
+        .stateUnavailable("\(what) in \(directory) is unreadable; remove that directory or use another --state")
+    }
+
+    static func jobPrefix(_ job: JobID) -> [UInt8] {
+        Array(job.rawValue.utf8) + [0]
+    }
 
     static func fileKey(_ job: JobID, _ file: Int) -> [UInt8] {
-        Array(job.rawValue.utf8) + [0] + u32Bytes(UInt32(file))
+        jobPrefix(job) + u32Bytes(UInt32(file))
     }
 
     static func chunkKey(_ job: JobID, _ file: Int, _ chunk: Int) -> [UInt8] {
         fileKey(job, file) + u32Bytes(UInt32(chunk))
+    }
+
+    /// LMDB keys are at most 511 bytes: a longer relative path is keyed by
+    /// its start and a SHA-256 of the whole (paths are at most 4 KiB).
+    static func pathKey(_ job: JobID, _ root: Int, _ relativePath: String) -> [UInt8] {
+        let prefix = fileKey(job, root)
+        let path = Array(relativePath.utf8)
+        if prefix.count + path.count <= 480 { return prefix + path }
+        return prefix + path.prefix(400) + [0] + Array(SHA256Digest.of(path))
     }
 
     static func finishedKey(_ record: JobRecord) -> [UInt8] {
@@ -475,16 +553,15 @@ final class StateStore: JobStateStore {
         return (0..<8).map { UInt8((seconds >> UInt64(56 - 8 * $0)) & 0xff) } + Array(record.id.rawValue.utf8)
     }
 
-    static func u64(_ bytes: [UInt8]) -> UInt64 {
+    static func progressBytes(_ progress: FileProgress) -> [UInt8] {
+        var writer = RecordWriter(capacity: 16)
+        writer.int64(Int64(progress.chunksDone))
+        writer.int64(progress.bytesDone)
+        return writer.bytes
+    }
+
+    static func u64BE(_ bytes: [UInt8]) -> UInt64 {
         bytes.prefix(8).reduce(0) { $0 << 8 | UInt64($1) }
-    }
-
-    static func countBytes(_ count: Int) -> [UInt8] {
-        withUnsafeBytes(of: UInt64(count).littleEndian) { Array($0) }
-    }
-
-    static func count(_ bytes: [UInt8]) -> UInt64 {
-        bytes.prefix(8).reversed().reduce(0) { $0 << 8 | UInt64($1) }
     }
 
     static func u32Bytes(_ value: UInt32) -> [UInt8] {
@@ -505,16 +582,18 @@ final class StateStore: JobStateStore {
     }
 }
 
-/// How far one file of a job is, as the store counts it.
-package struct FileProgress: Sendable, Hashable {
-    /// Chunks the server acknowledged.
-    package var chunksDone: Int
-    /// Whether the last chunk (usually shorter than the others) is among them.
-    package var lastChunkDone: Bool
+extension JobCounters {
+    func adding(doneBytes delta: Int64) -> JobCounters {
+        var copy = self
+        copy.doneBytes = max(0, copy.doneBytes + delta)
+        return copy
+    }
+}
 
-    package init(chunksDone: Int, lastChunkDone: Bool) {
-        self.chunksDone = chunksDone
-        self.lastChunkDone = lastChunkDone
+/// SHA-256 for keys, without importing Crypto into every file.
+enum SHA256Digest {
+    static func of(_ bytes: [UInt8]) -> [UInt8] {
+        Array(Crypto.SHA256.hash(data: bytes))
     }
 }
 

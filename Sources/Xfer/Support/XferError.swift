@@ -5,6 +5,8 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
     case invalidInput(String)
     /// A local file differs from when the job began.
     case fileChanged(path: String, detail: String)
+    /// A local file of the job cannot be read (gone, unreadable, not a regular file).
+    case fileUnreadable(path: String, reason: String)
     /// The state directory cannot be used.
     case stateUnavailable(String)
     /// Another live process holds this job.
@@ -25,6 +27,8 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
             return message
         case .fileChanged(let path, let detail):
             return "\(path) changed since this job began (\(detail)); re-run with --restart to send it again from the start"
+        case .fileUnreadable(let path, let reason):
+            return "cannot read \(path): \(reason)"
         case .stateUnavailable(let message):
             return "state store unusable: \(message)"
         case .jobLocked(let job, let pid):
@@ -48,7 +52,7 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .invalidInput, .fileChanged, .unknownJob: return 2
         case .stateUnavailable, .jobLocked: return 3
-        case .transferFailed, .verificationFailed: return 1
+        case .transferFailed, .verificationFailed, .fileUnreadable: return 1
         case .interrupted: return 130
         }
     }

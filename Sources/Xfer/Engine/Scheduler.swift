@@ -1,0 +1,669 @@
+import Foundation
+
+/// One unit of work the scheduler hands out.
+enum Work: Sendable, Hashable {
+    case startJob
+    /// Read a file's record and progress and open it (local, done at once by
+    /// the runner; never counts against the job's concurrency).
+    case loadFile(Int)
+    case openFile(Int)
+    case reconcileFile(Int)
+    case chunk(file: Int, chunk: Int)
+    case finishFile(Int)
+    case finishJob
+
+    var file: Int? {
+        switch self {
+        case .loadFile(let index), .openFile(let index), .reconcileFile(let index), .finishFile(let index),
+            .chunk(let index, _):
+            return index
+        case .startJob, .finishJob:
+            return nil
+        }
+    }
+}
+
+/// A file as loading found it: its record, its acknowledged chunks (under
+/// the record's plan), and what the local file looks like now.
+struct LoadedFile: Sendable {
+    var record: FileRecord
+    var done: ChunkSet
+    var identity: FileIdentity
+}
+
+/// How a piece of work ended. Results marked "committed" were made durable
+/// by the worker before it reported them (so concurrent workers share one
+/// transaction); the scheduler's `Effects` carry everything else.
+enum WorkResult: Sendable {
+    /// Committed: the handles `startJob` gave for files, in their records.
+    case started(JobStart?)
+    /// The file, or why it cannot be sent (with its record, when the store has it).
+    case loaded(file: Int, LoadedFile)
+    case loadFailed(file: Int, record: FileRecord?, reason: String)
+    /// Committed: the record with the server's handles.
+    case opened(file: Int, FileRecord)
+    case reconciled(file: Int, Reconciliation?)
+    /// Committed.
+    case chunkStored(file: Int, chunk: Int, bytes: Int)
+    /// Committed, with the file's URL.
+    case chunkStoredCompletingFile(file: Int, chunk: Int, bytes: Int, url: String)
+    case chunkResync(file: Int, chunk: Int, next: Int)
+    /// `.completed` is committed.
+    case fileFinished(file: Int, FileFinish?)
+    /// Committed: URLs of `.completed`, resets of `.rollback`.
+    case jobFinished(JobFinish?)
+    case uploadUnknown(file: Int, work: Work, message: String)
+    case outOfSync(file: Int, work: Work, message: String)
+    /// The local file let the push down (unreadable, changed, vanished):
+    /// that file fails, the others go on.
+    case fileFailed(file: Int, work: Work, reason: String)
+    /// The job cannot go on.
+    case failed(Work, XferError)
+}
+
+/// What the runner must do after the scheduler took in a result: commit
+/// `changes` (then force them to disk when `sync`), emit `events`, and let
+/// go of the local files in `released`. Nothing the scheduler hands out
+/// afterwards may be started before `changes` are committed.
+struct Effects: Sendable {
+    var changes: [StateChange] = []
+    var sync = false
+    var events: [TransferEvent] = []
+    var released: [Int] = []
+}
+
+/// The scheduling logic of one run of a job, as a state machine: fed the
+/// results of work, it hands out the next work and says what to persist.
+/// It performs no I/O and never suspends, so it is unit-tested with
+/// scripted results (Tests/XferTests/SchedulerTests.swift).
+///
+/// Cost: O(1) amortized per result and per piece of work handed out. Only
+/// files in progress are held (at most about `concurrency` of them); the
+/// others stay in the store until their turn, reached through a cursor.
+struct Scheduler {
+    enum FilePhase: Equatable {
+        case needsOpen, opening, needsReconcile, reconciling, sending, finishing
+        /// The server forgot the upload; waiting for in-flight work to drain.
+        case resetting
+        /// The server holds another part of the file than a request assumed;
+        /// waiting for in-flight work to drain, then reconciling.
+        case resyncing
+        /// Failed locally; waiting for in-flight work to drain.
+        case failing
+    }
+
+    struct FileState {
+        var record: FileRecord
+        var phase: FilePhase
+        var plan: ChunkPlan
+        var done: ChunkSet
+        var inFlight: Set<Int> = []
+        var cursor = 0
+        var finishRounds = 0
+        var reopened = false
+        /// Where the server's copy ends inside a chunk it holds the start of
+        /// (`Reconciliation.serverHasPrefix`); that chunk is sent from there.
+        var partial: (chunk: Int, offset: Int64)?
+        var resyncs = 0
+        var isQueued = false
+        var failure: String?
+    }
+
+    struct Configuration: Sendable {
+        var traits: BackendTraits
+        var concurrency: Int
+        /// The chunk size the backend wants for a file of this size (a file
+        /// that changed is cut anew).
+        var chunkSize: @Sendable (Int64) -> Int
+        /// The backend's chunk order once `startJob` has run.
+        var chunkOrder: @Sendable (JobRecord) -> BackendTraits.ChunkOrder
+    }
+
+    /// Reconciling again after `outOfSync` more often than this in one run fails the job.
+    static let maximumResyncs = 8
+
+    enum StepState { case needed, running, done }
+
+    let configuration: Configuration
+    private(set) var record: JobRecord
+    private(set) var chunkOrder: BackendTraits.ChunkOrder
+    private(set) var fileCount: Int
+    /// Network work in flight (loading is not counted).
+    private(set) var inFlight = 0
+    private(set) var files: [Int: FileState] = [:]
+    /// Files that may have work, in turn; each appears at most once.
+    private var ready = RingQueue<Int>()
+    /// The next file not yet taken up by this run; files before it are
+    /// active, done or failed.
+    private var nextFile = 0
+    /// Files to take up again before `nextFile` (a job-level rollback).
+    private var reload = RingQueue<Int>()
+    private var loading = false
+    private var jobStart: StepState
+    private var jobFinish: StepState = .needed
+    private var jobFinishRounds = 0
+    private(set) var settledFiles = 0
+    private(set) var failedFiles = 0
+    private(set) var firstFailure: (path: String, reason: String)?
+    private(set) var doneBytes: Int64
+    private(set) var totalBytes: Int64
+    private(set) var acknowledgedThisRun: Int64 = 0
+
+    /// A run over `record` whose store holds `counters`.
+    init(record: JobRecord, counters: JobCounters, configuration: Configuration) {
+        self.configuration = configuration
+        self.record = record
+        fileCount = counters.fileCount
+        doneBytes = counters.doneBytes
+        totalBytes = counters.totalBytes
+        jobStart = record.isStarted ? .done : .needed
+        chunkOrder = record.isStarted ? configuration.chunkOrder(record) : configuration.traits.chunkOrder
+    }
+
+    var traits: BackendTraits { configuration.traits }
+
+    /// Every file settled, the job step done, nothing in flight.
+    var isFinished: Bool {
+        inFlight == 0 && files.isEmpty && nextFile >= fileCount && reload.isEmpty && !loading
+            && (jobFinish == .done || failedFiles > 0)
+    }
+
+    // MARK: Choosing work
+
+    /// The next work to start, or nil when nothing can start until a result
+    /// comes in. `.loadFile` is for the runner to do at once.
+    mutating func next() -> Work? {
+        guard !loading, inFlight < configuration.concurrency else { return nil }
+        switch jobStart {
+        case .needed:
+            jobStart = .running
+            inFlight += 1
+            return .startJob
+        case .running:
+            return nil
+        case .done:
+            break
+        }
+        // Files already taken up first, in turn; a file leaves the queue
+        // when it has nothing to start, and comes back when a result changes it.
+        while let index = ready.first {
+            guard let work = nextWork(forFile: index) else {
+                ready.removeFirst()
+                files[index]?.isQueued = false
+                continue
+            }
+            // Rotate, so the files in progress share the job's concurrency.
+            ready.removeFirst()
+            ready.append(index)
+            inFlight += 1
+            return work
+        }
+        // Nothing else to do: take up the next file.
+        if let index = reload.first {
+            reload.removeFirst()
+            loading = true
+            return .loadFile(index)
+        }
+        if nextFile < fileCount {
+            loading = true
+            defer { nextFile += 1 }
+            return .loadFile(nextFile)
+        }
+        if files.isEmpty, inFlight == 0, failedFiles == 0, jobFinish == .needed {
+            jobFinish = .running
+            inFlight += 1
+            return .finishJob
+        }
+        return nil
+    }
+
+    /// Mutates the dictionary's value in place (`files[index]!`): a copy
+    /// taken out and written back would copy a large file's bitmap on every
+    /// chunk (copy-on-write sees two owners).
+    private mutating func nextWork(forFile index: Int) -> Work? {
+        guard let phase = files[index]?.phase else { return nil }
+        switch phase {
+        case .needsOpen:
+            files[index]!.phase = .opening
+            return .openFile(index)
+        case .needsReconcile:
+            files[index]!.phase = .reconciling
+            return .reconcileFile(index)
+        case .sending:
+            if let chunk = nextChunk(files[index]!) {
+                files[index]!.inFlight.insert(chunk)
+                files[index]!.cursor = chunk + 1
+                return .chunk(file: index, chunk: chunk)
+            }
+            let file = files[index]!
+            if file.inFlight.isEmpty, file.done.count == file.plan.count {
+                files[index]!.phase = .finishing
+                return .finishFile(index)
+            }
+            return nil
+        case .opening, .reconciling, .finishing, .resetting, .resyncing, .failing:
+            return nil
+        }
+    }
+
+    private func nextChunk(_ file: FileState) -> Int? {
+        switch chunkOrder {
+        case .sequentialWithinFile:
+            guard file.inFlight.isEmpty else { return nil }
+            return file.done.firstMissing()
+        case .any:
+            // The cursor only moves forward between resets, so the scan is amortized O(1) a chunk.
+            var candidate = file.done.firstMissing(from: file.cursor)
+            while let chunk = candidate, file.inFlight.contains(chunk) {
+                candidate = file.done.firstMissing(from: chunk + 1)
+            }
+            return candidate
+        }
+    }
+
+    private mutating func enqueue(_ index: Int) {
+        guard files[index]?.isQueued == false else { return }
+        files[index]?.isQueued = true
+        ready.append(index)
+    }
+
+    // MARK: Taking in results
+
+    /// Takes in `result`; throws when the job cannot go on.
+    mutating func apply(_ result: WorkResult) throws(XferError) -> Effects {
+        var effects = Effects()
+        switch result {
+        case .failed(let work, let error):
+            if case .loadFile = work { loading = false } else { inFlight -= 1 }
+            throw error
+
+        case .started(let start):
+            inFlight -= 1
+            if let start { record.handles.merge(start.handles) }
+            record.isStarted = true
+            jobStart = .done
+            chunkOrder = configuration.chunkOrder(record)
+            effects.changes.append(.putJob(record))
+            effects.sync = start != nil
+
+        case .loaded(let index, let loaded):
+            loading = false
+            take(index, loaded, effects: &effects)
+
+        case .loadFailed(let index, let stored, let reason):
+            loading = false
+            if let stored, stored.isComplete, stored.failure == nil {
+                // Sent by an earlier run and gone (or unreadable) since: the copy
+                // on the server is what a copy is for. Reported, not a failure.
+                settledFiles += 1
+                effects.events.append(.fileSkipped(path: stored.path, reason: "\(reason), but it was sent before; the server keeps its copy"))
+                return effects
+            }
+            settle(index, failure: reason, effects: &effects, record: stored)
+
+        case .opened(let index, let opened):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            if opened.chunkSize != file.record.chunkSize {
+                file.plan = plan(opened)
+            }
+            file.record = opened
+            file.done = ChunkSet(capacity: file.plan.count)
+            file.phase = .sending
+            file.cursor = 0
+            files[index] = file
+            enqueue(index)
+
+        case .reconciled(let index, let reconciliation):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            file.partial = nil
+            file.cursor = 0
+            files[index] = file
+            try reconcile(index, reconciliation, effects: &effects)
+
+        case .chunkStored(let index, let chunk, let bytes):
+            inFlight -= 1
+            acknowledge(index, chunk, bytes, effects: &effects)
+            try afterDrain(index, effects: &effects)
+
+        case .chunkStoredCompletingFile(let index, let chunk, let bytes, let url):
+            inFlight -= 1
+            files[index]?.record.url = url
+            acknowledge(index, chunk, bytes, effects: &effects)
+            try afterDrain(index, effects: &effects)
+
+        case .chunkResync(let index, let chunk, let next):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            file.inFlight.remove(chunk)
+            let count = file.plan.count
+            guard next >= 0, next <= count else {
+                throw .transferFailed("the server asked for chunk \(next + 1) of \(file.record.path), which has \(count)")
+            }
+            var done = ChunkSet(capacity: count)
+            done.insertAll(below: next)
+            effects.changes.append(.replaceDone(job: record.id, file: index, done: done, plan: file.plan, receipts: [:]))
+            file.cursor = next
+            files[index] = file
+            setDone(index, done)
+            try afterDrain(index, effects: &effects)
+
+        case .fileFinished(let index, let finish):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            switch finish {
+            case nil:
+                files[index] = file
+                complete(index, effects: &effects)
+            case .completed(let url, _)?:
+                file.record.url = url
+                files[index] = file
+                complete(index, effects: &effects)
+            case .missing(let chunks)?:
+                file.finishRounds += 1
+                guard file.finishRounds < traits.maximumFinishRounds else {
+                    throw .transferFailed(
+                        "the server still lacks chunks of \(file.record.path) after \(traits.maximumFinishRounds) rounds of re-sending")
+                }
+                let valid = chunks.filter { $0 >= 0 && $0 < file.plan.count }
+                guard !valid.isEmpty else {
+                    throw .transferFailed("the server reports \(file.record.path) incomplete but names no chunk it lacks")
+                }
+                effects.changes.append(.markNotDone(job: record.id, file: index, chunks: valid, plan: file.plan))
+                var done = file.done
+                for chunk in valid { done.remove(chunk) }
+                file.phase = .sending
+                file.cursor = 0
+                files[index] = file
+                setDone(index, done)
+                effects.events.append(.resending(file: index, chunks: valid.count, reason: "the server lacks them"))
+                enqueue(index)
+            }
+
+        case .jobFinished(let finish):
+            inFlight -= 1
+            switch finish {
+            case nil, .completed?:
+                jobFinish = .done
+            case .rollback(let failed)?:
+                jobFinishRounds += 1
+                guard jobFinishRounds < traits.maximumFinishRounds else {
+                    throw .transferFailed(
+                        "the server failed to assemble \(failed.count) file\(failed.count == 1 ? "" : "s") in \(traits.maximumFinishRounds) rounds")
+                }
+                // The worker reset their records and progress; take them up again.
+                for index in Set(failed) where index >= 0 && index < fileCount {
+                    reload.append(index)
+                    settledFiles -= 1
+                    effects.events.append(.resending(file: index, chunks: 0, reason: "the server failed to assemble it"))
+                }
+                jobFinish = .needed
+            }
+
+        case .uploadUnknown(let index, let work, let message):
+            inFlight -= 1
+            if case .chunk(_, let chunk) = work { files[index]?.inFlight.remove(chunk) }
+            try reopen(index, message: message, effects: &effects)
+
+        case .outOfSync(let index, let work, let message):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            if case .chunk(_, let chunk) = work { file.inFlight.remove(chunk) }
+            file.resyncs += 1
+            guard file.resyncs <= Self.maximumResyncs else {
+                throw .transferFailed("\(message) (still after asking the server \(Self.maximumResyncs) times)")
+            }
+            if file.phase != .resetting, file.phase != .failing { file.phase = .resyncing }
+            files[index] = file
+            try afterDrain(index, effects: &effects)
+
+        case .fileFailed(let index, let work, let reason):
+            inFlight -= 1
+            guard var file = files[index] else { break }
+            if case .chunk(_, let chunk) = work { file.inFlight.remove(chunk) }
+            if file.failure == nil { file.failure = reason }
+            file.phase = .failing
+            files[index] = file
+            try afterDrain(index, effects: &effects)
+        }
+        return effects
+    }
+
+    // MARK: Files
+
+    private func plan(_ record: FileRecord) -> ChunkPlan {
+        ChunkPlan(
+            fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
+    }
+
+    /// Takes up a loaded file: done already, changed since, or on its way.
+    private mutating func take(_ index: Int, _ loaded: LoadedFile, effects: inout Effects) {
+        var record = loaded.record
+        var plan = plan(record)
+        var done = loaded.done
+        var changed = false
+        if record.isComplete, done.count == plan.count, record.identity == loaded.identity {
+            // Sent by an earlier run (or a run before a rollback's reload found it intact).
+            settledFiles += 1
+            return
+        }
+        if record.identity != loaded.identity {
+            // The file changed since the job took it: whatever the server holds of
+            // it is of other bytes. Send it again from the start, as it is now.
+            let hadProgress = record.isOpen || done.count > 0 || record.isComplete
+            doneBytes -= plan.bytes(of: done)
+            totalBytes += loaded.identity.size - record.identity.size
+            record.identity = loaded.identity
+            record.chunkSize = max(1, configuration.chunkSize(loaded.identity.size))
+            record.url = nil
+            // Handles from `startJob` name the file, not an upload of its old bytes: they stay.
+            if record.isOpen { record.handles = ServerHandles() }
+            record.isOpen = false
+            plan = self.plan(record)
+            done = ChunkSet(capacity: plan.count)
+            effects.changes.append(.replaceDone(job: self.record.id, file: index, done: done, plan: plan, receipts: [:]))
+            if hadProgress {
+                effects.events.append(.resending(file: index, chunks: plan.count, reason: "it changed since the last run"))
+            }
+            changed = true
+        }
+        if record.failure != nil {
+            record.failure = nil
+            changed = true
+        }
+        if record.url != nil, done.count != plan.count {
+            // A URL without every chunk is not a completion: finish the file again.
+            record.url = nil
+            changed = true
+        }
+        if changed { effects.changes.append(.putFiles(job: self.record.id, files: [(index, record)])) }
+        let phase: FilePhase = !record.isOpen ? .needsOpen : .needsReconcile
+        files[index] = FileState(record: record, phase: phase, plan: plan, done: done)
+        enqueue(index)
+    }
+
+    private mutating func reconcile(_ index: Int, _ reconciliation: Reconciliation?, effects: inout Effects) throws(XferError) {
+        guard var file = files[index] else { return }
+        let plan = file.plan
+        switch reconciliation {
+        case nil:
+            file.phase = .sending
+            files[index] = file
+        case .serverHas(let chunks, let receipts)?, .serverHasMore(let chunks, let receipts, _)?:
+            // (The worker unites the parts of an answer; a part cannot arrive here alone.)
+            var done = ChunkSet(capacity: plan.count)
+            for chunk in chunks where chunk >= 0 && chunk < done.capacity { done.insert(chunk) }
+            effects.changes.append(.replaceDone(job: record.id, file: index, done: done, plan: plan, receipts: receipts))
+            file.phase = .sending
+            files[index] = file
+            setDone(index, done)
+            effects.events.append(.reconciled(file: index, chunksOnServer: done.count, doneBytes: doneBytes))
+        case .complete(let url)?:
+            var done = ChunkSet(capacity: plan.count)
+            done.insertAll(below: plan.count)
+            file.record.url = url
+            files[index] = file
+            effects.changes.append(.replaceDone(job: record.id, file: index, done: done, plan: plan, receipts: [:]))
+            effects.changes.append(.putFiles(job: record.id, files: [(index, file.record)]))
+            setDone(index, done)
+            complete(index, effects: &effects)
+            return
+        case .serverHasPrefix(let bytes)?:
+            guard bytes >= 0, bytes <= file.record.size else {
+                throw .transferFailed("the server reports \(bytes) bytes of \(file.record.path), which has \(file.record.size)")
+            }
+            var done = ChunkSet(capacity: plan.count)
+            var chunk = 0
+            while chunk < plan.count, plan.offset(of: chunk) + Int64(plan.length(of: chunk)) <= bytes { chunk += 1 }
+            done.insertAll(below: chunk)
+            if chunk < plan.count, bytes > plan.offset(of: chunk) { file.partial = (chunk, bytes) }
+            effects.changes.append(.replaceDone(job: record.id, file: index, done: done, plan: plan, receipts: [:]))
+            file.phase = .sending
+            files[index] = file
+            setDone(index, done)
+            effects.events.append(.reconciled(file: index, chunksOnServer: done.count, doneBytes: doneBytes))
+        case .unknownUpload?:
+            files[index] = file
+            try reopen(index, message: "the server no longer knows the upload of \(file.record.path)", effects: &effects)
+            return
+        }
+        enqueue(index)
+    }
+
+    /// What a file waiting for its requests to drain does once they have.
+    private mutating func afterDrain(_ index: Int, effects: inout Effects) throws(XferError) {
+        guard let file = files[index] else { return }
+        switch file.phase {
+        case .resyncing where file.inFlight.isEmpty:
+            files[index]?.phase = .needsReconcile
+        case .resetting where file.inFlight.isEmpty:
+            finishReset(index, effects: &effects)
+        case .failing where file.inFlight.isEmpty:
+            settle(index, failure: file.failure ?? "failed", effects: &effects, record: file.record)
+            return
+        default:
+            break
+        }
+        // A chunk that completed the file (its answer carried the URL) ends it.
+        if let file = files[index], file.phase == .sending, file.inFlight.isEmpty, file.record.url != nil,
+            file.done.count == file.plan.count
+        {
+            complete(index, effects: &effects)
+            return
+        }
+        enqueue(index)
+    }
+
+    /// The server forgot a file's upload: once nothing of the file is in
+    /// flight, clear its handles and progress and open it again (once per run).
+    private mutating func reopen(_ index: Int, message: String, effects: inout Effects) throws(XferError) {
+        guard var file = files[index] else { return }
+        guard !file.reopened else {
+            throw .transferFailed("\(message) (again after opening it anew); re-run with --restart")
+        }
+        file.reopened = true
+        file.phase = .resetting
+        files[index] = file
+        try afterDrain(index, effects: &effects)
+    }
+
+    private mutating func finishReset(_ index: Int, effects: inout Effects) {
+        guard var file = files[index] else { return }
+        file.record.isOpen = false
+        file.record.url = nil
+        file.record.handles = ServerHandles()
+        let empty = ChunkSet(capacity: file.plan.count)
+        effects.changes.append(.replaceDone(job: record.id, file: index, done: empty, plan: file.plan, receipts: [:]))
+        effects.changes.append(.putFiles(job: record.id, files: [(index, file.record)]))
+        effects.events.append(.resending(file: index, chunks: file.plan.count, reason: "the server forgot the upload"))
+        file.phase = .needsOpen
+        files[index] = file
+        setDone(index, empty)
+    }
+
+    private mutating func acknowledge(_ index: Int, _ chunk: Int, _ bytes: Int, effects: inout Effects) {
+        guard files[index] != nil else { return }
+        // In place, as in `nextWork`: this runs once per chunk.
+        files[index]!.inFlight.remove(chunk)
+        if files[index]!.partial?.chunk == chunk { files[index]!.partial = nil }
+        guard !files[index]!.done.contains(chunk) else { return }
+        files[index]!.done.insert(chunk)
+        doneBytes += Int64(bytes)
+        acknowledgedThisRun += Int64(bytes)
+        effects.events.append(.chunkStored(file: index, chunk: chunk, bytes: bytes, doneBytes: doneBytes, totalBytes: totalBytes))
+    }
+
+    private mutating func setDone(_ index: Int, _ done: ChunkSet) {
+        guard let plan = files[index]?.plan, let old = files[index]?.done else { return }
+        doneBytes += plan.bytes(of: done) - plan.bytes(of: old)
+        files[index]!.done = done
+    }
+
+    /// A file is on the server: it leaves the run.
+    private mutating func complete(_ index: Int, effects: inout Effects) {
+        guard let file = files.removeValue(forKey: index) else { return }
+        settledFiles += 1
+        effects.released.append(index)
+        if let url = file.record.url {
+            effects.events.append(.fileCompleted(file: index, path: file.record.path, url: url))
+        }
+    }
+
+    /// A file failed locally (or could not be loaded): it leaves the run,
+    /// marked failed so the next run takes it up again.
+    private mutating func settle(_ index: Int, failure: String, effects: inout Effects, record failedRecord: FileRecord?) {
+        let removed = files.removeValue(forKey: index)
+        settledFiles += 1
+        failedFiles += 1
+        if removed != nil { effects.released.append(index) }
+        let path = failedRecord?.path ?? "file \(index + 1)"
+        if firstFailure == nil { firstFailure = (path, failure) }
+        if var stored = failedRecord {
+            stored.failure = failure
+            effects.changes.append(.putFiles(job: record.id, files: [(index, stored)]))
+        }
+        effects.events.append(.fileFailed(file: index, path: path, reason: failure))
+    }
+
+    // MARK: For the runner
+
+    /// The file's state, for building its work.
+    func file(_ index: Int) -> FileState? { files[index] }
+
+    /// Marks the job record as it ends, for the runner to commit.
+    mutating func endRecord(phase: JobPhase, error: String?, at date: Date) -> JobRecord {
+        record.phase = phase
+        record.lastError = error
+        record.updatedAt = date
+        return record
+    }
+
+    /// Stamps the header's time (the runner does so before committing it).
+    mutating func touch(_ date: Date) { record.updatedAt = date }
+}
+
+
+/// A first-in first-out queue with O(1) amortized operations at both ends
+/// it needs (append at the back, remove at the front).
+struct RingQueue<Element> {
+    private var storage: [Element?] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+    var first: Element? { isEmpty ? nil : storage[head] }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func removeFirst() {
+        guard !isEmpty else { return }
+        storage[head] = nil
+        head += 1
+        // Compact once the dead prefix is half the storage: amortized O(1).
+        if head > 32, head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+    }
+}

@@ -1,0 +1,349 @@
+import Foundation
+import XCTest
+
+@testable import Xfer
+
+/// The scheduler as the state machine it is: scripted results in, work and
+/// effects out, no network, no store, no files.
+final class SchedulerTests: XCTestCase {
+    private let id = JobID(rawValue: "00000000000000ab")
+
+    private func identity(_ size: Int64, time: Int64 = 1) -> FileIdentity {
+        FileIdentity(size: size, modificationTimeNanoseconds: time, inode: 7, device: 1)
+    }
+
+    private func fileRecord(_ index: Int, size: Int64 = 25, chunkSize: Int = 10) -> FileRecord {
+        FileRecord(
+            path: "/data/f\(index)", relativePath: "f\(index)", root: 0, identity: identity(size), chunkSize: chunkSize)
+    }
+
+    private func scheduler(
+        files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
+        order: BackendTraits.ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0
+    ) -> Scheduler {
+        var record = JobRecord(
+            id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
+            concurrency: concurrency, rootCount: 1, firstRoot: "/data")
+        record.isStarted = started
+        var counters = JobCounters()
+        counters.fileCount = files
+        counters.totalBytes = Int64(files) * size
+        counters.doneBytes = doneBytes
+        let traits = BackendTraits(
+            defaultChunkSize: 10, defaultConcurrency: concurrency, chunkOrder: order, emptyFileHasOneChunk: emptyFileHasOneChunk)
+        return Scheduler(
+            record: record, counters: counters,
+            configuration: Scheduler.Configuration(
+                traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order }))
+    }
+
+    private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
+        let plan = ChunkPlan(fileSize: record.size, chunkSize: record.chunkSize)
+        var set = ChunkSet(capacity: capacity ?? plan.count)
+        for chunk in done { set.insert(chunk) }
+        return LoadedFile(record: record, done: set, identity: now ?? record.identity)
+    }
+
+    /// Plays a server that answers every request at once, in the order
+    /// started (FIFO), until the scheduler has nothing left; returns the
+    /// work seen. `answer` may script special answers.
+    @discardableResult
+    private func drive(
+        _ scheduler: inout Scheduler, records: (Int) -> FileRecord, done: (Int) -> [Int] = { _ in [] },
+        maximumHeld: inout Int, answer: (Work, inout Scheduler) -> WorkResult? = { _, _ in nil }
+    ) throws -> [Work] {
+        var seen: [Work] = []
+        var pending: [Work] = []
+        var guardCount = 0
+        while true {
+            guardCount += 1
+            XCTAssertLessThan(guardCount, 1_000_000, "the scheduler does not converge")
+            if guardCount > 1_000_000 { break }
+            if let work = scheduler.next() {
+                seen.append(work)
+                if case .loadFile(let index) = work {
+                    _ = try scheduler.apply(.loaded(file: index, loaded(records(index), done: done(index))))
+                    maximumHeld = max(maximumHeld, scheduler.files.count)
+                } else {
+                    pending.append(work)
+                }
+                continue
+            }
+            guard !pending.isEmpty else { break }
+            let work = pending.removeFirst()
+            let result = answer(work, &scheduler) ?? perfectAnswer(work, scheduler)
+            _ = try scheduler.apply(result)
+        }
+        return seen
+    }
+
+    private func perfectAnswer(_ work: Work, _ scheduler: Scheduler) -> WorkResult {
+        switch work {
+        case .startJob: return .started(nil)
+        case .openFile(let index):
+            var record = scheduler.file(index)!.record
+            record.isOpen = true
+            return .opened(file: index, record)
+        case .reconcileFile(let index): return .reconciled(file: index, nil)
+        case .chunk(let index, let chunk):
+            return .chunkStored(file: index, chunk: chunk, bytes: scheduler.file(index)!.plan.length(of: chunk))
+        case .finishFile(let index): return .fileFinished(file: index, .completed(url: "u\(index)"))
+        case .finishJob: return .jobFinished(nil)
+        case .loadFile: fatalError("loaded inline")
+        }
+    }
+
+    // MARK: Tests
+
+    func testFreshJobRunsEveryStepInOrderAndEnds() throws {
+        var s = scheduler(files: 2, started: false)
+        var held = 0
+        let seen = try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held)
+        XCTAssertEqual(seen.first, .startJob)
+        XCTAssertEqual(seen.last, .finishJob)
+        for file in 0..<2 {
+            let steps = seen.filter { $0.file == file }
+            XCTAssertEqual(steps.first, .loadFile(file))
+            XCTAssertEqual(steps[1], .openFile(file))
+            XCTAssertEqual(Set(steps.filter { if case .chunk = $0 { return true } else { return false } }).count, 3)
+            XCTAssertEqual(steps.last, .finishFile(file))
+        }
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(s.doneBytes, 50)
+        XCTAssertEqual(s.failedFiles, 0)
+    }
+
+    func testNothingStartsBeforeTheJobStepAnswered() throws {
+        var s = scheduler(files: 3, started: false)
+        XCTAssertEqual(s.next(), .startJob)
+        XCTAssertNil(s.next(), "no file may be touched before startJob's handles are committed")
+        let effects = try s.apply(.started(JobStart(handles: ServerHandles(["source": "1"]))))
+        guard case .putJob(let record)? = effects.changes.first else { return XCTFail("\(effects.changes)") }
+        XCTAssertEqual(record.handles["source"], "1")
+        XCTAssertTrue(record.isStarted)
+        XCTAssertTrue(effects.sync, "job handles are forced to disk before any file is opened")
+        XCTAssertEqual(s.next(), .loadFile(0))
+    }
+
+    func testFilesInProgressStayBoundedWhateverTheirNumber() throws {
+        var s = scheduler(files: 3_000, size: 5, concurrency: 4)
+        var held = 0
+        let seen = try drive(&s, records: { self.fileRecord($0, size: 5) }, maximumHeld: &held)
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(seen.filter { if case .finishFile = $0 { return true } else { return false } }.count, 3_000)
+        XCTAssertLessThanOrEqual(held, 5, "only the files in progress are held")
+        XCTAssertTrue(s.files.isEmpty)
+    }
+
+    func testSequentialOrderKeepsOneChunkOfAFileInFlight() throws {
+        var s = scheduler(files: 1, size: 100, concurrency: 4, order: .sequentialWithinFile)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded({ var r = fileRecord(0, size: 100); r.isOpen = true; return r }())))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, .serverHas(chunks: [0, 1])))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2))
+        XCTAssertNil(s.next(), "the file's next chunk waits for this one")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 3))
+    }
+
+    func testACompletedFileOfAnEarlierRunIsNotTouched() throws {
+        var s = scheduler(files: 2, doneBytes: 25)
+        var complete = fileRecord(0)
+        complete.isOpen = true
+        complete.url = "u0"
+        var held = 0
+        let seen = try drive(
+            &s, records: { $0 == 0 ? complete : self.fileRecord($0) }, done: { $0 == 0 ? [0, 1, 2] : [] },
+            maximumHeld: &held)
+        XCTAssertTrue(seen.filter { $0.file == 0 }.allSatisfy { $0 == .loadFile(0) })
+        XCTAssertTrue(s.isFinished)
+    }
+
+    func testAFileChangedSinceTheLastRunIsSentAgainFromItsStart() throws {
+        var s = scheduler(files: 1, doneBytes: 20)
+        var record = fileRecord(0)
+        record.isOpen = true
+        record.handles.set("uploadId", "old")
+        XCTAssertEqual(s.next(), .loadFile(0))
+        let effects = try s.apply(.loaded(file: 0, loaded(record, done: [0, 1], now: identity(31, time: 2))))
+        XCTAssertEqual(s.doneBytes, 0)
+        XCTAssertEqual(s.totalBytes, 31)
+        guard case .putFiles(_, let files)? = effects.changes.last, let stored = files.first?.record else {
+            return XCTFail("\(effects.changes)")
+        }
+        XCTAssertEqual(stored.identity.size, 31)
+        XCTAssertFalse(stored.isOpen)
+        XCTAssertNil(stored.handles["uploadId"], "the old upload's handles are not reused")
+        XCTAssertTrue(effects.changes.contains { if case .replaceDone(_, 0, let done, _, _) = $0 { return done.count == 0 } else { return false } })
+        XCTAssertEqual(s.next(), .openFile(0))
+    }
+
+    func testAFileThatCannotBeLoadedFailsAloneAndTheJobStepIsSkipped() throws {
+        var s = scheduler(files: 3, concurrency: 1)
+        var held = 0
+        var seen: [Work] = []
+        var failures = 0
+        while let work = s.next() {
+            seen.append(work)
+            switch work {
+            case .loadFile(1):
+                let effects = try s.apply(.loadFailed(file: 1, record: fileRecord(1), reason: "cannot be read (gone)"))
+                failures += effects.events.filter { if case .fileFailed = $0 { return true } else { return false } }.count
+                guard case .putFiles(_, let files)? = effects.changes.first else { return XCTFail("failure not recorded") }
+                XCTAssertEqual(files.first?.record.failure, "cannot be read (gone)")
+            case .loadFile(let index):
+                _ = try s.apply(.loaded(file: index, loaded(fileRecord(index))))
+                held = max(held, s.files.count)
+            default:
+                _ = try s.apply(perfectAnswer(work, s))
+            }
+        }
+        XCTAssertEqual(failures, 1)
+        XCTAssertEqual(s.failedFiles, 1)
+        XCTAssertEqual(s.firstFailure?.path, "/data/f1")
+        XCTAssertTrue(s.isFinished)
+        XCTAssertFalse(seen.contains(.finishJob), "a job with a failed file is not finished on the server")
+        XCTAssertTrue(seen.contains(.finishFile(2)), "the files after the failed one are sent")
+    }
+
+    func testAFileThatChangesDuringThePushFailsOnceItsRequestsDrained() throws {
+        var s = scheduler(files: 1, size: 40, concurrency: 3)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        var record = fileRecord(0, size: 40)
+        record.isOpen = true
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, nil))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2))
+        var effects = try s.apply(.fileFailed(file: 0, work: .chunk(file: 0, chunk: 0), reason: "it changed"))
+        XCTAssertTrue(effects.changes.isEmpty, "not settled while chunks are in flight")
+        XCTAssertNil(s.next(), "nothing more of a failing file")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 1, bytes: 10))
+        effects = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
+        XCTAssertEqual(effects.released, [0])
+        XCTAssertEqual(s.failedFiles, 1)
+        XCTAssertNil(s.next())
+        XCTAssertTrue(s.isFinished)
+    }
+
+    func testAForgottenUploadIsOpenedAgainOnceAndThenFailsTheJob() throws {
+        var s = scheduler(files: 1, concurrency: 2)
+        var record = fileRecord(0)
+        record.isOpen = true
+        record.handles.set("uploadId", "x")
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        let effects = try s.apply(.reconciled(file: 0, .unknownUpload))
+        XCTAssertTrue(effects.changes.contains { if case .putFiles(_, let f) = $0 { return f[0].record.handles.isEmpty && !f[0].record.isOpen } else { return false } })
+        XCTAssertEqual(s.next(), .openFile(0))
+        _ = try s.apply(.opened(file: 0, { var r = record; r.handles = ServerHandles(["uploadId": "y"]); return r }()))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertThrowsError(try s.apply(.uploadUnknown(file: 0, work: .chunk(file: 0, chunk: 0), message: "gone again")))
+    }
+
+    func testOutOfSyncAsksTheServerAgainOnceTheFileDrained() throws {
+        var s = scheduler(files: 1, size: 30, concurrency: 2)
+        var record = fileRecord(0, size: 30)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, .serverHasPrefix(bytes: 15)))
+        // Chunk 1 holds byte 15: it is sent from there.
+        XCTAssertEqual(s.file(0)?.partial?.offset, 15)
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2))
+        _ = try s.apply(.outOfSync(file: 0, work: .chunk(file: 0, chunk: 1), message: "409"))
+        XCTAssertNil(s.next(), "waits for chunk 2")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+    }
+
+    func testMissingChunksAtFinishAreSentAgain() throws {
+        var s = scheduler(files: 1, concurrency: 1)
+        var held = 0
+        var rounds = 0
+        try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+            if case .finishFile(0) = work, rounds == 0 {
+                rounds += 1
+                return .fileFinished(file: 0, .missing([1]))
+            }
+            return nil
+        }
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(s.doneBytes, 25)
+    }
+
+    func testARollbackTakesTheFailedFilesUpAgain() throws {
+        var s = scheduler(files: 2, concurrency: 2)
+        var held = 0
+        var rolledBack = false
+        let seen = try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+            if case .finishJob = work, !rolledBack {
+                rolledBack = true
+                return .jobFinished(.rollback(files: [1]))
+            }
+            return nil
+        }
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(seen.filter { $0 == .loadFile(1) }.count, 2)
+        XCTAssertEqual(seen.filter { $0 == .finishJob }.count, 2)
+    }
+
+    func testResyncMovesTheFileBack() throws {
+        var s = scheduler(files: 1, size: 50, concurrency: 1, order: .sequentialWithinFile)
+        var record = fileRecord(0, size: 50)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record, done: [0, 1, 2])))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, nil))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 3))
+        let effects = try s.apply(.chunkResync(file: 0, chunk: 3, next: 1))
+        guard case .replaceDone(_, 0, let done, _, _)? = effects.changes.first else { return XCTFail("\(effects.changes)") }
+        XCTAssertEqual(done.members, [0])
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+    }
+
+    func testAFailureIsThrownAndCountsStayRight() throws {
+        var s = scheduler(files: 1)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0))))
+        XCTAssertEqual(s.next(), .openFile(0))
+        XCTAssertThrowsError(try s.apply(.failed(.openFile(0), .transferFailed("refused")))) { error in
+            XCTAssertEqual(error as? XferError, .transferFailed("refused"))
+        }
+        XCTAssertEqual(s.inFlight, 0)
+    }
+
+    func testAMillionChunkFileIsScheduledChunkByChunk() throws {
+        // One chunk at a time through the whole file: every step must be O(1).
+        var s = scheduler(files: 1, size: 1_000_000, concurrency: 8)
+        var record = fileRecord(0, size: 1_000_000, chunkSize: 1)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, nil))
+        var acknowledged = 0
+        var inFlight: [Int] = []
+        while true {
+            while let work = s.next() {
+                guard case .chunk(_, let chunk) = work else {
+                    XCTAssertEqual(work, .finishFile(0))
+                    XCTAssertEqual(acknowledged, 1_000_000)
+                    return
+                }
+                inFlight.append(chunk)
+            }
+            guard !inFlight.isEmpty else { return XCTFail("stalled") }
+            let chunk = inFlight.removeFirst()
+            _ = try s.apply(.chunkStored(file: 0, chunk: chunk, bytes: 1))
+            acknowledged += 1
+        }
+    }
+}
