@@ -100,13 +100,14 @@ struct XferStoreBench {
     static func measureCommits(kind: StoreKind, directory: String, chunks: Int, committers: Int) async throws -> (Double, Double) {
         let store = try kind.open(directory)
         let job = JobID(rawValue: "00000000000000bb")
+        let plan = ChunkPlan(fileSize: Int64(chunks), chunkSize: 1)
         let cpuStart = processCPUSeconds()
         let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in
             for committer in 0..<committers {
                 group.addTask {
                     for chunk in stride(from: committer, to: chunks, by: committers) {
-                        try await store.commit(.markDone(job: job, file: 0, chunks: [chunk], receipts: [:]))
+                        try await store.commit(.markDone(job: job, file: 0, chunks: [chunk], plan: plan, receipts: [:]))
                     }
                 }
             }

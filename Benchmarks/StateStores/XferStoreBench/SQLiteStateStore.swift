@@ -5,8 +5,9 @@ import Xfer
 
 /// The engine's state store in SQLite, for comparison with `StateStore`
 /// (LMDB). Same semantics method for method, same layout of the data
-/// (JSON records, binary listings, 8192-chunk bitmap segments, a done
-/// counter per file, a completion index), and the same write design: one
+/// (binary job headers and file records under their own keys, per-job
+/// counters, 8192-chunk bitmap segments, a done counter and bytes per file,
+/// the paths and failures indexes, a completion index), and the same write design: one
 /// serial queue, changes queued by concurrent committers applied in one
 /// transaction. So the numbers differ only by the storage engine.
 ///
@@ -18,7 +19,7 @@ import Xfer
 /// transaction (a WAL snapshot), as LMDB reads run in a read transaction
 /// beside the writer.
 final class SQLiteStateStore: JobStateStore {
-    static let layoutVersion = "sqlite-1"
+    static let layoutVersion = "sqlite-3"
 
     let directory: String
     private let path: String
@@ -45,12 +46,18 @@ final class SQLiteStateStore: JobStateStore {
             try writeConnection.execute(
                 """
                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, record BLOB NOT NULL, summary BLOB NOT NULL) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, record BLOB NOT NULL) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS counters (id TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS roots (job TEXT, root INTEGER, path TEXT NOT NULL, PRIMARY KEY (job, root)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS files (job TEXT, file INTEGER, record BLOB NOT NULL, PRIMARY KEY (job, file)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS paths (job TEXT, root INTEGER, path TEXT, file INTEGER NOT NULL,
+                    PRIMARY KEY (job, root, path)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS failures (job TEXT, file INTEGER, PRIMARY KEY (job, file)) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS chunks (job TEXT, file INTEGER, segment INTEGER, bits BLOB NOT NULL,
                     PRIMARY KEY (job, file, segment)) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS receipts (job TEXT, file INTEGER, chunk INTEGER, receipt TEXT NOT NULL,
                     PRIMARY KEY (job, file, chunk)) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS progress (job TEXT, file INTEGER, done INTEGER NOT NULL,
+                CREATE TABLE IF NOT EXISTS progress (job TEXT, file INTEGER, done INTEGER NOT NULL, bytes INTEGER NOT NULL,
                     PRIMARY KEY (job, file)) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS finished (at INTEGER, job TEXT, PRIMARY KEY (at, job)) WITHOUT ROWID;
                 """)
@@ -83,15 +90,69 @@ final class SQLiteStateStore: JobStateStore {
         try reading { db in try self.record(id, in: db) }
     }
 
-    func jobs() throws(XferError) -> [JobRecord] {
+    func counters(_ id: JobID) throws(XferError) -> JobCounters {
+        try reading { db in try self.counters(id, in: db) }
+    }
+
+    func roots(_ id: JobID) throws(XferError) -> [String] {
         try reading { db in
-            var result: [JobRecord] = []
-            try db.query("SELECT id, record FROM jobs ORDER BY id") { row in
-                result.append(try self.decodeJob(row.blob(1), id: row.text(0)))
+            var roots: [String] = []
+            try db.query("SELECT path FROM roots WHERE job = ? ORDER BY root", [.text(id.rawValue)]) { row in
+                roots.append(row.text(0))
+                return true
+            }
+            return roots
+        }
+    }
+
+    func file(job: JobID, index: Int) throws(XferError) -> FileRecord? {
+        try reading { db in try self.file(job, index, in: db) }
+    }
+
+    func files(job: JobID, from start: Int, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)] {
+        try reading { db in
+            var result: [(index: Int, record: FileRecord)] = []
+            guard limit > 0 else { return result }
+            try db.query(
+                "SELECT file, record FROM files WHERE job = ? AND file >= ? ORDER BY file LIMIT ?",
+                [.text(job.rawValue), .int(Int64(max(0, start))), .int(Int64(limit))]
+            ) { row in
+                result.append((Int(row.int(0)), try self.decodeFile(row.blob(1))))
                 return true
             }
             return result
         }
+    }
+
+    func fileIndex(job: JobID, root: Int, relativePath: String) throws(XferError) -> Int? {
+        try reading { db in
+            var found: Int?
+            try db.query(
+                "SELECT file FROM paths WHERE job = ? AND root = ? AND path = ?",
+                [.text(job.rawValue), .int(Int64(root)), .text(relativePath)]
+            ) { row in
+                found = Int(row.int(0))
+                return false
+            }
+            return found
+        }
+    }
+
+    func failedFiles(job: JobID, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)] {
+        try reading { db in
+            var indexes: [Int] = []
+            try db.query(
+                "SELECT file FROM failures WHERE job = ? ORDER BY file LIMIT ?", [.text(job.rawValue), .int(Int64(max(0, limit)))]
+            ) { row in
+                indexes.append(Int(row.int(0)))
+                return true
+            }
+            return try indexes.compactMap { index in try self.file(job, index, in: db).map { (index, $0) } }
+        }
+    }
+
+    func fileProgress(job: JobID, file: Int) throws(XferError) -> FileProgress {
+        try reading { db in try self.storedProgress(job, file, in: db) }
     }
 
     func doneChunks(job: JobID, file: Int, capacity: Int) throws(XferError) -> ChunkSet {
@@ -138,55 +199,17 @@ final class SQLiteStateStore: JobStateStore {
         }
     }
 
-    func jobWithProgress(_ id: JobID) throws(XferError) -> (record: JobRecord, files: [FileProgress])? {
+    func listings() throws(XferError) -> [JobListing] {
         try reading { db in
-            guard let record = try self.record(id, in: db) else { return nil }
-            return (record, try self.progress(of: JobListing(record), in: db))
-        }
-    }
-
-    func listings() throws(XferError) -> [(listing: JobListing, files: [FileProgress])] {
-        try reading { db in
-            var listings: [JobListing] = []
-            try db.query("SELECT id, summary, record FROM jobs ORDER BY id") { row in
-                let id = JobID(rawValue: row.text(0))
-                if let listing = JobListing(id: id, decoding: row.blob(1)) {
-                    listings.append(listing)
-                } else {
-                    // A summary that does not decode: the record has it all.
-                    listings.append(JobListing(try self.decodeJob(row.blob(2), id: id.rawValue)))
-                }
+            var records: [JobRecord] = []
+            try db.query("SELECT id, record FROM jobs ORDER BY id") { row in
+                records.append(try self.decodeJob(row.blob(1), id: JobID(rawValue: row.text(0))))
                 return true
             }
-            // Progress is read after the scan: its statements would otherwise
+            // Counters are read after the scan: their statements would otherwise
             // run while the scanning one is mid-step (both in one snapshot).
-            return try listings.map { listing in (listing, try self.progress(of: listing, in: db)) }
+            return try records.map { JobListing(record: $0, counters: try self.counters($0.id, in: db)) }
         }
-    }
-
-    /// As `StateStore`: the counter and the one segment holding the last chunk.
-    private func progress(of listing: JobListing, in db: SQLiteConnection) throws -> [FileProgress] {
-        var files: [FileProgress] = []
-        files.reserveCapacity(listing.files.count)
-        for (index, file) in listing.files.enumerated() {
-            let capacity = ChunkPlan(fileSize: max(0, file.size), chunkSize: max(1, file.chunkSize)).count
-            var lastDone = false
-            if capacity > 0 {
-                let last = capacity - 1
-                try db.query(
-                    "SELECT bits FROM chunks WHERE job = ? AND file = ? AND segment = ?",
-                    [.text(listing.id.rawValue), .int(Int64(index)), .int(Int64(last / ChunkSet.segmentSize))]
-                ) { row in
-                    let segment = row.blob(0)
-                    let bit = last % ChunkSet.segmentSize
-                    lastDone = segment.count > bit >> 3 && segment[bit >> 3] & (1 << UInt8(bit & 7)) != 0
-                    return false
-                }
-            }
-            let count = try storedCount(listing.id, index, in: db)
-            files.append(FileProgress(chunksDone: min(max(0, count), capacity), lastChunkDone: lastDone))
-        }
-        return files
     }
 
     // MARK: Writes
@@ -205,18 +228,16 @@ final class SQLiteStateStore: JobStateStore {
                     for (at, job) in due {
                         let id = JobID(rawValue: job)
                         let entry: [SQLiteValue] = [.int(at), .text(job)]
-                        guard let record = try? self.record(id, in: db) else {
-                            try db.run("DELETE FROM finished WHERE at = ? AND job = ?", entry)
-                            continue
-                        }
-                        let listing = JobListing(record)
-                        guard listing.phase == .completed, Self.finishedSecond(listing.updatedAt) == at else {
+                        guard let record = try? self.record(id, in: db), record.phase == .completed,
+                            Self.finishedSecond(record.updatedAt) == at
+                        else {
                             try db.run("DELETE FROM finished WHERE at = ? AND job = ?", entry)  // stale
                             continue
                         }
-                        guard listing.updatedAt < cutoff else { continue }
+                        guard record.updatedAt < cutoff else { continue }
                         try db.run("DELETE FROM finished WHERE at = ? AND job = ?", entry)
-                        try self.apply(.deleteJob(id), in: db)
+                        var cache: [JobID: JobCounters] = [:]
+                        try self.apply(.deleteJob(id), in: db, counters: &cache)
                         pruned.append(id)
                     }
                     return pruned
@@ -265,46 +286,92 @@ final class SQLiteStateStore: JobStateStore {
         }
         guard !batch.isEmpty else { return }
         let result = writing { db in
-            for (change, _) in batch { try self.apply(change, in: db) }
+            var cache: [JobID: JobCounters] = [:]
+            for (change, _) in batch { try self.apply(change, in: db, counters: &cache) }
+            for (id, counters) in cache {
+                try db.run("INSERT OR REPLACE INTO counters (id, value) VALUES (?, ?)", [.text(id.rawValue), .blob(counters.encoded)])
+            }
         }
         for (_, done) in batch { done(result) }
     }
 
-    private func apply(_ change: StateChange, in db: SQLiteConnection) throws {
+    /// As `StateStore.apply`: every change O(1) in the job's size, counters in the same transaction.
+    private func apply(_ change: StateChange, in db: SQLiteConnection, counters cache: inout [JobID: JobCounters]) throws {
+        func counters(_ id: JobID) throws -> JobCounters {
+            if let cached = cache[id] { return cached }
+            let stored = try self.counters(id, in: db)
+            cache[id] = stored
+            return stored
+        }
         switch change {
-        case .putJob(let record):
-            let listing = JobListing(record)
-            try db.run(
-                "INSERT OR REPLACE INTO jobs (id, record, summary) VALUES (?, ?, ?)",
-                [.text(listing.id.rawValue), .blob([UInt8](try Self.encoder.encode(record))), .blob(listing.encoded)])
-            if listing.phase == .completed {
-                // Stale entries are recognised and dropped by pruning.
+        case .createJob(let record, let roots):
+            try putJob(record, in: db)
+            for (index, root) in roots.enumerated() {
                 try db.run(
-                    "INSERT OR REPLACE INTO finished (at, job) VALUES (?, ?)",
-                    [.int(Self.finishedSecond(listing.updatedAt)), .text(listing.id.rawValue)])
+                    "INSERT OR REPLACE INTO roots (job, root, path) VALUES (?, ?, ?)",
+                    [.text(record.id.rawValue), .int(Int64(index)), .text(root)])
             }
+            cache[record.id] = JobCounters()
+        case .putJob(let record):
+            try putJob(record, in: db)
         case .deleteJob(let id):
             let key: [SQLiteValue] = [.text(id.rawValue)]
             try db.run("DELETE FROM jobs WHERE id = ?", key)
-            try db.run("DELETE FROM chunks WHERE job = ?", key)
-            try db.run("DELETE FROM receipts WHERE job = ?", key)
-            try db.run("DELETE FROM progress WHERE job = ?", key)
-        case .markDone(let job, let file, let chunks, let receipts):
-            try updateBits(job, file, chunks, to: true, in: db)
+            try db.run("DELETE FROM counters WHERE id = ?", key)
+            cache[id] = nil
+            for table in ["roots", "files", "paths", "failures", "chunks", "receipts", "progress"] {
+                try db.run("DELETE FROM \(table) WHERE job = ?", key)
+            }
+        case .putFiles(let job, let files):
+            var totals = try counters(job)
+            for (index, record) in files {
+                let key: [SQLiteValue] = [.text(job.rawValue), .int(Int64(index))]
+                let old = try file(job, index, in: db)
+                if let old {
+                    totals.totalBytes += record.size - old.size
+                    if old.root != record.root || old.relativePath != record.relativePath {
+                        try db.run(
+                            "DELETE FROM paths WHERE job = ? AND root = ? AND path = ?",
+                            [.text(job.rawValue), .int(Int64(old.root)), .text(old.relativePath)])
+                        try putPath(job, record, index, in: db)
+                    }
+                } else {
+                    totals.fileCount += 1
+                    totals.totalBytes += record.size
+                    try putPath(job, record, index, in: db)
+                }
+                totals.completedFiles += (record.isComplete ? 1 : 0) - (old?.isComplete == true ? 1 : 0)
+                let failed = record.failure != nil
+                if failed != (old?.failure != nil) {
+                    totals.failedFiles += failed ? 1 : -1
+                    if failed {
+                        try db.run("INSERT OR REPLACE INTO failures (job, file) VALUES (?, ?)", key)
+                    } else {
+                        try db.run("DELETE FROM failures WHERE job = ? AND file = ?", key)
+                    }
+                }
+                try db.run("INSERT OR REPLACE INTO files (job, file, record) VALUES (?, ?, ?)", key + [.blob(record.encoded)])
+            }
+            cache[job] = totals
+        case .markDone(let job, let file, let chunks, let plan, let receipts):
+            let delta = try updateBits(job, file, chunks, plan: plan, to: true, in: db)
+            if delta != 0 { cache[job] = try counters(job).adding(delta) }
             for (chunk, receipt) in receipts {
                 try db.run(
                     "INSERT OR REPLACE INTO receipts (job, file, chunk, receipt) VALUES (?, ?, ?, ?)",
                     [.text(job.rawValue), .int(Int64(file)), .int(Int64(chunk)), .text(receipt)])
             }
-        case .markNotDone(let job, let file, let chunks):
-            try updateBits(job, file, chunks, to: false, in: db)
+        case .markNotDone(let job, let file, let chunks, let plan):
+            let delta = try updateBits(job, file, chunks, plan: plan, to: false, in: db)
+            if delta != 0 { cache[job] = try counters(job).adding(delta) }
             for chunk in chunks {
                 try db.run(
                     "DELETE FROM receipts WHERE job = ? AND file = ? AND chunk = ?",
                     [.text(job.rawValue), .int(Int64(file)), .int(Int64(chunk))])
             }
-        case .replaceDone(let job, let file, let done, let receipts):
+        case .replaceDone(let job, let file, let done, let plan, let receipts):
             let key: [SQLiteValue] = [.text(job.rawValue), .int(Int64(file))]
+            let old = try storedProgress(job, file, in: db)
             try db.run("DELETE FROM chunks WHERE job = ? AND file = ?", key)
             try db.run("DELETE FROM receipts WHERE job = ? AND file = ?", key)
             for segment in 0..<done.segmentCount {
@@ -312,7 +379,11 @@ final class SQLiteStateStore: JobStateStore {
                     "INSERT INTO chunks (job, file, segment, bits) VALUES (?, ?, ?, ?)",
                     key + [.int(Int64(segment)), .blob(done.segmentBytes(segment))])
             }
-            try db.run("INSERT OR REPLACE INTO progress (job, file, done) VALUES (?, ?, ?)", key + [.int(Int64(done.count))])
+            let bytes = plan.count == 0 ? 0 : Self.bytes(of: done, plan: plan)
+            try db.run(
+                "INSERT OR REPLACE INTO progress (job, file, done, bytes) VALUES (?, ?, ?, ?)",
+                key + [.int(Int64(done.count)), .int(bytes)])
+            if bytes != old.bytesDone { cache[job] = try counters(job).adding(bytes - old.bytesDone) }
             for (chunk, receipt) in receipts {
                 try db.run(
                     "INSERT OR REPLACE INTO receipts (job, file, chunk, receipt) VALUES (?, ?, ?, ?)",
@@ -321,12 +392,31 @@ final class SQLiteStateStore: JobStateStore {
         }
     }
 
+    private func putJob(_ record: JobRecord, in db: SQLiteConnection) throws {
+        try db.run("INSERT OR REPLACE INTO jobs (id, record) VALUES (?, ?)", [.text(record.id.rawValue), .blob(record.encoded)])
+        if record.phase == .completed {
+            // Stale entries are recognised and dropped by pruning.
+            try db.run(
+                "INSERT OR REPLACE INTO finished (at, job) VALUES (?, ?)",
+                [.int(Self.finishedSecond(record.updatedAt)), .text(record.id.rawValue)])
+        }
+    }
+
+    private func putPath(_ job: JobID, _ record: FileRecord, _ index: Int, in db: SQLiteConnection) throws {
+        try db.run(
+            "INSERT OR REPLACE INTO paths (job, root, path, file) VALUES (?, ?, ?, ?)",
+            [.text(job.rawValue), .int(Int64(record.root)), .text(record.relativePath), .int(Int64(index))])
+    }
+
     /// Read-modify-write of the touched bitmap segments and the counter, as
-    /// `StateStore.updateBits`.
-    private func updateBits(_ job: JobID, _ file: Int, _ chunks: [Int], to value: Bool, in db: SQLiteConnection) throws {
+    /// `StateStore.updateBits`; returns the change in done bytes.
+    private func updateBits(
+        _ job: JobID, _ file: Int, _ chunks: [Int], plan: ChunkPlan, to value: Bool, in db: SQLiteConnection
+    ) throws -> Int64 {
         let key: [SQLiteValue] = [.text(job.rawValue), .int(Int64(file))]
-        var count = try storedCount(job, file, in: db)
-        let bySegment = Dictionary(grouping: chunks) { $0 / ChunkSet.segmentSize }
+        var progress = try storedProgress(job, file, in: db)
+        let before = progress.bytesDone
+        let bySegment = Dictionary(grouping: chunks.filter { $0 >= 0 && $0 < plan.count }) { $0 / ChunkSet.segmentSize }
         for (segment, members) in bySegment {
             var bytes: [UInt8] = []
             try db.query("SELECT bits FROM chunks WHERE job = ? AND file = ? AND segment = ?", key + [.int(Int64(segment))]) { row in
@@ -339,36 +429,33 @@ final class SQLiteStateStore: JobStateStore {
                 let bit = chunk % ChunkSet.segmentSize
                 let mask: UInt8 = 1 << UInt8(bit & 7)
                 let wasSet = bytes[bit >> 3] & mask != 0
-                if value {
+                if value, !wasSet {
                     bytes[bit >> 3] |= mask
-                    if !wasSet { count += 1 }
-                } else {
+                    progress.chunksDone += 1
+                    progress.bytesDone += Int64(plan.length(of: chunk))
+                } else if !value, wasSet {
                     bytes[bit >> 3] &= ~mask
-                    if wasSet { count -= 1 }
+                    progress.chunksDone -= 1
+                    progress.bytesDone -= Int64(plan.length(of: chunk))
                 }
             }
             try db.run(
                 "INSERT OR REPLACE INTO chunks (job, file, segment, bits) VALUES (?, ?, ?, ?)",
                 key + [.int(Int64(segment)), .blob(bytes)])
         }
-        try db.run("INSERT OR REPLACE INTO progress (job, file, done) VALUES (?, ?, ?)", key + [.int(Int64(max(0, count)))])
+        try db.run(
+            "INSERT OR REPLACE INTO progress (job, file, done, bytes) VALUES (?, ?, ?, ?)",
+            key + [.int(Int64(progress.chunksDone)), .int(progress.bytesDone)])
+        return progress.bytesDone - before
     }
 
-    /// The stored counter, or (none stored) the bits counted, as `StateStore`.
-    private func storedCount(_ job: JobID, _ file: Int, in db: SQLiteConnection) throws -> Int {
-        let key: [SQLiteValue] = [.text(job.rawValue), .int(Int64(file))]
-        var stored: Int?
-        try db.query("SELECT done FROM progress WHERE job = ? AND file = ?", key) { row in
-            stored = Int(row.int(0))
+    private func storedProgress(_ job: JobID, _ file: Int, in db: SQLiteConnection) throws -> FileProgress {
+        var progress = FileProgress(chunksDone: 0, bytesDone: 0)
+        try db.query("SELECT done, bytes FROM progress WHERE job = ? AND file = ?", [.text(job.rawValue), .int(Int64(file))]) { row in
+            progress = FileProgress(chunksDone: Int(row.int(0)), bytesDone: row.int(1))
             return false
         }
-        if let stored { return stored }
-        var count = 0
-        try db.query("SELECT bits FROM chunks WHERE job = ? AND file = ?", key) { row in
-            count += row.blob(0).reduce(0) { $0 + $1.nonzeroBitCount }
-            return true
-        }
-        return count
+        return progress
     }
 
     // MARK: Helpers
@@ -380,7 +467,29 @@ final class SQLiteStateStore: JobStateStore {
             return false
         }
         guard let bytes else { return nil }
-        return try decodeJob(bytes, id: id.rawValue)
+        return try decodeJob(bytes, id: id)
+    }
+
+    private func counters(_ id: JobID, in db: SQLiteConnection) throws -> JobCounters {
+        var bytes: [UInt8]?
+        try db.query("SELECT value FROM counters WHERE id = ?", [.text(id.rawValue)]) { row in
+            bytes = row.blob(0)
+            return false
+        }
+        guard let bytes else { return JobCounters() }
+        guard let counters = JobCounters(decoding: bytes) else {
+            throw XferError.stateUnavailable("the counters of job \(id) in \(path) are unreadable")
+        }
+        return counters
+    }
+
+    private func file(_ job: JobID, _ index: Int, in db: SQLiteConnection) throws -> FileRecord? {
+        var bytes: [UInt8]?
+        try db.query("SELECT record FROM files WHERE job = ? AND file = ?", [.text(job.rawValue), .int(Int64(index))]) { row in
+            bytes = row.blob(0)
+            return false
+        }
+        return try bytes.map { try decodeFile($0) }
     }
 
     /// Runs `body` in a read transaction on a pooled connection.
@@ -425,29 +534,35 @@ final class SQLiteStateStore: JobStateStore {
         }
     }
 
-    private func decodeJob(_ bytes: [UInt8], id: String) throws -> JobRecord {
-        do {
-            return try Self.decoder.decode(JobRecord.self, from: Data(bytes))
-        } catch {
-            throw XferError.stateUnavailable("the record of job \(id) in \(path) is unreadable (\(error))")
+    private func decodeJob(_ bytes: [UInt8], id: JobID) throws -> JobRecord {
+        guard let record = JobRecord(id: id, decoding: bytes) else {
+            throw XferError.stateUnavailable("the record of job \(id) in \(path) is unreadable")
         }
+        return record
+    }
+
+    private func decodeFile(_ bytes: [UInt8]) throws -> FileRecord {
+        guard let record = FileRecord(decoding: bytes) else {
+            throw XferError.stateUnavailable("a file record in \(path) is unreadable")
+        }
+        return record
+    }
+
+    static func bytes(of done: ChunkSet, plan: ChunkPlan) -> Int64 {
+        var total = Int64(done.count) * Int64(plan.chunkSize)
+        if done.contains(plan.count - 1) { total -= Int64(plan.chunkSize - plan.length(of: plan.count - 1)) }
+        return total
     }
 
     static func finishedSecond(_ date: Date) -> Int64 {
         Int64(max(0, date.timeIntervalSince1970.rounded(.down)))
     }
+}
 
-    // The same settings as `StateStore`, so records cost the same to write.
-    private static let encoder: JSONEncoder = {
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .secondsSince1970
-        encoder.outputFormatting = [.sortedKeys]
-        return encoder
-    }()
-
-    private static let decoder: JSONDecoder = {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        return decoder
-    }()
+extension JobCounters {
+    fileprivate func adding(_ delta: Int64) -> JobCounters {
+        var copy = self
+        copy.doneBytes = max(0, copy.doneBytes + delta)
+        return copy
+    }
 }

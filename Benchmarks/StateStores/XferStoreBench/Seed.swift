@@ -20,18 +20,19 @@ enum Seed {
         let batch = try options.int("batch", default: 8192)
         let store = try TransferEngine.defaultStateStore(directory: state)
         let id = JobID(rawValue: job)
-        guard let record = try store.job(id) else { throw BenchError.failed("no job \(job) in \(state)") }
-        _ = record
+        guard try store.job(id) != nil, let record = try store.file(job: id, index: file) else {
+            throw BenchError.failed("no job \(job) with file \(file) in \(state)")
+        }
+        let plan = ChunkPlan(fileSize: record.size, chunkSize: max(1, record.chunkSize))
         let start = ContinuousClock.now
         var next = 0
         while next < chunks {
             let end = min(chunks, next + batch)
-            try await store.commit(.markDone(job: id, file: file, chunks: Array(next..<end), receipts: [:]))
+            try await store.commit(.markDone(job: id, file: file, chunks: Array(next..<end), plan: plan, receipts: [:]))
             next = end
         }
         try store.sync()
-        let (_, progress) = try store.jobWithProgress(id) ?? (record, [])
-        let done = progress.indices.contains(file) ? progress[file].chunksDone : -1
+        let done = try store.fileProgress(job: id, file: file).chunksDone
         print(String(format: "{\"job\":\"%@\",\"file\":%d,\"marked\":%d,\"chunksDone\":%d,\"seconds\":%.3f}",
                      job, file, chunks, done, (ContinuousClock.now - start).seconds))
     }
@@ -47,50 +48,43 @@ enum Seed {
         }
         let count = try options.int("count", default: 10_000)
         let filesPerJob = try options.int("files", default: 3)
-        let template: JobRecord
-        do {
-            let source = try TransferEngine.defaultStateStore(directory: templateDirectory)
-            guard let first = try source.jobs().first else { throw BenchError.failed("no job in \(templateDirectory)") }
-            template = first
-        }
-        // JobRecord's members are internal to the engine: go through its Codable form.
-        let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .secondsSince1970
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .secondsSince1970
-        guard var base = try JSONSerialization.jsonObject(with: encoder.encode(template)) as? [String: Any],
-              let baseFiles = base["files"] as? [[String: Any]], let baseFile = baseFiles.first,
-              let path = baseFile["path"] as? String,
-              let identity = baseFile["identity"] as? [String: Any],
-              let size = (identity["size"] as? NSNumber)?.int64Value,
-              let chunkSize = (baseFile["chunkSize"] as? NSNumber)?.int64Value
-        else { throw BenchError.failed("unexpected job record shape") }
-        let chunksPerFile = size == 0 ? 0 : Int((size - 1) / chunkSize + 1)
+        let source = try TransferEngine.defaultStateStore(directory: templateDirectory)
+        guard let template = try source.listings().first?.record,
+            let baseFile = try source.file(job: template.id, index: 0)
+        else { throw BenchError.failed("no job with a file in \(templateDirectory)") }
+        let plan = ChunkPlan(fileSize: baseFile.size, chunkSize: max(1, baseFile.chunkSize))
+        let chunksPerFile = plan.count
 
         let store = try TransferEngine.defaultStateStore(directory: state)
         let now = Date().timeIntervalSince1970
         let start = ContinuousClock.now
         var pending: [StateChange] = []
         for index in 0..<count {
-            let id = String(format: "%016llx", UInt64(0x5eed_0000_0000_0000) &+ UInt64(index) &* 0x9e37_79b9)
+            let id = JobID(rawValue: String(format: "%016llx", UInt64(0x5eed_0000_0000_0000) &+ UInt64(index) &* 0x9e37_79b9))
             let completed = index % 2 == 0
-            base["id"] = id
-            base["createdAt"] = now - 86_000 + Double(index) * 86_000 / Double(count)
-            base["updatedAt"] = now - 60
-            base["phase"] = completed ? "completed" : "unfinished"
-            var files: [[String: Any]] = []
+            var record = template
+            record.id = id
+            record.createdAt = Date(timeIntervalSince1970: now - 86_000 + Double(index) * 86_000 / Double(count))
+            record.updatedAt = Date(timeIntervalSince1970: now - 60)
+            record.phase = completed ? .completed : .unfinished
+            var files: [(index: Int, record: FileRecord)] = []
+            var roots: [String] = []
             for fileIndex in 0..<filesPerJob {
                 var file = baseFile
-                file["path"] = path + ".\(index).\(fileIndex)"
-                if completed { file["url"] = "http://127.0.0.1:1/downloads/\(id)/f\(fileIndex)" }
-                files.append(file)
+                file.path = baseFile.path + ".\(index).\(fileIndex)"
+                file.relativePath = (file.path as NSString).lastPathComponent
+                file.root = fileIndex
+                if completed { file.url = "http://127.0.0.1:1/downloads/\(id)/f\(fileIndex)" }
+                files.append((fileIndex, file))
+                roots.append(file.path)
             }
-            base["files"] = files
-            let record = try decoder.decode(JobRecord.self, from: JSONSerialization.data(withJSONObject: base))
-            pending.append(.putJob(record))
+            record.rootCount = roots.count
+            record.firstRoot = roots[0]
+            pending.append(.createJob(record, roots: roots))
+            pending.append(.putFiles(job: id, files: files))
             let doneCount = completed ? chunksPerFile : chunksPerFile / 2
             for fileIndex in 0..<filesPerJob where doneCount > 0 {
-                pending.append(.markDone(job: JobID(rawValue: id), file: fileIndex, chunks: Array(0..<doneCount), receipts: [:]))
+                pending.append(.markDone(job: id, file: fileIndex, chunks: Array(0..<doneCount), plan: plan, receipts: [:]))
             }
             if pending.count >= 2000 {
                 try await store.commit(pending)

@@ -68,47 +68,82 @@ package struct TreeRules: Sendable, Hashable {
 /// change to one file writes this record alone.
 package struct FileRecord: Sendable, Hashable {
     /// The absolute local path.
-    var path: String
+    package var path: String
     /// The path relative to the directory named (the file's name when the
     /// file itself was named), '/'-separated: what the server is told.
-    var relativePath: String
+    package var relativePath: String
     /// Which of the job's roots the file was found under.
-    var root: Int
-    var identity: FileIdentity
+    package var root: Int
+    package var identity: FileIdentity
     /// The chunk size in force for this file (the server may change it when
     /// the file is opened, before any chunk is sent).
-    var chunkSize: Int
+    package var chunkSize: Int
     /// True once the backend's open step answered and its handles are stored.
-    var isOpen = false
-    var handles = ServerHandles()
+    package var isOpen = false
+    package var handles = ServerHandles()
     /// The file's URL on the server once it is complete.
-    var url: String?
+    package var url: String?
     /// Why the file failed in the last run (it is retried by the next).
-    var failure: String?
+    package var failure: String?
 
-    var size: Int64 { identity.size }
-    var name: String { relativePath.split(separator: "/").last.map(String.init) ?? relativePath }
-    var isComplete: Bool { url != nil }
+    package init(
+        path: String, relativePath: String, root: Int, identity: FileIdentity, chunkSize: Int, isOpen: Bool = false,
+        handles: ServerHandles = ServerHandles(), url: String? = nil, failure: String? = nil
+    ) {
+        self.path = path
+        self.relativePath = relativePath
+        self.root = root
+        self.identity = identity
+        self.chunkSize = chunkSize
+        self.isOpen = isOpen
+        self.handles = handles
+        self.url = url
+        self.failure = failure
+    }
+
+    package var size: Int64 { identity.size }
+    package var name: String { relativePath.split(separator: "/").last.map(String.init) ?? relativePath }
+    package var isComplete: Bool { url != nil }
 }
 
 /// A job's header as the state store keeps it: everything but its files,
 /// their progress and its counters, each of which lives under keys of its own.
 package struct JobRecord: Sendable, Hashable {
-    var id: JobID
-    var backend: String
-    var target: String
-    var createdAt: Date
-    var updatedAt: Date
-    var phase: JobPhase = .unfinished
-    var lastError: String?
-    var concurrency: Int
+    package var id: JobID
+    package var backend: String
+    package var target: String
+    package var createdAt: Date
+    package var updatedAt: Date
+    package var phase: JobPhase = .unfinished
+    package var lastError: String?
+    package var concurrency: Int
     /// True once the backend's job-level start step answered and its handles are stored.
-    var isStarted = false
-    var handles = ServerHandles()
+    package var isStarted = false
+    package var handles = ServerHandles()
     /// How many paths the user named (kept under their own keys) and the first, for listings.
-    var rootCount: Int
-    var firstRoot: String
-    var rules = TreeRules()
+    package var rootCount: Int
+    package var firstRoot: String
+    package var rules = TreeRules()
+
+    package init(
+        id: JobID, backend: String, target: String, createdAt: Date, updatedAt: Date, phase: JobPhase = .unfinished,
+        lastError: String? = nil, concurrency: Int, isStarted: Bool = false, handles: ServerHandles = ServerHandles(),
+        rootCount: Int, firstRoot: String, rules: TreeRules = TreeRules()
+    ) {
+        self.id = id
+        self.backend = backend
+        self.target = target
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.phase = phase
+        self.lastError = lastError
+        self.concurrency = concurrency
+        self.isStarted = isStarted
+        self.handles = handles
+        self.rootCount = rootCount
+        self.firstRoot = firstRoot
+        self.rules = rules
+    }
 }
 
 /// Totals the store keeps per job in step with every file and chunk change,
@@ -164,7 +199,7 @@ extension ServerHandles {
 extension FileRecord {
     private static let version: UInt8 = 1
 
-    var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 96 + path.utf8.count + relativePath.utf8.count)
         writer.byte(Self.version)
         writer.string(path)
@@ -179,7 +214,7 @@ extension FileRecord {
         return writer.bytes
     }
 
-    init?(decoding bytes: [UInt8]) {
+    package init?(decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard reader.byte() == Self.version, let path = reader.string(), let relativePath = reader.string(),
             let root = reader.int(), let identity = FileIdentity(from: &reader), let chunkSize = reader.int(),
@@ -214,7 +249,7 @@ extension JobPhase {
 extension JobRecord {
     private static let version: UInt8 = 1
 
-    var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 128 + target.utf8.count + firstRoot.utf8.count)
         writer.byte(Self.version)
         writer.string(backend)
@@ -234,7 +269,7 @@ extension JobRecord {
         return writer.bytes
     }
 
-    init?(id: JobID, decoding bytes: [UInt8]) {
+    package init?(id: JobID, decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard reader.byte() == Self.version, let backend = reader.string(), let target = reader.string(),
             let created = reader.double(), let updated = reader.double(), let phaseCode = reader.byte(),
@@ -252,7 +287,7 @@ extension JobRecord {
 }
 
 extension JobCounters {
-    var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 40)
         writer.int64(Int64(fileCount))
         writer.int64(totalBytes)
@@ -262,7 +297,7 @@ extension JobCounters {
         return writer.bytes
     }
 
-    init?(decoding bytes: [UInt8]) {
+    package init?(decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard let files = reader.int64(), let total = reader.int64(), let done = reader.int64(),
             let completed = reader.int64(), let failed = reader.int64(), reader.isAtEnd
