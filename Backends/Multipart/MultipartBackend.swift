@@ -24,7 +24,9 @@ public struct MultipartBackend: UploadBackend {
         chunkOrder: .any,
         // The server learns that a zero-byte file exists from its one empty fragment.
         emptyFileHasOneChunk: true,
-        maximumFinishRounds: 3)
+        maximumFinishRounds: 3,
+        // preLoad.do hands out the source's file ids: its files are fixed from then on.
+        filesFixedAtStart: true)
 
     /// Handle keys, as stored in the job's state.
     public enum Handle {

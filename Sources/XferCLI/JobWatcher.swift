@@ -11,7 +11,11 @@ enum JobWatcher {
         let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
         let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
         let printer = Task {
+            // A failed file gets a line of its own only among several: alone, the
+            // job's one-line error already names it.
+            var files = 0
             for await event in job.events {
+                if case .started(_, _, _, let count, _, _) = event { files = count }
                 if json {
                     if let line = EventJSON.line(for: event, job: tag) { Terminal.out(line) }
                 } else {
@@ -20,7 +24,7 @@ enum JobWatcher {
                     case .fileSkipped(let path, let reason):
                         display?.interrupt()
                         Terminal.error("skipping \(path): \(reason)")
-                    case .fileFailed(_, let path, let reason):
+                    case .fileFailed(_, let path, let reason) where files > 1:
                         display?.interrupt()
                         Terminal.error("failed \(path): \(reason)")
                     default:

@@ -58,7 +58,7 @@ final class BadInputTests: XCTestCase {
 
         let rows: [(String, [String], Int32, String)] = [
             ("push: missing file", ["push", work.file("nope.bin"), "--backend", "patch", "--to", url], 2, "no such file"),
-            ("push: a directory", ["push", work.file("dir"), "--backend", "patch", "--to", url], 2, "is a directory"),
+            ("push: an empty directory", ["push", work.file("dir"), "--backend", "patch", "--to", url], 2, "holds no file to send"),
             ("push: a FIFO", ["push", fifo, "--backend", "patch", "--to", url], 2, "not a regular file"),
             ("push: /dev/zero", ["push", "/dev/zero", "--backend", "patch", "--to", url], 2, "not a regular file"),
             ("push: a symlink loop", ["push", work.file("loop-a"), "--backend", "patch", "--to", url], 2, "symbolic links"),
@@ -166,9 +166,10 @@ final class BadInputTests: XCTestCase {
         }
     }
 
-    /// A file that shrinks while it is pushed: exit 2 naming the change, the
-    /// re-run refuses the same way, and `--restart` sends the new content.
-    func testAFileThatShrinksDuringThePushIsRefusedUntilRestarted() throws {
+    /// A file that shrinks while it is pushed fails (exit 1, one line naming
+    /// the change, state kept); the re-run sends its new content from the
+    /// start, as re-running a copy should.
+    func testAFileThatShrinksDuringThePushFailsAndTheReRunSendsItsNewContent() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 200_000)
         // Sequence sends blocks one by one on a fixed path, so the third is a
@@ -181,12 +182,14 @@ final class BadInputTests: XCTestCase {
         XCTAssertEqual(truncate(file, 50_000), 0)
         let lines = push.readRemaining()
         let status = push.wait()
-        assertOneLine(RunResult(status: status, stdout: lines, stderr: push.standardError), "shrank mid-push", exit: 2, mentions: "changed since")
-        assertOneLine(try runXfer(arguments), "re-run after it shrank", exit: 2, mentions: "--restart")
+        assertOneLine(
+            RunResult(status: status, stdout: lines, stderr: push.standardError), "shrank mid-push", exit: 1,
+            mentions: "changed during the push")
 
-        let restarted = try runXfer(arguments + ["--restart", "--json"])
-        XCTAssertEqual(restarted.status, 0, restarted.stderr)
-        XCTAssertEqual(try downloadSHA256(try XCTUnwrap(completedURL(restarted)), into: work), try sha256sum(file))
+        let again = try runXfer(arguments + ["--json"])
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertTrue(again.events.contains { $0["event"] as? String == "resending" }, "the file is sent again from its start")
+        XCTAssertEqual(try downloadSHA256(try XCTUnwrap(completedURL(again)), into: work), try sha256sum(file))
     }
 
     /// Files larger than the receiver accepts are refused before any byte is

@@ -152,7 +152,9 @@ final class PatchPushTests: XCTestCase {
         XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
     }
 
-    func testAChangedFileIsNotResumedWithoutRestart() throws {
+    /// A file changed between two runs holds other bytes than the server's
+    /// copy of its start: the re-run sends it again from its start, and says so.
+    func testAChangedFileIsSentAgainFromItsStart() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 32 << 20)
         let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB", "--json"]
@@ -162,14 +164,13 @@ final class PatchPushTests: XCTestCase {
         first.wait()
 
         try makeTestFile(at: file, size: 32 << 20, seed: 99)  // same size, new bytes and mtime
-        let refused = try runXfer(arguments)
-        XCTAssertEqual(refused.status, 2)
-        XCTAssertTrue(refused.stderr.contains("--restart"), refused.stderr)
-
-        let restarted = try runXfer(arguments + ["--restart"])
-        XCTAssertEqual(restarted.status, 0, restarted.stderr)
-        XCTAssertEqual(restarted.events.first?["resumed"] as? Bool, false)
-        let url = try XCTUnwrap((restarted.lastEvent?["files"] as? [[String: Any]])?.first?["url"] as? String)
+        let again = try runXfer(arguments)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertEqual(again.events.first?["resumed"] as? Bool, true)
+        let resend = try XCTUnwrap(again.events.first { $0["event"] as? String == "resending" })
+        XCTAssertTrue((resend["reason"] as? String ?? "").contains("changed"), "\(resend)")
+        XCTAssertEqual(int(again.lastEvent?["bytesSent"]), 32 << 20, "every byte of the new content is sent")
+        let url = try XCTUnwrap((again.lastEvent?["files"] as? [[String: Any]])?.first?["url"] as? String)
         XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
     }
 

@@ -144,6 +144,7 @@ final class TreePushTests: XCTestCase {
     func testARerunSendsFilesAddedSinceAndReportsDeletedOnes() throws {
         let server = try ServeProcess(root: work.file("served"))
         let tree = work.file("grow")
+        try FileManager.default.createDirectory(atPath: tree + "/sub", withIntermediateDirectories: true)
         for index in 0..<5 { try makeTestFile(at: tree + "/f\(index).bin", size: 1000 + index, seed: UInt64(index)) }
         let arguments = [tree, "--backend", "patch", "--to", server.url, "--json"]
         let first = try push(arguments)
@@ -185,19 +186,14 @@ final class TreePushTests: XCTestCase {
     private func pushKilledTwice(
         _ tree: String, count: Int, arguments: [String], environment: [String: String] = [:]
     ) throws -> RunResult {
-        for fraction in [3, 2] {
+        for _ in 0..<2 {
             let child = try ChildProcess(
                 executable: xferExecutable, arguments: ["push", tree] + arguments + ["--state", state, "--json"],
                 environment: environment)
-            var completed = 0
-            var total = count
-            while completed < total / fraction, let line = child.readLine() {
-                if line.contains("\"event\":\"fileCompleted\"") { completed += 1 }
-                if line.contains("\"event\":\"started\""), let data = line.data(using: .utf8),
-                    let event = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-                {
-                    total = int(event["totalFiles"]) - int(event["doneFiles"])
-                }
+            // Each file is one chunk: chunks count files (multipart completes files only at its end).
+            var acknowledged = 0
+            while acknowledged < count / 3, let line = child.readLine() {
+                if line.contains("\"event\":\"chunk\"") { acknowledged += 1 }
             }
             child.kill(SIGKILL)
             XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push ended before it was killed: \(child.standardError.suffix(500))")
@@ -205,7 +201,8 @@ final class TreePushTests: XCTestCase {
         let result = try runXfer(["push", tree] + arguments + ["--state", state, "--json"], environment: environment)
         XCTAssertEqual(result.status, 0, result.stderr.suffix(2000).description)
         XCTAssertEqual(result.events.first?["resumed"] as? Bool, true)
-        XCTAssertGreaterThan(int(result.events.first?["doneFiles"]), count / 3, "the kills came after files were done")
+        XCTAssertGreaterThan(int(result.events.first?["doneBytes"]), 0, "the kills came after files were sent")
+        XCTAssertLessThan(int(result.lastEvent?["bytesSent"]), int(result.events.first?["totalBytes"]), "everything was sent again")
         return result
     }
 
@@ -217,17 +214,23 @@ final class TreePushTests: XCTestCase {
         let files = try XCTUnwrap(result.lastEvent?["files"] as? [[String: Any]])
         XCTAssertEqual(files.count, paths.count)
         var seen = Set<String>()
+        var wrong: [String] = []
         for file in files {
             let path = try XCTUnwrap(file["path"] as? String)
             let url = try XCTUnwrap(file["url"] as? String)
             let relative = String(path.dropFirst(tree.count + 1))
             seen.insert(relative)
-            let components = try XCTUnwrap(URL(string: url)?.path.split(separator: "/").map(String.init))
-            XCTAssertEqual(components.first, "downloads", url)
-            let stored = root + "/" + components.joined(separator: "/")
-            XCTAssertTrue(stored.hasSuffix("/" + relative), "\(url) does not end in \(relative)")
-            XCTAssertEqual(FileManager.default.contents(atPath: stored), FileManager.default.contents(atPath: path), relative)
+            // URL.path is percent-decoded: the path the receiver stored the file at.
+            let served = try XCTUnwrap(URL(string: url)?.path)
+            let stored = root + served
+            if !served.hasPrefix("/downloads/") || !served.hasSuffix("/" + relative) {
+                wrong.append("\(url) is not under downloads/<id>/\(relative)")
+            } else if FileManager.default.contents(atPath: stored) != FileManager.default.contents(atPath: path) {
+                wrong.append("\(stored) differs from \(path)")
+            }
         }
+        // One failure naming a few, not thousands of lines.
+        XCTAssertTrue(wrong.isEmpty, "\(wrong.count) files wrong, e.g. \(wrong.prefix(3))")
         XCTAssertEqual(seen, Set(paths))
     }
 
@@ -236,18 +239,19 @@ final class TreePushTests: XCTestCase {
     }
 
     func testThousandsOfFilesKilledTwiceArriveIntactWithMultipart() throws {
-        try killedTwiceOnServe(backend: "multipart")
+        // xfer serve takes at most 1,000 files in one multipart source (preLoad.do's fileCount).
+        try killedTwiceOnServe(backend: "multipart", count: 1_000)
     }
 
     func testThousandsOfFilesKilledTwiceArriveIntactWithSequence() throws {
         try killedTwiceOnServe(backend: "sequence")
     }
 
-    private func killedTwiceOnServe(backend: String) throws {
+    private func killedTwiceOnServe(backend: String, count: Int = TreePushTests.manyFiles) throws {
         let served = work.file("served")
         let server = try ServeProcess(root: served)
         let tree = work.file("many")
-        let paths = try makeManyFiles(tree, count: Self.manyFiles)
+        let paths = try makeManyFiles(tree, count: count)
         let result = try pushKilledTwice(
             tree, count: paths.count, arguments: ["--backend", backend, "--to", server.url, "--concurrency", "8"])
         try assertServed(result, tree: tree, paths: paths, root: served)
@@ -267,11 +271,13 @@ final class TreePushTests: XCTestCase {
         // Every object by key, with its ETag: a single PUT's ETag is the MD5 of its bytes.
         let objects = try s3.objects(bucket: "tree")
         XCTAssertEqual(Set(objects.keys), Set(paths.map { "up/" + $0 }))
+        var wrong: [String] = []
         for path in paths {
             let bytes = try XCTUnwrap(FileManager.default.contents(atPath: tree + "/" + path))
             let md5 = Insecure.MD5.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
-            XCTAssertEqual(objects["up/" + path], "\"\(md5)\"", path)
+            if objects["up/" + path] != "\"\(md5)\"" { wrong.append(path) }
         }
+        XCTAssertTrue(wrong.isEmpty, "\(wrong.count) objects differ, e.g. \(wrong.prefix(3))")
     }
 
     func testThousandsOfFilesKilledTwiceArriveIntactWithTus() throws {
@@ -284,12 +290,14 @@ final class TreePushTests: XCTestCase {
         let files = try XCTUnwrap(result.lastEvent?["files"] as? [[String: Any]])
         XCTAssertEqual(files.count, paths.count)
         // The server keeps each upload in a file named by its id (the URL's last segment).
+        var wrong: [String] = []
         for file in files {
             let path = try XCTUnwrap(file["path"] as? String)
             let id = try XCTUnwrap((file["url"] as? String)?.split(separator: "/").last.map(String.init))
             let stored = work.file("tus") + "/uploads/" + id
-            XCTAssertEqual(FileManager.default.contents(atPath: stored), FileManager.default.contents(atPath: path), path)
+            if FileManager.default.contents(atPath: stored) != FileManager.default.contents(atPath: path) { wrong.append(path) }
         }
+        XCTAssertTrue(wrong.isEmpty, "\(wrong.count) files differ, e.g. \(wrong.prefix(3))")
     }
 
     private func run(_ executable: String, _ arguments: [String]) throws {

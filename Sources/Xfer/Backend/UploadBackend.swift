@@ -135,6 +135,11 @@ public struct BackendTraits: Sendable, Hashable {
     /// most: after this many `.missing` (or `.rollback`) answers in a row the
     /// job fails, its state kept. A re-run gets fresh rounds.
     public var maximumFinishRounds: Int
+    /// Whether `startJob` fixes the job's set of files on the server (e.g. it
+    /// hands out an id for every file): a re-run that finds new files in a
+    /// directory then refuses them instead of sending files the server has
+    /// no place for.
+    public var filesFixedAtStart: Bool
 
     /// Declares a backend's needs; only the defaults are required.
     public init(
@@ -144,8 +149,10 @@ public struct BackendTraits: Sendable, Hashable {
         emptyFileHasOneChunk: Bool = false,
         digestsBeforeOpen: Set<DigestAlgorithm> = [],
         reportsWholeFileSHA256: Bool = false,
-        maximumFinishRounds: Int = 3
+        maximumFinishRounds: Int = 3,
+        filesFixedAtStart: Bool = false
     ) {
+        self.filesFixedAtStart = filesFixedAtStart
         self.reportsWholeFileSHA256 = reportsWholeFileSHA256
         self.defaultChunkSize = defaultChunkSize
         self.defaultConcurrency = defaultConcurrency

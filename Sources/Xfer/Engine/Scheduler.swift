@@ -50,8 +50,9 @@ enum WorkResult: Sendable {
     case chunkResync(file: Int, chunk: Int, next: Int)
     /// `.completed` is committed.
     case fileFinished(file: Int, FileFinish?)
-    /// Committed: URLs of `.completed`, resets of `.rollback`.
-    case jobFinished(JobFinish?)
+    /// Committed: URLs of `.completed`, resets of `.rollback` (whose files'
+    /// paths come along, for the error that ends the rounds).
+    case jobFinished(JobFinish?, rolledBack: [String] = [])
     case uploadUnknown(file: Int, work: Work, message: String)
     case outOfSync(file: Int, work: Work, message: String)
     /// The local file let the push down (unreadable, changed, vanished):
@@ -305,10 +306,11 @@ struct Scheduler {
             inFlight -= 1
             guard var file = files[index] else { break }
             if opened.chunkSize != file.record.chunkSize {
+                // The server chose another chunk size before any chunk: cut the file anew.
                 file.plan = plan(opened)
+                file.done = ChunkSet(capacity: file.plan.count)
             }
             file.record = opened
-            file.done = ChunkSet(capacity: file.plan.count)
             file.phase = .sending
             file.cursor = 0
             files[index] = file
@@ -381,7 +383,7 @@ struct Scheduler {
                 enqueue(index)
             }
 
-        case .jobFinished(let finish):
+        case .jobFinished(let finish, let rolledBack):
             inFlight -= 1
             switch finish {
             case nil, .completed?:
@@ -389,14 +391,15 @@ struct Scheduler {
             case .rollback(let failed)?:
                 jobFinishRounds += 1
                 guard jobFinishRounds < traits.maximumFinishRounds else {
+                    let shown = rolledBack.prefix(5).joined(separator: ", ")
+                    let more = rolledBack.count > 5 ? " and \(rolledBack.count - 5) more" : ""
                     throw .transferFailed(
-                        "the server failed to assemble \(failed.count) file\(failed.count == 1 ? "" : "s") in \(traits.maximumFinishRounds) rounds")
+                        "the server failed to assemble \(shown.isEmpty ? "\(failed.count) files" : shown + more) in \(traits.maximumFinishRounds) rounds")
                 }
-                // The worker reset their records and progress; take them up again.
-                for index in Set(failed) where index >= 0 && index < fileCount {
+                // The worker reset their records and progress (and said so); take them up again.
+                for index in Set(failed).sorted() where index >= 0 && index < fileCount {
                     reload.append(index)
                     settledFiles -= 1
-                    effects.events.append(.resending(file: index, chunks: 0, reason: "the server failed to assemble it"))
                 }
                 jobFinish = .needed
             }

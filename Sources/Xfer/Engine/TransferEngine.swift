@@ -179,11 +179,9 @@ public final class TransferEngine: Sendable {
             try await store.commit(.createJob(record, roots: roots))
             try store.sync()
         }
-        // Files found on a re-run join the job, unless the protocol handed out ids
-        // for every file in its job-level step already (multipart's preLoad.do).
-        let closed = record.isStarted
-            && backend.startJob(
-                JobContext(id: id, target: target, handles: record.handles, files: [], credentials: options.credentials)) != nil
+        // Files found on a re-run join the job, unless the protocol fixed the job's
+        // files in its job-level step already (multipart's preLoad.do).
+        let closed = record.isStarted && traits.filesFixedAtStart
         let notes = try await recordFiles(walker, job: id, chunkSize: chunkSize, closedTo: closed ? backend.name : nil)
         if !resumed, try store.counters(id).fileCount == 0 {
             try await store.commit(.deleteJob(id))

@@ -70,7 +70,10 @@ struct Worker: Sendable {
             }
             opened.isOpen = true
             opened.url = nil
-            try await store.commit(.putFiles(job: jobID, files: [(index, opened)]))
+            // A protocol without an open call gave nothing to keep: the open mark
+            // is committed with the file's next change (a run that finds it
+            // missing merely "opens" the file again, which sends nothing).
+            if opening != nil { try await store.commit(.putFiles(job: jobID, files: [(index, opened)])) }
             return .opened(file: index, opened)
         } catch {
             return failure(.openFile(index), file: index, error)
@@ -196,6 +199,7 @@ struct Worker: Sendable {
         do {
             let finish = try await perform("complete the upload", countBytes: false) { backend.finishJob(job) }
             var changes: [StateChange] = []
+            var rolledBack: [String] = []
             switch finish {
             case .completed(let urls)?:
                 for (index, url) in urls.sorted(by: { $0.key < $1.key }) {
@@ -212,12 +216,14 @@ struct Worker: Sendable {
                         fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
                     changes.append(.putFiles(job: jobID, files: [(index, record)]))
                     changes.append(.replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]))
+                    rolledBack.append(record.path)
+                    events.yield(.resending(file: index, chunks: plan.count, reason: "the server failed to assemble it"))
                 }
             case nil:
                 break
             }
             try await store.commit(changes)
-            return .jobFinished(finish)
+            return .jobFinished(finish, rolledBack: rolledBack)
         } catch {
             return failure(.finishJob, file: nil, error)
         }

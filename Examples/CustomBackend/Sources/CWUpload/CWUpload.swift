@@ -23,7 +23,7 @@ struct UploadCommand {
                 arguments.files, to: arguments.target, using: CWBackend(bizID: arguments.bizID), options: options)
             for await event in job.events {
                 switch event {
-                case .started(let id, let total, let done, let resumed):
+                case .started(let id, let total, let done, _, _, let resumed):
                     say("started \(id) \(done)/\(total) \(resumed ? "resumed" : "new")")
                 case .chunkStored(_, _, _, let done, let total):
                     say("chunk \(done)/\(total)")
