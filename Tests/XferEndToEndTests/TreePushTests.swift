@@ -154,13 +154,18 @@ final class TreePushTests: XCTestCase {
         try makeTestFile(at: tree + "/sub/new.bin", size: 777, seed: 50)
         try FileManager.default.removeItem(atPath: tree + "/f1.bin")
         let second = try push(arguments)
-        XCTAssertEqual(second.status, 1, second.stderr)
+        XCTAssertEqual(second.status, 0, second.stderr)
         XCTAssertEqual(second.events.first?["resumed"] as? Bool, true)
+        XCTAssertEqual(second.events.first?["totalFiles"] as? Int, 6)
         let completed = second.events.filter { $0["event"] as? String == "fileCompleted" }.compactMap { $0["path"] as? String }
         XCTAssertEqual(completed, [tree + "/sub/new.bin"], "only the new file is sent")
-        let failed = second.events.filter { $0["event"] as? String == "fileFailed" }
-        XCTAssertEqual(failed.compactMap { $0["path"] as? String }, [tree + "/f1.bin"])
-        XCTAssertTrue((failed.first?["reason"] as? String ?? "").contains("no such file"), "\(failed)")
+        XCTAssertEqual(int(second.lastEvent?["bytesSent"]), 777)
+        // Deleted after it was sent: reported, and its copy on the server stays listed.
+        let deleted = second.events.filter { $0["event"] as? String == "fileSkipped" }
+        XCTAssertEqual(deleted.compactMap { $0["path"] as? String }, [tree + "/f1.bin"])
+        XCTAssertTrue((deleted.first?["reason"] as? String ?? "").contains("no such file"), "\(deleted)")
+        XCTAssertEqual((second.lastEvent?["files"] as? [[String: Any]])?.count, 6)
+
     }
 
     // MARK: Thousands of files, killed twice

@@ -285,7 +285,7 @@ final class SchedulerTests: XCTestCase {
         let seen = try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
             if case .finishJob = work, !rolledBack {
                 rolledBack = true
-                return .jobFinished(.rollback(files: [1]))
+                return .jobFinished(.rollback(files: [1]), rolledBack: [RolledBackFile(index: 1, path: "/data/f1", chunks: 3)])
             }
             return nil
         }

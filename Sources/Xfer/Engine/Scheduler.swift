@@ -52,7 +52,7 @@ enum WorkResult: Sendable {
     case fileFinished(file: Int, FileFinish?)
     /// Committed: URLs of `.completed`, resets of `.rollback` (whose files'
     /// paths come along, for the error that ends the rounds).
-    case jobFinished(JobFinish?, rolledBack: [String] = [])
+    case jobFinished(JobFinish?, rolledBack: [RolledBackFile] = [])
     case uploadUnknown(file: Int, work: Work, message: String)
     case outOfSync(file: Int, work: Work, message: String)
     /// The local file let the push down (unreadable, changed, vanished):
@@ -60,6 +60,13 @@ enum WorkResult: Sendable {
     case fileFailed(file: Int, work: Work, reason: String)
     /// The job cannot go on.
     case failed(Work, XferError)
+}
+
+/// A file a job-level rollback sent back (its record and progress reset).
+struct RolledBackFile: Sendable, Hashable {
+    var index: Int
+    var path: String
+    var chunks: Int
 }
 
 /// What the runner must do after the scheduler took in a result: commit
@@ -391,15 +398,16 @@ struct Scheduler {
             case .rollback(let failed)?:
                 jobFinishRounds += 1
                 guard jobFinishRounds < traits.maximumFinishRounds else {
-                    let shown = rolledBack.prefix(5).joined(separator: ", ")
+                    let shown = rolledBack.prefix(5).map(\.path).joined(separator: ", ")
                     let more = rolledBack.count > 5 ? " and \(rolledBack.count - 5) more" : ""
                     throw .transferFailed(
                         "the server failed to assemble \(shown.isEmpty ? "\(failed.count) files" : shown + more) in \(traits.maximumFinishRounds) rounds")
                 }
-                // The worker reset their records and progress (and said so); take them up again.
-                for index in Set(failed).sorted() where index >= 0 && index < fileCount {
-                    reload.append(index)
+                // The worker reset their records and progress; take them up again.
+                for file in rolledBack where file.index >= 0 && file.index < fileCount {
+                    reload.append(file.index)
                     settledFiles -= 1
+                    effects.events.append(.resending(file: file.index, chunks: file.chunks, reason: "the server failed to assemble it"))
                 }
                 jobFinish = .needed
             }

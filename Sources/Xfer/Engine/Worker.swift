@@ -199,7 +199,7 @@ struct Worker: Sendable {
         do {
             let finish = try await perform("complete the upload", countBytes: false) { backend.finishJob(job) }
             var changes: [StateChange] = []
-            var rolledBack: [String] = []
+            var rolledBack: [RolledBackFile] = []
             switch finish {
             case .completed(let urls)?:
                 for (index, url) in urls.sorted(by: { $0.key < $1.key }) {
@@ -216,8 +216,7 @@ struct Worker: Sendable {
                         fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
                     changes.append(.putFiles(job: jobID, files: [(index, record)]))
                     changes.append(.replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]))
-                    rolledBack.append(record.path)
-                    events.yield(.resending(file: index, chunks: plan.count, reason: "the server failed to assemble it"))
+                    rolledBack.append(RolledBackFile(index: index, path: record.path, chunks: plan.count))
                 }
             case nil:
                 break
