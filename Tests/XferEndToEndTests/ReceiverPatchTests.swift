@@ -281,10 +281,16 @@ struct ReceiverPatchTests {
             #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(id)/视频 01.mp4"))
             #expect(try await client.status(id: id).fileName == "视频 01.mp4")
 
-            let sneaky = try await client.create(fileName: "../../etc/passwd", size: 1, chunkSize: 1).answer.uploadId
-            #expect(try await client.patch(id: sneaky, chunk: 1, of: Data([7]), chunkSize: 1).status == 204)
-            #expect(try await client.complete(id: sneaky).answer?.url == server.baseURL + "/downloads/\(sneaky)/passwd")
-            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(sneaky)/passwd"))
+            // A path that climbs is refused (it used to be cut to its last component; names are
+            // relative paths now, see ReceiverTreeTests).
+            let sneaky = try await client.create(fileName: "../../etc/passwd", size: 1, chunkSize: 1)
+            #expect(sneaky.reply.status == 400)
+            #expect(try sneaky.reply.decode(ErrorBody.self).error.contains("'..'"))
+            // A Windows path without '/' is still cut to what follows its last '\', as before.
+            let windows = try await client.create(fileName: "C:\\Users\\me\\notes.txt", size: 1, chunkSize: 1).answer.uploadId
+            #expect(try await client.patch(id: windows, chunk: 1, of: Data([7]), chunkSize: 1).status == 204)
+            #expect(try await client.complete(id: windows).answer?.url == server.baseURL + "/downloads/\(windows)/notes.txt")
+            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(windows)/notes.txt"))
         }
     }
 

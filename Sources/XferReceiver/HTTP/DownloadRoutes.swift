@@ -1,8 +1,12 @@
 import Hummingbird
 import NIOPosix
 
-/// `GET /downloads/{uploadId}/{fileName}`: serves completed files of any protocol, streamed from
-/// disk in bounded pieces. (`/files/` is left free for tus.)
+/// `GET /downloads/{uploadId}/{relative/path}`: serves completed files of any protocol, streamed
+/// from disk in bounded pieces. (`/files/` is left free for tus.)
+///
+/// The request's path only selects: it must equal, component by component once decoded, the path
+/// the upload was published under, and the file is read from where the store put it. A component
+/// that decodes to something no stored path can hold (`..`, `.`, an encoded '/', NUL) is 404.
 struct DownloadRoutes: Sendable {
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
     static let readChunkLength = 256 * 1024
@@ -15,33 +19,48 @@ struct DownloadRoutes: Sendable {
         self.fileIO = FileIO(threadPool: threadPool)
     }
 
-    static func url(base: String, upload meta: UploadMeta) -> String {
-        base + "/downloads/" + meta.uploadId + "/" + PercentEncoding.encodePathSegment(meta.fileName)
+    /// `/downloads/<id>/` and the upload's relative path, each component percent-encoded.
+    static func url(base: String, upload: Upload) -> String {
+        base + "/downloads/" + upload.meta.uploadId + "/" + upload.layout.path.encoded
     }
 
     func register(on router: Router<BasicRequestContext>) {
-        router.get("downloads/:id/:name") { _, context in
-            await self.download(id: context.parameters.get("id"), encodedName: context.parameters.get("name"), context: context)
+        router.get("downloads/:id/**") { request, context in
+            await self.download(id: context.parameters.get("id"), requestPath: request.uri.path, context: context)
         }
         // Download tools probe with HEAD for the size; the body closure is simply never run.
-        router.head("downloads/:id/:name") { _, context in
-            await self.download(id: context.parameters.get("id"), encodedName: context.parameters.get("name"), context: context)
+        router.head("downloads/:id/**") { request, context in
+            await self.download(id: context.parameters.get("id"), requestPath: request.uri.path, context: context)
                 .createHeadResponse()
         }
     }
 
-    private func download(id: String?, encodedName: String?, context: BasicRequestContext) async -> Response {
+    /// The decoded components after `/downloads/{id}/` of a raw request path; nil when one of
+    /// them is empty, malformed, or decodes to `.`, `..` or something holding '/' or a control character.
+    static func requestedComponents(_ rawPath: String) -> [String]? {
+        let segments = rawPath.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        // "", "downloads", id, then at least one component.
+        guard segments.count >= 4 else { return nil }
+        var components: [String] = []
+        for segment in segments.dropFirst(3) {
+            guard let decoded = PercentEncoding.decode(Substring(segment)), RelativePath.isValidComponent(decoded) else { return nil }
+            components.append(decoded)
+        }
+        return components
+    }
+
+    private func download(id: String?, requestPath: String, context: BasicRequestContext) async -> Response {
         let notFound = JSONResponse.error(.notFound, "no such file")
-        // The router hands over the raw segment; decode it here, exactly once.
-        guard let id, let name = encodedName.flatMap(PercentEncoding.decode),
+        // The router hands over the raw path; decode each component here, exactly once.
+        guard let id, let components = Self.requestedComponents(requestPath),
             let upload = try? await store.upload(id: id),
-            upload.meta.fileName == name,
+            upload.layout.path.components.elementsEqual(components, by: { $0.utf8.elementsEqual($1.utf8) }),
             (try? await upload.completionRecord()) != nil
         else { return notFound }
 
         var headers = HTTPFields()
         headers[.contentType] = "application/octet-stream"
-        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(name)
+        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.layout.path.name)
         do {
             let body = try await fileIO.loadFile(path: upload.layout.downloadFile, context: context, chunkLength: Self.readChunkLength)
             return Response(status: .ok, headers: headers, body: body)

@@ -97,8 +97,10 @@ struct MultipartRoutes: Sendable {
         guard block.totalFileSize <= configuration.maximumUploadSize else {
             return Answer.refuse(413, "totalFileSize \(block.totalFileSize) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
         }
-        guard let fileName = FileNames.sanitize(block.fileName) else {
-            return Answer.refuse(400, "fileName has no usable last path component (or is longer than \(FileNames.maximumLength) bytes)")
+        let path: RelativePath
+        switch RelativePath.parse(block.fileName) {
+        case .success(let parsed): path = parsed
+        case .failure(let problem): return Answer.refuse(400, problem.message("fileName"))
         }
         guard let boundary = StreamingFormReader<RequestBody>.boundary(contentType: request.headers[.contentType]) else {
             return Answer.refuse(400, "Content-Type must be multipart/form-data with a boundary")
@@ -136,7 +138,7 @@ struct MultipartRoutes: Sendable {
                 return Answer.refuse(400, "fragmentMd5 does not match the fragment's bytes")
             }
         }
-        guard let upload = try await fileUpload(block.fileId, fileName: fileName, geometry: geometry) else {
+        guard let upload = try await fileUpload(block.fileId, path: path, geometry: geometry) else {
             return Answer.refuse(400, "the fragment's file (name, size or fragment size) differs from the file's earlier fragments")
         }
         guard geometry.size > 0 else { return Answer.ok() }
@@ -161,13 +163,13 @@ struct MultipartRoutes: Sendable {
 
     /// The file's upload as this fragment describes it, created by the file's first fragment. Nil
     /// when earlier fragments, acknowledged ones, described the file otherwise.
-    private func fileUpload(_ fileId: String, fileName: String, geometry: FileGeometry) async throws -> Upload? {
+    private func fileUpload(_ fileId: String, path: RelativePath, geometry: FileGeometry) async throws -> Upload? {
         func matches(_ meta: UploadMeta) -> Bool {
             meta.protocolName == Self.protocolName && meta.size == geometry.size && meta.chunkSize == geometry.fragmentSize
-                && meta.fileName == fileName
+                && meta.fileName.utf8.elementsEqual(path.text.utf8)
         }
         let upload = try await store.upload(
-            id: fileId, creatingIfAbsent: Self.protocolName, fileName: fileName, size: geometry.size, chunkSize: geometry.fragmentSize)
+            id: fileId, creatingIfAbsent: Self.protocolName, path: path, size: geometry.size, chunkSize: geometry.fragmentSize)
         if matches(upload.meta) { return upload }
         // A creator whose fragment was then refused (a wrong size, say) left its numbers but nothing
         // acknowledged; they bind no one. (A zero-byte file exists only once its fragment was accepted.)
@@ -176,7 +178,7 @@ struct MultipartRoutes: Sendable {
         }
         _ = try await store.delete(id: fileId)
         let replaced = try await store.upload(
-            id: fileId, creatingIfAbsent: Self.protocolName, fileName: fileName, size: geometry.size, chunkSize: geometry.fragmentSize)
+            id: fileId, creatingIfAbsent: Self.protocolName, path: path, size: geometry.size, chunkSize: geometry.fragmentSize)
         return matches(replaced.meta) ? replaced : nil
     }
 
@@ -238,7 +240,7 @@ struct MultipartRoutes: Sendable {
         guard let upload = try await store.upload(id: fileId), upload.meta.protocolName == Self.protocolName else {
             return .failed(reason: "no fragment arrived")
         }
-        let url = DownloadRoutes.url(base: base, upload: upload.meta)
+        let url = DownloadRoutes.url(base: base, upload: upload)
         do {
             if try await upload.completionRecord() != nil { return .merged(url: url) }
             let received = try await upload.receivedChunks()

@@ -5,6 +5,7 @@ import Logging
 /// The `patch` protocol: create an upload, PATCH raw chunks at agreed offsets, reconcile, complete.
 ///
 ///     POST   /uploads                      {"fileName","size","chunkSize"} -> 201 {"uploadId","chunkSize"} + Location
+///                                          (fileName: a relative path, `RelativePath`; 400 when unsafe)
 ///     PATCH  /uploads/{id}/chunks/{n}      raw bytes, Content-Range, Content-MD5 -> 204
 ///     GET    /uploads/{id}                 -> 200 {"uploadId","fileName","size","chunkSize","received"}
 ///     POST   /uploads/{id}/complete        -> 200 {"url","sha256"} | 409 {"missing"}
@@ -60,9 +61,10 @@ struct PatchRoutes: Sendable {
         guard let create = try? JSONResponse.decode(CreateRequest.self, from: body) else {
             return JSONResponse.error(.badRequest, "body must be JSON {\"fileName\": string, \"size\": integer, \"chunkSize\": integer}")
         }
-        guard !create.fileName.isEmpty else { return JSONResponse.error(.badRequest, "fileName must not be empty") }
-        guard let fileName = FileNames.sanitize(create.fileName) else {
-            return JSONResponse.error(.badRequest, "fileName has no usable last path component (or is longer than \(FileNames.maximumLength) bytes)")
+        let path: RelativePath
+        switch RelativePath.parse(create.fileName) {
+        case .success(let parsed): path = parsed
+        case .failure(let problem): return JSONResponse.error(.badRequest, problem.message("fileName"))
         }
         guard create.size >= 0 else { return JSONResponse.error(.badRequest, "size must be >= 0") }
         guard create.size <= configuration.maximumUploadSize else {
@@ -78,7 +80,7 @@ struct PatchRoutes: Sendable {
         }
 
         do {
-            let upload = try await store.create(protocolName: Self.protocolName, fileName: fileName, size: create.size, chunkSize: chunkSize)
+            let upload = try await store.create(protocolName: Self.protocolName, path: path, size: create.size, chunkSize: chunkSize)
             let id = upload.meta.uploadId
             var headers = HTTPFields()
             headers[.location] = baseURL.resolve(for: request) + "/uploads/" + id
@@ -172,7 +174,7 @@ struct PatchRoutes: Sendable {
         do {
             switch try await upload.complete() {
             case .completed(let record):
-                let url = DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload.meta)
+                let url = DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload)
                 return JSONResponse.make(.ok, CompleteAnswer(url: url, sha256: record.sha256))
             case .missing(let missing):
                 return JSONResponse.make(.conflict, MissingAnswer(missing: missing))

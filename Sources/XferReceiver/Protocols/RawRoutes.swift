@@ -27,7 +27,7 @@ struct RawRoutes: Sendable {
     }
 
     private func receive(_ request: Request, encodedName: String?) async -> Response {
-        guard let name = encodedName.flatMap(PercentEncoding.decode).flatMap(FileNames.sanitize) else {
+        guard let name = encodedName.flatMap(PercentEncoding.decode).flatMap(FileNames.lastComponent) else {
             return JSONResponse.error(.badRequest, "the path must name the file: PUT /raw/NAME")
         }
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > configuration.maximumUploadSize {

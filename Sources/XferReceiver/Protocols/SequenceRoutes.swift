@@ -93,8 +93,10 @@ struct SequenceRoutes: Sendable {
 
     /// sequenceNo 0: creates the upload and hands out its upToken.
     private func open(_ sent: SequenceRequest, block: FormPart, form: StreamingFormReader<RequestBody>) async throws -> SequenceReply {
-        guard let fileName = block.filename.flatMap(FileNames.sanitize) else {
-            throw SequenceRefusal("the block part's filename must name the file (at most \(FileNames.maximumLength) bytes)")
+        let path: RelativePath
+        switch RelativePath.parse(block.filename ?? "") {
+        case .success(let parsed): path = parsed
+        case .failure(let problem): throw SequenceRefusal(problem.message("the block part's filename"))
         }
         guard (1...configuration.maximumChunkSize).contains(sent.blockSize) else {
             throw SequenceRefusal("blockSize must be between 1 and \(configuration.maximumChunkSize)")
@@ -110,7 +112,7 @@ struct SequenceRoutes: Sendable {
         if let refusal = try await drain(empty, sequenceNo: 0) { return refusal }
 
         let (_, upToken) = try await uploads.create(
-            fileName: fileName, size: sent.totFileSize, blockSize: sent.blockSize, suffix: sent.suffix)
+            path: path, size: sent.totFileSize, blockSize: sent.blockSize, suffix: sent.suffix)
         return .accepted(SequenceReply.Payload(upToken: upToken))
     }
 
@@ -157,7 +159,7 @@ struct SequenceRoutes: Sendable {
         guard case .completed = try await upload.upload.complete() else {
             throw UploadError.corrupt("every block is recorded but the upload lacks chunks")
         }
-        let url = DownloadRoutes.url(base: base, upload: upload.upload.meta)
+        let url = DownloadRoutes.url(base: base, upload: upload.upload)
         return .accepted(SequenceReply.Payload(nextSequenceNo: sequenceNo + 1, fileUrl: url))
     }
 

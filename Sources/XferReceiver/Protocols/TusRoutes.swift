@@ -162,15 +162,17 @@ struct TusRoutes: Sendable {
             return Self.refusal(.badRequest, "Upload-Defer-Length is not supported (no creation-defer-length): send Upload-Length")
         }
         var metadata: String?
-        var fileName = "file"
+        var path = RelativePath.validated("file")!
         if let raw = headers[.uploadMetadata], !raw.trimmingCharacters(in: .whitespaces).isEmpty {
             // An empty header (tuspy sends one when there is no metadata) means none.
             guard raw.utf8.count <= Self.metadataLimit, let pairs = TusMetadata.parse(raw) else {
                 return Self.refusal(.badRequest, "Upload-Metadata must be 'key base64value' pairs separated by commas, unique keys, at most \(Self.metadataLimit) bytes")
             }
             metadata = raw
-            if let bytes = pairs["filename"], let name = String(validating: bytes, as: UTF8.self).flatMap(FileNames.sanitize) {
-                fileName = name
+            switch Self.destination(pairs) {
+            case .success(let named?): path = named
+            case .success(nil): break
+            case .failure(let refusal): return refusal.response
             }
         }
         let concat = try headers[.uploadConcat].map(TusConcat.parse)
@@ -184,7 +186,7 @@ struct TusRoutes: Sendable {
             guard !withData, (declared ?? 0) == 0 else {
                 return Self.refusal(.forbidden, "a final upload is made by concatenation and takes no data")
             }
-            return try await createFinal(request, concat: headers[.uploadConcat] ?? "", partials: ids, metadata: metadata, fileName: fileName)
+            return try await createFinal(request, concat: headers[.uploadConcat] ?? "", partials: ids, metadata: metadata, path: path)
         }
 
         guard let lengthText = headers[.uploadLength], let length = Self.number(lengthText) else {
@@ -212,7 +214,7 @@ struct TusRoutes: Sendable {
         }
 
         let info = TusInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
-        let upload = try await uploads.create(fileName: fileName, length: length, info: info)
+        let upload = try await uploads.create(path: path, length: length, info: info)
         let location = url(of: upload.id, for: request)
         guard withData else {
             if length == 0 { try await upload.finish() }
@@ -237,7 +239,7 @@ struct TusRoutes: Sendable {
     }
 
     /// `Upload-Concat: final;...`: the final upload is built from its complete partials before the answer.
-    private func createFinal(_ request: Request, concat: String, partials ids: [String], metadata: String?, fileName: String) async throws -> Response {
+    private func createFinal(_ request: Request, concat: String, partials ids: [String], metadata: String?, path: RelativePath) async throws -> Response {
         var partials: [TusUpload] = []
         var total = 0
         for id in ids {
@@ -259,7 +261,7 @@ struct TusRoutes: Sendable {
         // Finished partials are immutable: no PATCH can write past an upload's length.
         let sources = partials.map(\.finishedFile)
         let info = TusInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
-        let final = try await uploads.create(fileName: fileName, length: total, info: info)
+        let final = try await uploads.create(path: path, length: total, info: info)
         do {
             try await final.exclusively {
                 try await final.concatenate(sources)
@@ -273,6 +275,25 @@ struct TusRoutes: Sendable {
             throw error
         }
         return Response(status: .created, headers: [.location: url(of: final.id, for: request)])
+    }
+
+    /// Where the file lands, from `Upload-Metadata`: `relativePath` when present (validated like
+    /// every protocol's path: an unsafe one is 400), else `filename`'s last component (as before;
+    /// unusable ones are ignored), else nil (the default name "file").
+    ///
+    /// `relativePath` "null" counts as absent: Uppy sends `String(null)` for a file that was not
+    /// found in a folder.
+    static func destination(_ pairs: [String: [UInt8]]) -> Result<RelativePath?, Refusal> {
+        if let bytes = pairs["relativePath"], bytes != Array("null".utf8) {
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                return .failure(Refusal(.badRequest, "relativePath must be UTF-8 (base64-encoded in Upload-Metadata)"))
+            }
+            return RelativePath.parse(text).map { $0 }.mapError { Refusal(.badRequest, $0.message("relativePath")) }
+        }
+        if let bytes = pairs["filename"], let name = String(validating: bytes, as: UTF8.self).flatMap(FileNames.lastComponent) {
+            return .success(RelativePath.validated(name))
+        }
+        return .success(nil)
     }
 
     // MARK: Termination, download, method override
@@ -291,7 +312,7 @@ struct TusRoutes: Sendable {
         try await upload.finish()
         var headers = HTTPFields()
         headers[.contentType] = "application/octet-stream"
-        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.upload.meta.fileName)
+        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.upload.layout.path.name)
         do {
             let body = try await fileIO.loadFile(path: upload.finishedFile, context: context, chunkLength: DownloadRoutes.readChunkLength)
             return Response(status: .ok, headers: headers, body: body)

@@ -24,16 +24,117 @@ enum UploadID {
     }
 }
 
+/// Where a client's file lands under its upload's download directory: a path relative to the
+/// directory the user named, '/'-separated (`photos/2024/IMG 01.jpg`). Every protocol's name goes
+/// through `RelativePath.parse`; what it accepts can only name a place inside `downloads/<id>/`.
+struct RelativePath: Sendable, Equatable {
+    /// Linux's NAME_MAX, in bytes of UTF-8.
+    static let maximumComponentLength = 255
+    /// Linux's PATH_MAX, in bytes of UTF-8.
+    static let maximumLength = 4096
+
+    /// Each non-empty, not `.` nor `..`, without `/`, NUL or control characters, at most 255 bytes.
+    let components: [String]
+
+    private init(components: [String]) {
+        self.components = components
+    }
+
+    /// `components` joined with '/': the path below `downloads/<id>/`, and what `meta.json` keeps.
+    var text: String { components.joined(separator: "/") }
+
+    /// The file's own name (the last component).
+    var name: String { components[components.count - 1] }
+
+    /// `/downloads/<id>/` + this: every component percent-encoded on its own, joined by '/'.
+    var encoded: String { components.map(PercentEncoding.encodePathSegment).joined(separator: "/") }
+
+    enum Problem: Error, Equatable {
+        case empty
+        case absolute
+        case emptyComponent
+        case dotComponent
+        case controlCharacter
+        case componentTooLong
+        case tooLong
+
+        /// One line, for the client: `field` names what carried the path.
+        func message(_ field: String) -> String {
+            switch self {
+            case .empty: "\(field) must not be empty"
+            case .absolute: "\(field) must be a relative path: it must not start with '/'"
+            case .emptyComponent: "\(field) must not hold an empty path component ('//' or a trailing '/')"
+            case .dotComponent: "\(field) must not hold a '.' or '..' path component"
+            case .controlCharacter: "\(field) must not hold NUL or control characters"
+            case .componentTooLong: "\(field) has a path component longer than \(RelativePath.maximumComponentLength) bytes"
+            case .tooLong: "\(field) is longer than \(RelativePath.maximumLength) bytes"
+            }
+        }
+    }
+
+    /// The path a client named, or why it names no safe place.
+    ///
+    /// A name without '/' is read as clients always sent names, so old clients keep working: when
+    /// it holds '\' (a Windows path, `C:\x\y.txt`) only what follows the last '\' counts. In
+    /// a name with '/' a '\' is an ordinary character of its component, as Linux allows.
+    static func parse(_ text: String) -> Result<RelativePath, Problem> {
+        guard !text.isEmpty else { return .failure(.empty) }
+        guard text.utf8.count <= maximumLength else { return .failure(.tooLong) }
+        let slash = UInt8(ascii: "/")
+        let bytes = Array(text.utf8)
+        var pieces: [ArraySlice<UInt8>]
+        // Split on bytes, never on Characters: a '/' followed by a combining mark is one Character,
+        // and splitting on Characters would leave that '/' inside a component.
+        if bytes.contains(slash) {
+            guard bytes[0] != slash else { return .failure(.absolute) }
+            pieces = bytes.split(separator: slash, omittingEmptySubsequences: false)
+        } else {
+            // The legacy reading of a plain name: its last non-empty '\'-separated piece.
+            guard let last = bytes.split(separator: UInt8(ascii: "\\"), omittingEmptySubsequences: true).last else {
+                return .failure(.empty)
+            }
+            pieces = [last]
+        }
+        for piece in pieces {
+            if let problem = problem(ofComponent: piece) { return .failure(problem) }
+        }
+        // Cut at ASCII bytes only, so every piece is still valid UTF-8.
+        return .success(RelativePath(components: pieces.map { String(decoding: $0, as: UTF8.self) }))
+    }
+
+    /// `parse` as an optional, for callers that only need yes or no.
+    static func validated(_ text: String) -> RelativePath? {
+        try? parse(text).get()
+    }
+
+    /// Whether `component` is one component as `parse` accepts them (which also means: no '/').
+    static func isValidComponent(_ component: String) -> Bool {
+        let bytes = Array(component.utf8)
+        return !bytes.contains(UInt8(ascii: "/")) && problem(ofComponent: bytes[...]) == nil
+    }
+
+    private static func problem(ofComponent component: ArraySlice<UInt8>) -> Problem? {
+        if component.isEmpty { return .emptyComponent }
+        if component.elementsEqual([UInt8(ascii: ".")]) || component.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
+            return .dotComponent
+        }
+        if component.count > maximumComponentLength { return .componentTooLong }
+        if component.contains(where: { $0 < 0x20 || $0 == 0x7F }) { return .controlCharacter }
+        return nil
+    }
+}
+
 enum FileNames {
     /// Linux's NAME_MAX, in bytes of UTF-8.
     static let maximumLength = 255
 
-    /// The name a client's file gets on disk, or nil when nothing safe is left of it.
+    /// The last path component of a name, for the places that keep one name and no path (tus's
+    /// `filename` metadata without `relativePath`, `PUT /raw/{name}`); nil when nothing safe is left.
     ///
-    /// Only the last path component survives (clients send paths from Windows too, hence `\`), control
-    /// characters and NUL become `_`, and `.`/`..` are refused. Everything else, including non-ASCII
-    /// names such as "视频 01.mp4", is kept byte for byte so the name round-trips through the URL.
-    static func sanitize(_ name: String) -> String? {
+    /// Clients send paths from Windows too, hence `\`; control characters and NUL become `_`, and
+    /// `.`/`..` are refused. Everything else, including non-ASCII names such as "视频 01.mp4", is
+    /// kept byte for byte so the name round-trips through the URL.
+    static func lastComponent(_ name: String) -> String? {
         guard let last = name.split(omittingEmptySubsequences: true, whereSeparator: { $0 == "/" || $0 == "\\" }).last
         else { return nil }
         let cleaned = String(

@@ -33,6 +33,18 @@ struct POSIXFile: Sendable {
         }
     }
 
+    /// `name` inside the open directory `directory` (`openat`); `O_NOFOLLOW` in `flags` refuses a
+    /// symbolic link there.
+    static func open(_ name: String, relativeTo directory: POSIXFile, _ flags: Int32, mode: mode_t = 0o644) throws -> POSIXFile {
+        let path = directory.path + "/" + name
+        while true {
+            let fd = openat(directory.descriptor, name, flags | O_CLOEXEC, mode)
+            if fd >= 0 { return POSIXFile(descriptor: fd, path: path) }
+            if errno == EINTR { continue }
+            throw IOError(operation: "openat", path: path, code: errno)
+        }
+    }
+
     private static func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
         #if canImport(Darwin)
         Darwin.open(path, flags, mode)
@@ -188,6 +200,40 @@ enum FileSystemOps {
             if n < chunk.count { break }
         }
         return result
+    }
+
+    /// Moves `source` to `base/components[0]/.../components[n-1]`, creating the directories on the
+    /// way (mode 0755 before the umask), and makes the move durable. Blocking.
+    ///
+    /// Below `base` nothing is followed by name: each directory is created with `mkdirat` and
+    /// opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one above it, and the file is moved
+    /// in with `renameat` relative to the last, so a symbolic link (or a file) where a directory
+    /// is expected fails the move instead of leading out of `base`. The components must be
+    /// checked names (`RelativePath`): no '/', no `.`/`..`, not empty.
+    static func place(_ source: String, under base: String, at components: [String]) throws {
+        precondition(!components.isEmpty, "a place needs a name")
+        var directory = try POSIXFile.open(base, O_RDONLY | O_DIRECTORY)
+        // Every directory whose entries changed is synced: the new entries, then the move.
+        var changed: [POSIXFile] = []
+        defer {
+            directory.close()
+            for file in changed { file.close() }
+        }
+        for component in components.dropLast() {
+            let created = mkdirat(directory.descriptor, component, 0o755) == 0
+            if !created && errno != EEXIST {
+                throw IOError(operation: "mkdirat", path: directory.path + "/" + component, code: errno)
+            }
+            let next = try POSIXFile.open(component, relativeTo: directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
+            if created { changed.append(directory) } else { directory.close() }
+            directory = next
+        }
+        let last = components[components.count - 1]
+        if renameat(AT_FDCWD, source, directory.descriptor, last) != 0 {
+            throw IOError(operation: "renameat", path: directory.path + "/" + last, code: errno)
+        }
+        try directory.sync()
+        for file in changed { try file.sync() }
     }
 
     /// Creates an empty file (or keeps an existing one) without truncating it.

@@ -165,8 +165,8 @@ actor SequenceUploads {
 
     /// Creates an upload and returns it with its upToken. Everything the token unlocks is on disk
     /// before it is returned.
-    func create(fileName: String, size: Int, blockSize: Int, suffix: String) async throws -> (SequenceUpload, upToken: String) {
-        let upload = try await store.create(protocolName: Self.protocolName, fileName: fileName, size: size, chunkSize: blockSize)
+    func create(path: RelativePath, size: Int, blockSize: Int, suffix: String) async throws -> (SequenceUpload, upToken: String) {
+        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: size, chunkSize: blockSize)
         let secret = UploadID.generate()
         let meta = SequenceMeta(tokenDigest: UpToken.digest(ofSecret: secret), suffix: suffix)
         let files = SequenceFiles(upload.layout)

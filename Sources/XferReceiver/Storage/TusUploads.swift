@@ -330,10 +330,10 @@ actor TusUploads {
     }
 
     /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
-    func create(fileName: String, length: Int, info: TusInfo) async throws -> TusUpload {
+    func create(path: RelativePath, length: Int, info: TusInfo) async throws -> TusUpload {
         // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
         // bytes would not do.
-        let upload = try await store.create(protocolName: Self.protocolName, fileName: fileName, size: length, chunkSize: max(1, length))
+        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: length, chunkSize: max(1, length))
         let files = TusFiles(upload.layout)
         let encoded = try JSONEncoder().encode(info)
         try await store.io.run {

@@ -20,7 +20,8 @@ struct UploadMeta: Codable, Sendable {
     /// of one protocol can refuse ids of another if their rules differ.
     var protocolName: String
     var uploadId: String
-    /// Already sanitized: this is the name on disk and in the download URL.
+    /// The file's path relative to `downloads/<id>/` (`RelativePath.text`: '/'-separated, checked;
+    /// a plain name for clients that send no directories). Named `fileName` since format 1.
     var fileName: String
     var size: Int
     var chunkSize: Int
@@ -350,12 +351,11 @@ actor Upload {
         }
     }
 
-    /// Moves the assembled data to its download path. Blocking; also used by recovery at load time.
+    /// Moves the assembled data to its download path (`downloads/<id>/<relative path>`), creating
+    /// the directories on the way without following a symbolic link. Blocking; also used by
+    /// recovery at load time.
     static func publish(_ layout: UploadLayout) throws {
-        try FileSystemOps.makeDirectory(layout.downloadDirectory)
-        try FileSystemOps.rename(layout.data, to: layout.downloadFile)
-        try FileSystemOps.syncDirectory(layout.downloadDirectory)
-        try FileSystemOps.syncDirectory(layout.downloadsRoot)
+        try FileSystemOps.place(layout.data, under: layout.downloadsRoot, at: [layout.id] + layout.path.components)
         try FileSystemOps.syncDirectory(layout.directory)
     }
 

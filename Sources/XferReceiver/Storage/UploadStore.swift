@@ -9,7 +9,8 @@ import Logging
 ///     root/uploads/<id>/data            chunks land here at their offsets
 ///     root/uploads/<id>/received.log    +n / -n records (DurableLog)
 ///     root/uploads/<id>/complete.json   sha256 + size, once assembled
-///     root/downloads/<id>/<fileName>    the data file, moved here on completion
+///     root/downloads/<id>/<path>        the data file, moved here on completion; <path> is the
+///                                       client's relative path (`RelativePath`), directories and all
 ///     root/trash/                       deleted uploads on their way out; emptied at startup
 struct StoreLayout: Sendable {
     let root: String
@@ -18,27 +19,30 @@ struct StoreLayout: Sendable {
     var downloads: String { root + "/downloads" }
     var trash: String { root + "/trash" }
 
-    func upload(_ id: String, fileName: String) -> UploadLayout {
+    func upload(_ id: String, path: RelativePath) -> UploadLayout {
         UploadLayout(
+            id: id,
             directory: uploads + "/" + id,
             downloadsRoot: downloads,
             downloadDirectory: downloads + "/" + id,
-            fileName: fileName
+            path: path
         )
     }
 }
 
 struct UploadLayout: Sendable {
+    let id: String
     let directory: String
     let downloadsRoot: String
     let downloadDirectory: String
-    let fileName: String
+    /// Where the file lands below `downloadDirectory`.
+    let path: RelativePath
 
     var meta: String { directory + "/meta.json" }
     var data: String { directory + "/data" }
     var log: String { directory + "/received.log" }
     var completion: String { directory + "/complete.json" }
-    var downloadFile: String { downloadDirectory + "/" + fileName }
+    var downloadFile: String { downloadDirectory + "/" + path.text }
 }
 
 /// The registry of uploads: creates them, finds them (loading from disk on first access, which is
@@ -79,19 +83,19 @@ actor UploadStore {
         return UploadStore(layout: layout, io: io, logger: logger)
     }
 
-    /// `fileName` must already be sanitized and `size`/`chunkSize` validated by the protocol.
-    func create(protocolName: String, fileName: String, size: Int, chunkSize: Int) async throws -> Upload {
+    /// `size`/`chunkSize` must already be validated by the protocol.
+    func create(protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> Upload {
         let layout = self.layout
         let (meta, uploadLayout) = try await io.run {
             while true {
                 let id = UploadID.generate()
-                let uploadLayout = layout.upload(id, fileName: fileName)
+                let uploadLayout = layout.upload(id, path: path)
                 guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { continue }
                 let meta = UploadMeta(
                     formatVersion: UploadMeta.currentFormatVersion,
                     protocolName: protocolName,
                     uploadId: id,
-                    fileName: fileName,
+                    fileName: path.text,
                     size: size,
                     chunkSize: chunkSize
                 )
@@ -109,7 +113,7 @@ actor UploadStore {
     /// For protocols that hand out ids before anything says what the file is (multipart's fileIds,
     /// given per source before the first fragment brings name and size). Concurrent calls for one id
     /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
-    func upload(id: String, creatingIfAbsent protocolName: String, fileName: String, size: Int, chunkSize: Int) async throws -> Upload {
+    func upload(id: String, creatingIfAbsent protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> Upload {
         precondition(UploadID.isValid(id), "upload ids name directories")
         while true {
             switch entries[id] {
@@ -125,8 +129,8 @@ actor UploadStore {
                         if let existing = try Self.load(id: id, layout: layout, io: io, statistics: statistics, logger: logger) { return existing }
                         let meta = UploadMeta(
                             formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
-                            fileName: fileName, size: size, chunkSize: chunkSize)
-                        let uploadLayout = layout.upload(id, fileName: fileName)
+                            fileName: path.text, size: size, chunkSize: chunkSize)
+                        let uploadLayout = layout.upload(id, path: path)
                         // A directory without meta.json is a creation a crash cut short: nothing in it was
                         // ever acknowledged, and its name is needed again.
                         if FileSystemOps.exists(uploadLayout.directory) {
@@ -223,7 +227,11 @@ actor UploadStore {
         guard meta.uploadId == id, meta.formatVersion == UploadMeta.currentFormatVersion else {
             throw UploadError.corrupt("meta.json of \(id) does not describe it")
         }
-        let uploadLayout = layout.upload(id, fileName: meta.fileName)
+        // Checked again: whatever meta.json says, the file can only land inside downloads/<id>/.
+        guard let path = RelativePath.validated(meta.fileName), path.text.utf8.elementsEqual(meta.fileName.utf8) else {
+            throw UploadError.corrupt("meta.json of \(id) names no safe relative path")
+        }
+        let uploadLayout = layout.upload(id, path: path)
 
         var received = ChunkSet(chunkCount: meta.chunkCount)
         for record in try DurableLog.readRecords(path: uploadLayout.log) {
