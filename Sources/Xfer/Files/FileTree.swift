@@ -1,17 +1,27 @@
 import Foundation
 import Glibc
 
-/// Which files of the directories pushed are taken (files named directly
-/// always are: naming a file is an explicit choice).
+/// Which files of the directories pushed are taken, from `--include`,
+/// `--exclude` and `--follow-symlinks` (patterns: see `PathGlob`).
 ///
-/// A file is taken when it matches at least one include (or none is given)
-/// and no exclude: exclude wins. A directory matching an exclude is not
-/// entered at all. Symbolic links inside directories are followed only with
-/// `followSymlinks`; a link back into a directory being walked is a loop
-/// and is skipped.
+/// - A file is taken when it matches at least one include (or none is
+///   given) and no exclude: exclude wins, so `--include '*.jpg' --exclude
+///   'tmp/**'` reads as "the JPEGs, but nothing from tmp".
+/// - A directory an exclude matches (`node_modules`, `build/**`, `cache/`)
+///   is pruned: never opened, which is what makes excluding a large
+///   directory cheap. The same rule as .gitignore.
+/// - Includes never prune: a file deep inside any directory may match.
+/// - Selection applies below the directories named. A file named itself is
+///   always taken: naming it is an explicit choice no filter should undo.
+/// - Something skipped (a link not followed, a FIFO) or unreadable is
+///   reported unless an exclude matches it: an exclude says "not this", an
+///   include only says what to send, and a FIFO a user did not expect among
+///   their files is worth a line.
 public struct FileSelection: Sendable, Hashable {
     public let includes: [PathGlob]
     public let excludes: [PathGlob]
+    /// Whether symbolic links below the paths named are followed (the paths
+    /// named themselves always are, like `find -H`).
     public let followSymlinks: Bool
 
     /// Everything, links not followed.
@@ -21,14 +31,18 @@ public struct FileSelection: Sendable, Hashable {
         followSymlinks = false
     }
 
-    /// Parses the patterns (see `PathGlob`); a malformed one is `.invalidInput`.
+    /// Parses the patterns up front, so a typo stops the push before anything
+    /// is walked or stored.
+    ///
+    /// - Throws: `.invalidInput` naming the first malformed pattern.
     public init(includes: [String] = [], excludes: [String] = [], followSymlinks: Bool = false) throws(XferError) {
         self.includes = try includes.map { pattern throws(XferError) in try PathGlob(pattern) }
         self.excludes = try excludes.map { pattern throws(XferError) in try PathGlob(pattern) }
         self.followSymlinks = followSymlinks
     }
 
-    /// Whether a file at `relativePath` (inside a directory pushed) is taken.
+    /// Whether a regular file at `relativePath` (below a directory pushed) is
+    /// taken, its directories having been entered.
     public func takes(_ relativePath: String) -> Bool {
         if excludes.contains(where: { $0.matches(relativePath) }) { return false }
         return includes.isEmpty || includes.contains { $0.matches(relativePath) }
@@ -36,7 +50,20 @@ public struct FileSelection: Sendable, Hashable {
 
     /// Whether the directory at `relativePath` is entered.
     public func enters(_ relativePath: String) -> Bool {
-        !excludes.contains { $0.matches(relativePath, isDirectory: true) || $0.matches(relativePath + "/", isDirectory: true) }
+        !excludes.contains { $0.matches(relativePath, isDirectory: true) || $0.matchesEverything(below: relativePath) }
+    }
+
+    /// Whether an exclude matches `relativePath` as a file: silences what is
+    /// skipped without being a directory (a FIFO, a socket).
+    func excludesFile(_ relativePath: String) -> Bool {
+        excludes.contains { $0.matches(relativePath) }
+    }
+
+    /// Whether an exclude names `relativePath` as a file or as a directory:
+    /// for what the walk reports without knowing which it is (a link not
+    /// followed, an entry that vanished).
+    func excludesEither(_ relativePath: String) -> Bool {
+        !enters(relativePath) || excludesFile(relativePath)
     }
 }
 
@@ -52,14 +79,17 @@ extension FileSelection {
 
 /// A regular file a walk found.
 public struct FoundFile: Sendable, Hashable {
-    /// The absolute path.
+    /// The path to open: the root as given joined with the relative path (a
+    /// link followed keeps its own path, not its target's).
     public let path: String
-    /// The path relative to the directory named ('/'-separated), or the
-    /// file's name when the file itself was named.
+    /// Where the file goes, relative to the directory named ('/'-separated,
+    /// the directory's own name left out, as `aws s3 cp --recursive` and
+    /// `rclone copy` do), or the file's name when the file itself was named.
     public let relativePath: String
     /// Which of the paths named it was found under (0-based).
     public let root: Int
-    /// Size, modification time, inode and device, as the walk saw them.
+    /// Size, modification time, inode and device, as the walk saw them: the
+    /// engine compares them later to notice a file that changed.
     public let identity: FileIdentity
 
     /// The file's size in bytes.
@@ -70,163 +100,395 @@ public struct FoundFile: Sendable, Hashable {
 public enum FileTreeEntry: Sendable, Hashable {
     /// A file to send.
     case file(FoundFile)
-    /// Not sent, and not an error: a symbolic link not followed, a loop, a
-    /// FIFO, socket or device (never opened).
+    /// Not sent, and not an error: a symbolic link not followed, a dangling
+    /// link, a loop, a FIFO, socket or device (never opened: opening a FIFO
+    /// blocks). `reason` is one line.
     case skipped(path: String, reason: String)
-    /// Cannot be sent: a directory that cannot be read, an entry that
-    /// vanished while the walk looked at it.
+    /// Cannot be sent: a directory that cannot be listed, an entry that
+    /// vanished or changed while the walk looked at it, a name that is not
+    /// UTF-8. The walk goes on with the rest. `relativePath` is empty for a
+    /// directory named itself.
     case failed(path: String, relativePath: String, root: Int, reason: String)
 }
 
-/// The walk behind `xfer push DIR...`: the paths named, in order; inside a
-/// directory, entries sorted by the bytes of their names, depth first.
+/// The walk behind `xfer push DIR...`: the files below the paths named, as
+/// a stream in an order that is the same on every machine.
 ///
-/// A stream: it holds one sorted listing per directory on the path from a
-/// root to where it is, never the whole tree, so 100,000 files cost what
-/// their deepest path does. One `readdir` pass and one `lstat` per entry.
+/// - Paths named: a file yields itself, under its name. A directory yields
+///   what is below it, relative to it. A symbolic link named is followed
+///   (like `find -H`): naming it means its target. Each must exist and be a
+///   file or a directory; `init` checks them all before anything is walked,
+///   so a typo is one clear error, not a half-recorded job.
+/// - Order: the paths named in the order given; inside a directory, entries
+///   by the bytes of their UTF-8 names (`B` < `a` < `a.txt` < `a0`), so no
+///   locale or file system changes it; depth first, a subdirectory walked
+///   where its name falls among the files. A re-run meets the files in the
+///   same order, which keeps resumed jobs and listings comparable.
+/// - Symbolic links below a path named are reported and skipped unless the
+///   selection follows them. Followed, a link to a file is that file under
+///   the link's path; a link to a directory is walked there (so a directory
+///   linked twice is sent twice, as `rclone -L` does); a directory already
+///   on the path from the root (a loop, through a link or a bind mount) is
+///   skipped, as is a dangling link.
+/// - FIFOs, sockets and devices are skipped, never opened.
+/// - A directory that cannot be listed, or an entry that vanishes before it
+///   is looked at, is one `.failed` entry; the rest of the walk goes on.
+///
+/// Cost: the walk is a stream holding one sorted listing per directory on
+/// the path from the root to where it is (names packed in one buffer), never
+/// the whole tree. Per entry: its share of the `readdir` pass and one
+/// `fstatat` relative to its directory's descriptor (no path lookup from
+/// `/`); a second `fstatat` only to follow a link.
 public struct FileTree: Sequence, Sendable {
+    /// The paths named, as given.
     public let roots: [String]
     public let selection: FileSelection
-    private let rootKinds: [Bool]
 
-    /// Checks every path named (it must be a file or a directory) before
-    /// anything is walked; a missing one is `.invalidInput`.
+    /// Checks every path named before anything is walked.
+    ///
+    /// - Throws: `.invalidInput` for the first path that does not exist,
+    ///   cannot be looked at, or is neither a file nor a directory, as
+    ///   `photos/: no such file or directory`.
     public init(roots: [String], selection: FileSelection = FileSelection()) throws(XferError) {
+        for root in roots { try Self.check(root, shownAs: root) }
         self.roots = roots
         self.selection = selection
-        var kinds: [Bool] = []
-        for root in roots {
-            var info = stat()
-            guard stat(root, &info) == 0 else {
-                throw .invalidInput("\(root): \(LocalFile.describe(errno))")
-            }
-            switch info.st_mode & S_IFMT {
-            case S_IFREG: kinds.append(false)
-            case S_IFDIR: kinds.append(true)
-            default:
-                throw .invalidInput("\(root) is not a regular file or a directory (a pipe, socket or device cannot be resumed)")
-            }
-        }
-        rootKinds = kinds
     }
 
-    /// The walk of `paths` (made absolute).
+    /// The walk of `paths`, made absolute so every entry's path is; errors
+    /// name the paths as the user typed them.
     public static func entries(of paths: [String], selection: FileSelection) throws(XferError) -> FileTree {
-        try FileTree(roots: paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }, selection: selection)
+        for path in paths { try check(path, shownAs: path) }
+        return try FileTree(roots: paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }, selection: selection)
+    }
+
+    private static func check(_ path: String, shownAs shown: String) throws(XferError) {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw .invalidInput("\(shown): \(describe(errno))")
+        }
+        let kind = info.st_mode & S_IFMT
+        guard kind == S_IFREG || kind == S_IFDIR else {
+            throw .invalidInput(
+                "\(shown): not a regular file or a directory (\(describe(kind: kind))); name files or directories to push")
+        }
     }
 
     public func makeIterator() -> Iterator {
-        Iterator(tree: self)
+        Iterator(roots: roots, selection: selection)
     }
 
-    public struct Iterator: IteratorProtocol {
-        private struct Level {
-            let path: String
-            let relative: String
-            let names: [String]
-            var position = 0
-            let device: UInt64
-            let inode: UInt64
-        }
+    /// How many directories deep the walk keeps descriptors open; deeper,
+    /// it reads a listing, closes it and looks entries up by path, so no
+    /// tree can exhaust the process's descriptors.
+    static let maximumOpenDepth = 64
 
-        private let tree: FileTree
+    /// The walk in progress. Copies share the open directories: advance one
+    /// copy only. Abandoning it midway closes them.
+    public struct Iterator: IteratorProtocol {
+        private let roots: [String]
+        private let selection: FileSelection
         private var nextRoot = 0
         private var root = 0
-        private var stack: [Level] = []
+        /// The directories from the root to where the walk is.
+        private var stack: [Listing] = []
+        /// How many directories the walk opened (tests check what was pruned).
+        private(set) var openedDirectoryCount = 0
 
-        init(tree: FileTree) {
-            self.tree = tree
+        init(roots: [String], selection: FileSelection) {
+            self.roots = roots
+            self.selection = selection
         }
 
         public mutating func next() -> FileTreeEntry? {
             while true {
-                if stack.isEmpty {
-                    guard nextRoot < tree.roots.count else { return nil }
+                guard let top = stack.last else {
+                    guard nextRoot < roots.count else { return nil }
                     root = nextRoot
                     nextRoot += 1
-                    let path = tree.roots[root]
-                    var info = stat()
-                    guard stat(path, &info) == 0 else {
-                        let name = (path as NSString).lastPathComponent
-                        return .failed(path: path, relativePath: name, root: root, reason: LocalFile.describe(errno))
-                    }
-                    if tree.rootKinds[root] == false || info.st_mode & S_IFMT == S_IFREG {
-                        let name = (path as NSString).lastPathComponent
-                        return .file(FoundFile(path: path, relativePath: name, root: root, identity: LocalFile.identity(of: info)))
-                    }
-                    if let failure = enter(path, relative: "", info: info) { return failure }
+                    if let entry = startRoot() { return entry }
                     continue
                 }
-                let top = stack.count - 1
-                guard stack[top].position < stack[top].names.count else {
+                guard top.position < top.entries.count else {
                     stack.removeLast()
                     continue
                 }
-                let name = stack[top].names[stack[top].position]
-                stack[top].position += 1
-                let path = stack[top].path == "/" ? "/" + name : stack[top].path + "/" + name
-                let relative = stack[top].relative.isEmpty ? name : stack[top].relative + "/" + name
-                if let entry = visit(path, relative: relative) { return entry }
+                let entry = top.entries[top.position]
+                top.position += 1
+                if let found = visit(entry, in: top) { return found }
             }
         }
 
-        private mutating func visit(_ path: String, relative: String) -> FileTreeEntry? {
+        /// The root again (it may have changed since `init` checked it),
+        /// following a link, as `find -H` does.
+        private mutating func startRoot() -> FileTreeEntry? {
+            var path = roots[root]
+            while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+            let name = path.split(separator: "/").last.map(String.init) ?? path
             var info = stat()
-            guard lstat(path, &info) == 0 else {
-                return .failed(path: path, relativePath: relative, root: root, reason: LocalFile.describe(errno))
+            guard stat(path, &info) == 0 else {
+                return .failed(path: path, relativePath: name, root: root, reason: Self.vanished(errno))
+            }
+            switch info.st_mode & S_IFMT {
+            case S_IFREG:
+                return .file(FoundFile(path: path, relativePath: name, root: root, identity: Self.identity(info)))
+            case S_IFDIR:
+                return enter(path: path, relative: "", info: info, from: nil, followingLink: true)
+            case let kind:
+                return .skipped(path: path, reason: "not a regular file (\(FileTree.describe(kind: kind)))")
+            }
+        }
+
+        private mutating func visit(_ entry: Listing.Entry, in parent: Listing) -> FileTreeEntry? {
+            guard let name = parent.name(of: entry) else {
+                let shown = parent.displayName(of: entry)
+                return .failed(
+                    path: parent.childPath(shown), relativePath: parent.childRelative(shown), root: root,
+                    reason: "its name is not valid UTF-8; rename it to send it")
+            }
+            let path = parent.childPath(name)
+            let relative = parent.childRelative(name)
+            var info = stat()
+            guard parent.status(of: entry, path: path, into: &info, followingLink: false) else {
+                let code = errno
+                let reported =
+                    switch Int32(entry.type) {
+                    case Int32(DT_REG): selection.takes(relative)
+                    case Int32(DT_DIR): selection.enters(relative)
+                    default: !selection.excludesEither(relative)
+                    }
+                guard reported else { return nil }
+                return .failed(path: path, relativePath: relative, root: root, reason: Self.vanished(code))
             }
             var kind = info.st_mode & S_IFMT
-            if kind == S_IFLNK {
-                guard tree.selection.followSymlinks else {
+            let isLink = kind == S_IFLNK
+            if isLink {
+                guard selection.followSymlinks else {
+                    if selection.excludesEither(relative) { return nil }
                     return .skipped(path: path, reason: "symbolic link not followed (use --follow-symlinks)")
                 }
-                guard stat(path, &info) == 0 else {
-                    return .skipped(path: path, reason: "symbolic link to nothing (\(LocalFile.describe(errno)))")
+                guard parent.status(of: entry, path: path, into: &info, followingLink: true) else {
+                    if selection.excludesEither(relative) { return nil }
+                    let code = errno
+                    if code == ENOENT { return .skipped(path: path, reason: "dangling symbolic link (its target does not exist)") }
+                    return .skipped(path: path, reason: "symbolic link not followed: \(FileTree.describe(code))")
                 }
                 kind = info.st_mode & S_IFMT
             }
             switch kind {
             case S_IFREG:
-                guard tree.selection.takes(relative) else { return nil }
-                return .file(FoundFile(path: path, relativePath: relative, root: root, identity: LocalFile.identity(of: info)))
+                guard selection.takes(relative) else { return nil }
+                return .file(FoundFile(path: path, relativePath: relative, root: root, identity: Self.identity(info)))
             case S_IFDIR:
-                guard tree.selection.enters(relative) else { return nil }
-                let device = UInt64(info.st_dev)
-                let inode = UInt64(info.st_ino)
-                if stack.contains(where: { $0.device == device && $0.inode == inode }) {
-                    return .skipped(path: path, reason: "symbolic link loop, not followed")
+                guard selection.enters(relative) else { return nil }
+                if stack.contains(where: { $0.device == UInt64(info.st_dev) && $0.inode == UInt64(info.st_ino) }) {
+                    return .skipped(
+                        path: path,
+                        reason: isLink || selection.followSymlinks
+                            ? "symbolic link loop, not followed" : "directory loop (mounted inside itself), not followed")
                 }
-                return enter(path, relative: relative, info: info)
-            case S_IFIFO:
-                return .skipped(path: path, reason: "not a regular file (a FIFO)")
-            case S_IFSOCK:
-                return .skipped(path: path, reason: "not a regular file (a socket)")
-            case S_IFCHR, S_IFBLK:
-                return .skipped(path: path, reason: "not a regular file (a device)")
+                return enter(path: path, relative: relative, info: info, from: (parent, entry), followingLink: isLink)
             default:
-                return .skipped(path: path, reason: "not a regular file")
+                if selection.excludesFile(relative) { return nil }
+                return .skipped(path: path, reason: "not a regular file (\(FileTree.describe(kind: kind)))")
             }
         }
 
-        /// Lists `path` (sorted) onto the stack; a directory that cannot be read fails alone.
-        private mutating func enter(_ path: String, relative: String, info: stat) -> FileTreeEntry? {
-            guard let directory = opendir(path) else {
-                return .failed(path: path, relativePath: relative, root: root, reason: LocalFile.describe(errno))
+        /// Opens and lists a directory onto the stack; one that cannot be
+        /// read fails alone.
+        private mutating func enter(
+            path: String, relative: String, info: stat, from parent: (Listing, Listing.Entry)?, followingLink: Bool
+        ) -> FileTreeEntry? {
+            // Not following a link, refuse one: the entry was a directory
+            // when looked at, and a link swapped in since is not walked.
+            let flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followingLink ? 0 : O_NOFOLLOW)
+            let descriptor = parent.map { $0.0.open($0.1, path: path, flags: flags) } ?? Glibc.open(path, flags)
+            guard descriptor >= 0 else {
+                return .failed(path: path, relativePath: relative, root: root, reason: Self.unlistable(errno))
             }
-            defer { closedir(directory) }
-            var names: [String] = []
-            while let entry = readdir(directory) {
-                let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
-                    pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-                }
-                if name == "." || name == ".." { continue }
-                names.append(name)
+            openedDirectoryCount += 1
+            let listing = Listing(
+                path: path, relative: relative, device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+            if let code = listing.read(descriptor, keepOpen: stack.count < FileTree.maximumOpenDepth) {
+                return .failed(path: path, relativePath: relative, root: root, reason: Self.unlistable(code))
             }
-            // By the bytes of the names: the same order on every machine and locale.
-            names.sort { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-            stack.append(
-                Level(path: path, relative: relative, names: names, device: UInt64(info.st_dev), inode: UInt64(info.st_ino)))
+            stack.append(listing)
             return nil
+        }
+
+        private static func identity(_ info: stat) -> FileIdentity {
+            FileIdentity(
+                size: Int64(info.st_size),
+                modificationTimeNanoseconds: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+                inode: UInt64(info.st_ino),
+                device: UInt64(info.st_dev))
+        }
+
+        private static func vanished(_ code: Int32) -> String {
+            switch code {
+            case ENOENT: return "vanished during the walk (no such file or directory)"
+            case EACCES: return "cannot look at it: permission denied (fix its directory's permissions or --exclude it)"
+            default: return "cannot look at it: \(FileTree.describe(code))"
+            }
+        }
+
+        private static func unlistable(_ code: Int32) -> String {
+            switch code {
+            case EACCES: return "cannot list this directory: permission denied (fix its permissions or --exclude it)"
+            case ENOENT: return "vanished during the walk (no such file or directory)"
+            case ELOOP, ENOTDIR: return "changed during the walk (no longer a directory)"
+            case EMFILE, ENFILE: return "cannot list this directory: too many open files (raise 'ulimit -n')"
+            default: return "cannot list this directory: \(FileTree.describe(code))"
+            }
+        }
+    }
+
+    static func describe(_ code: Int32) -> String {
+        switch code {
+        case ENOENT: return "no such file or directory"
+        case EACCES: return "permission denied"
+        case ELOOP: return "too many levels of symbolic links"
+        case ENOTDIR: return "a component of the path is not a directory"
+        case ENAMETOOLONG: return "file name too long"
+        default: return String(cString: strerror(code)).lowercased()
+        }
+    }
+
+    static func describe(kind: mode_t) -> String {
+        switch kind {
+        case S_IFIFO: return "FIFO"
+        case S_IFSOCK: return "socket"
+        case S_IFCHR: return "character device"
+        case S_IFBLK: return "block device"
+        case S_IFLNK: return "symbolic link"
+        default: return "unknown kind"
+        }
+    }
+}
+
+/// One directory on the walk's current path: its sorted names, and (near
+/// the top) its open descriptor, which the entries are looked up and opened
+/// relative to. A class so the descriptor is closed once, however the walk
+/// ends.
+private final class Listing {
+    struct Entry {
+        /// Where the name starts in `names`; it ends at a NUL.
+        let offset: UInt32
+        /// `d_type` from `readdir` (`DT_UNKNOWN` on some file systems): says
+        /// what a vanished entry was, for the selection.
+        let type: UInt8
+    }
+
+    let path: String
+    let relative: String
+    let device: UInt64
+    let inode: UInt64
+    /// The names back to back, each NUL-terminated: one allocation for a
+    /// directory, and each name is ready for `fstatat` as it is.
+    private(set) var names: [UInt8] = []
+    private(set) var entries: [Entry] = []
+    var position = 0
+    /// Open while the walk is inside this directory, unless it is deep.
+    private var directory: OpaquePointer?
+
+    init(path: String, relative: String, device: UInt64, inode: UInt64) {
+        self.path = path
+        self.relative = relative
+        self.device = device
+        self.inode = inode
+    }
+
+    deinit {
+        if let directory { closedir(directory) }
+    }
+
+    /// Reads every name of the directory open at `descriptor` (taking it
+    /// over) and sorts them by their bytes; nil, or the error.
+    func read(_ descriptor: Int32, keepOpen: Bool) -> Int32? {
+        guard let directory = fdopendir(descriptor) else {
+            let code = errno
+            close(descriptor)
+            return code
+        }
+        while true {
+            // Only readdir's own errno counts (growing `names` may touch it).
+            errno = 0
+            guard let entry = readdir(directory) else { break }
+            let length = withUnsafeMutablePointer(to: &entry.pointee.d_name) { name in
+                name.withMemoryRebound(to: UInt8.self, capacity: 256) { bytes -> Int in
+                    let length = strlen(UnsafeRawPointer(bytes).assumingMemoryBound(to: CChar.self))
+                    if bytes[0] == UInt8(ascii: "."), length == 1 || (length == 2 && bytes[1] == UInt8(ascii: ".")) {
+                        return 0
+                    }
+                    names.append(contentsOf: UnsafeBufferPointer(start: bytes, count: length + 1))
+                    return length
+                }
+            }
+            if length > 0 {
+                entries.append(Entry(offset: UInt32(names.count - length - 1), type: entry.pointee.d_type))
+            }
+        }
+        let code = errno
+        if code != 0 {
+            closedir(directory)
+            return code
+        }
+        // NUL-terminated and NUL-free, so strcmp (which compares unsigned
+        // bytes) is the byte order.
+        names.withUnsafeBufferPointer { buffer in
+            let base = UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self)
+            entries.sort { strcmp(base + Int($0.offset), base + Int($1.offset)) < 0 }
+        }
+        if keepOpen {
+            self.directory = directory
+        } else {
+            closedir(directory)
+        }
+        return nil
+    }
+
+    /// The name, or nil when it is not valid UTF-8.
+    func name(of entry: Entry) -> String? {
+        withName(entry) { String(validating: $0, as: UTF8.self) }
+    }
+
+    /// The name with invalid UTF-8 replaced, to show.
+    func displayName(of entry: Entry) -> String {
+        withName(entry) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    private func withName<Result>(_ entry: Entry, _ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        names.withUnsafeBufferPointer { buffer in
+            let start = buffer.baseAddress! + Int(entry.offset)
+            return body(UnsafeBufferPointer(start: start, count: strlen(UnsafeRawPointer(start).assumingMemoryBound(to: CChar.self))))
+        }
+    }
+
+    func childPath(_ name: String) -> String {
+        path == "/" ? "/" + name : path + "/" + name
+    }
+
+    func childRelative(_ name: String) -> String {
+        relative.isEmpty ? name : relative + "/" + name
+    }
+
+    /// `fstatat` on the entry, relative to this directory (or by `path` when
+    /// it is no longer open); errno says why not.
+    func status(of entry: Entry, path: String, into info: inout stat, followingLink: Bool) -> Bool {
+        let flags = followingLink ? 0 : AT_SYMLINK_NOFOLLOW
+        guard let directory else { return fstatat(AT_FDCWD, path, &info, flags) == 0 }
+        return names.withUnsafeBufferPointer { buffer in
+            let name = UnsafeRawPointer(buffer.baseAddress! + Int(entry.offset)).assumingMemoryBound(to: CChar.self)
+            return fstatat(dirfd(directory), name, &info, flags) == 0
+        }
+    }
+
+    /// Opens the entry relative to this directory (or by `path`).
+    func open(_ entry: Entry, path: String, flags: Int32) -> Int32 {
+        guard let directory else { return Glibc.open(path, flags) }
+        return names.withUnsafeBufferPointer { buffer in
+            let name = UnsafeRawPointer(buffer.baseAddress! + Int(entry.offset)).assumingMemoryBound(to: CChar.self)
+            return openat(dirfd(directory), name, flags)
         }
     }
 }

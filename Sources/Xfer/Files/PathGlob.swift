@@ -1,243 +1,379 @@
 /// A filter pattern for `--include` / `--exclude`, matched against a path
-/// relative to the directory pushed ('/'-separated).
+/// relative to the directory pushed ('/'-separated). The syntax is the one
+/// rclone and .gitignore users already type, so their patterns carry over.
 ///
-/// - `*` any run of characters but `/`; `?` one character but `/`;
-///   `**` any run including `/`, and `**/` also no directory at all;
-///   `[abc]`, `[a-z]`, `[!abc]` classes; `{a,b}` alternatives; `\` escapes.
-/// - A pattern without `/` matches a name at any depth (`*.jpg` matches
-///   `a.jpg` and `x/y/a.jpg`), as rclone's filters do; one with `/` is
-///   anchored at the directory pushed (a leading `/` means the same).
-/// - A pattern ending in `/` matches directories only.
+/// Syntax:
+/// - `*` any run of characters but `/`; `?` one character but `/`.
+/// - `**` any run of characters, `/` included. As a whole component (`**/`)
+///   it also matches no directory at all: `**/*.jpg` matches `a.jpg` as well
+///   as `x/y/a.jpg`.
+/// - `[abc]`, `[a-z]`, `[!abc]` (or `[^abc]`): one character, never `/`, in
+///   (or not in) the class. A `]` right after `[` or `[!` is a member.
+/// - `{a,b,c}`: any one of the alternatives, which may hold all of the above
+///   and nest. Outside braces, `,` and `}` are ordinary characters.
+/// - `\` makes the next character literal, inside a class too.
 ///
-/// Matching is on Unicode scalars and case-sensitive, like the file system.
+/// What a pattern is matched against:
+/// - Without a `/`, the last component, at any depth (`*.jpg` matches `a.jpg`
+///   and `x/y/a.jpg`), as rclone does: the common case needs no `**/`.
+/// - With a `/`, the whole relative path: the pattern is anchored at the
+///   directory pushed. A leading `/` only anchors (`/a.jpg` is the top-level
+///   `a.jpg` alone).
+/// - Ending in `/`, directories only (`cache/`), and so every path below a
+///   directory that matches: `--exclude cache/` prunes such directories,
+///   `--include photos/` takes every file inside them.
+/// - Each `{}` alternative is classified on its own, so `{*.tmp,build/}`
+///   means the name pattern `*.tmp` or the directory `build`.
+///
+/// Matching is on Unicode scalars, case-sensitive and without Unicode
+/// normalization, like the file system's own names. It runs a set of states
+/// over the pattern instead of backtracking, so no pattern can make a match
+/// cost more than the path's length times the pattern's.
 public struct PathGlob: Sendable, Hashable, CustomStringConvertible {
-    /// The pattern as given.
+    /// The pattern as given (kept with the job, so a resume parses it again).
     public let description: String
-    /// Matches the last component only (the pattern has no `/`).
-    let matchesName: Bool
-    let directoriesOnly: Bool
-    /// The pattern with its alternatives expanded.
-    private let alternatives: [[Token]]
+    /// The pattern with its `{}` alternatives expanded.
+    private let branches: [Branch]
 
-    enum Token: Sendable, Hashable {
-        case literal(Unicode.Scalar)
-        case one
-        case star
-        /// `**`
-        case anything
-        /// `**/`: nothing, or anything that ends in `/`.
-        case directories
-        case set([ClosedRange<UInt32>], negated: Bool)
-    }
-
-    /// At most this many alternatives after expanding `{}`: a bound on the
-    /// work one pattern can cause.
+    /// At most this many alternatives after expanding `{}`: a bound on what
+    /// one pattern can cost for every path of a large tree.
     static let maximumAlternatives = 256
 
-    /// Parses `pattern`; a malformed one is `.invalidInput` with a one-line reason.
+    /// Parses `pattern`.
+    ///
+    /// - Throws: `.invalidInput` with a one-line reason and the fix when the
+    ///   pattern is malformed: an unclosed `[` or `{`, a trailing lone `\`, a
+    ///   reversed range, or a pattern that can match nothing (empty, `/`).
     public init(_ pattern: String) throws(XferError) {
         description = pattern
-        var body = Array(pattern.unicodeScalars)
-        guard !body.isEmpty else { throw .invalidInput("an empty --include/--exclude pattern matches nothing; remove it") }
-        directoriesOnly = body.count > 1 && body.last == "/" && !(body.count >= 2 && body[body.count - 2] == "\\")
-        if directoriesOnly { body.removeLast() }
-        if body.first == "/" { body.removeFirst() }
-        matchesName = !Self.containsSeparator(body) && pattern.unicodeScalars.first != "/"
-        let expanded = try Self.expand(body, pattern: pattern)
-        var alternatives: [[Token]] = []
-        for alternative in expanded { alternatives.append(try Self.tokens(alternative, pattern: pattern)) }
-        self.alternatives = alternatives
+        let lexemes = try Self.lex(pattern)
+        let expanded = try Self.expand(lexemes, pattern: pattern)
+        branches = expanded.map(Branch.init)
+        guard branches.contains(where: { !$0.tokens.isEmpty }) else {
+            throw Self.malformed(pattern, "matches nothing; remove it")
+        }
     }
 
-    /// Whether `relativePath` (of a directory when `isDirectory`) matches.
+    /// Whether `relativePath` matches; `isDirectory` says what it names, for
+    /// the patterns ending in `/`.
     public func matches(_ relativePath: String, isDirectory: Bool = false) -> Bool {
-        if directoriesOnly && !isDirectory { return false }
-        var subject = Array(relativePath.unicodeScalars)
-        if matchesName, let slash = subject.lastIndex(of: "/") { subject = Array(subject[(slash + 1)...]) }
-        return alternatives.contains { Self.match($0[...], subject[...]) }
+        branches.contains { $0.matches(relativePath[...], isDirectory: isDirectory) }
+    }
+
+    /// Whether every path below the directory `relativePath` matches, which
+    /// `dir/**` says without matching `dir` itself: an exclude like that
+    /// prunes the directory instead of opening it to drop all it holds.
+    func matchesEverything(below relativePath: String) -> Bool {
+        branches.contains { branch in
+            guard let prefix = branch.contentsPrefix else { return false }
+            return Self.run(prefix, relativePath.unicodeScalars[...])
+        }
+    }
+
+    private static func malformed(_ pattern: String, _ problem: String) -> XferError {
+        .invalidInput("the --include/--exclude pattern '\(pattern)' \(problem)")
     }
 
     // MARK: Parsing
 
-    private static func containsSeparator(_ scalars: [Unicode.Scalar]) -> Bool {
-        var escaped = false
-        for scalar in scalars {
-            if escaped { escaped = false; continue }
-            if scalar == "\\" { escaped = true; continue }
-            if scalar == "/" { return true }
-        }
-        return false
+    /// What the pattern's characters mean before `{}` is expanded.
+    private enum Lexeme: Hashable {
+        case scalar(Unicode.Scalar)
+        case star
+        case one
+        case set([ClosedRange<UInt32>], negated: Bool)
+        case open
+        case comma
+        case close
     }
 
-    /// `{a,b}` expanded into whole patterns (nested braces included).
-    private static func expand(_ scalars: [Unicode.Scalar], pattern: String) throws(XferError) -> [[Unicode.Scalar]] {
-        var index = 0
-        var escaped = false
-        var inClass = false
-        while index < scalars.count {
-            let scalar = scalars[index]
-            if escaped {
-                escaped = false
-            } else if scalar == "\\" {
-                escaped = true
-            } else if inClass {
-                if scalar == "]" { inClass = false }
-            } else if scalar == "[" {
-                inClass = true
-            } else if scalar == "{" {
-                // Find the matching brace and the top-level commas.
-                var depth = 0
-                var commas: [Int] = []
-                var end: Int?
-                var j = index
-                var esc = false
-                while j < scalars.count {
-                    let c = scalars[j]
-                    if esc {
-                        esc = false
-                    } else if c == "\\" {
-                        esc = true
-                    } else if c == "{" {
-                        depth += 1
-                    } else if c == "}" {
-                        depth -= 1
-                        if depth == 0 { end = j; break }
-                    } else if c == ",", depth == 1 {
-                        commas.append(j)
-                    }
-                    j += 1
-                }
-                guard let end else { throw .invalidInput("the pattern '\(pattern)' has a '{' without its '}'") }
-                let head = Array(scalars[..<index])
-                let tail = Array(scalars[(end + 1)...])
-                var bounds = [index] + commas + [end]
-                var result: [[Unicode.Scalar]] = []
-                for k in 0..<(bounds.count - 1) {
-                    let part = Array(scalars[(bounds[k] + 1)..<bounds[k + 1]])
-                    for expanded in try expand(head + part + tail, pattern: pattern) {
-                        result.append(expanded)
-                        guard result.count <= maximumAlternatives else {
-                            throw .invalidInput("the pattern '\(pattern)' has more than \(maximumAlternatives) alternatives")
-                        }
-                    }
-                }
-                bounds.removeAll()
-                return result
+    /// One step of the matcher.
+    enum Token: Sendable, Hashable {
+        case literal(Unicode.Scalar)
+        /// `?`
+        case one
+        /// `[...]`
+        case set([ClosedRange<UInt32>], negated: Bool)
+        /// `*`: any run without `/`.
+        case star
+        /// `**`: any run.
+        case anything
+        /// Either the next token or the one `skip` ahead: `**/` is
+        /// `fork(3), anything, literal("/")`, so "no directory" is the
+        /// skip and "some directories" must end in a `/`.
+        case fork(skip: Int)
+    }
+
+    /// One `{}` alternative, ready to match.
+    private struct Branch: Sendable, Hashable {
+        let tokens: [Token]
+        /// No `/` in the pattern: matched against the last component.
+        let matchesName: Bool
+        /// Ends in `/`: directories, and what is below them.
+        let directoriesOnly: Bool
+        /// For `X/**`, the tokens of `X`.
+        let contentsPrefix: [Token]?
+
+        init(_ lexemes: [Lexeme]) {
+            var body = lexemes[...]
+            var anchored = false
+            while body.first == .scalar("/") {
+                body.removeFirst()
+                anchored = true
             }
-            index += 1
+            var directoriesOnly = false
+            while body.last == .scalar("/") {
+                body.removeLast()
+                directoriesOnly = true
+            }
+            if body.contains(.scalar("/")) { anchored = true }
+            let tokens = Self.tokens(body)
+            self.tokens = tokens
+            matchesName = !anchored
+            self.directoriesOnly = directoriesOnly
+            if !directoriesOnly, tokens.count >= 2, tokens.last == .anything, tokens[tokens.count - 2] == .literal("/") {
+                contentsPrefix = Array(tokens.dropLast(2))
+            } else {
+                contentsPrefix = nil
+            }
         }
-        if inClass { throw .invalidInput("the pattern '\(pattern)' has a '[' without its ']'") }
-        return [scalars]
-    }
 
-    private static func tokens(_ scalars: [Unicode.Scalar], pattern: String) throws(XferError) -> [Token] {
-        var tokens: [Token] = []
-        var index = 0
-        while index < scalars.count {
-            let scalar = scalars[index]
-            switch scalar {
-            case "\\":
-                guard index + 1 < scalars.count else {
-                    throw .invalidInput("the pattern '\(pattern)' ends in a lone '\\'")
-                }
-                tokens.append(.literal(scalars[index + 1]))
-                index += 2
-                continue
-            case "?":
-                tokens.append(.one)
-            case "*":
-                if index + 1 < scalars.count, scalars[index + 1] == "*" {
-                    index += 1
-                    let atStart = index == 1 || scalars[index - 2] == "/"
-                    if atStart, index + 1 < scalars.count, scalars[index + 1] == "/" {
-                        tokens.append(.directories)
-                        index += 1
+        private static func tokens(_ body: ArraySlice<Lexeme>) -> [Token] {
+            var tokens: [Token] = []
+            var index = body.startIndex
+            while index < body.endIndex {
+                switch body[index] {
+                case .star:
+                    var end = index
+                    while end < body.endIndex, body[end] == .star { end += 1 }
+                    if end - index == 1 {
+                        tokens.append(.star)
+                    } else if index == body.startIndex || body[index - 1] == .scalar("/"),
+                        end < body.endIndex, body[end] == .scalar("/")
+                    {
+                        tokens += [.fork(skip: 3), .anything, .literal("/")]
+                        end += 1
                     } else {
                         tokens.append(.anything)
                     }
-                } else {
-                    tokens.append(.star)
+                    index = end
+                    continue
+                case .scalar(let scalar): tokens.append(.literal(scalar))
+                case .one: tokens.append(.one)
+                case .set(let ranges, let negated): tokens.append(.set(ranges, negated: negated))
+                // Left after expansion: stray, hence literal.
+                case .open: tokens.append(.literal("{"))
+                case .comma: tokens.append(.literal(","))
+                case .close: tokens.append(.literal("}"))
                 }
+                index += 1
+            }
+            return tokens
+        }
+
+        func matches(_ path: Substring, isDirectory: Bool) -> Bool {
+            guard directoriesOnly else { return matchesWhole(path) }
+            if isDirectory, matchesWhole(path) { return true }
+            // Below a matching directory.
+            let utf8 = path.utf8
+            var index = utf8.startIndex
+            while index < utf8.endIndex {
+                if utf8[index] == UInt8(ascii: "/"), matchesWhole(path[..<index]) { return true }
+                index = utf8.index(after: index)
+            }
+            return false
+        }
+
+        private func matchesWhole(_ path: Substring) -> Bool {
+            var subject = path
+            if matchesName, let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) {
+                subject = path[path.utf8.index(after: slash)...]
+            }
+            return PathGlob.run(tokens, subject.unicodeScalars)
+        }
+    }
+
+    private static func lex(_ pattern: String) throws(XferError) -> [Lexeme] {
+        let scalars = Array(pattern.unicodeScalars)
+        var lexemes: [Lexeme] = []
+        var index = 0
+        while index < scalars.count {
+            switch scalars[index] {
+            case "\\":
+                guard index + 1 < scalars.count else {
+                    throw malformed(pattern, "ends in a lone '\\' (write '\\\\' for a backslash)")
+                }
+                lexemes.append(.scalar(scalars[index + 1]))
+                index += 1
+            case "*": lexemes.append(.star)
+            case "?": lexemes.append(.one)
+            case "{": lexemes.append(.open)
+            case ",": lexemes.append(.comma)
+            case "}": lexemes.append(.close)
             case "[":
-                var j = index + 1
-                var negated = false
-                if j < scalars.count, scalars[j] == "!" || scalars[j] == "^" {
-                    negated = true
-                    j += 1
-                }
-                var ranges: [ClosedRange<UInt32>] = []
-                var first = true
-                while j < scalars.count, scalars[j] != "]" || first {
-                    first = false
-                    var low = scalars[j]
-                    if low == "\\", j + 1 < scalars.count {
-                        j += 1
-                        low = scalars[j]
-                    }
-                    if j + 2 < scalars.count, scalars[j + 1] == "-", scalars[j + 2] != "]" {
-                        let high = scalars[j + 2]
-                        guard low.value <= high.value else {
-                            throw .invalidInput("the pattern '\(pattern)' has the reversed range \(low)-\(high)")
-                        }
-                        ranges.append(low.value...high.value)
-                        j += 3
-                    } else {
-                        ranges.append(low.value...low.value)
-                        j += 1
-                    }
-                }
-                guard j < scalars.count else { throw .invalidInput("the pattern '\(pattern)' has a '[' without its ']'") }
-                tokens.append(.set(ranges, negated: negated))
-                index = j
-            default:
-                tokens.append(.literal(scalar))
+                let (set, end) = try lexClass(scalars, from: index + 1, pattern: pattern)
+                lexemes.append(set)
+                index = end
+            case let scalar: lexemes.append(.scalar(scalar))
             }
             index += 1
         }
-        return tokens
+        return lexemes
+    }
+
+    /// The class starting after its `[`; returns it and the index of its `]`.
+    private static func lexClass(
+        _ scalars: [Unicode.Scalar], from start: Int, pattern: String
+    ) throws(XferError) -> (Lexeme, Int) {
+        let unclosed = malformed(pattern, "has a '[' without its ']' (write '\\[' for a literal '[')")
+        var index = start
+        var negated = false
+        if index < scalars.count, scalars[index] == "!" || scalars[index] == "^" {
+            negated = true
+            index += 1
+        }
+        var ranges: [ClosedRange<UInt32>] = []
+        /// One member, `\`-escaped or not, advancing past it.
+        func member() throws(XferError) -> Unicode.Scalar {
+            guard index < scalars.count else { throw unclosed }
+            if scalars[index] == "\\" { index += 1 }
+            guard index < scalars.count else { throw unclosed }
+            defer { index += 1 }
+            return scalars[index]
+        }
+        var first = true
+        while true {
+            guard index < scalars.count else { throw unclosed }
+            if scalars[index] == "]", !first { return (.set(ranges, negated: negated), index) }
+            first = false
+            let low = try member()
+            if index + 1 < scalars.count, scalars[index] == "-", scalars[index + 1] != "]" {
+                index += 1
+                let high = try member()
+                guard low.value <= high.value else {
+                    throw malformed(pattern, "has the reversed range '\(low)-\(high)' (write '\(high)-\(low)')")
+                }
+                ranges.append(low.value...high.value)
+            } else {
+                ranges.append(low.value...low.value)
+            }
+        }
+    }
+
+    /// Every pattern `{}` stands for, nested braces included.
+    private static func expand(_ lexemes: [Lexeme], pattern: String) throws(XferError) -> [[Lexeme]] {
+        guard let open = lexemes.firstIndex(of: .open) else { return [lexemes] }
+        var depth = 0
+        var commas: [Int] = []
+        var close: Int?
+        for index in open..<lexemes.count {
+            switch lexemes[index] {
+            case .open: depth += 1
+            case .close: depth -= 1
+            case .comma where depth == 1: commas.append(index)
+            default: break
+            }
+            if depth == 0 {
+                close = index
+                break
+            }
+        }
+        guard let close else {
+            throw malformed(pattern, "has a '{' without its '}' (write '\\{' for a literal '{')")
+        }
+        let bounds = [open] + commas + [close]
+        var result: [[Lexeme]] = []
+        for part in 0..<(bounds.count - 1) {
+            let alternative = lexemes[..<open] + lexemes[(bounds[part] + 1)..<bounds[part + 1]] + lexemes[(close + 1)...]
+            for expanded in try expand(Array(alternative), pattern: pattern) {
+                result.append(expanded)
+                guard result.count <= maximumAlternatives else {
+                    throw malformed(pattern, "stands for more than \(maximumAlternatives) alternatives; split it")
+                }
+            }
+        }
+        return result
     }
 
     // MARK: Matching
 
-    /// Backtracking over the tokens; stars try the shortest run first. Paths
-    /// are short (4 KiB at most), so the worst case stays small.
-    private static func match(_ tokens: ArraySlice<Token>, _ subject: ArraySlice<Unicode.Scalar>) -> Bool {
-        guard let token = tokens.first else { return subject.isEmpty }
-        let rest = tokens.dropFirst()
-        switch token {
-        case .literal(let scalar):
-            guard subject.first == scalar else { return false }
-            return match(rest, subject.dropFirst())
-        case .one:
-            guard let first = subject.first, first != "/" else { return false }
-            return match(rest, subject.dropFirst())
-        case .set(let ranges, let negated):
-            guard let first = subject.first, first != "/" else { return false }
-            let inside = ranges.contains { $0.contains(first.value) }
-            guard inside != negated else { return false }
-            return match(rest, subject.dropFirst())
-        case .star:
-            var remaining = subject
-            while true {
-                if match(rest, remaining) { return true }
-                guard let first = remaining.first, first != "/" else { return false }
-                remaining = remaining.dropFirst()
+    /// Whether `tokens` match all of `subject`: the set of tokens reachable
+    /// so far, advanced one scalar at a time.
+    static func run(_ tokens: [Token], _ subject: Substring.UnicodeScalarView) -> Bool {
+        if tokens.count < UInt64.bitWidth {
+            return run(tokens, subject, empty: SmallStates())
+        }
+        return run(tokens, subject, empty: LargeStates(count: tokens.count + 1))
+    }
+
+    private static func run<States: StateSet>(
+        _ tokens: [Token], _ subject: Substring.UnicodeScalarView, empty: States
+    ) -> Bool {
+        var current = empty
+        current.insert(0)
+        closeOver(&current, tokens)
+        for scalar in subject {
+            var next = empty
+            for index in 0..<tokens.count where current.contains(index) {
+                switch tokens[index] {
+                case .literal(let literal):
+                    if scalar == literal { next.insert(index + 1) }
+                case .one:
+                    if scalar != "/" { next.insert(index + 1) }
+                case .set(let ranges, let negated):
+                    if scalar != "/", ranges.contains(where: { $0.contains(scalar.value) }) != negated {
+                        next.insert(index + 1)
+                    }
+                case .star:
+                    if scalar != "/" { next.insert(index) }
+                case .anything:
+                    next.insert(index)
+                case .fork:
+                    break
+                }
             }
-        case .anything:
-            var remaining = subject
-            while true {
-                if match(rest, remaining) { return true }
-                guard !remaining.isEmpty else { return false }
-                remaining = remaining.dropFirst()
+            if next.isEmpty { return false }
+            closeOver(&next, tokens)
+            current = next
+        }
+        return current.contains(tokens.count)
+    }
+
+    /// Adds what is reachable without consuming anything; every such step
+    /// goes forward, so one pass in order suffices.
+    private static func closeOver<States: StateSet>(_ states: inout States, _ tokens: [Token]) {
+        for index in 0..<tokens.count where states.contains(index) {
+            switch tokens[index] {
+            case .star, .anything:
+                states.insert(index + 1)
+            case .fork(let skip):
+                states.insert(index + 1)
+                states.insert(index + skip)
+            default:
+                break
             }
-        case .directories:
-            if match(rest, subject) { return true }
-            var remaining = subject
-            while let slash = remaining.firstIndex(of: "/") {
-                remaining = remaining[(slash + 1)...]
-                if match(rest, remaining) { return true }
-            }
-            return false
         }
     }
+}
+
+private protocol StateSet {
+    func contains(_ state: Int) -> Bool
+    mutating func insert(_ state: Int)
+    var isEmpty: Bool { get }
+}
+
+/// Patterns of fewer than 64 tokens (nearly all): one word, no allocation.
+private struct SmallStates: StateSet {
+    var bits: UInt64 = 0
+    func contains(_ state: Int) -> Bool { bits & (1 << UInt64(state)) != 0 }
+    mutating func insert(_ state: Int) { bits |= 1 << UInt64(state) }
+    var isEmpty: Bool { bits == 0 }
+}
+
+private struct LargeStates: StateSet {
+    var bits: [Bool]
+    init(count: Int) { bits = Array(repeating: false, count: count) }
+    func contains(_ state: Int) -> Bool { bits[state] }
+    mutating func insert(_ state: Int) { bits[state] = true }
+    var isEmpty: Bool { !bits.contains(true) }
 }
