@@ -11,9 +11,24 @@ enum EventJSON {
     /// The line with a `job` member on every event, for commands that run
     /// several jobs in one stream (`xfer resume`).
     static func line(for event: TransferEvent, job: JobID?) -> String? {
+        if case .completed(let report) = event { return completed(report, job: job) }
         guard var members = members(for: event) else { return nil }
         if let job { members["job"] = .string(job.rawValue) }
         return object(members)
+    }
+
+    /// `completed` with every file, written file by file: a job of 100,000
+    /// files would otherwise build a tree of 100,000 JSON objects first.
+    /// Members in the same (sorted) order `JSONValue` writes them.
+    static func completed(_ report: JobReport, job: JobID?) -> String {
+        var out = "{\"bytesResumed\":\(report.bytesResumed),\"bytesSent\":\(report.bytesSent),\"event\":\"completed\",\"files\":["
+        out.reserveCapacity(64 + report.files.count * 160)
+        for (index, file) in report.files.enumerated() {
+            if index > 0 { out += "," }
+            out += String(decoding: JSONValue.object(["path": .string(file.path), "size": .int(file.size), "url": .string(file.url)]).encoded, as: UTF8.self)
+        }
+        out += "],\"job\":\"\(report.job.rawValue)\"}"
+        return out
     }
 
     /// The line `--json` prints for a job that could not even start.

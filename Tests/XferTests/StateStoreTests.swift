@@ -386,12 +386,13 @@ final class StateStoreTests: XCTestCase {
                 return result
             }
         }
-        // Padded: the root (0) as the two-byte varint 0x80 0x00.
-        let original = file(7).encoded
-        let rootOffset = 1 + 1 + file(7).path.utf8.count + 1 + file(7).relativePath.utf8.count
+        // Padded: the root (0) as the two-byte varint 0x80 0x00. (The store
+        // writes a path that follows from the root as "", as here.)
+        let original = file(7).encoded(rootPath: "/tmp")
+        let rootOffset = 1 + 1 + 0 + 1 + file(7).relativePath.utf8.count
         XCTAssertEqual(original[rootOffset], 0)
         let padded = Array(original[..<rootOffset]) + [0x80, 0x00] + Array(original[(rootOffset + 1)...])
-        XCTAssertEqual(FileRecord(decoding: padded), file(7))
+        XCTAssertEqual(FileRecord(decoding: padded, roots: ["/tmp"]), file(7))
         do {
             let env = try rawEnvironment(dir.path)
             let files = try env.database(named: "files", checksummed: true)
@@ -399,7 +400,7 @@ final class StateStoreTests: XCTestCase {
         }
         let before = try stored()
         XCTAssertEqual(before[7], padded)
-        XCTAssertEqual(before[0], file(0).encoded)
+        XCTAssertEqual(before[0], file(0).encoded(rootPath: "/tmp"))
 
         try await withStore(dir.path) { store in
             try await store.commit(.markDone(job: id, file: 3, chunks: [0, 9], plan: plan, receipts: [9: "r"]))
@@ -955,5 +956,29 @@ final class StateStoreTests: XCTestCase {
             XCTAssertNil(JobCounters(decoding: Array(encoded.prefix(length))), "cut to \(length) bytes")
         }
         XCTAssertNil(JobCounters(decoding: encoded + [0]), "trailing bytes")
+    }
+
+    /// A path that follows from its root is stored as a marker and rebuilt
+    /// from the root on reading; any other path is stored whole.
+    func testPathsThatFollowFromTheirRootAreStoredOnce() {
+        var inTree = file(0)
+        inTree.path = "/data/photos/2024/a b.jpg"
+        inTree.relativePath = "2024/a b.jpg"
+        let compact = inTree.encoded(rootPath: "/data/photos")
+        XCTAssertLessThan(compact.count, inTree.encoded.count - 20)
+        XCTAssertEqual(FileRecord(decoding: compact, roots: ["/data/photos"]), inTree)
+        var named = file(1)
+        named.path = "/data/one.bin"
+        named.relativePath = "one.bin"
+        named.root = 1
+        XCTAssertEqual(FileRecord(decoding: named.encoded(rootPath: "/data/one.bin"), roots: ["/x", "/data/one.bin"]), named)
+        var underSlash = file(2)
+        underSlash.path = "/etc.txt"
+        underSlash.relativePath = "etc.txt"
+        XCTAssertEqual(FileRecord(decoding: underSlash.encoded(rootPath: "/"), roots: ["/"]), underSlash)
+        // Elsewhere than its root says: stored whole.
+        XCTAssertEqual(FileRecord(decoding: inTree.encoded(rootPath: "/other"), roots: ["/other"]), inTree)
+        // A marker whose root is unknown is unreadable, not a wrong path.
+        XCTAssertNil(FileRecord(decoding: compact, roots: []))
     }
 }

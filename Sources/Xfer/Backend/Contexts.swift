@@ -20,10 +20,11 @@ public struct JobContext: Sendable {
     public let target: String
     /// Handles from `makeJobHandles` and `startJob`.
     public let handles: ServerHandles
-    /// Every file of the job, in push order. In `startJob`, `finishJob` and
-    /// `cancelRequests` every file is at hand; in the steps of one file,
-    /// each is read from the state store when accessed (a job may hold
-    /// 100,000 files): use the step's own `file` argument there.
+    /// Every file of the job, in push order, each read from the state store
+    /// when accessed (a job may hold 100,000 files; a view of all of them
+    /// per step would cost O(files) per chunk). In the steps of one file,
+    /// use the step's own `file` argument; `startJob`, `finishJob` and
+    /// `cancelRequests` walk this collection.
     public let files: JobFiles
     /// What the user supplied to authenticate (never stored).
     public let credentials: Credentials

@@ -266,7 +266,10 @@ final class JobRunner: Sendable {
             concurrency: record.concurrency)
     }
 
-    /// The view of the job `startJob` and `finishJob` get: every file at hand.
+    /// The view of the job `startJob`, `finishJob` and `cancelRequests` get:
+    /// every file, each read from the store when the backend reaches it, so
+    /// even these steps hold no job-sized array (100,000 files would be tens
+    /// of MiB kept by the allocator long after the step).
     private func wholeJobContext(_ record: JobRecord, fileCount: Int) throws(XferError) -> JobContext {
         try Self.wholeJobContext(record, store: store, traits: backend.traits, options: options)
     }
@@ -274,17 +277,7 @@ final class JobRunner: Sendable {
     static func wholeJobContext(
         _ record: JobRecord, store: any JobStateStore, traits: BackendTraits, options: TransferOptions
     ) throws(XferError) -> JobContext {
-        var files: [FileContext] = []
-        var start = 0
-        while true {
-            let page = try store.files(job: record.id, from: start, limit: 4096)
-            for (index, file) in page { files.append(fileContext(index, file, traits: traits)) }
-            guard let last = page.last else { break }
-            start = last.index + 1
-        }
-        return JobContext(
-            id: record.id, target: record.target, handles: record.handles, files: files, credentials: options.credentials,
-            concurrency: record.concurrency)
+        jobContext(record, fileCount: try store.counters(record.id).fileCount, store: store, traits: traits, options: options)
     }
 
     static func fileContext(_ index: Int, _ record: FileRecord?, traits: BackendTraits) -> FileContext {

@@ -93,6 +93,22 @@ extension ChunkSet {
 
     package var segmentCount: Int { (capacity + Self.segmentSize - 1) / Self.segmentSize }
 
+    /// The stored size of segment `segment` of a set of `capacity` chunks:
+    /// whole words for the chunks it holds, so a one-chunk file's bitmap is
+    /// 8 bytes, not a full segment's 1 KiB.
+    package static func segmentByteCount(_ segment: Int, capacity: Int) -> Int {
+        let chunks = min(segmentSize, max(0, capacity - segment * segmentSize))
+        return (chunks + 63) / 64 * 8
+    }
+
+    /// Whether segment `segment` holds no chunk (it need not be stored).
+    package func segmentIsEmpty(_ segment: Int) -> Bool {
+        let wordsPerSegment = Self.segmentSize / 64
+        let start = segment * wordsPerSegment
+        let end = min(start + wordsPerSegment, words.count)
+        return start >= end || words[start..<end].allSatisfy { $0 == 0 }
+    }
+
     /// The bytes of segment `segment` (little-endian words).
     package func segmentBytes(_ segment: Int) -> [UInt8] {
         let wordsPerSegment = Self.segmentSize / 64

@@ -162,17 +162,19 @@ package struct JobCounters: Sendable, Hashable {
 // MARK: Binary forms
 
 extension FileIdentity {
+    /// Varints: a small file's identity takes ~16 bytes instead of 32.
     func write(to writer: inout RecordWriter) {
-        writer.int64(size)
-        writer.int64(modificationTimeNanoseconds)
-        writer.uint64(inode)
-        writer.uint64(device)
+        writer.varint(UInt64(bitPattern: size))
+        writer.varint(UInt64(bitPattern: modificationTimeNanoseconds))
+        writer.varint(inode)
+        writer.varint(device)
     }
 
     init?(from reader: inout RecordReader) {
-        guard let size = reader.int64(), let time = reader.int64(), let inode = reader.uint64(), let device = reader.uint64()
+        guard let size = reader.varint(), let time = reader.varint(), let inode = reader.varint(), let device = reader.varint()
         else { return nil }
-        self.init(size: size, modificationTimeNanoseconds: time, inode: inode, device: device)
+        self.init(
+            size: Int64(bitPattern: size), modificationTimeNanoseconds: Int64(bitPattern: time), inode: inode, device: device)
     }
 }
 
@@ -199,10 +201,21 @@ extension ServerHandles {
 extension FileRecord {
     private static let version: UInt8 = 1
 
-    package var encoded: [UInt8] {
+    package var encoded: [UInt8] { encoded(rootPath: nil) }
+
+    /// The absolute path is written only when it does not follow from the
+    /// root it was found under (`""`: root/relative path; `"\0"`: the root
+    /// itself): in a tree it always does, and it was a quarter of a record.
+    func encoded(rootPath: String?) -> [UInt8] {
         var writer = RecordWriter(capacity: 96 + path.utf8.count + relativePath.utf8.count)
         writer.byte(Self.version)
-        writer.string(path)
+        if let rootPath, path == rootPath {
+            writer.string("\0")
+        } else if let rootPath, path == Self.join(rootPath, relativePath) {
+            writer.string("")
+        } else {
+            writer.string(path)
+        }
         writer.string(relativePath)
         writer.int(root)
         identity.write(to: &writer)
@@ -224,6 +237,18 @@ extension FileRecord {
         self.init(
             path: path, relativePath: relativePath, root: root, identity: identity, chunkSize: chunkSize, isOpen: isOpen,
             handles: handles, url: url, failure: failure)
+    }
+
+    /// Decodes what `encoded(rootPath:)` wrote, given the path of each root.
+    init?(decoding bytes: [UInt8], roots: [String]) {
+        self.init(decoding: bytes)
+        guard path.isEmpty || path == "\0" else { return }
+        guard roots.indices.contains(root) else { return nil }
+        path = path.isEmpty ? Self.join(roots[root], relativePath) : roots[root]
+    }
+
+    static func join(_ root: String, _ relativePath: String) -> String {
+        root == "/" ? "/" + relativePath : root + "/" + relativePath
     }
 }
 

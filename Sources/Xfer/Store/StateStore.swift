@@ -55,6 +55,9 @@ final class StateStore: JobStateStore {
     }
 
     private let pending = LockedValue(Queue())
+    /// The paths named for each job, which never change once the job is
+    /// created: file records are stored relative to them.
+    private let rootsCache = LockedValue<[JobID: [String]]>([:])
 
     /// Opens the store in `directory`, creating it (mode 0700) if needed.
     init(directory: String, initialMapSize: Int = 64 << 20) throws(XferError) {
@@ -165,14 +168,19 @@ final class StateStore: JobStateStore {
     }
 
     func roots(_ id: JobID) throws(XferError) -> [String] {
-        try reading { txn in
-            var roots: [String] = []
-            try txn.forEach(rootsDB, prefix: Self.jobPrefix(id)) { _, value in
-                roots.append(String(decoding: value, as: UTF8.self))
-                return true
-            }
-            return roots
+        try reading { txn in try roots(id, in: txn) }
+    }
+
+    private func roots(_ id: JobID, in txn: LMDBTransaction) throws -> [String] {
+        if let cached = rootsCache.withLock({ $0[id] }) { return cached }
+        var roots: [String] = []
+        try txn.forEach(rootsDB, prefix: Self.jobPrefix(id)) { _, value in
+            roots.append(String(decoding: value, as: UTF8.self))
+            return true
         }
+        // A job without roots is being deleted or does not exist: not cached.
+        if !roots.isEmpty { rootsCache.withLock { $0[id] = roots } }
+        return roots
     }
 
     func file(job: JobID, index: Int) throws(XferError) -> FileRecord? {
@@ -186,7 +194,7 @@ final class StateStore: JobStateStore {
             guard limit > 0 else { return result }
             try txn.forEach(filesDB, prefix: prefix, from: Self.fileKey(job, max(0, start))) { key, value in
                 let index = Int(Self.u32(key, at: prefix.count))
-                result.append((index, try decodeFile(value, job: job, index: index)))
+                result.append((index, try decodeFile(value, job: job, index: index, in: txn)))
                 return result.count < limit
             }
             return result
@@ -412,6 +420,7 @@ final class StateStore: JobStateStore {
         }
         switch change {
         case .createJob(let record, let roots):
+            rootsCache.withLock { $0[record.id] = nil }
             try putJob(record, in: txn)
             for (index, root) in roots.enumerated() {
                 try txn.put(rootsDB, Self.fileKey(record.id, index), Array(root.utf8))
@@ -422,6 +431,7 @@ final class StateStore: JobStateStore {
             try putJob(record, in: txn)
 
         case .deleteJob(let id):
+            rootsCache.withLock { $0[id] = nil }
             try txn.delete(jobsDB, Array(id.rawValue.utf8))
             try txn.delete(countersDB, Array(id.rawValue.utf8))
             cache[id] = nil
@@ -434,7 +444,7 @@ final class StateStore: JobStateStore {
             var totals = try counters(job)
             for (index, record) in files {
                 let key = Self.fileKey(job, index)
-                let old = try txn.get(filesDB, key).map { try decodeFile($0, job: job, index: index) }
+                let old = try txn.get(filesDB, key).map { try decodeFile($0, job: job, index: index, in: txn) }
                 if let old {
                     totals.totalBytes += record.size - old.size
                     if old.root != record.root || old.relativePath != record.relativePath {
@@ -453,7 +463,8 @@ final class StateStore: JobStateStore {
                     totals.failedFiles += failed ? 1 : -1
                     if failed { try txn.put(failuresDB, key, []) } else { try txn.delete(failuresDB, key) }
                 }
-                try txn.put(filesDB, key, record.encoded)
+                let roots = try self.roots(job, in: txn)
+                try txn.put(filesDB, key, record.encoded(rootPath: roots.indices.contains(record.root) ? roots[record.root] : nil))
             }
             cache[job] = totals
 
@@ -474,11 +485,16 @@ final class StateStore: JobStateStore {
             let old = try storedProgress(prefix, in: txn)
             try txn.deleteAll(chunksDB, prefix: prefix)
             try txn.deleteAll(receiptsDB, prefix: prefix)
-            for segment in 0..<done.segmentCount {
+            // Empty segments are not stored: a missing segment reads as no chunk done.
+            for segment in 0..<done.segmentCount where !done.segmentIsEmpty(segment) {
                 try txn.put(chunksDB, prefix + Self.u32Bytes(UInt32(segment)), done.segmentBytes(segment))
             }
             let bytes = plan.bytes(of: done)
-            try txn.put(progressDB, prefix, Self.progressBytes(FileProgress(chunksDone: done.count, bytesDone: bytes)))
+            if done.count == 0 {
+                try txn.delete(progressDB, prefix)  // missing reads as nothing done
+            } else {
+                try txn.put(progressDB, prefix, Self.progressBytes(FileProgress(chunksDone: done.count, bytesDone: bytes)))
+            }
             if bytes != old.bytesDone { cache[job] = try counters(job).adding(doneBytes: bytes - old.bytesDone) }
             for (chunk, receipt) in receipts {
                 try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
@@ -511,7 +527,7 @@ final class StateStore: JobStateStore {
                 if !segmentKey.isEmpty { try txn.put(chunksDB, segmentKey, bytes) }
                 segmentKey = key
                 bytes = try txn.get(chunksDB, key) ?? []
-                let needed = ChunkSet.segmentSize / 8
+                let needed = ChunkSet.segmentByteCount(chunk / ChunkSet.segmentSize, capacity: plan.count)
                 if bytes.count < needed { bytes += [UInt8](repeating: 0, count: needed - bytes.count) }
             }
             let bit = chunk % ChunkSet.segmentSize
@@ -546,7 +562,7 @@ final class StateStore: JobStateStore {
     }
 
     private func file(_ job: JobID, _ index: Int, in txn: LMDBTransaction) throws -> FileRecord? {
-        try txn.get(filesDB, Self.fileKey(job, index)).map { try decodeFile($0, job: job, index: index) }
+        try txn.get(filesDB, Self.fileKey(job, index)).map { try decodeFile($0, job: job, index: index, in: txn) }
     }
 
     private func storedProgress(_ prefix: [UInt8], in txn: LMDBTransaction) throws -> FileProgress {
@@ -573,8 +589,10 @@ final class StateStore: JobStateStore {
         return record
     }
 
-    private func decodeFile(_ bytes: [UInt8], job: JobID, index: Int) throws -> FileRecord {
-        guard let record = FileRecord(decoding: bytes) else { throw unreadable("file \(index + 1) of job \(job)") }
+    private func decodeFile(_ bytes: [UInt8], job: JobID, index: Int, in txn: LMDBTransaction) throws -> FileRecord {
+        guard let record = FileRecord(decoding: bytes, roots: try roots(job, in: txn)) else {
+            throw unreadable("file \(index + 1) of job \(job)")
+        }
         return record
     }
 
