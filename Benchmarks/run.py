@@ -362,6 +362,8 @@ def read_events(proc, sink):
             sink.put((time.monotonic(), json.loads(line)))
         except ValueError:
             pass
+    # The process ended: a waiter must not wait for an event that cannot come.
+    sink.put((time.monotonic(), {"event": "eof"}))
 
 
 def bench_resume(work):
@@ -660,6 +662,8 @@ def bench_trees(work):
         done = 0
         while done < large // 2:
             _, ev = events.get(timeout=600)
+            if ev.get("event") == "eof":
+                raise RuntimeError("the push to kill half way ended by itself")
             if ev.get("event") == "fileCompleted":
                 done += 1
         proc.kill()
@@ -672,6 +676,8 @@ def bench_trees(work):
             threading.Thread(target=read_events, args=(proc, events), daemon=True).start()
             while True:
                 at, ev = events.get(timeout=600)
+                if ev.get("event") == "eof":
+                    raise RuntimeError("the resumed push ended before sending a chunk")
                 if ev.get("event") == "chunk":
                     resume_times.append(at - t0)
                     break

@@ -64,7 +64,8 @@ final class StateRobustnessTests: XCTestCase {
         XCTAssertEqual(try push(state: state).status, 0)
         let path = state + "/db/data.mdb"
         var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: path)))
-        // The summary holds the path as is, the JSON record with its slashes escaped.
+        // The job's header and its roots hold the path as is (a layout-2 JSON record
+        // held it with its slashes escaped: both are looked for).
         var hits = 0
         for needle in [Array(work.file("a.bin").utf8), Array(work.file("a.bin").replacingOccurrences(of: "/", with: "\\/").utf8)] {
         var index = 0
@@ -79,7 +80,7 @@ final class StateRobustnessTests: XCTestCase {
             }
         }
         }
-        XCTAssertGreaterThanOrEqual(hits, 2, "the record and the summary name the file")
+        XCTAssertGreaterThanOrEqual(hits, 2, "the header and the roots name the file")
         try Data(bytes).write(to: URL(fileURLWithPath: path))
         for arguments in [["list"], ["push", work.file("a.bin"), "--backend", "patch", "--to", server.url]] {
             let result = try runXfer(arguments + ["--state", state])

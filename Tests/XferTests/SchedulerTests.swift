@@ -160,6 +160,19 @@ final class SchedulerTests: XCTestCase {
         XCTAssertTrue(s.isFinished)
     }
 
+    func testACompletedFileIsLetGoAtOnce() throws {
+        // The runner opened it to compare its identity: it must close it again,
+        // or a re-run of 100,000 sent files runs out of descriptors.
+        var s = scheduler(files: 1, doneBytes: 25)
+        var complete = fileRecord(0)
+        complete.isOpen = true
+        complete.url = "u0"
+        XCTAssertEqual(s.next(), .loadFile(0))
+        let effects = try s.apply(.loaded(file: 0, loaded(complete, done: [0, 1, 2])))
+        XCTAssertEqual(effects.released, [0])
+        XCTAssertTrue(s.files.isEmpty)
+    }
+
     func testAFileChangedSinceTheLastRunIsSentAgainFromItsStart() throws {
         var s = scheduler(files: 1, doneBytes: 20)
         var record = fileRecord(0)

@@ -180,9 +180,8 @@ final class JobRunner: Sendable {
             let hash = backend.traits.reportsWholeFileSHA256 ? StreamingFileHash(file: local) : nil
             return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), OpenFile(local: local, hash: hash))
         } catch {
-            let reason: String
-            if case .fileUnreadable(_, let why) = error { reason = "cannot be read (\(why))" } else { reason = error.description }
-            return (.loadFailed(file: index, record: record, reason: reason), nil)
+            guard case .fileUnreadable(_, let why) = error else { return (.failed(.loadFile(index), error), nil) }
+            return (.loadFailed(file: index, record: record, reason: "cannot be read (\(why))"), nil)
         }
     }
 

@@ -19,7 +19,13 @@ final class LocalFile: Sendable {
         // O_NONBLOCK keeps a FIFO put in the file's place from hanging the open.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
-            throw .fileUnreadable(path: path, reason: Self.describe(errno))
+            let code = errno
+            // Out of descriptors or memory is this process's trouble, not the
+            // file's: it must stop the job, not pass for a file that is gone.
+            if code == EMFILE || code == ENFILE || code == ENOMEM {
+                throw .transferFailed("cannot open \(path): \(Self.describe(code))")
+            }
+            throw .fileUnreadable(path: path, reason: Self.describe(code))
         }
         guard fstat(fd, &info) == 0 else {
             let code = errno

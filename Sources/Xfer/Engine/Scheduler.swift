@@ -457,6 +457,7 @@ struct Scheduler {
         if record.isComplete, done.count == plan.count, record.identity == loaded.identity {
             // Sent by an earlier run (or a run before a rollback's reload found it intact).
             settledFiles += 1
+            effects.released.append(index)
             return
         }
         if record.identity != loaded.identity {
