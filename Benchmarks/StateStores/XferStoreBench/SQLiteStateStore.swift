@@ -355,7 +355,7 @@ final class SQLiteStateStore: JobStateStore {
             cache[job] = totals
         case .markDone(let job, let file, let chunks, let plan, let receipts):
             let delta = try updateBits(job, file, chunks, plan: plan, to: true, in: db)
-            if delta != 0 { cache[job] = try counters(job).adding(delta) }
+            if delta != 0 { cache[job] = try counters(job).adding(doneBytes: delta) }
             for (chunk, receipt) in receipts {
                 try db.run(
                     "INSERT OR REPLACE INTO receipts (job, file, chunk, receipt) VALUES (?, ?, ?, ?)",
@@ -363,7 +363,7 @@ final class SQLiteStateStore: JobStateStore {
             }
         case .markNotDone(let job, let file, let chunks, let plan):
             let delta = try updateBits(job, file, chunks, plan: plan, to: false, in: db)
-            if delta != 0 { cache[job] = try counters(job).adding(delta) }
+            if delta != 0 { cache[job] = try counters(job).adding(doneBytes: delta) }
             for chunk in chunks {
                 try db.run(
                     "DELETE FROM receipts WHERE job = ? AND file = ? AND chunk = ?",
@@ -379,11 +379,11 @@ final class SQLiteStateStore: JobStateStore {
                     "INSERT INTO chunks (job, file, segment, bits) VALUES (?, ?, ?, ?)",
                     key + [.int(Int64(segment)), .blob(done.segmentBytes(segment))])
             }
-            let bytes = plan.count == 0 ? 0 : Self.bytes(of: done, plan: plan)
+            let bytes = plan.bytes(of: done)
             try db.run(
                 "INSERT OR REPLACE INTO progress (job, file, done, bytes) VALUES (?, ?, ?, ?)",
                 key + [.int(Int64(done.count)), .int(bytes)])
-            if bytes != old.bytesDone { cache[job] = try counters(job).adding(bytes - old.bytesDone) }
+            if bytes != old.bytesDone { cache[job] = try counters(job).adding(doneBytes: bytes - old.bytesDone) }
             for (chunk, receipt) in receipts {
                 try db.run(
                     "INSERT OR REPLACE INTO receipts (job, file, chunk, receipt) VALUES (?, ?, ?, ?)",
@@ -548,21 +548,7 @@ final class SQLiteStateStore: JobStateStore {
         return record
     }
 
-    static func bytes(of done: ChunkSet, plan: ChunkPlan) -> Int64 {
-        var total = Int64(done.count) * Int64(plan.chunkSize)
-        if done.contains(plan.count - 1) { total -= Int64(plan.chunkSize - plan.length(of: plan.count - 1)) }
-        return total
-    }
-
     static func finishedSecond(_ date: Date) -> Int64 {
         Int64(max(0, date.timeIntervalSince1970.rounded(.down)))
-    }
-}
-
-extension JobCounters {
-    fileprivate func adding(_ delta: Int64) -> JobCounters {
-        var copy = self
-        copy.doneBytes = max(0, copy.doneBytes + delta)
-        return copy
     }
 }

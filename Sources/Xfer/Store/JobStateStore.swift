@@ -105,7 +105,7 @@ package struct FileProgress: Sendable, Hashable {
 
 extension ChunkPlan {
     /// The bytes of the chunks in `done`: every chunk is full but the last.
-    func bytes(of done: ChunkSet) -> Int64 {
+    package func bytes(of done: ChunkSet) -> Int64 {
         guard count > 0 else { return 0 }
         var total = Int64(done.count) * Int64(chunkSize)
         if done.contains(count - 1) { total -= Int64(chunkSize - length(of: count - 1)) }

@@ -656,7 +656,8 @@ final class StateStore: JobStateStore {
 }
 
 extension JobCounters {
-    func adding(doneBytes delta: Int64) -> JobCounters {
+    /// These counters with `delta` more bytes done (never below zero).
+    package func adding(doneBytes delta: Int64) -> JobCounters {
         var copy = self
         copy.doneBytes = max(0, copy.doneBytes + delta)
         return copy
