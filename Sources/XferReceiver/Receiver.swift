@@ -65,8 +65,12 @@ public struct Receiver: Sendable {
     /// Calls `onListening` exactly once with the base URL, e.g. "http://127.0.0.1:43817", once the
     /// socket is bound and accepting.
     public func run(onListening: @escaping @Sendable (String) -> Void) async throws {
-        var logger = Logger(label: "xfer.receiver")
-        logger.logLevel = configuration.logLevel
+        var base = Logger(label: "xfer.receiver")
+        base.logLevel = configuration.logLevel
+        // Hummingbird gives every request a logger with its own metadata (a request id); the
+        // default handler formats all metadata each time it is set, for logs that are never
+        // written at this level. This one keeps metadata as given until something is logged.
+        let logger = Logger(label: "xfer.receiver") { _ in DeferredMetadataLogHandler(base: base.handler) }
 
         // fsyncs wait on the disk, not the CPU, so a few more threads than cores keeps concurrent
         // chunks from queueing behind each other's syncs.
@@ -157,6 +161,30 @@ extension Receiver {
             return String(cString: strerror(underlying.code.rawValue)).lowercased()
         }
         return String(describing: error)
+    }
+}
+
+/// A log handler that stores metadata and hands it to `base` only with a message that is logged.
+struct DeferredMetadataLogHandler: LogHandler {
+    var base: any LogHandler
+    var metadata: Logger.Metadata = [:]
+
+    var logLevel: Logger.Level {
+        get { base.logLevel }
+        set { base.logLevel = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        var merged = metadata
+        if let given = event.metadata { merged.merge(given) { $1 } }
+        event.metadata = merged
+        base.log(event: event)
     }
 }
 

@@ -195,6 +195,35 @@ struct ReceiverPatchTests {
         }
     }
 
+    @Test("creation bodies are read as JSONDecoder reads them (escapes, spacing, extra members)")
+    func createBodies() async throws {
+        try await withReceiver { server in
+            func create(_ json: String) async throws -> HTTPReply {
+                try await curl("POST", server.baseURL + "/uploads", headers: ["Content-Type: application/json"], body: Data(json.utf8))
+            }
+            let accepted: [(String, String)] = [
+                (#"{"fileName":"a\u00e9\ud83d\ude00\/b \"q\".bin","size":1,"chunkSize":1}"#, "a\u{e9}\u{1F600}/b \"q\".bin"),
+                (" {\n \"size\" : 1 ,\t\"chunkSize\":1, \"fileName\" : \"c.bin\" } \n", "c.bin"),
+                (#"{"fileName":"d.bin","size":1,"chunkSize":1,"extra":{"nested":[1,2.5,true,null]}}"#, "d.bin"),
+                (#"{"fileName":"e.bin","size":1.0,"chunkSize":1}"#, "e.bin"),
+            ]
+            for (json, name) in accepted {
+                let reply = try await create(json)
+                #expect(reply.status == 201, "\(json): \(reply.text)")
+                guard reply.status == 201 else { continue }
+                let id = try reply.decode(CreateBody.self).uploadId
+                #expect(try await PatchTestClient(base: server.baseURL).status(id: id).fileName == name)
+            }
+            for json in [
+                #"{"fileName":"f.bin","size":1,"chunkSize":1"#, #"{"fileName":"g.bin","size":"1","chunkSize":1}"#,
+                #"{"fileName":"h\ud800.bin","size":1,"chunkSize":1}"#, #"{"fileName":"i.bin","size":1e400,"chunkSize":1}"#,
+                #"{"fileName":"j.bin","size":99999999999999999999,"chunkSize":1}"#, "[]", "",
+            ] {
+                #expect(try await create(json).status == 400, "\(json)")
+            }
+        }
+    }
+
     @Test("the server's chunk size wins when forced")
     func forcedChunkSize() async throws {
         try await withReceiver(configure: { $0.forcedPatchChunkSize = 40 }) { server in
@@ -238,7 +267,7 @@ struct ReceiverPatchTests {
         }
 
         // A torn record (as a crash mid-append leaves) must count for nothing, and must not swallow later records.
-        let log = root + "/uploads/\(partialID)/received.log"
+        let log = root + "/uploads/\(partialID).log"
         let handle = try #require(FileHandle(forWritingAtPath: log))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data("\n+2".utf8))
@@ -266,6 +295,114 @@ struct ReceiverPatchTests {
             #expect(try await client.complete(id: partialID).answer?.sha256 == sha256Hex(partial))
             try await server.stop()
         }
+    }
+
+    @Test("uploads a receiver of layout 1 left (meta.json, received.log, complete.json) resume and complete")
+    func layoutOneUploads() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let data = testBytes(300, seed: 13)
+        let pending = String(repeating: "1", count: 32), done = String(repeating: "2", count: 32)
+        // As the previous receiver wrote them: a pending upload holding chunks 1 and 3 of 3, and a
+        // completed one whose file is published.
+        func writeUpload(_ id: String, name: String, records: String, completed: Bool) throws {
+            let directory = root + "/uploads/" + id
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let meta = "{\"chunkSize\":100,\"fileName\":\"\(name)\",\"formatVersion\":1,\"protocolName\":\"patch\",\"size\":300,\"uploadId\":\"\(id)\"}"
+            try Data(meta.utf8).write(to: URL(fileURLWithPath: directory + "/meta.json"))
+            try Data(records.utf8).write(to: URL(fileURLWithPath: directory + "/received.log"))
+            var bytes = data
+            if !completed { bytes.replaceSubrange(100..<200, with: Data(repeating: 0, count: 100)) }
+            if completed {
+                try FileManager.default.createDirectory(atPath: root + "/downloads/" + id, withIntermediateDirectories: true)
+                try bytes.write(to: URL(fileURLWithPath: root + "/downloads/\(id)/\(name)"))
+                let record = "{\"sha256\":\"\(sha256Hex(data))\",\"size\":300}"
+                try Data(record.utf8).write(to: URL(fileURLWithPath: directory + "/complete.json"))
+            } else {
+                try bytes.write(to: URL(fileURLWithPath: directory + "/data"))
+            }
+        }
+        try writeUpload(pending, name: "old.bin", records: "\n+1;\n+3;", completed: false)
+        try writeUpload(done, name: "done.bin", records: "\n+1;\n+2;\n+3;", completed: true)
+
+        let server = try await RunningReceiver.start(root: root)
+        let client = PatchTestClient(base: server.baseURL)
+        #expect(try await client.status(id: pending).received == [1, 3])
+        #expect(try await client.patch(id: pending, chunk: 2, of: data, chunkSize: 100).status == 204)
+        let answer = try #require(try await client.complete(id: pending).answer)
+        #expect(answer.sha256 == sha256Hex(data))
+        #expect(try await curl("GET", answer.url).body == data)
+        #expect(try String(contentsOfFile: root + "/uploads/\(pending)/received.log", encoding: .utf8).hasSuffix("\n+2;"))
+        #expect(FileManager.default.fileExists(atPath: root + "/uploads/\(pending)/complete.json"))
+        let again = try #require(try await client.complete(id: done).answer)
+        #expect(again.url == server.baseURL + "/downloads/\(done)/done.bin")
+        #expect(try await curl("GET", again.url).body == data)
+        try await server.stop()
+    }
+
+    @Test("a completion a crash cut short is finished when the upload is loaded again")
+    func completionRecovery() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let data = testBytes(500, seed: 14)
+        var ids: [String] = []
+        var answers: [CompleteBody] = []
+        do {
+            let server = try await RunningReceiver.start(root: root)
+            let client = PatchTestClient(base: server.baseURL)
+            for name in ["a/recorded.bin", "b/published.bin"] {
+                let id = try await client.create(fileName: name, size: data.count, chunkSize: 300).answer.uploadId
+                for chunk in 1...2 { #expect(try await client.patch(id: id, chunk: chunk, of: data, chunkSize: 300).status == 204) }
+                answers.append(try #require(try await client.complete(id: id).answer))
+                ids.append(id)
+            }
+            try await server.stop()
+        }
+        // The first as if the crash kept the record but not the rename; the second as if it
+        // kept the rename but not the record.
+        try FileManager.default.moveItem(atPath: root + "/downloads/\(ids[0])/a/recorded.bin", toPath: root + "/uploads/\(ids[0]).data")
+        try FileManager.default.removeItem(atPath: root + "/downloads/\(ids[0])")
+        let log = root + "/uploads/\(ids[1]).log"
+        let text = try String(contentsOfFile: log, encoding: .utf8)
+        let withoutRecord = try #require(text.range(of: "\n=")).lowerBound
+        try Data(text[..<withoutRecord].utf8).write(to: URL(fileURLWithPath: log))
+
+        let server = try await RunningReceiver.start(root: root)
+        let client = PatchTestClient(base: server.baseURL)
+        for (id, answer) in zip(ids, answers) {
+            let again = try #require(try await client.complete(id: id).answer)
+            // The restarted receiver listens on another port: the same path.
+            #expect(again.sha256 == answer.sha256 && URL(string: again.url)?.path == URL(string: answer.url)?.path)
+            #expect(try await curl("GET", again.url).body == data)
+        }
+        #expect(try String(contentsOfFile: log, encoding: .utf8).contains("\n=" + answers[1].sha256 + ".500;"))
+        #expect(!FileManager.default.fileExists(atPath: root + "/uploads/\(ids[0]).data"))
+        try await server.stop()
+    }
+
+    @Test("a creation a crash cut short is unknown, and a delete leaves no file of the upload")
+    func tornCreationAndDelete() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root + "/uploads", withIntermediateDirectories: true)
+        let torn = String(repeating: "3", count: 32), noData = String(repeating: "4", count: 32)
+        try Data("{\"chunkSize\":10,\"fileNa".utf8).write(to: URL(fileURLWithPath: root + "/uploads/\(torn).log"))
+        let meta = "{\"chunkSize\":10,\"fileName\":\"x\",\"formatVersion\":1,\"protocolName\":\"patch\",\"size\":10,\"uploadId\":\"\(noData)\"}"
+        try Data(meta.utf8).write(to: URL(fileURLWithPath: root + "/uploads/\(noData).log"))
+
+        let server = try await RunningReceiver.start(root: root)
+        let client = PatchTestClient(base: server.baseURL)
+        for id in [torn, noData] {
+            #expect(try await curl("GET", server.baseURL + "/uploads/" + id).status == 404)
+        }
+        let data = testBytes(10, seed: 15)
+        let id = try await client.create(fileName: "gone.bin", size: 10, chunkSize: 10).answer.uploadId
+        #expect(try await client.patch(id: id, chunk: 1, of: data, chunkSize: 10).status == 204)
+        #expect(try await curl("DELETE", server.baseURL + "/uploads/" + id).status == 204)
+        let left = try FileManager.default.contentsOfDirectory(atPath: root + "/uploads").filter { $0.hasPrefix(id) }
+        #expect(left.isEmpty, "\(left)")
+        #expect(try await curl("GET", server.baseURL + "/uploads/" + id).status == 404)
+        try await server.stop()
     }
 
     @Test("non-ASCII and path-like file names")

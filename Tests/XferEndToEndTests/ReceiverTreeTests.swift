@@ -194,6 +194,56 @@ final class ReceiverTreeTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.file("sibling")), [])
     }
 
+    /// A tree pushed by xfer while the receiver is SIGKILLed and restarted on the same root
+    /// and port: every file arrives byte-identical under its relative path. Many small files in
+    /// flight at once, so the kill lands among shared sync rounds.
+    func testATreeSurvivesTheReceiverKilledMidPush() throws {
+        let tree = scratch.file("tree")
+        var paths: [String] = []
+        for index in 0..<240 {
+            let path = "dir \(index % 6)/sub é/file \(index).bin"
+            try FileManager.default.createDirectory(
+                atPath: (tree + "/" + path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try makeTestFile(at: tree + "/" + path, size: 100 + index * 37, seed: UInt64(index))
+            paths.append(path)
+        }
+        for backend in ["patch", "multipart"] {
+            let root = scratch.file("served-\(backend)")
+            var served = try ServeProcess(root: root)
+            let port = served.port
+            let push = try ChildProcess(
+                executable: xferExecutable,
+                arguments: ["push", tree, "--backend", backend, "--to", served.url, "--state", scratch.file("state-\(backend)"),
+                            "--concurrency", "8", "--max-attempts", "20", "--json"])
+            var completed = 0
+            while completed < paths.count / 3, let line = push.readLine() {
+                if line.contains("\"event\":\"fileCompleted\"") { completed += 1 }
+            }
+            served.child.kill(SIGKILL)
+            XCTAssertEqual(served.child.wait(), 128 + SIGKILL)
+            served = try ServeProcess(root: root, port: port)
+            let rest = push.readRemaining()
+            XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError.suffix(1000))")
+            let last = rest.last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let files = try XCTUnwrap(last?["files"] as? [[String: Any]], "\(backend): \(rest.suffix(2))")
+            XCTAssertEqual(files.count, paths.count, backend)
+            for file in files {
+                let local = try XCTUnwrap(file["path"] as? String)
+                let url = try XCTUnwrap(file["url"] as? String)
+                let relative = String(local.dropFirst(tree.count + 1))
+                let id = try XCTUnwrap(URL(string: url)?.path.split(separator: "/").dropFirst().first.map(String.init))
+                XCTAssertEqual(
+                    FileManager.default.contents(atPath: root + "/downloads/\(id)/" + relative), FileManager.default.contents(atPath: local),
+                    "\(backend): \(relative)")
+            }
+            // A sample served over HTTP too.
+            let first = try XCTUnwrap(files.first)
+            XCTAssertEqual(
+                try downloadSHA256(try XCTUnwrap(first["url"] as? String), into: scratch), try sha256sum(try XCTUnwrap(first["path"] as? String)))
+            served.stop()
+        }
+    }
+
     // MARK: Checks
 
     /// The file sits at `downloads/<id>/<nestedPath>`, its URL encodes each component, GET and

@@ -56,6 +56,203 @@ enum JSONResponse {
     }
 }
 
+/// JSON written directly, for the answers and records every file goes through: `JSONEncoder`
+/// costs more than the rest of such a request's own work. Output matches what `JSONResponse.make`
+/// writes (sorted keys, slashes unescaped) so answers stay byte-stable.
+struct JSONText {
+    private(set) var bytes: [UInt8] = []
+
+    init() {
+        bytes.reserveCapacity(128)
+    }
+
+    /// Appends `text` as it is (punctuation, numbers, keys known to need no escaping).
+    mutating func raw(_ text: String) {
+        bytes.append(contentsOf: text.utf8)
+    }
+
+    /// Appends `text` as a JSON string: `"` and `\` escaped, control characters as `\u00XX`,
+    /// everything else (non-ASCII included) as its UTF-8.
+    mutating func string(_ text: String) {
+        let hex = Array("0123456789abcdef".utf8)
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"):
+                bytes.append(UInt8(ascii: "\\"))
+                bytes.append(byte)
+            case 0x0A:
+                bytes.append(contentsOf: "\\n".utf8)
+            case 0x0D:
+                bytes.append(contentsOf: "\\r".utf8)
+            case 0x09:
+                bytes.append(contentsOf: "\\t".utf8)
+            case 0..<0x20:
+                bytes.append(contentsOf: "\\u00".utf8)
+                bytes.append(hex[Int(byte >> 4)])
+                bytes.append(hex[Int(byte & 0xF)])
+            default:
+                bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// An answer with this body.
+    func response(_ status: HTTPResponse.Status, headers: HTTPFields = [:]) -> Response {
+        var headers = headers
+        headers[.contentType] = "application/json; charset=utf-8"
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+}
+
+/// A JSON object of strings and integers only (`{"fileName":"a.bin","size":3}`), read without
+/// `JSONDecoder`, which costs more than the rest of a small request's own work. Anything else
+/// (nested values, fractions, exponents, leading zeros, repeated keys, lone surrogates) gives nil:
+/// callers then decode with `JSONDecoder`, so what is accepted and refused stays exactly its.
+struct FlatJSONObject {
+    enum Value: Equatable {
+        case string(String)
+        case integer(Int)
+    }
+
+    let members: [String: Value]
+
+    init?(_ buffer: ByteBuffer) {
+        guard let members = buffer.withUnsafeReadableBytes({ Self.parse($0) }) else { return nil }
+        self.members = members
+    }
+
+    func string(_ key: String) -> String? {
+        if case .string(let value)? = members[key] { return value }
+        return nil
+    }
+
+    func integer(_ key: String) -> Int? {
+        if case .integer(let value)? = members[key] { return value }
+        return nil
+    }
+
+    private static func parse(_ bytes: UnsafeRawBufferPointer) -> [String: Value]? {
+        var index = 0
+        func skipSpace() {
+            while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x09 || bytes[index] == 0x0A || bytes[index] == 0x0D {
+                index += 1
+            }
+        }
+        func take(_ byte: UInt8) -> Bool {
+            guard index < bytes.count, bytes[index] == byte else { return false }
+            index += 1
+            return true
+        }
+        func hex4() -> UInt32? {
+            guard index + 4 <= bytes.count else { return nil }
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                let byte = bytes[index]
+                let digit: UInt8
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+                default: return nil
+                }
+                value = value << 4 | UInt32(digit)
+                index += 1
+            }
+            return value
+        }
+        func string() -> String? {
+            guard take(UInt8(ascii: "\"")) else { return nil }
+            var out: [UInt8] = []
+            while index < bytes.count {
+                let byte = bytes[index]
+                index += 1
+                switch byte {
+                case UInt8(ascii: "\""):
+                    return String(validating: out, as: UTF8.self)
+                case UInt8(ascii: "\\"):
+                    guard index < bytes.count else { return nil }
+                    let escaped = bytes[index]
+                    index += 1
+                    switch escaped {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
+                    case UInt8(ascii: "b"): out.append(0x08)
+                    case UInt8(ascii: "f"): out.append(0x0C)
+                    case UInt8(ascii: "n"): out.append(0x0A)
+                    case UInt8(ascii: "r"): out.append(0x0D)
+                    case UInt8(ascii: "t"): out.append(0x09)
+                    case UInt8(ascii: "u"):
+                        guard var scalar = hex4() else { return nil }
+                        if (0xD800..<0xDC00).contains(scalar) {
+                            guard take(UInt8(ascii: "\\")), take(UInt8(ascii: "u")), let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00..<0xE000).contains(scalar) {
+                            return nil
+                        }
+                        guard let unicode = Unicode.Scalar(scalar) else { return nil }
+                        out.append(contentsOf: String(Character(unicode)).utf8)
+                    default:
+                        return nil
+                    }
+                case 0..<0x20:
+                    return nil
+                default:
+                    out.append(byte)
+                }
+            }
+            return nil
+        }
+        func integer() -> Int? {
+            let negative = take(UInt8(ascii: "-"))
+            let start = index
+            var value = 0
+            while index < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]) {
+                let (times, overflow1) = value.multipliedReportingOverflow(by: 10)
+                let (sum, overflow2) = times.addingReportingOverflow(Int(bytes[index] - UInt8(ascii: "0")))
+                guard !overflow1, !overflow2 else { return nil }
+                value = sum
+                index += 1
+            }
+            let digits = index - start
+            guard digits > 0, digits == 1 || bytes[start] != UInt8(ascii: "0") else { return nil }
+            // A fraction or an exponent follows: not an integer this parser vouches for.
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") || bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                return nil
+            }
+            return negative ? -value : value
+        }
+
+        var members: [String: Value] = [:]
+        skipSpace()
+        guard take(UInt8(ascii: "{")) else { return nil }
+        skipSpace()
+        if !take(UInt8(ascii: "}")) {
+            while true {
+                skipSpace()
+                guard let key = string(), members[key] == nil else { return nil }
+                skipSpace()
+                guard take(UInt8(ascii: ":")) else { return nil }
+                skipSpace()
+                guard index < bytes.count else { return nil }
+                if bytes[index] == UInt8(ascii: "\"") {
+                    guard let value = string() else { return nil }
+                    members[key] = .string(value)
+                } else {
+                    guard let value = integer() else { return nil }
+                    members[key] = .integer(value)
+                }
+                skipSpace()
+                if take(UInt8(ascii: ",")) { continue }
+                guard take(UInt8(ascii: "}")) else { return nil }
+                break
+            }
+        }
+        skipSpace()
+        return index == bytes.count ? members : nil
+    }
+}
+
 /// Collects a small JSON request body; the limit keeps a hostile client from making us buffer a file.
 enum SmallBody {
     static let limit = 64 * 1024

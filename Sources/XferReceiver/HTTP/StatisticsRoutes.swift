@@ -8,17 +8,25 @@ final class ReceiverStatistics: Sendable {
     let payloadBytesReceived = Atomic<Int>(0)
 }
 
-/// `GET /stats`: the counters as JSON, for tests, torture runs and benchmarks.
+/// `GET /stats`: the counters as JSON (`payloadBytesReceived`, `syncRounds`), for tests, torture
+/// runs and benchmarks.
 struct StatisticsRoutes: Sendable {
     let store: UploadStore
 
     private struct Answer: Encodable {
         var payloadBytesReceived: Int
+        /// Group-commit rounds (`Durability`) run so far: requests made durable per round is how
+        /// well concurrent uploads share their flushes.
+        var syncRounds: Int
     }
 
     func register(on router: Router<BasicRequestContext>) {
         router.get("stats") { _, _ in
-            JSONResponse.make(.ok, Answer(payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed)))
+            JSONResponse.make(
+                .ok,
+                Answer(
+                    payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed),
+                    syncRounds: self.store.durability.rounds.load(ordering: .relaxed)))
         }
     }
 }

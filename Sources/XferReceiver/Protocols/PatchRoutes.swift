@@ -42,11 +42,17 @@ struct PatchRoutes: Sendable {
         var fileName: String
         var size: Int
         var chunkSize: Int
-    }
 
-    private struct CreateAnswer: Encodable {
-        var uploadId: String
-        var chunkSize: Int
+        /// Without `JSONDecoder`, for the plain bodies clients send; nil for anything else, which
+        /// then goes through `JSONDecoder`.
+        init?(fast body: ByteBuffer) {
+            guard let object = FlatJSONObject(body), let fileName = object.string("fileName"), let size = object.integer("size"),
+                let chunkSize = object.integer("chunkSize")
+            else { return nil }
+            self.fileName = fileName
+            self.size = size
+            self.chunkSize = chunkSize
+        }
     }
 
     private func create(_ request: Request) async -> Response {
@@ -58,7 +64,7 @@ struct PatchRoutes: Sendable {
         } catch {
             return JSONResponse.error(.badRequest, "request body could not be read")
         }
-        guard let create = try? JSONResponse.decode(CreateRequest.self, from: body) else {
+        guard let create = CreateRequest(fast: body) ?? (try? JSONResponse.decode(CreateRequest.self, from: body)) else {
             return JSONResponse.error(.badRequest, "body must be JSON {\"fileName\": string, \"size\": integer, \"chunkSize\": integer}")
         }
         let path: RelativePath
@@ -84,7 +90,12 @@ struct PatchRoutes: Sendable {
             let id = upload.meta.uploadId
             var headers = HTTPFields()
             headers[.location] = baseURL.resolve(for: request) + "/uploads/" + id
-            return JSONResponse.make(.created, CreateAnswer(uploadId: id, chunkSize: chunkSize), headers: headers)
+            // {"chunkSize","uploadId"}, as JSONResponse.make would write it, without JSONEncoder.
+            var answer = JSONText()
+            answer.raw("{\"chunkSize\":" + String(chunkSize) + ",\"uploadId\":")
+            answer.string(id)
+            answer.raw("}")
+            return answer.response(.created, headers: headers)
         } catch {
             return storageFailure(error)
         }
@@ -160,11 +171,6 @@ struct PatchRoutes: Sendable {
             filling: "received", with: received)
     }
 
-    private struct CompleteAnswer: Encodable {
-        var url: String
-        var sha256: String
-    }
-
     private struct MissingAnswer: Encodable {
         var missing: [Int]
     }
@@ -175,7 +181,13 @@ struct PatchRoutes: Sendable {
             switch try await upload.complete() {
             case .completed(let record):
                 let url = DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload)
-                return JSONResponse.make(.ok, CompleteAnswer(url: url, sha256: record.sha256))
+                var answer = JSONText()
+                answer.raw("{\"sha256\":")
+                answer.string(record.sha256)
+                answer.raw(",\"url\":")
+                answer.string(url)
+                answer.raw("}")
+                return answer.response(.ok)
             case .missing(let missing):
                 return JSONResponse.make(.conflict, MissingAnswer(missing: missing))
             }

@@ -181,6 +181,15 @@ enum FileSystemOps {
         try syncDirectory(directory)
     }
 
+    /// Creates `path` (which must not exist) holding `bytes`. Not synced: for files made inside a
+    /// new upload's directory before its creation's sync round, whose loaders read a missing or
+    /// torn file as "never created".
+    static func writeNew(_ bytes: [UInt8], to path: String) throws {
+        let file = try POSIXFile.open(path, O_WRONLY | O_CREAT | O_EXCL)
+        defer { file.close() }
+        try bytes.withUnsafeBytes { try file.writeAll($0) }
+    }
+
     /// Returns nil when the file does not exist; any other failure is an error worth surfacing.
     static func readAll(_ path: String) throws -> [UInt8]? {
         let file: POSIXFile
@@ -203,7 +212,7 @@ enum FileSystemOps {
     }
 
     /// Moves `source` to `base/components[0]/.../components[n-1]`, creating the directories on the
-    /// way (mode 0755 before the umask), and makes the move durable. Blocking.
+    /// way (mode 0755 before the umask). Not synced: callers wait for a `Durability` round. Blocking.
     ///
     /// Below `base` nothing is followed by name: each directory is created with `mkdirat` and
     /// opened with `O_NOFOLLOW | O_DIRECTORY` relative to the one above it, and the file is moved
@@ -213,27 +222,19 @@ enum FileSystemOps {
     static func place(_ source: String, under base: String, at components: [String]) throws {
         precondition(!components.isEmpty, "a place needs a name")
         var directory = try POSIXFile.open(base, O_RDONLY | O_DIRECTORY)
-        // Every directory whose entries changed is synced: the new entries, then the move.
-        var changed: [POSIXFile] = []
-        defer {
-            directory.close()
-            for file in changed { file.close() }
-        }
+        defer { directory.close() }
         for component in components.dropLast() {
-            let created = mkdirat(directory.descriptor, component, 0o755) == 0
-            if !created && errno != EEXIST {
+            if mkdirat(directory.descriptor, component, 0o755) != 0 && errno != EEXIST {
                 throw IOError(operation: "mkdirat", path: directory.path + "/" + component, code: errno)
             }
             let next = try POSIXFile.open(component, relativeTo: directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)
-            if created { changed.append(directory) } else { directory.close() }
+            directory.close()
             directory = next
         }
         let last = components[components.count - 1]
         if renameat(AT_FDCWD, source, directory.descriptor, last) != 0 {
             throw IOError(operation: "renameat", path: directory.path + "/" + last, code: errno)
         }
-        try directory.sync()
-        for file in changed { try file.sync() }
     }
 
     /// Creates an empty file (or keeps an existing one) without truncating it.

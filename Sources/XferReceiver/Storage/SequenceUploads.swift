@@ -166,17 +166,20 @@ actor SequenceUploads {
     /// Creates an upload and returns it with its upToken. Everything the token unlocks is on disk
     /// before it is returned.
     func create(path: RelativePath, size: Int, blockSize: Int, suffix: String) async throws -> (SequenceUpload, upToken: String) {
-        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: size, chunkSize: blockSize)
         let secret = UploadID.generate()
         let meta = SequenceMeta(tokenDigest: UpToken.digest(ofSecret: secret), suffix: suffix)
-        let files = SequenceFiles(upload.layout)
         let encoded = try JSONEncoder().encode(meta)
-        try await store.io.run {
-            try FileSystemOps.touch(files.blocks)
-            // Syncs the directory too, which makes the empty blocks.log's entry durable.
-            try FileSystemOps.writeAtomically(Array(encoded), to: files.meta, directory: upload.layout.directory)
+        // sequence.json and an empty blocks.log join the upload's own creation round. Sequence
+        // uploads keep layout 1 (a directory each), where its end-to-end tests read blocks.log.
+        let upload = try await store.create(
+            protocolName: Self.protocolName, path: path, size: size, chunkSize: blockSize, format: .directory
+        ) { layout in
+            try FileSystemOps.writeNew(Array(encoded), to: SequenceFiles(layout).meta)
+            try FileSystemOps.touch(SequenceFiles(layout).blocks)
         }
-        let sequenceUpload = SequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, io: store.io), crcs: [])
+        let files = SequenceFiles(upload.layout)
+        let sequenceUpload = SequenceUpload(
+            upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: [])
         entries[upload.meta.uploadId] = Task { sequenceUpload }
         return (sequenceUpload, UpToken.make(uploadId: upload.meta.uploadId, secret: secret))
     }
@@ -201,9 +204,11 @@ actor SequenceUploads {
         guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
         let files = SequenceFiles(upload.layout)
         let loaded: (SequenceMeta, [UInt32])? = try await store.io.run {
-            // A creation that died before sequence.json never handed out its token.
-            guard let metaBytes = try FileSystemOps.readAll(files.meta) else { return nil }
-            let meta = try JSONDecoder().decode(SequenceMeta.self, from: Data(metaBytes))
+            // A creation that died before sequence.json was synced (missing, or torn) never handed
+            // out its token.
+            guard let metaBytes = try FileSystemOps.readAll(files.meta),
+                let meta = try? JSONDecoder().decode(SequenceMeta.self, from: Data(metaBytes))
+            else { return nil }
             var crcs: [UInt32] = []
             for text in try DurableLog.readRecords(path: files.blocks) {
                 guard let record = SequenceBlockRecord(text), record.sequenceNo == crcs.count + 1 else {
@@ -216,7 +221,7 @@ actor SequenceUploads {
             return (meta, crcs)
         }
         guard case let (meta, crcs)? = loaded else { return nil }
-        return SequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, io: store.io), crcs: crcs)
+        return SequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: crcs)
     }
 }
 
@@ -225,7 +230,7 @@ private struct SequenceFiles {
     let blocks: String
 
     init(_ layout: UploadLayout) {
-        meta = layout.directory + "/sequence.json"
-        blocks = layout.directory + "/blocks.log"
+        meta = layout.file("sequence.json")
+        blocks = layout.file("blocks.log")
     }
 }

@@ -145,17 +145,22 @@ actor TusUpload {
     nonisolated let info: TusInfo
     private let log: DurableLog
     private let io: BlockingIO
+    private let durability: Durability
     private let statistics: ReceiverStatistics
     private var offset: Int
     private var terminated = false
     private var busy = false
     private var waiters: [CheckedContinuation<Void, Never>] = []
 
-    init(upload: Upload, info: TusInfo, log: DurableLog, io: BlockingIO, statistics: ReceiverStatistics, offset: Int) {
+    init(
+        upload: Upload, info: TusInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
+        offset: Int
+    ) {
         self.upload = upload
         self.info = info
         self.log = log
         self.io = io
+        self.durability = durability
         self.statistics = statistics
         self.offset = offset
     }
@@ -217,8 +222,9 @@ actor TusUpload {
             if cut { return .interrupted(offset: start) }
             if let checksum, let hasher, hasher.finalize() != checksum.digest { return .checksumMismatch }
         }
-        if let output = file {
-            try await io.run { try output.syncData() }
+        if file != nil {
+            // The bytes, in the store's next sync round, before the record that counts them.
+            try await durability.sync()
         }
         let reached = start + written
         try await record(reached)
@@ -249,8 +255,8 @@ actor TusUpload {
                 }
             }
             guard at == total else { throw UploadError.corrupt("partial uploads hold \(at) bytes, expected \(total)") }
-            try output.syncData()
         }
+        try await durability.sync()
         try await record(total)
     }
 
@@ -333,17 +339,15 @@ actor TusUploads {
     func create(path: RelativePath, length: Int, info: TusInfo) async throws -> TusUpload {
         // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
         // bytes would not do.
-        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: length, chunkSize: max(1, length))
-        let files = TusFiles(upload.layout)
         let encoded = try JSONEncoder().encode(info)
-        try await store.io.run {
-            try FileSystemOps.touch(files.offsets)
-            // Syncs the directory too, which makes the empty offset.log's entry durable.
-            try FileSystemOps.writeAtomically(Array(encoded), to: files.info, directory: upload.layout.directory)
+        // tus.json joins the upload's own creation round. offset.log is made by its first record.
+        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: length, chunkSize: max(1, length)) { layout in
+            try FileSystemOps.writeNew(Array(encoded), to: TusFiles(layout).info)
         }
+        let files = TusFiles(upload.layout)
         let tusUpload = TusUpload(
-            upload: upload, info: info, log: DurableLog(path: files.offsets, io: store.io), io: store.io,
-            statistics: store.statistics, offset: 0)
+            upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
+            durability: store.durability, statistics: store.statistics, offset: 0)
         entries[upload.meta.uploadId] = Task { tusUpload }
         return tusUpload
     }
@@ -374,9 +378,10 @@ actor TusUploads {
         let files = TusFiles(upload.layout)
         let size = upload.meta.size
         let loaded: (TusInfo, Int)? = try await store.io.run {
-            // A creation that died before tus.json never handed out its URL.
-            guard let infoBytes = try FileSystemOps.readAll(files.info) else { return nil }
-            let info = try JSONDecoder().decode(TusInfo.self, from: Data(infoBytes))
+            // A creation that died before tus.json was synced (missing, or torn) never handed out its URL.
+            guard let infoBytes = try FileSystemOps.readAll(files.info),
+                let info = try? JSONDecoder().decode(TusInfo.self, from: Data(infoBytes))
+            else { return nil }
             var offset = 0
             for record in try DurableLog.readRecords(path: files.offsets) {
                 guard let value = Int(record), value >= offset, value <= size else {
@@ -390,8 +395,8 @@ actor TusUploads {
         }
         guard case let (info, offset)? = loaded else { return nil }
         return TusUpload(
-            upload: upload, info: info, log: DurableLog(path: files.offsets, io: store.io), io: store.io,
-            statistics: store.statistics, offset: offset)
+            upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
+            durability: store.durability, statistics: store.statistics, offset: offset)
     }
 }
 
@@ -400,7 +405,7 @@ private struct TusFiles {
     let offsets: String
 
     init(_ layout: UploadLayout) {
-        info = layout.directory + "/tus.json"
-        offsets = layout.directory + "/offset.log"
+        info = layout.file("tus.json")
+        offsets = layout.file("offset.log")
     }
 }

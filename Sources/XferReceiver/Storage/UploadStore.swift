@@ -1,17 +1,32 @@
 import Foundation
 import Logging
 
-/// Where everything lives under the receiver's root. One upload's working state sits in one
-/// directory so that deleting it is one rename; published files live apart so their URL path
-/// (`downloads/<id>/<name>`) maps straight to disk.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Where everything lives under the receiver's root. An upload's working state is a few files
+/// named by its id directly in `uploads/` (no directory of its own: creating one cost as much as
+/// the rest of a small file's storage); published files live apart so their URL path
+/// (`downloads/<id>/<path>`) maps straight to disk.
 ///
-///     root/uploads/<id>/meta.json       what the upload is (written last at creation)
-///     root/uploads/<id>/data            chunks land here at their offsets
-///     root/uploads/<id>/received.log    +n / -n records (DurableLog)
-///     root/uploads/<id>/complete.json   sha256 + size, once assembled
+///     root/uploads/<id>.log             line 1: what the upload is (`UploadMeta`, JSON); then
+///                                       +n / -n records of chunks and, once assembled, one
+///                                       =<sha256>.<size> record (DurableLog)
+///     root/uploads/<id>.data            chunks land here at their offsets
+///     root/uploads/<id>.<name>          a protocol's own files (tus: tus.json, offset.log;
+///                                       sequence: sequence.json, blocks.log)
 ///     root/downloads/<id>/<path>        the data file, moved here on completion; <path> is the
 ///                                       client's relative path (`RelativePath`), directories and all
 ///     root/trash/                       deleted uploads on their way out; emptied at startup
+///
+/// Uploads a receiver of layout 1 left keep theirs: a directory `uploads/<id>/` holding
+/// `meta.json`, `received.log`, `complete.json`, `data` and the protocol's files, read and
+/// written as before.
 struct StoreLayout: Sendable {
     let root: String
 
@@ -19,29 +34,49 @@ struct StoreLayout: Sendable {
     var downloads: String { root + "/downloads" }
     var trash: String { root + "/trash" }
 
-    func upload(_ id: String, path: RelativePath) -> UploadLayout {
+    func upload(_ id: String, path: RelativePath, format: UploadLayout.Format = .flat) -> UploadLayout {
         UploadLayout(
             id: id,
-            directory: uploads + "/" + id,
+            uploads: uploads,
             downloadsRoot: downloads,
             downloadDirectory: downloads + "/" + id,
-            path: path
+            path: path,
+            format: format
         )
     }
 }
 
 struct UploadLayout: Sendable {
+    enum Format: Sendable {
+        /// `uploads/<id>.log` holds the meta, the chunk records and the completion.
+        case flat
+        /// Layout 1: `uploads/<id>/` with `meta.json`, `received.log`, `complete.json`.
+        case directory
+    }
+
+    /// Every name a flat upload's files may have, the log first (it makes the upload exist).
+    static let flatNames = ["log", "data", "tus.json", "offset.log", "sequence.json", "blocks.log"]
+
     let id: String
-    let directory: String
+    let uploads: String
     let downloadsRoot: String
     let downloadDirectory: String
     /// Where the file lands below `downloadDirectory`.
     let path: RelativePath
+    let format: Format
 
-    var meta: String { directory + "/meta.json" }
-    var data: String { directory + "/data" }
-    var log: String { directory + "/received.log" }
-    var completion: String { directory + "/complete.json" }
+    /// The upload's file `name`: `uploads/<id>.<name>`, or `uploads/<id>/<name>` in layout 1.
+    func file(_ name: String) -> String {
+        uploads + "/" + id + (format == .flat ? "." : "/") + name
+    }
+
+    var data: String { file("data") }
+    /// Chunk records (and, when flat, the meta line and the completion record).
+    var log: String { file(format == .flat ? "log" : "received.log") }
+    /// Layout 1 only: the upload's directory.
+    var directory: String { uploads + "/" + id }
+    /// Layout 1 only.
+    var completion: String { file("complete.json") }
     var downloadFile: String { downloadDirectory + "/" + path.text }
 }
 
@@ -53,6 +88,8 @@ struct UploadLayout: Sendable {
 actor UploadStore {
     nonisolated let layout: StoreLayout
     nonisolated let io: BlockingIO
+    /// The group commit every protocol's acknowledgements wait on.
+    nonisolated let durability: Durability
     nonisolated let statistics = ReceiverStatistics()
     private let logger: Logger
 
@@ -62,16 +99,17 @@ actor UploadStore {
     }
     private var entries: [String: Entry] = [:]
 
-    private init(layout: StoreLayout, io: BlockingIO, logger: Logger) {
+    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, logger: Logger) {
         self.layout = layout
         self.io = io
+        self.durability = durability
         self.logger = logger
     }
 
     /// Creates the root's directories and empties the trash left by deletes a crash interrupted.
     static func open(root: String, io: BlockingIO, logger: Logger) async throws -> UploadStore {
         let layout = StoreLayout(root: root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root)
-        try await io.run {
+        let durability = try await io.run {
             try FileManager.default.createDirectory(atPath: layout.root, withIntermediateDirectories: true)
             for directory in [layout.uploads, layout.downloads, layout.trash] {
                 try FileSystemOps.makeDirectory(directory)
@@ -79,18 +117,29 @@ actor UploadStore {
             for leftover in (try? FileManager.default.contentsOfDirectory(atPath: layout.trash)) ?? [] {
                 try? FileManager.default.removeItem(atPath: layout.trash + "/" + leftover)
             }
+            // Each filesystem the store spans is flushed by every round (an operator may mount
+            // downloads/ elsewhere).
+            return try Durability(directories: [layout.root, layout.uploads, layout.downloads, layout.trash], pool: io.pool)
         }
-        return UploadStore(layout: layout, io: io, logger: logger)
+        return UploadStore(layout: layout, io: io, durability: durability, logger: logger)
     }
 
-    /// `size`/`chunkSize` must already be validated by the protocol.
-    func create(protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> Upload {
+    /// `size`/`chunkSize` must already be validated by the protocol. Returns once the creation is
+    /// durable, with whatever `alsoWrite` wrote (a protocol's own files) in the same sync round.
+    ///
+    /// `format` is `.flat` but for protocols whose files something outside the receiver reads in
+    /// layout 1's places (sequence: its end-to-end tests read `uploads/<id>/blocks.log`).
+    func create(
+        protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat,
+        alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
+    ) async throws -> Upload {
         let layout = self.layout
-        let (meta, uploadLayout) = try await io.run {
+        // Inline, not on the blocking pool: creating two small files costs less than the two
+        // thread switches a hop there and back takes. Layout 1 makes a directory: that one hops.
+        let make: @Sendable () throws -> (UploadMeta, UploadLayout) = {
             while true {
                 let id = UploadID.generate()
-                let uploadLayout = layout.upload(id, path: path)
-                guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { continue }
+                let uploadLayout = layout.upload(id, path: path, format: format)
                 let meta = UploadMeta(
                     formatVersion: UploadMeta.currentFormatVersion,
                     protocolName: protocolName,
@@ -99,11 +148,18 @@ actor UploadStore {
                     size: size,
                     chunkSize: chunkSize
                 )
-                try Self.initialize(meta, in: uploadLayout, uploads: layout.uploads)
+                // The log claims the id; another upload holding it (never, with 128 random bits)
+                // would only make this draw again.
+                guard try Self.initialize(meta, in: uploadLayout) else { continue }
+                try alsoWrite(uploadLayout)
                 return (meta, uploadLayout)
             }
         }
-        let upload = Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+        let (meta, uploadLayout) = format == .flat ? try make() : try await io.run(make)
+        try await durability.sync()
+        let upload = Upload(
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
+            received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
         entries[meta.uploadId] = .ready(upload)
         return upload
     }
@@ -124,24 +180,31 @@ actor UploadStore {
                 // That lookup found nothing; stop it standing for the id so the next pass creates it.
                 if case .loading(let current) = entries[id], current == task { entries[id] = nil }
             case nil:
-                let task = Task { [layout, io, statistics, logger] () throws -> Upload? in
-                    try await io.run {
-                        if let existing = try Self.load(id: id, layout: layout, io: io, statistics: statistics, logger: logger) { return existing }
+                let task = Task { [layout, io, durability, statistics, logger] () throws -> Upload? in
+                    let (upload, created) = try await io.run { () throws -> (Upload, Bool) in
+                        if let existing = try Self.load(
+                            id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                        {
+                            return (existing, false)
+                        }
                         let meta = UploadMeta(
                             formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
                             fileName: path.text, size: size, chunkSize: chunkSize)
                         let uploadLayout = layout.upload(id, path: path)
-                        // A directory without meta.json is a creation a crash cut short: nothing in it was
-                        // ever acknowledged, and its name is needed again.
-                        if FileSystemOps.exists(uploadLayout.directory) {
-                            try FileSystemOps.rename(uploadLayout.directory, to: layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".partial")
+                        // Files that do not load are a creation a crash cut short: nothing in them
+                        // was ever acknowledged, and their names are needed again.
+                        try Self.moveToTrash(id: id, layout: layout, suffix: ".partial")
+                        guard try Self.initialize(meta, in: uploadLayout) else {
+                            throw UploadError.corrupt("upload \(id) reappeared during its creation")
                         }
-                        guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else {
-                            throw UploadError.corrupt("upload directory \(id) reappeared during its creation")
-                        }
-                        try Self.initialize(meta, in: uploadLayout, uploads: layout.uploads)
-                        return Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                        let upload = Upload(
+                            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
+                            received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                        return (upload, true)
                     }
+                    // Durable before anyone writes a chunk into it.
+                    if created { try await durability.sync() }
+                    return upload
                 }
                 entries[id] = .loading(task)
                 let result = await task.result
@@ -163,8 +226,10 @@ actor UploadStore {
         case .loading(let task):
             return try await task.value
         case nil:
-            let task = Task { [layout, io, statistics, logger] in
-                try await io.run { try Self.load(id: id, layout: layout, io: io, statistics: statistics, logger: logger) }
+            let task = Task { [layout, io, durability, statistics, logger] in
+                try await io.run {
+                    try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                }
             }
             entries[id] = .loading(task)
             let result = await task.result
@@ -183,21 +248,19 @@ actor UploadStore {
         guard await upload.markDeleted() else { return false }
         let layout = self.layout
         let uploadLayout = upload.layout
-        let suffix = "." + UploadID.generate().prefix(8)
-        let trashed = [layout.trash + "/" + id + suffix + ".upload", layout.trash + "/" + id + suffix + ".download"]
-        // One rename per directory makes the upload vanish atomically; the slow recursive removal
-        // happens after, and a crash during it is cleaned up by the next startup.
-        try await io.run {
-            if FileSystemOps.exists(uploadLayout.directory) {
-                try FileSystemOps.rename(uploadLayout.directory, to: trashed[0])
-                try FileSystemOps.syncDirectory(layout.uploads)
-            }
+        // Renames make the upload vanish (the log first: without it the id is unknown); the slow
+        // removal happens after, and a crash during it is cleaned up by the next startup.
+        let trashed = try await io.run {
+            var trashed = try Self.moveToTrash(id: id, layout: layout, suffix: ".upload")
             if FileSystemOps.exists(uploadLayout.downloadDirectory) {
-                try FileSystemOps.rename(uploadLayout.downloadDirectory, to: trashed[1])
-                try FileSystemOps.syncDirectory(layout.downloads)
+                let target = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".download"
+                try FileSystemOps.rename(uploadLayout.downloadDirectory, to: target)
+                trashed.append(target)
             }
+            return trashed
         }
-        // Only now: until the renames are done a fresh load could still find the directory on disk.
+        try await durability.sync()
+        // Only now: until the renames are done a fresh load could still find the files on disk.
         entries[id] = nil
         _ = try? await io.run {
             for path in trashed where FileSystemOps.exists(path) {
@@ -207,51 +270,130 @@ actor UploadStore {
         return true
     }
 
-    /// Fills a freshly made upload directory. Blocking.
-    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout, uploads: String) throws {
-        try FileSystemOps.touch(uploadLayout.data)
-        try FileSystemOps.touch(uploadLayout.log)
-        // meta.json is written last (and its directory synced): a directory without it is a
-        // creation that never answered, and is treated as unknown.
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
-        try FileSystemOps.writeAtomically(Array(try encoder.encode(meta)), to: uploadLayout.meta, directory: uploadLayout.directory)
-        try FileSystemOps.syncDirectory(uploads)
+    /// Creates a flat upload's log, holding the meta line, then its empty data file; false when the
+    /// log exists. (Layout 1: its directory, `meta.json` and the data file; false when the
+    /// directory exists.) Not synced: the caller waits for a sync round before anyone learns the
+    /// id. Blocking.
+    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout) throws -> Bool {
+        if uploadLayout.format == .directory {
+            guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { return false }
+            try FileSystemOps.writeNew(meta.jsonLine(), to: uploadLayout.file("meta.json"))
+            try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_EXCL).close()
+            try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL).close()
+            return true
+        }
+        let log: POSIXFile
+        do {
+            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL)
+        } catch let error as IOError where error.code == EEXIST {
+            return false
+        }
+        defer { log.close() }
+        try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
+        try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC).close()
+        return true
+    }
+
+    /// Renames whatever files upload `id` has in `uploads/` (flat: its log first; layout 1: its
+    /// directory) into the trash; returns where they went. Blocking.
+    @discardableResult
+    private static func moveToTrash(id: String, layout: StoreLayout, suffix: String) throws -> [String] {
+        let tag = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + suffix
+        var moved: [String] = []
+        let directory = layout.uploads + "/" + id
+        if FileSystemOps.exists(directory) {
+            try FileSystemOps.rename(directory, to: tag)
+            moved.append(tag)
+        }
+        for name in UploadLayout.flatNames {
+            let path = layout.uploads + "/" + id + "." + name
+            guard FileSystemOps.exists(path) else { continue }
+            try FileSystemOps.rename(path, to: tag + "." + name)
+            moved.append(tag + "." + name)
+        }
+        return moved
     }
 
     /// Blocking.
-    private static func load(id: String, layout: StoreLayout, io: BlockingIO, statistics: ReceiverStatistics, logger: Logger) throws -> Upload? {
+    private static func load(
+        id: String, layout: StoreLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics, logger: Logger
+    ) throws -> Upload? {
         let directory = layout.uploads + "/" + id
-        guard let metaBytes = try FileSystemOps.readAll(directory + "/meta.json") else { return nil }
-        let meta = try JSONDecoder().decode(UploadMeta.self, from: Data(metaBytes))
+        let meta: UploadMeta
+        let records: [Substring]
+        let format: UploadLayout.Format
+        var completion: CompletionRecord?
+        if let bytes = try FileSystemOps.readAll(layout.uploads + "/" + id + ".log") {
+            format = .flat
+            let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+            // A meta line that does not decode was never synced, so never answered: the creation
+            // a crash cut short, unknown like a directory without the file.
+            guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(bytes[..<newline])) else { return nil }
+            meta = decoded
+            records = DurableLog.parseRecords(bytes[newline...])
+        } else if let metaBytes = try FileSystemOps.readAll(directory + "/meta.json") {
+            format = .directory
+            // Torn only if its creation's sync round never ended (so never answered), as above.
+            guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(metaBytes)) else { return nil }
+            meta = decoded
+            records = try DurableLog.readRecords(path: directory + "/received.log")
+            if let bytes = try FileSystemOps.readAll(directory + "/complete.json") {
+                completion = try JSONDecoder().decode(CompletionRecord.self, from: Data(bytes))
+            }
+        } else {
+            return nil
+        }
         guard meta.uploadId == id, meta.formatVersion == UploadMeta.currentFormatVersion else {
-            throw UploadError.corrupt("meta.json of \(id) does not describe it")
+            throw UploadError.corrupt("the meta of \(id) does not describe it")
         }
-        // Checked again: whatever meta.json says, the file can only land inside downloads/<id>/.
+        // Checked again: whatever the meta says, the file can only land inside downloads/<id>/.
         guard let path = RelativePath.validated(meta.fileName), path.text.utf8.elementsEqual(meta.fileName.utf8) else {
-            throw UploadError.corrupt("meta.json of \(id) names no safe relative path")
+            throw UploadError.corrupt("the meta of \(id) names no safe relative path")
         }
-        let uploadLayout = layout.upload(id, path: path)
+        let uploadLayout = layout.upload(id, path: path, format: format)
 
         var received = ChunkSet(chunkCount: meta.chunkCount)
-        for record in try DurableLog.readRecords(path: uploadLayout.log) {
+        for record in records {
+            if record.first == "=", format == .flat {
+                guard let parsed = CompletionRecord(logRecord: record) else {
+                    logger.warning("Ignoring malformed completion record in the upload's log", metadata: ["upload": "\(id)"])
+                    continue
+                }
+                completion = parsed
+                continue
+            }
             guard let sign = record.first, sign == "+" || sign == "-", let chunk = Int(record.dropFirst()),
                 chunk >= 1, chunk <= meta.chunkCount
             else {
-                logger.warning("Ignoring malformed record in received.log", metadata: ["upload": "\(id)"])
+                logger.warning("Ignoring malformed record in the upload's log", metadata: ["upload": "\(id)"])
                 continue
             }
             if sign == "+" { received.insert(chunk) } else { received.remove(chunk) }
         }
 
-        var completion: CompletionRecord?
-        if let bytes = try FileSystemOps.readAll(uploadLayout.completion) {
-            completion = try JSONDecoder().decode(CompletionRecord.self, from: Data(bytes))
+        if completion != nil {
             // Killed between recording completion and publishing: finish the publication now.
             if FileSystemOps.exists(uploadLayout.data) && !FileSystemOps.exists(uploadLayout.downloadFile) {
                 try Upload.publish(uploadLayout)
+                try durability.syncNow()
+            }
+        } else if !FileSystemOps.exists(uploadLayout.data) {
+            if FileSystemOps.exists(uploadLayout.downloadFile) {
+                // Killed in the round that was making a completion durable, with the rename kept
+                // and the record lost: every chunk was durable before completion began, so the
+                // published file is whole. Hash it again and record it.
+                let record = try Upload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.downloadFile)
+                try Upload.write(record, for: uploadLayout)
+                try durability.syncNow()
+                completion = record
+            } else {
+                // The data file is made with the log and the pair is synced before the id is
+                // answered: without it, this creation never completed either.
+                return nil
             }
         }
-        return Upload(meta: meta, layout: uploadLayout, io: io, statistics: statistics, received: received, completion: completion)
+        return Upload(
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, received: received,
+            completion: completion)
     }
 }
