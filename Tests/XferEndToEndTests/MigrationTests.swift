@@ -54,12 +54,12 @@ final class MigrationTests: XCTestCase {
                 for (index, file) in files {
                     let plan = ChunkPlan(fileSize: file.size, chunkSize: file.chunkSize)
                     let done = try store.doneChunks(job: record.id, file: index, capacity: plan.count)
-                    let prefix = StateStore.fileKey(record.id, index)
+                    let prefix = LegacyLayout.fileKey(record.id, index)
                     for segment in 0..<done.segmentCount {
                         try txn.put(chunks, prefix + StateStore.u32Bytes(UInt32(segment)), done.segmentBytes(segment))
                     }
                     for (chunk, receipt) in try store.receipts(job: record.id, file: index) {
-                        try txn.put(receipts, StateStore.chunkKey(record.id, index, chunk), Array(receipt.utf8))
+                        try txn.put(receipts, prefix + StateStore.u32Bytes(UInt32(chunk)), Array(receipt.utf8))
                     }
                     // Layout 2's counter: the done-chunk count alone (u64 LE).
                     try txn.put(progress, prefix, withUnsafeBytes(of: UInt64(done.count).littleEndian) { Array($0) })

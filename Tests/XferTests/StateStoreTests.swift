@@ -215,18 +215,21 @@ final class StateStoreTests: XCTestCase {
         complete.url = "https://files.example/f1"
         try await store.commit(.putFiles(job: id, files: [(1, complete)]))
         try await store.commit(.putFiles(job: id, files: [(1, complete)]))
-        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, completed: 1))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 250, completed: 1), "a complete file is all done")
+        // Without its URL it is not complete, and has nothing done.
+        try await store.commit(.putFiles(job: id, files: [(1, file(1, size: 250))]))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345))
         // A failure is counted and listed, and cleared by the next record without one.
         var failing = file(0, size: 95)
         failing.failure = "HTTP 500"
         try await store.commit(.putFiles(job: id, files: [(0, failing)]))
-        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, completed: 1, failed: 1))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, failed: 1))
         let failed = try store.failedFiles(job: id, limit: 10)
         XCTAssertEqual(failed.map(\.index), [0])
         XCTAssertEqual(failed.first?.record, failing)
         XCTAssertEqual(try store.failedFiles(job: id, limit: 0).count, 0)
         try await store.commit(.putFiles(job: id, files: [(0, file(0, size: 95))]))
-        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, completed: 1))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345))
         XCTAssertEqual(try store.failedFiles(job: id, limit: 10).count, 0)
 
         // 95 bytes in chunks of 10: nine full chunks and a last one of 5.
@@ -256,24 +259,31 @@ final class StateStoreTests: XCTestCase {
             .markDone(job: id, file: 1, chunks: [24], plan: plan1, receipts: [:]),
             .markNotDone(job: id, file: 0, chunks: [0], plan: plan),
         ])
-        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 25 + 30, completed: 1))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 25 + 30))
         try await store.commit(.replaceDone(job: id, file: 1, done: ChunkSet(capacity: plan1.count), plan: plan1, receipts: [:]))
         XCTAssertEqual(try store.counters(id).doneBytes, 25)
         XCTAssertEqual(try store.fileProgress(job: id, file: 1), FileProgress(chunksDone: 0, bytesDone: 0))
+        // Completing a file drops its bitmap, receipts and progress, and counts its size.
+        try await store.commit(.markDone(job: id, file: 1, chunks: [3], plan: plan1, receipts: [3: "etag"]))
+        try await store.commit(.putFiles(job: id, files: [(1, complete)]))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 25 + 250, completed: 1))
+        XCTAssertEqual(try store.fileProgress(job: id, file: 1), FileProgress(chunksDone: 0, bytesDone: 0), "not kept")
+        XCTAssertEqual(try store.receipts(job: id, file: 1), [:])
+        XCTAssertTrue(try store.doneChunks(job: id, file: 1, capacity: plan1.count).isComplete)
 
         let engine = try TransferEngine(stateDirectory: dir.path, store: store)
         let details = try engine.details(of: id)
         XCTAssertEqual(details.files.first?.doneBytes, 25, "two full chunks and the 5-byte last one")
         XCTAssertEqual(details.files.first?.chunksDone, 3)
         XCTAssertEqual(details.files.last?.doneBytes, 250, "a complete file is all done")
-        XCTAssertEqual(try engine.jobs().first?.doneBytes, 25)
+        XCTAssertEqual(try engine.jobs().first?.doneBytes, 25 + 250)
         XCTAssertEqual(try engine.jobs().first?.completedFiles, 1)
 
         // The header alone does not touch them.
         var record = header(id.rawValue)
         record.phase = .failed
         try await store.commit(.putJob(record))
-        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 25, completed: 1))
+        XCTAssertEqual(try store.counters(id), counters(files: 2, total: 345, done: 25 + 250, completed: 1))
 
         try await store.commit(.deleteJob(id))
         XCTAssertEqual(try store.counters(id), JobCounters())
@@ -387,12 +397,12 @@ final class StateStoreTests: XCTestCase {
             }
         }
         // Padded: the root (0) as the two-byte varint 0x80 0x00. (The store
-        // writes a path that follows from the root as "", as here.)
-        let original = file(7).encoded(rootPath: "/tmp")
-        let rootOffset = 1 + 1 + 0 + 1 + file(7).relativePath.utf8.count
+        // writes a path that follows from the root as a form byte, as here.)
+        let original = StoredFile.body(of: file(7), rootPath: "/tmp")
+        let rootOffset = 1 + 1 + 1 + file(7).relativePath.utf8.count  // version, path form, relative path
         XCTAssertEqual(original[rootOffset], 0)
         let padded = Array(original[..<rootOffset]) + [0x80, 0x00] + Array(original[(rootOffset + 1)...])
-        XCTAssertEqual(FileRecord(decoding: padded, roots: ["/tmp"]), file(7))
+        XCTAssertEqual(StoredFile.decode(body: padded, server: nil, url: nil, roots: ["/tmp"], target: ""), file(7))
         do {
             let env = try rawEnvironment(dir.path)
             let files = try env.database(named: "files", checksummed: true)
@@ -400,7 +410,7 @@ final class StateStoreTests: XCTestCase {
         }
         let before = try stored()
         XCTAssertEqual(before[7], padded)
-        XCTAssertEqual(before[0], file(0).encoded(rootPath: "/tmp"))
+        XCTAssertEqual(before[0], StoredFile.body(of: file(0), rootPath: "/tmp"))
 
         try await withStore(dir.path) { store in
             try await store.commit(.markDone(job: id, file: 3, chunks: [0, 9], plan: plan, receipts: [9: "r"]))
@@ -583,7 +593,7 @@ final class StateStoreTests: XCTestCase {
                 for entry in done {
                     var set = ChunkSet(capacity: entry.plan.count)
                     for chunk in entry.chunks { set.insert(chunk) }
-                    let fileKey = StateStore.fileKey(entry.job, entry.file)
+                    let fileKey = LegacyLayout.fileKey(entry.job, entry.file)
                     for segment in 0..<set.segmentCount {
                         try txn.put(chunksDB, fileKey + StateStore.u32Bytes(UInt32(segment)), set.segmentBytes(segment))
                     }
@@ -592,7 +602,8 @@ final class StateStoreTests: XCTestCase {
                     try txn.put(progressDB, fileKey, (0..<8).map { UInt8((count >> UInt64(8 * $0)) & 0xff) })
                 }
                 for (chunk, receipt) in Self.receipts {
-                    try txn.put(receiptsDB, StateStore.chunkKey(Self.unfinished, 1, chunk), Array(receipt.utf8))
+                    try txn.put(
+                        receiptsDB, LegacyLayout.fileKey(Self.unfinished, 1) + StateStore.u32Bytes(UInt32(chunk)), Array(receipt.utf8))
                 }
             }
             try env.sync()
@@ -634,7 +645,9 @@ final class StateStoreTests: XCTestCase {
             XCTAssertNil(try store.fileIndex(job: unfinished, root: 0, relativePath: "big.bin"))
 
             // Recounted from the bitmaps, with their bytes: the last chunk of big.bin is 5 bytes.
-            XCTAssertEqual(try store.fileProgress(job: unfinished, file: 0), FileProgress(chunksDone: 10, bytesDone: 1000))
+            // The complete file keeps no bitmap or progress: its URL says it is all done.
+            XCTAssertEqual(try store.fileProgress(job: unfinished, file: 0), FileProgress(chunksDone: 0, bytesDone: 0))
+            XCTAssertTrue(try store.doneChunks(job: unfinished, file: 0, capacity: 10).isComplete)
             XCTAssertEqual(try store.fileProgress(job: unfinished, file: 1), FileProgress(chunksDone: 10_001, bytesDone: 100_005))
             XCTAssertEqual(try store.fileProgress(job: unfinished, file: 2), FileProgress(chunksDone: 0, bytesDone: 0))
             XCTAssertEqual(
@@ -783,7 +796,7 @@ final class StateStoreTests: XCTestCase {
             let env = try rawEnvironment(dir.path)
             let files = try env.database(named: "files", checksummed: true)
             try env.write { txn in
-                var record = file(0).encoded
+                var record = StoredFile.body(of: file(0), rootPath: nil)
                 record[0] = 9
                 try txn.put(files, StateStore.fileKey(job.id, 0), record)
             }
@@ -887,28 +900,62 @@ final class StateStoreTests: XCTestCase {
         let bare = FileRecord(
             path: "", relativePath: "", root: 0, identity: FileIdentity(size: 0, modificationTimeNanoseconds: 0, inode: 0, device: 0),
             chunkSize: 1)
-        for record in [full, bare] {
-            XCTAssertEqual(FileRecord(decoding: record.encoded), record)
+        func roundTrip(_ record: FileRecord, target: String = "https://files.example") -> FileRecord? {
+            StoredFile.decode(
+                body: StoredFile.body(of: record, rootPath: nil), server: StoredFile.server(of: record),
+                url: record.url.map { StoredFile.url($0, of: record, target: target) }, roots: [], target: target)
         }
-        let decoded = FileRecord(decoding: full.encoded)
+        for record in [full, bare] {
+            XCTAssertEqual(roundTrip(record), record)
+            XCTAssertEqual(StoredFile.decode(whole: StoredFile.whole(record)), record)
+        }
+        let decoded = roundTrip(full)
         XCTAssertEqual(decoded?.handles.redacted["token"], "<redacted>")
         XCTAssertEqual(decoded?.handles["token"], "s3cret ключ")
         XCTAssertEqual(decoded?.handles.redacted["uploadId"], "u-1")
         full.url = nil
-        XCTAssertNil(FileRecord(decoding: full.encoded)?.url ?? nil)
-        XCTAssertEqual(FileRecord(decoding: full.encoded), full)
+        XCTAssertNil(roundTrip(full)?.url ?? nil)
+        XCTAssertEqual(roundTrip(full), full)
         full.failure = nil
         full.url = ""
-        XCTAssertEqual(FileRecord(decoding: full.encoded), full, "an empty URL is not no URL")
+        XCTAssertEqual(roundTrip(full), full, "an empty URL is not no URL")
 
-        let encoded = full.encoded
-        for length in 0..<encoded.count {
-            XCTAssertNil(FileRecord(decoding: Array(encoded.prefix(length))), "cut to \(length) bytes")
+        // What a URL repeats of the target, a handle and the relative path is
+        // named, not written; the URL comes back byte for byte, a decomposed
+        // "é" too (String comparison would take it for the composed one).
+        var tree = FileRecord(
+            path: "/data/a/e\u{301}t\u{e9}.bin", relativePath: "a/e\u{301}t\u{e9}.bin", root: 0,
+            identity: FileIdentity(size: 5, modificationTimeNanoseconds: 1, inode: 2, device: 3), chunkSize: 5, isOpen: true)
+        tree.handles.set("uploadId", "0123456789abcdef0123456789abcdef")
+        tree.handles.set("secret", "0123456789abcdef0123456789abcdef0", secret: true)
+        tree.url = "http://127.0.0.1:8080/downloads/0123456789abcdef0123456789abcdef/a/e\u{301}t\u{e9}.bin"
+        let short = StoredFile.url(tree.url!, of: tree, target: "http://127.0.0.1:8080")
+        XCTAssertLessThan(short.count, 25, "the URL is stored as what it adds")
+        XCTAssertFalse(String(decoding: short, as: UTF8.self).contains("0123456789abcdef0"), "a secret handle is never named")
+        let back = StoredFile.decode(
+            body: StoredFile.body(of: tree, rootPath: "/data"), server: StoredFile.server(of: tree), url: short, roots: ["/data"],
+            target: "http://127.0.0.1:8080")
+        XCTAssertEqual(back, tree)
+        XCTAssertEqual(back.map { Array($0.url!.utf8) }, Array(tree.url!.utf8))
+        var composed = tree
+        composed.url = "http://127.0.0.1:8080/downloads/x/a/\u{e9}t\u{e9}.bin"
+        let kept = StoredFile.decode(
+            body: StoredFile.body(of: composed, rootPath: nil), server: StoredFile.server(of: composed),
+            url: StoredFile.url(composed.url!, of: composed, target: ""), roots: [], target: "")
+        XCTAssertEqual(kept.map { Array($0.url!.utf8) }, Array(composed.url!.utf8))
+
+        let body = StoredFile.body(of: full, rootPath: nil)
+        for length in 0..<body.count {
+            XCTAssertNil(StoredFile.decode(body: Array(body.prefix(length)), server: nil, url: nil, roots: [], target: ""), "cut to \(length) bytes")
         }
-        XCTAssertNil(FileRecord(decoding: encoded + [0]), "trailing bytes")
-        var otherVersion = encoded
-        otherVersion[0] = 2
-        XCTAssertNil(FileRecord(decoding: otherVersion))
+        XCTAssertNil(StoredFile.decode(body: body + [0], server: nil, url: nil, roots: [], target: ""), "trailing bytes")
+        let server = StoredFile.server(of: full)!
+        for length in 0..<server.count {
+            XCTAssertNil(StoredFile.decode(body: body, server: Array(server.prefix(length)), url: nil, roots: [], target: ""))
+        }
+        var otherVersion = body
+        otherVersion[0] = 9
+        XCTAssertNil(StoredFile.decode(body: otherVersion, server: nil, url: nil, roots: [], target: ""))
     }
 
     func testJobRecordsRoundTripAndRefuseDamage() {
@@ -961,24 +1008,28 @@ final class StateStoreTests: XCTestCase {
     /// A path that follows from its root is stored as a marker and rebuilt
     /// from the root on reading; any other path is stored whole.
     func testPathsThatFollowFromTheirRootAreStoredOnce() {
+        func body(_ record: FileRecord, _ root: String?) -> [UInt8] { StoredFile.body(of: record, rootPath: root) }
+        func decode(_ body: [UInt8], _ roots: [String]) -> FileRecord? {
+            StoredFile.decode(body: body, server: nil, url: nil, roots: roots, target: "")
+        }
         var inTree = file(0)
         inTree.path = "/data/photos/2024/a b.jpg"
         inTree.relativePath = "2024/a b.jpg"
-        let compact = inTree.encoded(rootPath: "/data/photos")
-        XCTAssertLessThan(compact.count, inTree.encoded.count - 20)
-        XCTAssertEqual(FileRecord(decoding: compact, roots: ["/data/photos"]), inTree)
+        let compact = body(inTree, "/data/photos")
+        XCTAssertLessThan(compact.count, body(inTree, nil).count - 20)
+        XCTAssertEqual(decode(compact, ["/data/photos"]), inTree)
         var named = file(1)
         named.path = "/data/one.bin"
         named.relativePath = "one.bin"
         named.root = 1
-        XCTAssertEqual(FileRecord(decoding: named.encoded(rootPath: "/data/one.bin"), roots: ["/x", "/data/one.bin"]), named)
+        XCTAssertEqual(decode(body(named, "/data/one.bin"), ["/x", "/data/one.bin"]), named)
         var underSlash = file(2)
         underSlash.path = "/etc.txt"
         underSlash.relativePath = "etc.txt"
-        XCTAssertEqual(FileRecord(decoding: underSlash.encoded(rootPath: "/"), roots: ["/"]), underSlash)
+        XCTAssertEqual(decode(body(underSlash, "/"), ["/"]), underSlash)
         // Elsewhere than its root says: stored whole.
-        XCTAssertEqual(FileRecord(decoding: inTree.encoded(rootPath: "/other"), roots: ["/other"]), inTree)
+        XCTAssertEqual(decode(body(inTree, "/other"), ["/other"]), inTree)
         // A marker whose root is unknown is unreadable, not a wrong path.
-        XCTAssertNil(FileRecord(decoding: compact, roots: []))
+        XCTAssertNil(decode(compact, []))
     }
 }

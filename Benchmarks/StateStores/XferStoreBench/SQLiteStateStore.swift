@@ -350,7 +350,7 @@ final class SQLiteStateStore: JobStateStore {
                         try db.run("DELETE FROM failures WHERE job = ? AND file = ?", key)
                     }
                 }
-                try db.run("INSERT OR REPLACE INTO files (job, file, record) VALUES (?, ?, ?)", key + [.blob(record.encoded)])
+                try db.run("INSERT OR REPLACE INTO files (job, file, record) VALUES (?, ?, ?)", key + [.blob(StoredFile.whole(record))])
             }
             cache[job] = totals
         case .markDone(let job, let file, let chunks, let plan, let receipts):
@@ -542,7 +542,7 @@ final class SQLiteStateStore: JobStateStore {
     }
 
     private func decodeFile(_ bytes: [UInt8]) throws -> FileRecord {
-        guard let record = FileRecord(decoding: bytes) else {
+        guard let record = StoredFile.decode(whole: bytes) else {
             throw XferError.stateUnavailable("a file record in \(path) is unreadable")
         }
         return record

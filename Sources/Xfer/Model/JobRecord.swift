@@ -199,54 +199,6 @@ extension ServerHandles {
 }
 
 extension FileRecord {
-    private static let version: UInt8 = 1
-
-    package var encoded: [UInt8] { encoded(rootPath: nil) }
-
-    /// The absolute path is written only when it does not follow from the
-    /// root it was found under (`""`: root/relative path; `"\0"`: the root
-    /// itself): in a tree it always does, and it was a quarter of a record.
-    func encoded(rootPath: String?) -> [UInt8] {
-        var writer = RecordWriter(capacity: 96 + path.utf8.count + relativePath.utf8.count)
-        writer.byte(Self.version)
-        if let rootPath, path == rootPath {
-            writer.string("\0")
-        } else if let rootPath, path == Self.join(rootPath, relativePath) {
-            writer.string("")
-        } else {
-            writer.string(path)
-        }
-        writer.string(relativePath)
-        writer.int(root)
-        identity.write(to: &writer)
-        writer.int(chunkSize)
-        writer.bool(isOpen)
-        handles.write(to: &writer)
-        writer.optionalString(url)
-        writer.optionalString(failure)
-        return writer.bytes
-    }
-
-    package init?(decoding bytes: [UInt8]) {
-        var reader = RecordReader(bytes)
-        guard reader.byte() == Self.version, let path = reader.string(), let relativePath = reader.string(),
-            let root = reader.int(), let identity = FileIdentity(from: &reader), let chunkSize = reader.int(),
-            let isOpen = reader.bool(), let handles = ServerHandles(from: &reader), let url = reader.optionalString(),
-            let failure = reader.optionalString(), reader.isAtEnd
-        else { return nil }
-        self.init(
-            path: path, relativePath: relativePath, root: root, identity: identity, chunkSize: chunkSize, isOpen: isOpen,
-            handles: handles, url: url, failure: failure)
-    }
-
-    /// Decodes what `encoded(rootPath:)` wrote, given the path of each root.
-    init?(decoding bytes: [UInt8], roots: [String]) {
-        self.init(decoding: bytes)
-        guard path.isEmpty || path == "\0" else { return }
-        guard roots.indices.contains(root) else { return nil }
-        path = path.isEmpty ? Self.join(roots[root], relativePath) : roots[root]
-    }
-
     static func join(_ root: String, _ relativePath: String) -> String {
         root == "/" ? "/" + relativePath : root + "/" + relativePath
     }

@@ -54,10 +54,18 @@ enum LegacyLayout {
         return encoder
     }()
 
-    /// Rewrites every job of layout `version` as layout 3, inside `txn`.
+    /// Layouts 1 and 2 keyed a file's chunks, receipts and progress by the
+    /// job id's text, a 0 byte and the file (u32 BE).
+    static func fileKey(_ job: JobID, _ file: Int) -> [UInt8] {
+        Array(job.rawValue.utf8) + [0] + StateStore.u32Bytes(UInt32(file))
+    }
+
+    /// Rewrites every job of layout `version` as layout 3, inside `txn`;
+    /// `putFile` writes a file's record (given the job's roots and target).
     static func migrate(
-        from version: Int, in txn: LMDBTransaction, jobs: LMDBDatabase, files: LMDBDatabase, roots: LMDBDatabase,
-        paths: LMDBDatabase, counters: LMDBDatabase, legacy: Databases
+        from version: Int, in txn: LMDBTransaction, jobs: LMDBDatabase, roots: LMDBDatabase,
+        paths: LMDBDatabase, counters: LMDBDatabase, legacy: Databases,
+        putFile: (JobID, Int, FileRecord, (roots: [String], target: String)) throws -> Void
     ) throws {
         if version == 1 {
             // Layout 1 had no checksums: seal every value as it is first.
@@ -89,25 +97,47 @@ enum LegacyLayout {
                 phase: job.phase, lastError: job.lastError, concurrency: job.concurrency, isStarted: job.isStarted,
                 handles: job.handles, rootCount: job.files.count, firstRoot: job.files.first?.path ?? "")
             var totals = JobCounters()
+            let rootPaths = job.files.map(\.path)
             for (index, file) in job.files.enumerated() {
                 // Each file was named on its own: it is its own root, and its name is its relative path.
                 let name = (file.path as NSString).lastPathComponent
                 let migrated = FileRecord(
                     path: file.path, relativePath: name, root: index, identity: file.identity, chunkSize: file.chunkSize,
                     isOpen: file.isOpen, handles: file.handles, url: file.url)
-                let fileKey = StateStore.fileKey(id, index)
-                try txn.put(roots, fileKey, Array(file.path.utf8))
-                try txn.put(files, fileKey, migrated.encoded)
+                let oldKey = fileKey(id, index)
+                let newKey = StateStore.fileKey(id, index)
+                try txn.put(roots, newKey, Array(file.path.utf8))
+                try putFile(id, index, migrated, (rootPaths, job.target))
                 try txn.put(paths, StateStore.pathKey(id, index, name), StateStore.u32Bytes(UInt32(index)))
-                // Progress was a bare count: recount it, with its bytes, from the bitmap.
+                // Chunks and receipts move to the new keys; progress was a bare
+                // count: recount it, with its bytes, from the bitmap. A complete
+                // file keeps none of them (its URL says it is done).
                 let plan = ChunkPlan(fileSize: max(0, file.identity.size), chunkSize: max(1, file.chunkSize))
                 var done = ChunkSet(capacity: max(1, plan.count))
-                try txn.forEach(legacy.chunks, prefix: fileKey) { key, value in
-                    done.loadSegment(Int(StateStore.u32(key, at: fileKey.count)), from: value)
+                var segments: [(key: [UInt8], value: [UInt8])] = []
+                try txn.forEach(legacy.chunks, prefix: oldKey) { key, value in
+                    done.loadSegment(Int(StateStore.u32(key, at: oldKey.count)), from: value)
+                    segments.append((key, value))
                     return true
                 }
-                let bytes = plan.count == 0 ? 0 : plan.bytes(of: done)
-                try txn.put(legacy.progress, fileKey, StateStore.progressBytes(FileProgress(chunksDone: done.count, bytesDone: bytes)))
+                var receipts: [(key: [UInt8], value: [UInt8])] = []
+                try txn.forEach(legacy.receipts, prefix: oldKey) { key, value in
+                    receipts.append((key, value))
+                    return true
+                }
+                try txn.delete(legacy.progress, oldKey)
+                for (key, value) in segments {
+                    try txn.delete(legacy.chunks, key)
+                    if file.url == nil { try txn.put(legacy.chunks, newKey + key[oldKey.count...], value) }
+                }
+                for (key, value) in receipts {
+                    try txn.delete(legacy.receipts, key)
+                    if file.url == nil { try txn.put(legacy.receipts, newKey + key[oldKey.count...], value) }
+                }
+                let bytes = file.url != nil ? file.identity.size : plan.count == 0 ? 0 : plan.bytes(of: done)
+                if file.url == nil, done.count > 0 {
+                    try txn.put(legacy.progress, newKey, StateStore.progressBytes(FileProgress(chunksDone: done.count, bytesDone: bytes)))
+                }
                 totals.fileCount += 1
                 totals.totalBytes += file.identity.size
                 totals.doneBytes += bytes

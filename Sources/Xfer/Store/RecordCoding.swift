@@ -15,6 +15,8 @@ struct RecordWriter {
 
     mutating func bool(_ value: Bool) { bytes.append(value ? 1 : 0) }
 
+    mutating func bytes(_ value: [UInt8]) { bytes.append(contentsOf: value) }
+
     mutating func varint(_ value: UInt64) {
         var value = value
         while value >= 0x80 {
@@ -114,6 +116,12 @@ struct RecordReader {
         let end = offset + Int(length)
         defer { offset = end }
         return String(decoding: bytes[offset..<end], as: UTF8.self)
+    }
+
+    mutating func bytes(_ count: Int) -> [UInt8]? {
+        guard count >= 0, count <= bytes.count - offset else { return nil }
+        defer { offset += count }
+        return Array(bytes[offset..<(offset + count)])
     }
 
     mutating func optionalString() -> String?? {

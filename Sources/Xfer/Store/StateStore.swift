@@ -4,20 +4,25 @@ import Foundation
 
 /// Durable job and chunk state in LMDB.
 ///
-/// Layout 3 (one LMDB environment; keys below start with the job id and a 0
-/// byte, so a job's keys sit together and `deleteJob` is a range delete):
+/// Layout 3 (one LMDB environment; keys below start with the job's 8-byte
+/// id (its 16 hex digits as bytes), so a job's keys sit together and
+/// `deleteJob` is a range delete):
 /// - `meta`: `layout` → layout version.
 /// - `jobs`: job id → `JobRecord` (binary): the header, no file.
 /// - `counters`: job id → `JobCounters`: files, bytes, done bytes, completed
 ///   and failed files, updated in the transaction of every change they count.
 /// - `roots`: job ‖ root (u32 BE) → a path the user named.
-/// - `files`: job ‖ file (u32 BE) → `FileRecord` (binary).
+/// - `files`, `handles`, `urls`: job ‖ file (u32 BE) → a `FileRecord` in
+///   three parts, written at different times (see `StoredFile`).
 /// - `paths`: job ‖ root (u32 BE) ‖ relative path → file (u32 BE): finds a
 ///   file again when a directory is walked anew.
 /// - `failures`: job ‖ file (u32 BE) → nothing: the files whose last run failed.
 /// - `chunks`: job ‖ file ‖ segment (u32 BE) → bitmap of done chunks.
 /// - `receipts`: job ‖ file ‖ chunk (u32 BE) → receipt text.
 /// - `progress`: job ‖ file → done chunks and their bytes (u64 LE each).
+///
+/// A completed file keeps no chunk bitmap, receipts or progress: its URL
+/// says every chunk is done, and counts its size as done bytes.
 /// - `finished`: completion time (u64 BE seconds) ‖ job id → nothing; finds
 ///   completed jobs due for pruning without reading every job.
 ///
@@ -39,6 +44,8 @@ final class StateStore: JobStateStore {
     private let countersDB: LMDBDatabase
     private let rootsDB: LMDBDatabase
     private let filesDB: LMDBDatabase
+    private let handlesDB: LMDBDatabase
+    private let urlsDB: LMDBDatabase
     private let pathsDB: LMDBDatabase
     private let failuresDB: LMDBDatabase
     private let chunksDB: LMDBDatabase
@@ -55,9 +62,14 @@ final class StateStore: JobStateStore {
     }
 
     private let pending = LockedValue(Queue())
-    /// The paths named for each job, which never change once the job is
-    /// created: file records are stored relative to them.
-    private let rootsCache = LockedValue<[JobID: [String]]>([:])
+    /// What file records are stored relative to, which never changes once
+    /// a job is created: the paths named and the target.
+    private struct JobFrame {
+        var roots: [String]
+        var target: String
+    }
+
+    private let frames = LockedValue<[JobID: JobFrame]>([:])
 
     /// Opens the store in `directory`, creating it (mode 0700) if needed.
     init(directory: String, initialMapSize: Int = 64 << 20) throws(XferError) {
@@ -89,6 +101,8 @@ final class StateStore: JobStateStore {
             countersDB = try env.database(named: "counters", checksummed: true)
             rootsDB = try env.database(named: "roots", checksummed: true)
             filesDB = try env.database(named: "files", checksummed: true)
+            handlesDB = try env.database(named: "handles", checksummed: true)
+            urlsDB = try env.database(named: "urls", checksummed: true)
             pathsDB = try env.database(named: "paths", checksummed: true)
             failuresDB = try env.database(named: "failures", checksummed: true)
             chunksDB = try env.database(named: "chunks", checksummed: true)
@@ -135,11 +149,14 @@ final class StateStore: JobStateStore {
                     break
                 case "1", "2":
                     try LegacyLayout.migrate(
-                        from: stored == "1" ? 1 : 2, in: txn, jobs: jobsDB, files: filesDB, roots: rootsDB, paths: pathsDB,
+                        from: stored == "1" ? 1 : 2, in: txn, jobs: jobsDB, roots: rootsDB, paths: pathsDB,
                         counters: countersDB,
                         legacy: LegacyLayout.Databases(
                             summaries: legacySummariesDB, chunks: chunksDB, receipts: receiptsDB, progress: progressDB,
-                            finished: finishedDB))
+                            finished: finishedDB)
+                    ) { id, index, record, frame in
+                        try self.writeFile(record, job: id, index: index, frame: JobFrame(roots: frame.roots, target: frame.target), in: txn)
+                    }
                 case let version?:
                     let which = (Int(version) ?? Int.max) < (Int(Self.layoutVersion) ?? 0) ? "an older" : "a newer"
                     throw XferError.stateUnavailable(
@@ -172,15 +189,20 @@ final class StateStore: JobStateStore {
     }
 
     private func roots(_ id: JobID, in txn: LMDBTransaction) throws -> [String] {
-        if let cached = rootsCache.withLock({ $0[id] }) { return cached }
+        try frame(id, in: txn).roots
+    }
+
+    private func frame(_ id: JobID, in txn: LMDBTransaction) throws -> JobFrame {
+        if let cached = frames.withLock({ $0[id] }) { return cached }
         var roots: [String] = []
         try txn.forEach(rootsDB, prefix: Self.jobPrefix(id)) { _, value in
             roots.append(String(decoding: value, as: UTF8.self))
             return true
         }
+        let frame = JobFrame(roots: roots, target: try record(id, in: txn)?.target ?? "")
         // A job without roots is being deleted or does not exist: not cached.
-        if !roots.isEmpty { rootsCache.withLock { $0[id] = roots } }
-        return roots
+        if !roots.isEmpty { frames.withLock { $0[id] = frame } }
+        return frame
     }
 
     func file(job: JobID, index: Int) throws(XferError) -> FileRecord? {
@@ -194,7 +216,7 @@ final class StateStore: JobStateStore {
             guard limit > 0 else { return result }
             try txn.forEach(filesDB, prefix: prefix, from: Self.fileKey(job, max(0, start))) { key, value in
                 let index = Int(Self.u32(key, at: prefix.count))
-                result.append((index, try decodeFile(value, job: job, index: index, in: txn)))
+                result.append((index, try decodeFile(value, key: key, job: job, index: index, in: txn)))
                 return result.count < limit
             }
             return result
@@ -230,6 +252,10 @@ final class StateStore: JobStateStore {
         guard capacity > 0 else { return set }
         let prefix = Self.fileKey(job, file)
         try reading { txn in
+            if try txn.get(urlsDB, prefix) != nil {
+                set.insertAll(below: capacity)  // complete: its bitmap was dropped
+                return
+            }
             try txn.forEach(chunksDB, prefix: prefix) { key, value in
                 set.loadSegment(Int(Self.u32(key, at: prefix.count)), from: value)
                 return true
@@ -420,7 +446,7 @@ final class StateStore: JobStateStore {
         }
         switch change {
         case .createJob(let record, let roots):
-            rootsCache.withLock { $0[record.id] = nil }
+            frames.withLock { $0[record.id] = nil }
             try putJob(record, in: txn)
             for (index, root) in roots.enumerated() {
                 try txn.put(rootsDB, Self.fileKey(record.id, index), Array(root.utf8))
@@ -431,20 +457,21 @@ final class StateStore: JobStateStore {
             try putJob(record, in: txn)
 
         case .deleteJob(let id):
-            rootsCache.withLock { $0[id] = nil }
+            frames.withLock { $0[id] = nil }
             try txn.delete(jobsDB, Array(id.rawValue.utf8))
             try txn.delete(countersDB, Array(id.rawValue.utf8))
             cache[id] = nil
             let prefix = Self.jobPrefix(id)
-            for db in [rootsDB, filesDB, pathsDB, failuresDB, chunksDB, receiptsDB, progressDB] {
+            for db in [rootsDB, filesDB, handlesDB, urlsDB, pathsDB, failuresDB, chunksDB, receiptsDB, progressDB] {
                 try txn.deleteAll(db, prefix: prefix)
             }
 
         case .putFiles(let job, let files):
             var totals = try counters(job)
+            let frame = try self.frame(job, in: txn)
             for (index, record) in files {
+                let old = try writeFile(record, job: job, index: index, frame: frame, in: txn)
                 let key = Self.fileKey(job, index)
-                let old = try txn.get(filesDB, key).map { try decodeFile($0, job: job, index: index, in: txn) }
                 if let old {
                     totals.totalBytes += record.size - old.size
                     if old.root != record.root || old.relativePath != record.relativePath {
@@ -456,15 +483,24 @@ final class StateStore: JobStateStore {
                     totals.totalBytes += record.size
                     try txn.put(pathsDB, Self.pathKey(job, record.root, record.relativePath), Self.u32Bytes(UInt32(index)))
                 }
-                totals.completedFiles += (record.isComplete ? 1 : 0) - (old?.isComplete == true ? 1 : 0)
+                let wasComplete = old?.isComplete == true
+                totals.completedFiles += (record.isComplete ? 1 : 0) - (wasComplete ? 1 : 0)
+                // A complete file counts its size as done and keeps no progress of its own.
+                if record.isComplete, !wasComplete {
+                    let progress = try storedProgress(key, in: txn)
+                    try txn.delete(progressDB, key)
+                    try txn.deleteAll(chunksDB, prefix: key)
+                    try txn.deleteAll(receiptsDB, prefix: key)
+                    totals = totals.adding(doneBytes: record.size - progress.bytesDone)
+                } else if wasComplete, let old {
+                    totals = totals.adding(doneBytes: record.isComplete ? record.size - old.size : -old.size)
+                }
                 let failed = record.failure != nil
                 let wasFailed = old?.failure != nil
                 if failed != wasFailed {
                     totals.failedFiles += failed ? 1 : -1
                     if failed { try txn.put(failuresDB, key, []) } else { try txn.delete(failuresDB, key) }
                 }
-                let roots = try self.roots(job, in: txn)
-                try txn.put(filesDB, key, record.encoded(rootPath: roots.indices.contains(record.root) ? roots[record.root] : nil))
             }
             cache[job] = totals
 
@@ -500,6 +536,35 @@ final class StateStore: JobStateStore {
                 try txn.put(receiptsDB, Self.chunkKey(job, file, chunk), Array(receipt.utf8))
             }
         }
+    }
+
+    /// Writes `record`'s parts that differ from what is stored; returns the
+    /// record stored before.
+    @discardableResult
+    private func writeFile(
+        _ record: FileRecord, job: JobID, index: Int, frame: JobFrame, in txn: LMDBTransaction
+    ) throws -> FileRecord? {
+        let key = Self.fileKey(job, index)
+        let oldBody = try txn.get(filesDB, key)
+        let oldServer = try txn.get(handlesDB, key)
+        let oldURL = try txn.get(urlsDB, key)
+        let old = try oldBody.map { body in
+            guard let decoded = StoredFile.decode(body: body, server: oldServer, url: oldURL, roots: frame.roots, target: frame.target)
+            else { throw unreadable("file \(index + 1) of job \(job)") }
+            return decoded
+        }
+        let rootPath = frame.roots.indices.contains(record.root) ? frame.roots[record.root] : nil
+        let body = StoredFile.body(of: record, rootPath: rootPath)
+        if body != oldBody { try txn.put(filesDB, key, body) }
+        let server = StoredFile.server(of: record)
+        if server != oldServer {
+            if let server { try txn.put(handlesDB, key, server) } else { try txn.delete(handlesDB, key) }
+        }
+        let url = record.url.map { StoredFile.url($0, of: record, target: frame.target) }
+        if url != oldURL {
+            if let url { try txn.put(urlsDB, key, url) } else { try txn.delete(urlsDB, key) }
+        }
+        return old
     }
 
     private func putJob(_ record: JobRecord, in txn: LMDBTransaction) throws {
@@ -562,7 +627,8 @@ final class StateStore: JobStateStore {
     }
 
     private func file(_ job: JobID, _ index: Int, in txn: LMDBTransaction) throws -> FileRecord? {
-        try txn.get(filesDB, Self.fileKey(job, index)).map { try decodeFile($0, job: job, index: index, in: txn) }
+        let key = Self.fileKey(job, index)
+        return try txn.get(filesDB, key).map { try decodeFile($0, key: key, job: job, index: index, in: txn) }
     }
 
     private func storedProgress(_ prefix: [UInt8], in txn: LMDBTransaction) throws -> FileProgress {
@@ -589,8 +655,13 @@ final class StateStore: JobStateStore {
         return record
     }
 
-    private func decodeFile(_ bytes: [UInt8], job: JobID, index: Int, in txn: LMDBTransaction) throws -> FileRecord {
-        guard let record = FileRecord(decoding: bytes, roots: try roots(job, in: txn)) else {
+    private func decodeFile(_ body: [UInt8], key: [UInt8], job: JobID, index: Int, in txn: LMDBTransaction) throws -> FileRecord {
+        let frame = try frame(job, in: txn)
+        guard
+            let record = StoredFile.decode(
+                body: body, server: try txn.get(handlesDB, key), url: try txn.get(urlsDB, key), roots: frame.roots,
+                target: frame.target)
+        else {
             throw unreadable("file \(index + 1) of job \(job)")
         }
         return record
@@ -600,8 +671,13 @@ final class StateStore: JobStateStore {
         .stateUnavailable("\(what) in \(directory) is unreadable; remove that directory or use another --state")
     }
 
+    /// The job's 16 hex digits as 8 bytes (every id xfer makes is one; any
+    /// other text is keyed by the first 8 bytes of its SHA-256).
     static func jobPrefix(_ job: JobID) -> [UInt8] {
-        Array(job.rawValue.utf8) + [0]
+        let digits = Array(job.rawValue.utf8)
+        guard job.isWellFormed else { return Array(SHA256Digest.of(digits).prefix(8)) }
+        func value(_ digit: UInt8) -> UInt8 { digit <= 57 ? digit - 48 : digit - 87 }
+        return (0..<8).map { value(digits[2 * $0]) << 4 | value(digits[2 * $0 + 1]) }
     }
 
     static func fileKey(_ job: JobID, _ file: Int) -> [UInt8] {
