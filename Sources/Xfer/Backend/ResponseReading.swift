@@ -132,9 +132,12 @@ public enum JSONValue: Sendable, Hashable {
     /// A JSON object.
     case object([String: JSONValue])
 
-    /// Parses a JSON document; throws when `bytes` are not JSON.
+    /// Parses a JSON document (RFC 8259); throws when `bytes` are not JSON.
     public static func parse(_ bytes: [UInt8]) throws -> JSONValue {
-        try JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        // Read by hand: `JSONDecoder` into this enum tried each kind in turn,
+        // throwing on every miss, and was 5 % of a small file's client CPU.
+        var parser = JSONParser(bytes)
+        return try parser.document()
     }
 
     /// The member `key` of an object; nil for a missing member or a non-object.
@@ -293,7 +296,19 @@ enum FormEncoding {
     }()
 
     static func escape(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
+        // Ids and most names need no escape; Foundation's escaping of them was 2 % of a small file's CPU.
+        if text.utf8.allSatisfy(isUnreserved) { return text }
+        return text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
+    }
+
+    private static func isUnreserved(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
+            return true
+        default:
+            return false
+        }
     }
 
     static func encode(_ fields: [(String, String)]) -> String {

@@ -117,11 +117,13 @@ struct Worker: Sendable {
     }
 
     /// Sends chunk `chunk`, from `start` when the server holds its beginning.
-    /// The acknowledgement (and a URL the answer carries) is committed
-    /// before the result is reported.
+    /// The acknowledgement (and a URL or receipt the answer carries) is
+    /// committed before the result is reported; without
+    /// `commitsAcknowledgement` a bare acknowledgement is left to the
+    /// file's completion (see `JobRunner.completesInAStepAndReconciles`).
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, local: LocalFile, from start: Int64? = nil,
-        hash: StreamingFileHash?, job: JobContext
+        hash: StreamingFileHash?, job: JobContext, commitsAcknowledgement: Bool = true
     ) async -> WorkResult {
         let index = file.index
         let plan = file.plan
@@ -140,6 +142,8 @@ struct Worker: Sendable {
             }
             guard let outcome = exchanged else { return .failed(work, .transferFailed("no chunk request")) }
             switch outcome {
+            case .stored(nil, nil) where !commitsAcknowledgement:
+                return .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
             case .stored(let receipt, let url):
                 var changes: [StateChange] = [
                     .markDone(job: jobID, file: index, chunks: [chunk], plan: plan, receipts: receipt.map { [chunk: $0] } ?? [:])

@@ -37,6 +37,10 @@ final class CurlEasyHandle {
     /// limited by read-callback round trips. curl's maximum is 2 MiB.
     private static let uploadBufferSize = 512 * 1024
 
+    /// Bodies up to this are handed to curl whole; curl sends a body of under
+    /// 64 KiB in the same write as the headers.
+    static let inlineBodyLimit = 64 * 1024 - 1
+
     init?() {
         guard let raw = curl_easy_init() else { return nil }
         self.raw = raw
@@ -124,6 +128,16 @@ final class CurlEasyHandle {
         // The size is always known, so curl sends Content-Length and never
         // chunked encoding, which some upload servers reject.
         let size = request.body.count
+        if size <= Self.inlineBodyLimit, let context {
+            // Small bodies go from memory, with the headers in one send: through
+            // the read callback they were a second send, and curl mapped and
+            // unmapped its 512 KiB upload buffer for every request.
+            let bytes = context.makeInlineBody()
+            try check(xfer_easy_setopt_off_t(raw, CURLOPT_POSTFIELDSIZE_LARGE, size))
+            try check(xfer_easy_setopt_pointer(raw, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress)))
+            if method != .post { try set(CURLOPT_CUSTOMREQUEST, method.rawValue) }
+            return
+        }
         if method == .post {
             try set(CURLOPT_POST, 1)
             try check(xfer_easy_setopt_off_t(raw, CURLOPT_POSTFIELDSIZE_LARGE, size))
@@ -163,8 +177,8 @@ final class CurlEasyHandle {
         if !request.headers.contains("Expect") {
             try appendHeaderLine("Expect:")
         }
-        // Keep curl from labelling a POST as a form unless the caller did.
-        if request.method == .post && !request.headers.contains("Content-Type") {
+        // Keep curl from labelling a body from memory (any verb) as a form unless the caller did.
+        if request.method != .get && request.method != .head && !request.headers.contains("Content-Type") {
             try appendHeaderLine("Content-Type:")
         }
         try check(xfer_easy_setopt_slist(raw, CURLOPT_HTTPHEADER, headerList))
@@ -187,6 +201,7 @@ final class CurlEasyHandle {
         guard code == CURLE_OK else {
             return .failure(error(for: code, context: context, target: target))
         }
+        context.noteInlineBodySent()
         var status = 0
         _ = xfer_easy_getinfo_long(raw, CURLINFO_RESPONSE_CODE, &status)
         return .success(HTTPResponse(

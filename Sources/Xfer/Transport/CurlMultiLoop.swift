@@ -89,6 +89,20 @@ final class CurlMultiLoop: Sendable {
         /// Set by the loop thread as it leaves; after that nobody may touch
         /// the multi handle, not even to wake it.
         var isStopped = false
+        /// The loop thread is in (or about to enter) `curl_multi_poll`, having
+        /// found nothing queued: only then does news need a wakeup.
+        var isWaiting = false
+        /// A wakeup was sent during this wait: one is enough.
+        var isWoken = false
+
+        /// Wakes the loop if it waits and nobody woke it yet. A wakeup is a
+        /// write to curl's socket pair and a read back: sent for every
+        /// request, it was a third of the client's sends.
+        mutating func wake(_ multi: CurlMultiHandle) {
+            guard isWaiting, !isWoken else { return }
+            isWoken = true
+            multi.wakeup()
+        }
     }
 
     private enum Work {
@@ -122,7 +136,7 @@ final class CurlMultiLoop: Sendable {
         let accepted = state.withLock { state in
             guard !state.isShutdownRequested else { return false }
             state.submissions.append(submission)
-            multi.wakeup()
+            state.wake(multi)
             return true
         }
         if !accepted {
@@ -136,7 +150,7 @@ final class CurlMultiLoop: Sendable {
         state.withLock { state in
             guard !state.isStopped else { return }
             state.cancellations.append(id)
-            multi.wakeup()
+            state.wake(multi)
         }
     }
 
@@ -146,7 +160,7 @@ final class CurlMultiLoop: Sendable {
         state.withLock { state in
             guard !state.isShutdownRequested else { return }
             state.isShutdownRequested = true
-            multi.wakeup()
+            state.wake(multi)
         }
     }
 
@@ -202,7 +216,20 @@ final class CurlMultiLoop: Sendable {
                 }
                 multi.perform()
                 transfers.collectFinished()
-                multi.poll(timeoutMilliseconds: Self.pollTimeoutMilliseconds)
+                // Decided under the lock: what was queued since the top of the
+                // loop is taken now; what comes later sees `isWaiting` and wakes it.
+                let waits = state.withLock { state -> Bool in
+                    guard state.submissions.isEmpty, state.cancellations.isEmpty, !state.isShutdownRequested else { return false }
+                    state.isWaiting = true
+                    return true
+                }
+                if waits {
+                    multi.poll(timeoutMilliseconds: Self.pollTimeoutMilliseconds)
+                    state.withLock { state in
+                        state.isWaiting = false
+                        state.isWoken = false
+                    }
+                }
             }
         }
     }

@@ -38,6 +38,35 @@ final class TransferContext {
         requestHeaderValues = request.headers.map(\.value)
     }
 
+    deinit {
+        inlineBody?.deallocate()
+    }
+
+    // MARK: Request body handed over whole
+
+    /// The body in one piece, for curl to send with the request's headers
+    /// (`CURLOPT_POSTFIELDS`); it stays valid as long as this context.
+    private(set) var inlineBody: UnsafeMutableRawBufferPointer?
+
+    func makeInlineBody() -> UnsafeRawBufferPointer {
+        if let inlineBody { return UnsafeRawBufferPointer(inlineBody) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, body.count), alignment: 1)
+        var offset = 0
+        for segment in body.segments {
+            segment.withUnsafeBytes { source in
+                UnsafeMutableRawBufferPointer(rebasing: buffer[offset..<(offset + source.count)]).copyMemory(from: source)
+            }
+            offset += segment.count
+        }
+        inlineBody = buffer
+        return UnsafeRawBufferPointer(rebasing: buffer[0..<offset])
+    }
+
+    /// Counts an inline body as sent (curl read it from memory, not through `readBody`).
+    func noteInlineBodySent() {
+        if inlineBody != nil { bodyBytesSent.add(body.count) }
+    }
+
     /// Moves the collected body out, so the response does not share (and
     /// later copy) the context's buffer.
     func takeResponseBody() -> [UInt8] {
