@@ -11,24 +11,58 @@ enum EventJSON {
     /// The line with a `job` member on every event, for commands that run
     /// several jobs in one stream (`xfer resume`).
     static func line(for event: TransferEvent, job: JobID?) -> String? {
-        if case .completed(let report) = event { return completed(report, job: job) }
+        switch event {
+        case .completed(let report):
+            return completed(report, job: job)
+        case .chunkStored(let file, let chunk, let bytes, let done, let total) where job == nil:
+            // The two lines of every small file, written directly (the member
+            // order `JSONValue` sorts into): through a dictionary they were
+            // 3 % of a small-file push's CPU.
+            return "{\"bytes\":\(bytes),\"chunk\":\(chunk),\"doneBytes\":\(done),\"event\":\"chunk\",\"file\":\(file),\"totalBytes\":\(total)}"
+        case .fileCompleted(let file, let path, let url) where job == nil:
+            var out = "{\"event\":\"fileCompleted\",\"file\":\(file),\"path\":"
+            JSONValue.writeString(path, into: &out)
+            out += ",\"url\":"
+            JSONValue.writeString(url, into: &out)
+            out += "}"
+            return out
+        default:
+            break
+        }
         guard var members = members(for: event) else { return nil }
         if let job { members["job"] = .string(job.rawValue) }
         return object(members)
     }
 
-    /// `completed` with every file, written file by file: a job of 100,000
-    /// files would otherwise build a tree of 100,000 JSON objects first.
-    /// Members in the same (sorted) order `JSONValue` writes them.
-    static func completed(_ report: JobReport, job: JobID?) -> String {
+    /// `completed` with every file, handed to `write` in pieces of about
+    /// `pieceSize` bytes as the files are read: a job of 100,000 files is a
+    /// line of ~16 MB, which would otherwise be built whole (with a tree of
+    /// 100,000 JSON objects before that). Members in the same (sorted) order
+    /// `JSONValue` writes them.
+    static func completed(_ report: JobReport, job: JobID?, pieceSize: Int = 64 << 10, write: (String) -> Void) {
         var out = "{\"bytesResumed\":\(report.bytesResumed),\"bytesSent\":\(report.bytesSent),\"event\":\"completed\",\"files\":["
-        out.reserveCapacity(64 + report.files.count * 160)
-        for (index, file) in report.files.enumerated() {
-            if index > 0 { out += "," }
-            out += String(decoding: JSONValue.object(["path": .string(file.path), "size": .int(file.size), "url": .string(file.url)]).encoded, as: UTF8.self)
+        var first = true
+        for file in report.files {
+            if !first { out += "," }
+            first = false
+            out += "{\"path\":"
+            JSONValue.writeString(file.path, into: &out)
+            out += ",\"size\":\(file.size),\"url\":"
+            JSONValue.writeString(file.url, into: &out)
+            out += "}"
+            if out.utf8.count >= pieceSize {
+                write(out)
+                out = ""
+            }
         }
         out += "],\"job\":\"\(report.job.rawValue)\"}"
-        return out
+        write(out)
+    }
+
+    static func completed(_ report: JobReport, job: JobID?) -> String {
+        var line = ""
+        completed(report, job: job) { line += $0 }
+        return line
     }
 
     /// The line `--json` prints for a job that could not even start.

@@ -17,7 +17,12 @@ enum JobWatcher {
             for await event in job.events {
                 if case .started(_, _, _, let count, _, _) = event { files = count }
                 if json {
-                    if let line = EventJSON.line(for: event, job: tag) { Terminal.out(line) }
+                    if case .completed(let report) = event {
+                        EventJSON.completed(report, job: tag) { Terminal.write($0) }
+                        Terminal.write("\n")
+                    } else if let line = EventJSON.line(for: event, job: tag) {
+                        Terminal.out(line)
+                    }
                 } else {
                     // One line each, also when stderr is a log: these are what a person must act on.
                     switch event {

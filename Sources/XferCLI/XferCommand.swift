@@ -63,6 +63,11 @@ enum Terminal {
         FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 
+    /// Writes `text` as it is (part of a line written in pieces).
+    static func write(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
+    }
+
     static func flush() {
         fflush(nil)
     }

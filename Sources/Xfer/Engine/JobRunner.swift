@@ -127,29 +127,34 @@ final class JobRunner: Sendable {
     }
 
     private func complete(_ scheduler: inout Scheduler, bytesSent: Int64) async -> Result<JobReport, XferError> {
-        var reportFiles: [JobReport.File] = []
+        let count: Int
         do {
+            // Every file must have its URL; checked page by page, not held.
             var start = 0
             while true {
-                let page = try store.files(job: jobID, from: start, limit: 4096)
-                for (_, file) in page {
-                    guard let url = file.url else {
-                        return .failure(.transferFailed("the server gave no URL for \(file.path) (backend '\(backend.name)')"))
-                    }
-                    reportFiles.append(JobReport.File(path: file.path, url: url, size: file.size))
+                let page = try store.files(job: jobID, from: start, limit: JobReport.Files.pageSize)
+                for (_, file) in page where file.url == nil {
+                    return .failure(.transferFailed("the server gave no URL for \(file.path) (backend '\(backend.name)')"))
                 }
                 guard let last = page.last else { break }
                 start = last.index + 1
             }
+            count = try store.counters(jobID).fileCount
             let ended = scheduler.endRecord(phase: .completed, error: nil, at: Date())
             try await store.commit(.putJob(ended))
             try store.sync()
         } catch {
             return .failure(error)
         }
+        let store = self.store
+        let id = jobID
+        let files = JobReport.Files(count: count) { start, limit in
+            let page = (try? store.files(job: id, from: start, limit: limit)) ?? []
+            return page.map { JobReport.File(path: $0.record.path, url: $0.record.url ?? "", size: $0.record.size) }
+        }
         return .success(
             JobReport(
-                job: jobID, files: reportFiles, bytesSent: bytesSent,
+                job: jobID, files: files, bytesSent: bytesSent,
                 bytesResumed: max(0, scheduler.totalBytes - scheduler.acknowledgedThisRun)))
     }
 

@@ -43,10 +43,85 @@ public struct JobReport: Sendable, Hashable {
         public var size: Int64
     }
 
+    /// Every file of a job, read from the job's state as they are visited:
+    /// a report of 100,000 files would otherwise hold tens of MiB.
+    ///
+    /// Visit them before the job's state is pruned (`xfer` keeps a completed
+    /// job for `--keep-finished`); a file no longer there reads as one with
+    /// an empty path and URL.
+    public struct Files: RandomAccessCollection, Sendable, Hashable {
+        private enum Storage: Sendable {
+            case array([File])
+            case pages(count: Int, read: @Sendable (_ start: Int, _ limit: Int) -> [File])
+        }
+
+        private let storage: Storage
+        /// Files read at a time by an iteration.
+        static let pageSize = 1024
+
+        /// These files.
+        public init(_ files: [File]) { storage = .array(files) }
+
+        /// `count` files; `read` gives those from `start` on, at most `limit`.
+        init(count: Int, read: @escaping @Sendable (_ start: Int, _ limit: Int) -> [File]) {
+            storage = .pages(count: count, read: read)
+        }
+
+        public var startIndex: Int { 0 }
+        public var endIndex: Int {
+            switch storage {
+            case .array(let files): return files.count
+            case .pages(let count, _): return count
+            }
+        }
+
+        public subscript(position: Int) -> File {
+            switch storage {
+            case .array(let files): return files[position]
+            case .pages(_, let read): return read(position, 1).first ?? File(path: "", url: "", size: 0)
+            }
+        }
+
+        public func makeIterator() -> Iterator { Iterator(files: self) }
+
+        /// Reads a page of files at a time.
+        public struct Iterator: IteratorProtocol {
+            private let files: Files
+            private var page: [File] = []
+            private var pageStart = 0
+            private var position = 0
+
+            init(files: Files) { self.files = files }
+
+            public mutating func next() -> File? {
+                guard position < files.endIndex else { return nil }
+                defer { position += 1 }
+                switch files.storage {
+                case .array(let all):
+                    return all[position]
+                case .pages(let count, let read):
+                    if position - pageStart >= page.count {
+                        pageStart = position
+                        page = read(position, Swift.min(Files.pageSize, count - position))
+                    }
+                    let offset = position - pageStart
+                    return offset < page.count ? page[offset] : File(path: "", url: "", size: 0)
+                }
+            }
+        }
+
+        public static func == (a: Files, b: Files) -> Bool { a.elementsEqual(b) }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(count)
+            for file in self { hasher.combine(file) }
+        }
+    }
+
     /// The job that finished.
     public var job: JobID
     /// Every file of the job, in the order given to `push`.
-    public var files: [File]
+    public var files: Files
     /// Chunk bytes sent by this run, retries included.
     public var bytesSent: Int64
     /// Bytes already on the server when this run began (after reconciling).
