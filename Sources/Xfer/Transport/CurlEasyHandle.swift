@@ -36,6 +36,8 @@ final class CurlEasyHandle {
     /// Bigger than curl's 64 KiB default so loopback and LAN uploads are not
     /// limited by read-callback round trips. curl's maximum is 2 MiB.
     private static let uploadBufferSize = 512 * 1024
+    /// curl's smallest.
+    private static let minimumUploadBufferSize = 16 * 1024
 
     /// Bodies up to this are handed to curl whole; curl sends a body of under
     /// 64 KiB in the same write as the headers.
@@ -150,7 +152,10 @@ final class CurlEasyHandle {
                 try set(CURLOPT_CUSTOMREQUEST, method.rawValue)
             }
         }
-        try set(CURLOPT_UPLOAD_BUFFERSIZE, Self.uploadBufferSize)
+        // No bigger than the body: curl allocates the buffer for every
+        // transfer, and 512 KiB is a mapping of its own (mapped, faulted in
+        // and unmapped per request) where a 64 KiB chunk's buffer is reused heap.
+        try set(CURLOPT_UPLOAD_BUFFERSIZE, min(Self.uploadBufferSize, max(Self.minimumUploadBufferSize, size)))
         try check(xfer_easy_setopt_read_callback(raw, transferReadCallback))
         try check(xfer_easy_setopt_pointer(raw, CURLOPT_READDATA, userdata))
         try check(xfer_easy_setopt_seek_callback(raw, transferSeekCallback))

@@ -94,15 +94,27 @@ final class CurlMultiLoop: Sendable {
         var isWaiting = false
         /// A wakeup was sent during this wait: one is enough.
         var isWoken = false
+        /// Wakeups being sent outside the lock; the handle is not closed
+        /// before they are done.
+        var wakersInFlight = 0
 
-        /// Wakes the loop if it waits and nobody woke it yet. A wakeup is a
-        /// write to curl's socket pair and a read back: sent for every
-        /// request, it was a third of the client's sends.
-        mutating func wake(_ multi: CurlMultiHandle) {
-            guard isWaiting, !isWoken else { return }
+        /// Whether the caller must wake the loop (then `finishWaking` after):
+        /// only if it waits and nobody woke it yet. A wakeup is a write to
+        /// curl's socket pair and a read back: sent for every request, it was
+        /// a third of the client's sends. It is sent outside the lock, which
+        /// the loop thread otherwise spun on for the length of a syscall.
+        mutating func needsWake() -> Bool {
+            guard isWaiting, !isWoken, !isStopped else { return false }
             isWoken = true
-            multi.wakeup()
+            wakersInFlight += 1
+            return true
         }
+    }
+
+    private func wake(if needed: Bool) {
+        guard needed else { return }
+        multi.wakeup()
+        state.withLock { $0.wakersInFlight -= 1 }
     }
 
     private enum Work {
@@ -133,12 +145,12 @@ final class CurlMultiLoop: Sendable {
 
     /// Queues `submission`; after shutdown it fails at once with `.cancelled`.
     func submit(_ submission: TransferSubmission) {
-        let accepted = state.withLock { state in
-            guard !state.isShutdownRequested else { return false }
+        let (accepted, wakes) = state.withLock { state in
+            guard !state.isShutdownRequested else { return (false, false) }
             state.submissions.append(submission)
-            state.wake(multi)
-            return true
+            return (true, state.needsWake())
         }
+        wake(if: wakes)
         if !accepted {
             submission.slot.resume(with: .failure(.cancelled))
         }
@@ -147,21 +159,23 @@ final class CurlMultiLoop: Sendable {
     /// Asks the loop to drop the transfer of request `id`; its caller has
     /// already been resumed by whoever cancelled it.
     func cancel(_ id: UInt64) {
-        state.withLock { state in
-            guard !state.isStopped else { return }
+        let wakes = state.withLock { state -> Bool in
+            guard !state.isStopped else { return false }
             state.cancellations.append(id)
-            state.wake(multi)
+            return state.needsWake()
         }
+        wake(if: wakes)
     }
 
     /// Makes the loop fail everything in flight with `.cancelled`, close its
     /// connections and exit. Returns without waiting for that. Idempotent.
     func shutdown() {
-        state.withLock { state in
-            guard !state.isShutdownRequested else { return }
+        let wakes = state.withLock { state -> Bool in
+            guard !state.isShutdownRequested else { return false }
             state.isShutdownRequested = true
-            state.wake(multi)
+            return state.needsWake()
         }
+        wake(if: wakes)
     }
 
     // MARK: Loop thread
@@ -201,6 +215,8 @@ final class CurlMultiLoop: Sendable {
             }
             switch work {
             case .stop(let unstarted):
+                // A wakeup decided before the stop may still be on its way to the handle.
+                while state.withLock({ $0.wakersInFlight }) > 0 { sched_yield() }
                 for submission in unstarted {
                     submission.slot.resume(with: .failure(.cancelled))
                 }
