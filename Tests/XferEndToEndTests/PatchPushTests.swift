@@ -117,6 +117,41 @@ final class PatchPushTests: XCTestCase {
         }
     }
 
+    /// The last chunk's acknowledgement is not committed alone: the
+    /// completion's commit covers it. Killed in between (the completion
+    /// withheld unread), the next run asks the server, finds the chunk
+    /// there, and sends nothing again.
+    func testAKillBetweenTheLastChunkAndTheCompletionSendsNothingAgain() throws {
+        server = nil
+        // One chunk per file: PATCH is the 1st request under /uploads/, the completion the 2nd.
+        server = try ServeProcess(root: work.file("server-stall"), extraArguments: ["--stall", "/uploads/*@2"])
+        let file = work.file("one.bin")
+        try makeTestFile(at: file, size: 300_000, seed: 11)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--json"]
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        var acknowledged = false
+        while let line = first.readLine() {
+            if line.contains("\"event\":\"chunk\"") {
+                acknowledged = true
+                break
+            }
+        }
+        XCTAssertTrue(acknowledged, first.standardError)
+        let serverProcess = server.child
+        let stalled = serverProcess.readLine { $0.hasPrefix("stalled ") }
+        XCTAssertEqual(stalled?.contains("/complete"), true, stalled ?? "server ended")
+        first.kill(SIGKILL)
+        XCTAssertEqual(first.wait(), 128 + SIGKILL, first.standardError)
+
+        let second = try runXfer(arguments)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let last = try XCTUnwrap(second.lastEvent)
+        XCTAssertEqual(int(last["bytesSent"]), 0, "the chunk the server holds is not sent again")
+        XCTAssertEqual(int(last["bytesResumed"]), 300_000)
+        let url = try XCTUnwrap((last["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
     func testASecondProcessOnTheSameJobFailsAtOnce() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 8 << 20)
