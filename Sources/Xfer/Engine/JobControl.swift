@@ -96,7 +96,13 @@ final class JobControl: Sendable {
             if case .failure(.interrupted) = result, pausedThisRun {
                 continue
             }
-            if case .success = result {
+            if case .success(var report) = result {
+                if session.retention <= .zero {
+                    // The job leaves the store now: its files are read while they are there.
+                    report.files = JobReport.Files(Array(report.files))
+                    await session.pruneAfterCompletion()
+                    return finish(.success(report), session)
+                }
                 await session.pruneAfterCompletion()
             }
             return finish(result, session)

@@ -46,9 +46,10 @@ public struct JobReport: Sendable, Hashable {
     /// Every file of a job, read from the job's state as they are visited:
     /// a report of 100,000 files would otherwise hold tens of MiB.
     ///
-    /// Visit them before the job's state is pruned (`xfer` keeps a completed
-    /// job for `--keep-finished`); a file no longer there reads as one with
-    /// an empty path and URL.
+    /// Visit them before the job's state is pruned (`TransferEngine`'s
+    /// `finishedJobRetention`; with a retention of zero they are read into
+    /// memory before the job leaves the store); a file no longer there
+    /// reads as one with an empty path and URL.
     public struct Files: RandomAccessCollection, Sendable, Hashable {
         private enum Storage: Sendable {
             case array([File])
