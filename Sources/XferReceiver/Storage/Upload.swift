@@ -301,7 +301,8 @@ actor Upload {
         guard missing.isEmpty else { return .missing(missing) }
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
-        let task = Task { [meta, layout, io, durability] in
+        // On the request's event loop, like the request itself: a small file is finished inline.
+        let task = unstructuredTask { [meta, layout, io, durability] in
             try await Self.finalize(meta: meta, layout: layout, io: io, durability: durability)
         }
         completionTask = task
