@@ -125,7 +125,7 @@ public struct Receiver: Sendable {
 
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
+            server: .eventLoopBoundHTTP1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in
                 onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))

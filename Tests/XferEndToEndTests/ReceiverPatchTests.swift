@@ -297,6 +297,43 @@ struct ReceiverPatchTests {
         }
     }
 
+    @Test("a single small chunk is recorded with its digest; bytes a crash lost make it missing again")
+    func singleChunkDigestRecord() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let data = testBytes(4096, seed: 21)
+        var ids: [String] = []
+        do {
+            let server = try await RunningReceiver.start(root: root)
+            let client = PatchTestClient(base: server.baseURL)
+            for name in ["kept.bin", "lost.bin", "short.bin"] {
+                let id = try await client.create(fileName: name, size: data.count, chunkSize: 8192).answer.uploadId
+                #expect(try await client.patch(id: id, chunk: 1, of: data, chunkSize: 8192).status == 204)
+                ids.append(id)
+            }
+            try await server.stop()
+        }
+        let log = try String(contentsOfFile: root + "/uploads/\(ids[0]).log", encoding: .utf8)
+        #expect(log.hasSuffix("\n+1." + sha256Hex(data) + ";"), "\(log)")
+        // As if a crash during the chunk's sync round kept the record but not (all of) the bytes.
+        try Data(repeating: 0, count: 4096).write(to: URL(fileURLWithPath: root + "/uploads/\(ids[1]).data"))
+        try Data(data.prefix(100)).write(to: URL(fileURLWithPath: root + "/uploads/\(ids[2]).data"))
+
+        let server = try await RunningReceiver.start(root: root)
+        let client = PatchTestClient(base: server.baseURL)
+        #expect(try await client.status(id: ids[0]).received == [1])
+        #expect(try await client.complete(id: ids[0]).answer?.sha256 == sha256Hex(data))
+        for id in ids[1...] {
+            #expect(try await client.status(id: id).received == [])
+            #expect(try await curl("POST", server.baseURL + "/uploads/\(id)/complete").status == 409)
+            #expect(try await client.patch(id: id, chunk: 1, of: data, chunkSize: 8192).status == 204)
+            let answer = try #require(try await client.complete(id: id).answer)
+            #expect(answer.sha256 == sha256Hex(data))
+            #expect(try await curl("GET", answer.url).body == data)
+        }
+        try await server.stop()
+    }
+
     @Test("uploads a receiver of layout 1 left (meta.json, received.log, complete.json) resume and complete")
     func layoutOneUploads() async throws {
         let root = try makeTemporaryRoot()

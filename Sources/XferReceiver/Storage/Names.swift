@@ -206,4 +206,9 @@ enum Hex {
         }
         return String(decoding: out, as: UTF8.self)
     }
+
+    /// `0`-`9` or `a`-`f`: a digit `lowercase` writes.
+    static func isLowercaseDigit(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+    }
 }

@@ -129,11 +129,15 @@ actor Upload {
     private var completion: CompletionRecord?
     private var completionTask: Task<CompletionRecord, any Error>?
     private var deleted = false
+    /// SHA-256 (hex) of a single-chunk upload's bytes, once its chunk is received (see
+    /// `isSingleSmallChunk`): completion records it without reading the file back.
+    private var digest: String?
 
     init(
         meta: UploadMeta, layout: UploadLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        received: ChunkSet, completion: CompletionRecord?
+        received: ChunkSet, completion: CompletionRecord?, digest: String? = nil
     ) {
+        self.digest = digest
         self.meta = meta
         self.statistics = statistics
         self.layout = layout
@@ -146,6 +150,23 @@ actor Upload {
 
     // MARK: Chunks
 
+    /// A flat upload of one chunk no larger than `inlineFinishLimit`: most files of a tree.
+    ///
+    /// Its chunk is acknowledged after one sync round, not two: the `+1` record carries the
+    /// SHA-256 of the bytes (`+1.<hex>`) and is written with them, so a crash during the round
+    /// that kept the record and lost (some of) the bytes is caught when the upload loads: the
+    /// bytes no longer match, and the chunk reads as missing (`UploadStore.load`; checking costs
+    /// a read of at most `inlineFinishLimit` bytes). The digest is the file's, so completion does
+    /// not read the file back either.
+    nonisolated static func isSingleSmallChunk(_ meta: UploadMeta, _ layout: UploadLayout) -> Bool {
+        meta.chunkCount == 1 && meta.size <= inlineFinishLimit && layout.format == .flat
+    }
+
+    /// `+1.<sha256 hex>`: the record of a single small chunk (see `isSingleSmallChunk`).
+    nonisolated static func digestRecord(chunk: Int, sha256: String) -> String {
+        "+" + String(chunk) + "." + sha256
+    }
+
     /// Streams one chunk's body to its place in the data file and acknowledges it durably.
     ///
     /// Returns only after the bytes are fdatasync'd and `+chunk` is in the log (see `commitWrite`). Throws (leaving the chunk
@@ -157,9 +178,11 @@ actor Upload {
     ) async throws where Body.Element == ByteBuffer {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         try await beginWrite(chunk)
+        let sha256: String?
         do {
-            try await Self.receive(
-                body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5, io: io,
+            sha256 = try await Self.receive(
+                body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5,
+                hashing: Self.isSingleSmallChunk(meta, layout), io: io,
                 counted: { count in
                     self.bytesReceived.add(count, ordering: .relaxed)
                     self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
@@ -170,7 +193,7 @@ actor Upload {
             if await deleted { throw UploadError.deleted }
             throw error
         }
-        try await commitWrite(chunk)
+        try await commitWrite(chunk, sha256: sha256)
     }
 
     private func beginWrite(_ chunk: Int) async throws {
@@ -185,6 +208,7 @@ actor Upload {
             // neither a bad body nor a crash mid-write can leave the region marked received. If the
             // append fails the chunk simply reads as missing, which costs a resend and nothing else.
             received.remove(chunk)
+            digest = nil
             do {
                 try await log.append("-\(chunk)")
             } catch {
@@ -199,21 +223,29 @@ actor Upload {
     /// Group commit: the store's sync rounds (`Durability`) are shared by every request of every
     /// upload. The bytes are made durable by one round, and only then is `+chunk` appended, made
     /// durable by the next: a crash between the two costs a resend, never a record of bytes that
-    /// are not there. Chunks that finish together share both rounds.
-    private func commitWrite(_ chunk: Int) async throws {
+    /// are not there. Chunks that finish together share both rounds. A single small chunk
+    /// (`sha256` given, see `isSingleSmallChunk`) writes its digest record at once and waits
+    /// for one round.
+    private func commitWrite(_ chunk: Int, sha256: String?) async throws {
         defer { endWrite(chunk) }
         guard !deleted else { throw UploadError.deleted }
         let log = self.log
         do {
-            // The record is appended by the sync thread right after the round that made the bytes
-            // durable, and made durable by the next round.
-            try await durability.sync(then: { try log.appendUnsynced(["+\(chunk)"], creating: false) })
+            if let sha256 {
+                try log.appendUnsynced([Self.digestRecord(chunk: chunk, sha256: sha256)], creating: false)
+                try await durability.sync()
+            } else {
+                // The record is appended by the sync thread right after the round that made the
+                // bytes durable, and made durable by the next round.
+                try await durability.sync(then: { try log.appendUnsynced(["+\(chunk)"], creating: false) })
+            }
         } catch let error as IOError where error.code == ENOENT && deleted {
             // A delete during the round moved the log away; the record had nowhere to go.
             throw UploadError.deleted
         }
         guard !deleted else { throw UploadError.deleted }
         received.insert(chunk)
+        digest = sha256
     }
 
     private func endWrite(_ chunk: Int) {
@@ -235,13 +267,15 @@ actor Upload {
         into path: String,
         range: Range<Int>,
         expectedMD5: [UInt8]?,
+        hashing: Bool,
         io: BlockingIO,
         counted: (Int) -> Void
-    ) async throws where Body.Element == ByteBuffer {
+    ) async throws -> String? where Body.Element == ByteBuffer {
         let file = try POSIXFile.open(path, O_WRONLY)
         defer { file.close() }
         // MD5 is the most expensive thing done per byte (one core hashes ~600 MB/s here): only pay for it when checked.
         var md5: Insecure.MD5? = expectedMD5 == nil ? nil : Insecure.MD5()
+        var sha256: SHA256? = hashing ? SHA256() : nil
         var written = 0
         var iterator = body.makeAsyncIterator()
         while true {
@@ -261,6 +295,7 @@ actor Upload {
             try buffer.withUnsafeReadableBytes { bytes in
                 try file.pwriteAll(bytes, at: range.lowerBound + written)
                 md5?.update(bufferPointer: bytes)
+                sha256?.update(bufferPointer: bytes)
             }
             written += buffer.readableBytes
         }
@@ -271,6 +306,7 @@ actor Upload {
             throw UploadError.digestMismatch
         }
         // Not synced here: `commitWrite` syncs the data file once for every chunk of its round.
+        return sha256.map { Hex.lowercase($0.finalize()) }
     }
 
     // MARK: Queries
@@ -301,8 +337,9 @@ actor Upload {
         guard missing.isEmpty else { return .missing(missing) }
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
-        let task = Task { [meta, layout, io, durability] in
-            try await Self.finalize(meta: meta, layout: layout, io: io, durability: durability)
+        // On the request's event loop, like the request itself: a small file is finished inline.
+        let task = unstructuredTask { [meta, layout, io, durability, digest] in
+            try await Self.finalize(meta: meta, layout: layout, digest: digest, io: io, durability: durability)
         }
         completionTask = task
         do {
@@ -344,11 +381,14 @@ actor Upload {
     /// file is still in `uploads/` is published, a published file without its record is hashed
     /// again (every chunk of it was acknowledged durable before completion began). Layout 1
     /// uploads keep their order by syncing `complete.json` before the rename, as they did.
+    ///
+    /// `digest`, the SHA-256 of a single small chunk, stands for hashing the file.
     private static func finalize(
-        meta: UploadMeta, layout: UploadLayout, io: BlockingIO, durability: Durability
+        meta: UploadMeta, layout: UploadLayout, digest: String?, io: BlockingIO, durability: Durability
     ) async throws -> CompletionRecord {
         let finish: @Sendable () throws -> CompletionRecord = {
-            let record = try hash(meta: meta, layout: layout, file: layout.data)
+            let record = try digest.map { CompletionRecord(sha256: $0, size: meta.size) }
+                ?? hash(meta: meta, layout: layout, file: layout.data)
             try write(record, for: layout)
             try publish(layout)
             return record

@@ -353,6 +353,9 @@ actor UploadStore {
         let uploadLayout = layout.upload(id, path: path, format: format)
 
         var received = ChunkSet(chunkCount: meta.chunkCount)
+        // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
+        // checked against the data below.
+        var digest: String?
         for record in records {
             if record.first == "=", format == .flat {
                 guard let parsed = CompletionRecord(logRecord: record) else {
@@ -362,13 +365,16 @@ actor UploadStore {
                 completion = parsed
                 continue
             }
-            guard let sign = record.first, sign == "+" || sign == "-", let chunk = Int(record.dropFirst()),
-                chunk >= 1, chunk <= meta.chunkCount
+            let (number, recordDigest) = Self.splitChunkRecord(record.dropFirst())
+            guard let sign = record.first, sign == "+" || sign == "-", let chunk = Int(number),
+                chunk >= 1, chunk <= meta.chunkCount,
+                recordDigest == nil || (sign == "+" && Upload.isSingleSmallChunk(meta, uploadLayout))
             else {
                 logger.warning("Ignoring malformed record in the upload's log", metadata: ["upload": "\(id)"])
                 continue
             }
             if sign == "+" { received.insert(chunk) } else { received.remove(chunk) }
+            digest = sign == "+" ? recordDigest.map(String.init) : nil
         }
 
         if completion != nil {
@@ -392,8 +398,25 @@ actor UploadStore {
                 return nil
             }
         }
+        if completion == nil, let expected = digest {
+            // Written with its bytes in one round: a crash during that round can have kept the
+            // record without them, and then they no longer match.
+            let actual = try? Upload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.data)
+            if actual?.sha256 != expected {
+                received.remove(1)
+                digest = nil
+            }
+        }
         return Upload(
             meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, received: received,
-            completion: completion)
+            completion: completion, digest: digest)
+    }
+
+    /// `n` or `n.<sha256 hex>` (after the sign of a chunk record) as the number and the digest.
+    private static func splitChunkRecord(_ text: Substring) -> (number: Substring, digest: Substring?) {
+        guard let dot = text.firstIndex(of: ".") else { return (text, nil) }
+        let digest = text[text.index(after: dot)...]
+        guard digest.utf8.count == 64, digest.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }) else { return ("", nil) }
+        return (text[..<dot], digest)
     }
 }
