@@ -401,15 +401,19 @@ def bench_resume(work):
     proc.kill()
     proc.wait()
     recv.stop()
-    uploads = os.listdir(os.path.join(root, "uploads"))
+    # An upload is `<id>.log` and `<id>.data` (the receiver's flat layout) or a directory `<id>/`.
+    entries = os.listdir(os.path.join(root, "uploads"))
+    uploads = sorted({name.split(".")[0] for name in entries})
     if len(uploads) != 1 or not job:
-        raise RuntimeError(f"expected one upload and a job, got {uploads} {job}")
+        raise RuntimeError(f"expected one upload and a job, got {entries} {job}")
     upload = uploads[0]
+    flat = os.path.join(root, "uploads", upload + ".log")
+    log_path = flat if os.path.exists(flat) else os.path.join(root, "uploads", upload, "received.log")
     # 2. Half the chunks acknowledged on both sides.
     seeded = subprocess.run([STORE_BENCH, "seed-resume", "--state", state, "--job", job, "--chunks", str(half)],
                             capture_output=True, text=True, check=True).stdout.strip()
     log("  seed-resume:", seeded)
-    with open(os.path.join(root, "uploads", upload, "received.log"), "a") as h:
+    with open(log_path, "a") as h:
         h.write("".join(f"\n+{n};" for n in range(1, half + 1)))
         h.flush()
         os.fsync(h.fileno())
@@ -592,8 +596,19 @@ def timed_cpu(args, work, label, recv):
 def bench_trees(work):
     count = SIZES["tree_files"]
     large = SIZES["tree_large"]
-    root = work.path("tree-root")
-    recv = Receiver(root)
+    # A fresh receiver root for every run, all deleted at the end: on this machine's ext4
+    # (mounted with `discard`) deleting 10,000 files just before a run made creating them again
+    # up to twice as costly for both senders, so each run waits (os.sync) for nothing but itself.
+    roots = []
+    port = [0]  # every receiver of the section on the first one's port (the curl config names it)
+
+    def fresh_receiver():
+        roots.append(work.fresh("tree-root"))
+        started = Receiver(roots[-1], port=port[0])
+        port[0] = started.port
+        return started
+
+    recv = fresh_receiver()
     tree = work.path("tree")
     make_tree(tree, count)
     curl_config = work.path("curl.cfg")
@@ -605,7 +620,9 @@ def bench_trees(work):
     try:
         for rnd in range(ROUNDS):
             for k in kinds:
-                recv.clear()
+                recv.stop()
+                recv = fresh_receiver()
+                os.sync()
                 if k == "curl":
                     args = ["curl", "-sS", "-f", "-K", curl_config]
                 else:
@@ -641,8 +658,12 @@ def bench_trees(work):
         }
         # The large tree: linear wall time, bounded memory and state, fast list/status, fast resume.
         shutil.rmtree(tree, ignore_errors=True)
-        recv.clear()
+        recv.stop()
+        for old in roots:
+            shutil.rmtree(old, ignore_errors=True)
         make_tree(tree, large)
+        recv = fresh_receiver()
+        os.sync()
         state = work.fresh("tree-large-state")
         args = [XFER, "push", tree, "--backend", "patch", "--to", recv.url, "--state", state, "--json", "--concurrency", "8",
                 "--keep-finished", "7d"]
@@ -659,7 +680,8 @@ def bench_trees(work):
             subprocess.run([XFER, "status", job, "--state", state], capture_output=True, check=True)
             status_times.append(time.monotonic() - t)
         # Killed half way, then re-run: spawn to the first chunk the receiver acknowledges.
-        recv.clear()
+        recv.stop()
+        recv = fresh_receiver()
         state = work.fresh("tree-kill-state")
         args = [XFER, "push", tree, "--backend", "patch", "--to", recv.url, "--state", state, "--json", "--concurrency", "8"]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -711,7 +733,8 @@ def bench_trees(work):
     finally:
         recv.stop()
         shutil.rmtree(tree, ignore_errors=True)
-        shutil.rmtree(root, ignore_errors=True)
+        for old in roots:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- s3 (issue 8)
