@@ -52,7 +52,7 @@ bench: python-tools
 	@if [ -z "$(BUILD_DIR)" ]; then \
 		$(SWIFT) build -c release --product xfer && \
 		$(SWIFT) build -c release --product xfer-store-bench; fi
-	BENCH_COMMAND="$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
+	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 
 clean:
 	rm -rf .build
