@@ -98,7 +98,7 @@ final class CurlMultiLoop: Sendable {
         /// before they are done.
         var wakersInFlight = 0
 
-        /// Whether the caller must wake the loop (then `finishWaking` after):
+        /// Whether the caller must wake the loop (with `wake(if:)`, after the lock):
         /// only if it waits and nobody woke it yet. A wakeup is a write to
         /// curl's socket pair and a read back: sent for every request, it was
         /// a third of the client's sends. It is sent outside the lock, which
