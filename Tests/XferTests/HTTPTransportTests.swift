@@ -242,6 +242,60 @@ import Testing
         }
     }
 
+    @Test func tasksOnTheTransportsThreadSendConcurrently() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        // Every child runs on the loop thread (the executor a job's steps
+        // prefer). Three requests wait until a fourth, sent after them, has
+        // reached the server: only sends that leave while others are in
+        // flight on the same thread can answer them (else 504 after 30 s).
+        let key = UUID().uuidString
+        let statuses = try await withTaskExecutorPreference(transport.executor) {
+            try await withThrowingTaskGroup(of: Int?.self) { group in
+                for _ in 0..<3 {
+                    group.addTask {
+                        try await transport.send(HTTPRequest(method: .get, url: server.url("/await?key=\(key)&event=arrived&count=1"))).status
+                    }
+                }
+                group.addTask {
+                    _ = try? await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)")))
+                    return nil
+                }
+                var statuses: [Int] = []
+                while statuses.count < 3, let status = try await group.next() {
+                    if let status { statuses.append(status) }
+                }
+                group.cancelAll()
+                return statuses
+            }
+        }
+        #expect(statuses == [200, 200, 200])
+    }
+
+    @Test func tasksPreferringAStoppedTransportStillRun() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        let key = UUID().uuidString
+        let stalled = Task(executorPreference: transport.executor) { () -> TransportError? in
+            var failure: TransportError?
+            do throws(TransportError) {
+                _ = try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)")))
+            } catch {
+                failure = error
+            }
+            // Resumed after the loop stopped: this part runs on the global executor.
+            await Task.yield()
+            return failure
+        }
+        try await server.waitFor(key: key, event: "arrived", count: 1)
+        transport.shutdown()
+        #expect(await stalled.value == .cancelled)
+        let later = await Task(executorPreference: transport.executor) { 42 }.value
+        #expect(later == 42)
+    }
+
     // MARK: Errors
 
     @Test func refusedConnectionIsCouldNotConnect() async throws {

@@ -362,6 +362,10 @@ final class StateStore: JobStateStore {
     /// on one thread, in one synchronous block, as LMDB requires.
     func commit(_ changes: [StateChange]) async throws(XferError) {
         if changes.isEmpty { return }
+        // The transport's thread (a job's light steps run on it) must not wait
+        // for a disk: it leaves the transaction to the writer queue and runs
+        // other steps meanwhile, whose changes then join the same transaction.
+        let onEventLoop = EventLoopThread.isCurrent
         let result: Result<Void, XferError> = await withCheckedContinuation { continuation in
             let remaining = LockedValue(changes.count)
             let failure = LockedValue<XferError?>(nil)
@@ -379,13 +383,18 @@ final class StateStore: JobStateStore {
                     }
                 }
             }
-            let leads = pending.withLock { queue -> Bool in
+            let starts = pending.withLock { queue -> Bool in
                 for change in changes { queue.changes.append((change, done)) }
                 guard !queue.isWriting else { return false }
                 queue.isWriting = true
                 return true
             }
-            if leads { drain(handingOff: true) }
+            guard starts else { return }
+            if onEventLoop {
+                writer.async { self.drain() }
+            } else {
+                drain(handingOff: true)
+            }
         }
         try result.get()
     }

@@ -75,16 +75,20 @@ struct TransferSubmission: Sendable {
     var slot: TransferCompletionSlot
 }
 
-/// One curl multi handle driven by one dedicated thread.
+/// One curl multi handle driven by one dedicated thread, which is also a task
+/// executor for the tasks that mostly wait for its transfers.
 ///
 /// `curl_multi_poll` blocks, so the loop cannot live on Swift's cooperative
 /// pool. Other threads talk to it only through `SharedState` (under a
 /// mutex) followed by `curl_multi_wakeup`; everything curl-related, including
-/// every callback, happens on the loop thread.
-final class CurlMultiLoop: Sendable {
+/// every callback, happens on the loop thread. Tasks enqueued on it run
+/// between rounds of `curl_multi_perform`, so they must not block long.
+final class CurlMultiLoop: TaskExecutor {
     private struct SharedState: Sendable {
         var submissions: [TransferSubmission] = []
         var cancellations: [UInt64] = []
+        /// Task jobs enqueued on the loop as a task executor, run in order.
+        var jobs: [UnownedJob] = []
         var isShutdownRequested = false
         /// Set by the loop thread as it leaves; after that nobody may touch
         /// the multi handle, not even to wake it.
@@ -118,8 +122,8 @@ final class CurlMultiLoop: Sendable {
     }
 
     private enum Work {
-        case run(submissions: [TransferSubmission], cancellations: [UInt64])
-        case stop(unstarted: [TransferSubmission])
+        case run(jobs: [UnownedJob], submissions: [TransferSubmission], cancellations: [UInt64])
+        case stop(unstarted: [TransferSubmission], jobs: [UnownedJob])
     }
 
     private let options: TransportOptions
@@ -153,6 +157,26 @@ final class CurlMultiLoop: Sendable {
         wake(if: wakes)
         if !accepted {
             submission.slot.resume(with: .failure(.cancelled))
+        }
+    }
+
+    /// Runs `job` on the loop thread; after the loop stopped, on the global
+    /// executor.
+    ///
+    /// The tasks of a job prefer this executor: a request's completion then
+    /// resumes its task on the thread that saw it finish, and the task's next
+    /// request is submitted from the loop thread itself, so neither needs a
+    /// wake-up of another thread.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let (accepted, wakes) = state.withLock { state in
+            guard !state.isStopped else { return (false, false) }
+            state.jobs.append(job)
+            return (true, state.needsWake())
+        }
+        wake(if: wakes)
+        if !accepted {
+            globalConcurrentExecutor.enqueue(ExecutorJob(job))
         }
     }
 
@@ -199,31 +223,49 @@ final class CurlMultiLoop: Sendable {
     }
 
     private func run() {
+        EventLoopThread.markCurrent()
         let transfers = TransferTable(multi: multi, options: options, bodyBytesSent: bodyBytesSent)
         while true {
             let work = state.withLock { state -> Work in
                 if state.isShutdownRequested {
                     state.isStopped = true
-                    defer { state.submissions = [] }
-                    return .stop(unstarted: state.submissions)
+                    defer {
+                        state.submissions = []
+                        state.jobs = []
+                    }
+                    return .stop(unstarted: state.submissions, jobs: state.jobs)
                 }
                 defer {
                     state.submissions = []
                     state.cancellations = []
+                    state.jobs = []
                 }
-                return .run(submissions: state.submissions, cancellations: state.cancellations)
+                return .run(jobs: state.jobs, submissions: state.submissions, cancellations: state.cancellations)
             }
             switch work {
-            case .stop(let unstarted):
+            case .stop(let unstarted, let jobs):
                 // A wakeup decided before the stop may still be on its way to the handle.
                 while state.withLock({ $0.wakersInFlight }) > 0 { sched_yield() }
                 for submission in unstarted {
                     submission.slot.resume(with: .failure(.cancelled))
                 }
+                for job in jobs {
+                    globalConcurrentExecutor.enqueue(ExecutorJob(job))
+                }
                 transfers.abandonAll()
                 multi.close()
                 return
-            case .run(let submissions, let cancellations):
+            case .run(let jobs, var submissions, var cancellations):
+                if !jobs.isEmpty {
+                    // Tasks run first: what they submit starts in this same round.
+                    for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
+                    state.withLock { state in
+                        submissions += state.submissions
+                        cancellations += state.cancellations
+                        state.submissions = []
+                        state.cancellations = []
+                    }
+                }
                 for submission in submissions {
                     transfers.start(submission)
                 }
@@ -235,7 +277,8 @@ final class CurlMultiLoop: Sendable {
                 // Decided under the lock: what was queued since the top of the
                 // loop is taken now; what comes later sees `isWaiting` and wakes it.
                 let waits = state.withLock { state -> Bool in
-                    guard state.submissions.isEmpty, state.cancellations.isEmpty, !state.isShutdownRequested else { return false }
+                    guard state.submissions.isEmpty, state.cancellations.isEmpty, state.jobs.isEmpty, !state.isShutdownRequested
+                    else { return false }
                     state.isWaiting = true
                     return true
                 }

@@ -20,6 +20,10 @@ final class HTTPTransport: Sendable {
         loop.shutdown()
     }
 
+    /// The transport's loop thread as a task executor: tasks that mostly
+    /// wait for requests run best on it (see `CurlMultiLoop.enqueue`).
+    var executor: any TaskExecutor { loop }
+
     /// Bytes of request bodies handed to curl so far (resent bytes count
     /// again), for benchmarks and metrics.
     var bodyBytesSent: Int { loop.bodyBytesSent.value }
