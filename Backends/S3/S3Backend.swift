@@ -12,7 +12,7 @@ import Xfer
 /// holds; those of the expected size whose ETag matches what this job
 /// recorded (or that this job never heard back about) are not sent again.
 /// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
-public struct S3Backend: UploadBackend {
+public struct S3Backend: UploadBackend, RequestSigning {
     public let name = "s3"
 
     /// S3 refuses parts below 5 MiB, except the last.
@@ -108,7 +108,6 @@ public struct S3Backend: UploadBackend {
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", "application/octet-stream")
         if session.partChecksum == .crc32 { request.headers.set("x-amz-checksum-algorithm", "CRC32") }
-        session.sign(&request)
         let operation = "start the multipart upload of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
@@ -142,7 +141,6 @@ public struct S3Backend: UploadBackend {
         }
         for header in session.partChecksum.headers(for: chunk) { request.headers.set(header.name, header.value) }
         let crc32 = request.headers["x-amz-checksum-crc32"]
-        session.sign(&request)
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
             guard let etag = response.headers["ETag"], !etag.isEmpty else {
@@ -162,8 +160,7 @@ public struct S3Backend: UploadBackend {
         guard isMultipart(file), file.handles["uploadId"] != nil else { return nil }
         let session = Session(self, job)
         guard let expected = Self.multipartETag(file) else { return listParts(file, session, after: 0) }
-        var request = HTTPRequest(method: .head, url: session.objectURL(file))
-        session.sign(&request)
+        let request = HTTPRequest(method: .head, url: session.objectURL(file))
         let url = session.s3URL(file)
         return Exchange(request) { response throws(BackendError) in
             if response.status == 200, let etag = response.headers["ETag"], Self.sameETag(etag, expected) {
@@ -194,9 +191,8 @@ public struct S3Backend: UploadBackend {
         guard unreceipted.isEmpty else {
             // A part acknowledged without its ETag (or CRC-32) cannot be listed
             // in the completion: send those again (their answers carry it).
-            var request = HTTPRequest(method: .get, url: session.objectURL(file, query: query + "&max-parts=1"))
-            session.sign(&request)
-            return Exchange(request) { response throws(BackendError) in
+            let request = HTTPRequest(method: .get, url: session.objectURL(file, query: query + "&max-parts=1"))
+                return Exchange(request) { response throws(BackendError) in
                 guard response.status == 200 else { throw session.failure(response, operation) }
                 return .missing(unreceipted)
             }
@@ -210,7 +206,6 @@ public struct S3Backend: UploadBackend {
         xml += "</CompleteMultipartUpload>"
         var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(Array(xml.utf8)))
         request.headers.set("Content-Type", "application/xml")
-        session.sign(&request)
         let url = session.s3URL(file)
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else {
@@ -242,11 +237,17 @@ public struct S3Backend: UploadBackend {
         let session = Session(self, job)
         return job.files.compactMap { file in
             guard let id = file.handles["uploadId"] else { return nil }
-            var request = HTTPRequest(
+            return HTTPRequest(
                 method: .delete, url: session.objectURL(file, query: "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"))
-            session.sign(&request)
-            return request
         }
+    }
+
+    // MARK: Signing
+
+    /// Signature V4 over every header, the engine's extra ones included
+    /// (S3 refuses unsigned `x-amz-*` headers).
+    public func sign(_ request: inout HTTPRequest, in job: JobContext) {
+        Session(self, job).sign(&request)
     }
 
     // MARK: Helpers
@@ -257,8 +258,7 @@ public struct S3Backend: UploadBackend {
         let id = file.handles["uploadId"] ?? ""
         var query = "max-parts=\(listPageSize)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         if marker > 0 { query += "&part-number-marker=\(marker)" }
-        var request = HTTPRequest(method: .get, url: session.objectURL(file, query: query))
-        session.sign(&request)
+        let request = HTTPRequest(method: .get, url: session.objectURL(file, query: query))
         let operation = "list the parts S3 holds of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             if response.s3Error?.code == "NoSuchUpload" { return .unknownUpload }

@@ -1,11 +1,15 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve [--lose-complete]    prints "listening on URL", then serves until killed;
+  s3tool.py serve [--lose-complete] [--signed-headers-only]
+                                       prints "listening on URL", then serves until killed;
                                        --lose-complete: the first CompleteMultipartUpload of
                                        each upload completes it but answers 500 (a lost answer),
                                        and later ones answer NoSuchUpload, as S3 may for an
-                                       upload it completed
+                                       upload it completed;
+                                       --signed-headers-only: a request with an x-amz-* header
+                                       its signature does not cover is refused (403), as AWS does
+  s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
@@ -32,7 +36,7 @@ def client(url):
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
 
-def serve_losing_complete_answers():
+def serve_wrapped(lose_complete, signed_headers_only):
     import threading
     from urllib.parse import parse_qs
 
@@ -43,22 +47,38 @@ def serve_losing_complete_answers():
     completed = set()
     lock = threading.Lock()
 
+    def refuse(start_response, status, code, message):
+        start_response(status, [("Content-Type", "application/xml")])
+        return [f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()]
+
+    def unsigned_amz_headers(environ):
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
+        signed = set()
+        if "SignedHeaders=" in authorization:
+            signed = set(authorization.split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";"))
+        present = [key[5:].lower().replace("_", "-") for key in environ if key.startswith("HTTP_X_AMZ_")]
+        return [name for name in present if name not in signed]
+
     def app(environ, start_response):
+        if signed_headers_only:
+            unsigned = unsigned_amz_headers(environ)
+            if unsigned:
+                print(f"refused unsigned headers {unsigned}", flush=True)
+                return refuse(start_response, "403 Forbidden", "AccessDenied",
+                              "There were headers present in the request which were not signed")
         query = parse_qs(environ.get("QUERY_STRING", ""))
-        if environ["REQUEST_METHOD"] != "POST" or "uploadId" not in query:
+        if not lose_complete or environ["REQUEST_METHOD"] != "POST" or "uploadId" not in query:
             return moto(environ, start_response)
         upload = query["uploadId"][0]
         with lock:
             again = upload in completed
             completed.add(upload)
         if again:
-            start_response("404 Not Found", [("Content-Type", "application/xml")])
-            return [b"<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>"]
+            return refuse(start_response, "404 Not Found", "NoSuchUpload", "The specified upload does not exist.")
         for _ in moto(environ, lambda *args, **kwargs: None):
             pass
         print(f"lost the answer to completing {upload}", flush=True)
-        start_response("500 Internal Server Error", [("Content-Type", "application/xml")])
-        return [b"<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>"]
+        return refuse(start_response, "500 Internal Server Error", "InternalError", "We encountered an internal error.")
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
     print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
@@ -68,8 +88,8 @@ def serve_losing_complete_answers():
 
 def main(argv):
     command = argv[1]
-    if command == "serve" and "--lose-complete" in argv[2:]:
-        return serve_losing_complete_answers()
+    if command == "serve" and ("--lose-complete" in argv[2:] or "--signed-headers-only" in argv[2:]):
+        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:])
     if command == "serve":
         from moto.server import ThreadedMotoServer
 
@@ -91,6 +111,8 @@ def main(argv):
         head = client(argv[2]).head_object(Bucket=argv[3], Key=argv[4], ChecksumMode="ENABLED")
         # AWS writes a composite one "BASE64-PARTS"; moto's HEAD leaves the count off.
         print((head.get("ChecksumCRC32") or "none").split("-")[0])
+    elif command == "meta":
+        print(json.dumps(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["Metadata"], sort_keys=True))
     elif command == "uploads":
         s3 = client(argv[2])
         found = []

@@ -83,6 +83,23 @@ final class S3PushTests: XCTestCase {
         XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty)
     }
 
+    func testExtraHeadersAreSignedSoS3AcceptsThem() throws {
+        // A server that refuses unsigned x-amz-* headers, as AWS does: `--header` values
+        // reach it inside the signature, on every request (create, parts, complete, PUT).
+        s3 = try S3Server(arguments: ["--signed-headers-only"])
+        try s3.makeBucket("bucket-a")
+        let small = work.file("small.bin"), large = work.file("large.bin")
+        try makeTestFile(at: small, size: 1000, seed: 4)
+        try makeTestFile(at: large, size: partSize + 10, seed: 5)
+
+        let result = try push(pushArguments([small, large]) + ["--header", "x-amz-meta-owner: qa"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        try assertObject("in/small.bin", equals: small, parts: nil)
+        try assertObject("in/large.bin", equals: large, parts: 2)
+        XCTAssertEqual(try s3.metadata(bucket: "bucket-a", key: "in/small.bin"), ["owner": "qa"])
+        XCTAssertEqual(try s3.metadata(bucket: "bucket-a", key: "in/large.bin"), ["owner": "qa"])
+    }
+
     func testKilledPushResumesItsUploadAndListPartsSparesThePartsS3Holds() throws {
         let file = work.file("big.bin")
         let size = 8 * partSize + 77

@@ -74,6 +74,12 @@ final class S3Server {
         try run(["crc32", url, bucket, key]).last ?? ""
     }
 
+    /// The object's user metadata (`x-amz-meta-NAME` headers it was created with), by name.
+    func metadata(bucket: String, key: String) throws -> [String: String] {
+        let text = try run(["meta", url, bucket, key]).joined()
+        return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] ?? [:]
+    }
+
     /// Every object of `bucket`, by key, with its ETag.
     func objects(bucket: String) throws -> [String: String] {
         let text = try run(["objects", url, bucket]).joined()

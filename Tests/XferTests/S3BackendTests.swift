@@ -158,7 +158,9 @@ final class S3BackendTests: XCTestCase {
         let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
         XCTAssertEqual(exchange.request.method, .post)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploads")
-        XCTAssertTrue(exchange.request.headers["Authorization"]!.hasPrefix("AWS4-HMAC-SHA256 Credential=AKID/"))
+        XCTAssertNil(exchange.request.headers["Authorization"], "signed by the engine, after it adds its headers")
+        let sent = exchange.request.prepared(adding: [:], for: backend, in: job)
+        XCTAssertTrue(sent.headers["Authorization"]!.hasPrefix("AWS4-HMAC-SHA256 Credential=AKID/"))
         let opening = try exchange.interpret(
             HTTPResponse(status: 200, body: xml("<InitiateMultipartUploadResult><Bucket>bkt</Bucket><Key>in/a b.bin</Key><UploadId>U-1/2</UploadId></InitiateMultipartUploadResult>")))
         XCTAssertEqual(opening.handles["uploadId"], "U-1/2")
@@ -166,6 +168,18 @@ final class S3BackendTests: XCTestCase {
         XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: []))) { error in
             guard case BackendError.transient = error else { return XCTFail("\(error)") }
         }
+    }
+
+    func testExtraHeadersAreSignedAndTheBackendsOwnHeadersWin() throws {
+        let job = job()
+        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
+        let extra: HTTPHeaders = ["x-amz-meta-owner": "qa", "Content-Type": "text/plain"]
+        let sent = exchange.request.prepared(adding: extra, for: backend, in: job)
+        XCTAssertEqual(sent.headers["x-amz-meta-owner"], "qa")
+        XCTAssertEqual(sent.headers["Content-Type"], "application/octet-stream")
+        let authorization = try XCTUnwrap(sent.headers["Authorization"])
+        let signed = authorization.components(separatedBy: "SignedHeaders=").last?.components(separatedBy: ",").first ?? ""
+        XCTAssertTrue(signed.split(separator: ";").contains("x-amz-meta-owner"), authorization)
     }
 
     func testSmallFileIsOnePutObjectCompletingTheFile() throws {
@@ -177,7 +191,8 @@ final class S3BackendTests: XCTestCase {
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin")
         XCTAssertEqual(exchange.request.headers["Content-MD5"], Checksums.base64(chunk.md5))
         // Plain http: the body is signed too.
-        XCTAssertEqual(exchange.request.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
+        let sent = exchange.request.prepared(adding: [:], for: backend, in: job)
+        XCTAssertEqual(sent.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
         XCTAssertEqual(
             try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""])),
             .stored(receipt: "\"abc\"", fileURL: "s3://bkt/in/a b.bin"))
@@ -298,7 +313,7 @@ final class S3BackendTests: XCTestCase {
         let job = job(handles: uploadHandles, jobHandles: crc32JobHandles)
         let open = try XCTUnwrap(backend.openFile(job.files[0], in: job))
         XCTAssertEqual(open.request.headers["x-amz-checksum-algorithm"], "CRC32")
-        XCTAssertTrue(open.request.headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
+        XCTAssertTrue(open.request.prepared(adding: [:], for: backend, in: job).headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
 
         let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 9, count: 5 << 20))
         let crc = S3PartChecksum.crc32Text(chunk.crc32)

@@ -106,6 +106,35 @@ extension UploadBackend {
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] { [] }
 }
 
+/// A backend whose requests carry a signature over their headers (e.g. AWS
+/// Signature V4).
+///
+/// The engine builds every request in this order: the backend's step
+/// describes it unsigned, the engine adds the user's extra headers
+/// (`TransferOptions.extraHeaders`, the CLI's `--header`), then calls
+/// `sign(_:in:)` just before sending. The signature therefore covers every
+/// header that is sent (a server such as S3 rejects unsigned `x-amz-*`
+/// headers). Called again for every attempt, so each is signed afresh.
+public protocol RequestSigning: UploadBackend {
+    /// Adds the signature (and what it needs, such as a date header) to `request`.
+    func sign(_ request: inout HTTPRequest, in job: JobContext)
+}
+
+extension HTTPRequest {
+    /// `request` as the engine sends it: the extra headers added (a header
+    /// the backend set itself wins), then signed when the backend signs.
+    package func prepared(adding extraHeaders: HTTPHeaders, for backend: any UploadBackend, in job: JobContext) -> HTTPRequest {
+        var request = self
+        for field in extraHeaders where !request.headers.contains(field.name) {
+            request.headers.add(field.name, field.value)
+        }
+        if let signing = backend as? any RequestSigning {
+            signing.sign(&request, in: job)
+        }
+        return request
+    }
+}
+
 /// What a backend's protocol needs from the engine, declared up front.
 public struct BackendTraits: Sendable, Hashable {
     /// Whether chunks of one file may be in flight together.

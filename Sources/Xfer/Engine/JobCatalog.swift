@@ -272,10 +272,8 @@ extension TransferEngine {
             if cancelRequests.isEmpty {
                 notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
             }
-            for var request in cancelRequests {
-                for field in options.extraHeaders where !request.headers.contains(field.name) {
-                    request.headers.add(field.name, field.value)
-                }
+            for unprepared in cancelRequests {
+                let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)
                 let shown = Self.displayURL(request.url)
                 do {
                     let response = try await transport.send(request)

@@ -26,7 +26,7 @@ struct Worker: Sendable {
     /// records here, before the result is reported.
     func startJob(_ job: JobContext) async -> WorkResult {
         do {
-            let start = try await perform("start the upload", countBytes: false) { backend.startJob(job) }
+            let start = try await perform("start the upload", in: job, countBytes: false) { backend.startJob(job) }
             if let start, !start.fileHandles.isEmpty {
                 var changes: [StateChange] = []
                 for (index, handles) in start.fileHandles.sorted(by: { $0.key < $1.key }) {
@@ -54,7 +54,7 @@ struct Worker: Sendable {
             var file = file
             let algorithms = backend.traits.digestsBeforeOpen
             if !algorithms.isEmpty { file = file.with(digests: try local.digests(algorithms)) }
-            let opening = try await perform("open \(local.path) on the server", countBytes: false) {
+            let opening = try await perform("open \(local.path) on the server", in: job, countBytes: false) {
                 backend.openFile(file, in: job)
             }
             var opened = record
@@ -88,7 +88,7 @@ struct Worker: Sendable {
         let index = base.index
         do {
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
-            var answer = try await perform("ask the server what it holds of \(file.path)", countBytes: false) {
+            var answer = try await perform("ask the server what it holds of \(file.path)", in: job, countBytes: false) {
                 backend.reconcileFile(file, in: job)
             }
             // An answer in parts: unite them, so the store is replaced once, with all of it.
@@ -102,7 +102,7 @@ struct Worker: Sendable {
                 }
                 chunks.formUnion(more)
                 found.merge(moreReceipts) { $1 }
-                answer = try await perform("ask the server what else it holds of \(file.path)", countBytes: false) {
+                answer = try await perform("ask the server what else it holds of \(file.path)", in: job, countBytes: false) {
                     backend.continueReconciling(file, in: job, from: cursor)
                 }
                 if answer == nil { answer = .serverHas(chunks: [], receipts: [:]) }
@@ -136,7 +136,7 @@ struct Worker: Sendable {
             try hash?.feed(offset: offset, bytes: bytes)
             let payload = ChunkPayload(index: chunk, offset: offset, bytes: bytes)
             let exchanged = try await perform(
-                "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", countBytes: true
+                "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true
             ) {
                 backend.uploadChunk(payload, of: file, in: job)
             }
@@ -174,7 +174,7 @@ struct Worker: Sendable {
         do {
             try checkUnchanged(local, recorded: record.identity)
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
-            let finish = try await perform("complete \(file.name) on the server", countBytes: false) {
+            let finish = try await perform("complete \(file.name) on the server", in: job, countBytes: false) {
                 backend.finishFile(file, in: job)
             }
             if case .completed(let url, let reported) = finish {
@@ -201,7 +201,7 @@ struct Worker: Sendable {
     /// resets of a rollback, are committed before the result is reported.
     func finishJob(_ job: JobContext, traits: BackendTraits) async -> WorkResult {
         do {
-            let finish = try await perform("complete the upload", countBytes: false) { backend.finishJob(job) }
+            let finish = try await perform("complete the upload", in: job, countBytes: false) { backend.finishJob(job) }
             var changes: [StateChange] = []
             var rolledBack: [RolledBackFile] = []
             switch finish {
@@ -236,18 +236,17 @@ struct Worker: Sendable {
 
     /// Sends the exchange `make` builds (nil: the protocol has no such step),
     /// retrying transient failures with backoff. `make` runs again for every
-    /// attempt so each request can be built (and signed) afresh.
+    /// attempt so each request can be built (and signed) afresh; the extra
+    /// headers go in before a signing backend signs it.
     private func perform<T: Sendable>(
-        _ operation: String, countBytes: Bool, _ make: () -> Exchange<T>?
+        _ operation: String, in job: JobContext, countBytes: Bool, _ make: () -> Exchange<T>?
     ) async throws(StepError) -> T? {
         var attempt = 0
         while true {
             attempt += 1
             if Task.isCancelled { throw .failed(.interrupted) }
             guard var exchange = make() else { return nil }
-            for field in options.extraHeaders where !exchange.request.headers.contains(field.name) {
-                exchange.request.headers.add(field.name, field.value)
-            }
+            exchange.request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
             if countBytes {
                 let size = Int64(exchange.request.body.count)
                 bytesSent.withLock { $0 += size }
