@@ -6,8 +6,9 @@ import XferS3
 import XferSequence
 import XferTus
 
-/// The backends `--backend` can name.
-enum BuiltInBackend: String, CaseIterable {
+/// The backends `--backend` can name; any other value is a usage error
+/// from ArgumentParser, which lists these.
+enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     case patch
     case multipart
     case sequence

@@ -38,15 +38,11 @@ struct ResumeCommand: AsyncParsableCommand {
     var keepFinished: RetentionArgument?
 
     mutating func run() async throws {
-        if let concurrency, !(1...TransferOptions.maximumConcurrency).contains(concurrency) {
-            throw XferError.invalidInput("--concurrency must be between 1 and \(TransferOptions.maximumConcurrency)")
-        }
-        guard (1...100).contains(maxAttempts) else {
-            throw XferError.invalidInput("--max-attempts must be between 1 and 100")
-        }
         var options = try credentials.transferOptions()
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        // Before any job is looked up: one error, even with no job to resume.
+        try options.validate()
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: try network.transportOptions(),
             finishedJobRetention: try RetentionArgument.resolve(keepFinished))

@@ -30,7 +30,7 @@ struct PushCommand: AsyncParsableCommand {
     var dryRun = false
 
     @Option(help: "Upload protocol: \(BuiltInBackend.names).")
-    var backend: String?
+    var backend: BuiltInBackend?
 
     @Option(name: .customLong("to"), help: "The server's root URL (s3: s3://BUCKET/PREFIX).")
     var target: String?
@@ -63,37 +63,30 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
+    /// What can be told from the arguments alone; values are checked against
+    /// the engine's bounds (`TransferOptions.validate()`), not here.
+    mutating func validate() throws {
+        guard !files.isEmpty else { throw ValidationError("name at least one file or directory to push") }
+        if dryRun { return }
+        guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
+        if backend != .s3, !s3.isEmpty || aws.profile != nil {
+            throw ValidationError("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
+        }
+        guard target != nil else { throw ValidationError("--to URL is required") }
+    }
+
     mutating func run() async throws {
-        guard !files.isEmpty else { throw XferError.invalidInput("name at least one file or directory to push") }
         let selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
         if dryRun {
             try DryRun.print(files, selection: selection, json: json)
             return
         }
-        guard let backendName = backend else {
-            throw XferError.invalidInput("--backend is required (\(BuiltInBackend.names))")
-        }
-        guard let builtIn = BuiltInBackend(rawValue: backendName) else {
-            throw XferError.invalidInput(
-                "unknown backend '\(backendName)'; choose one of \(BuiltInBackend.names)")
-        }
-        if builtIn != .s3, !s3.isEmpty || aws.profile != nil {
-            throw XferError.invalidInput("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
-        }
-        guard let target else { throw XferError.invalidInput("--to URL is required") }
-        if let chunkSize, chunkSize.bytes < 1 || chunkSize.bytes > TransferOptions.maximumChunkSize {
-            throw XferError.invalidInput("--chunk-size must be between 1 byte and 1 GiB")
-        }
-        if let concurrency, !(1...TransferOptions.maximumConcurrency).contains(concurrency) {
-            throw XferError.invalidInput("--concurrency must be between 1 and \(TransferOptions.maximumConcurrency)")
-        }
-        guard (1...100).contains(maxAttempts) else {
-            throw XferError.invalidInput("--max-attempts must be between 1 and 100")
-        }
+        guard let builtIn = backend, let target else { throw ValidationError("--backend and --to are required") }
         var options = try credentials.transferOptions()
         options.chunkSize = chunkSize?.bytes
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        try options.validate()
 
         let transport = try network.transportOptions()
         let backend = try builtIn.makeBackend(s3: s3, profile: aws)

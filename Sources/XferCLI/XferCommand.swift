@@ -40,16 +40,26 @@ struct XferCommand: AsyncParsableCommand {
             } else if let exitCode = error as? ExitCode {
                 code = exitCode.rawValue
             } else {
-                // Parse and validation errors: the first line says what is
-                // wrong; the usage text is one `--help` away.
+                // Parse and validation errors: ArgumentParser's message (an
+                // unknown --backend value lists the valid ones), on one line;
+                // the usage of the command named is one `--help` away.
                 let message = message(for: error)
                     .split(separator: "\n").first.map(String.init) ?? "invalid usage"
-                Terminal.error("\(message) (see 'xfer --help')")
-                code = 2
+                Terminal.error("\(message) (usage: 'xfer \(commandNamed.map { "\($0) " } ?? "")--help')")
+                code = ExitStatus.badInput
             }
         }
         Terminal.flush()
         Foundation.exit(code)
+    }
+}
+
+extension XferCommand {
+    /// The subcommand the arguments name, if any (for the usage hint).
+    static var commandNamed: String? {
+        let names = configuration.subcommands.compactMap { $0.configuration.commandName }
+        guard let first = CommandLine.arguments.dropFirst().first, names.contains(first) else { return nil }
+        return first
     }
 }
 

@@ -135,7 +135,7 @@ final class JobCatalogTests: XCTestCase {
                 _ = try await engine.cancelJob(id)
                 XCTFail("cancelling a running job must fail")
             } catch {
-                XCTAssertEqual(error.exitCode, 3)
+                guard case .jobLocked = error else { return XCTFail("\(error)") }
             }
             withExtendedLifetime(lock) {}
         }
@@ -153,7 +153,7 @@ final class JobCatalogTests: XCTestCase {
         XCTAssertEqual(try engine.jobID(matching: "ABC0000000000002").rawValue, "abc0000000000002")
         XCTAssertEqual(try engine.jobID(matching: " abc0000000000001 ").rawValue, "abc0000000000001")
         XCTAssertThrowsError(try engine.jobID(matching: "abc")) { error in
-            XCTAssertEqual((error as? XferError)?.exitCode, 2)
+            XCTAssertTrue((error as? XferError)?.isBadInput == true, "\(error)")
             XCTAssertTrue("\(error)".contains("matches 2 jobs"), "\(error)")
         }
         for unknown in ["0", "xyz", "", "abc00000000000019"] {
@@ -261,11 +261,11 @@ final class JobCatalogTests: XCTestCase {
         XCTAssertEqual(try engine.details(of: header.id).summary.target, "https://alice:***@uploads.example.com/v1?…")
     }
 
-    func testErrorsForUnknownJobsExitWith2() async throws {
+    func testErrorsForUnknownJobsSayTheJobIsUnknown() async throws {
         let store = try StateStore(directory: directory.path)
         let engine = try TransferEngine(stateDirectory: directory.path, store: store)
         let id = JobID(rawValue: "00000000000000e1")
-        XCTAssertThrowsError(try engine.details(of: id)) { XCTAssertEqual(($0 as? XferError)?.exitCode, 2) }
+        XCTAssertThrowsError(try engine.details(of: id)) { XCTAssertEqual($0 as? XferError, .unknownJob(id.rawValue)) }
         do {
             _ = try await engine.resume(id, using: [])
             XCTFail("resuming an unknown job must fail")
@@ -276,7 +276,7 @@ final class JobCatalogTests: XCTestCase {
             _ = try await engine.cancelJob(id)
             XCTFail("cancelling an unknown job must fail")
         } catch {
-            XCTAssertEqual(error.exitCode, 2)
+            XCTAssertEqual(error, .unknownJob(id.rawValue))
         }
     }
 
@@ -307,5 +307,15 @@ final class JobCatalogTests: XCTestCase {
         XCTAssertEqual(jobs.first(where: { $0.id.rawValue == String(format: "%016x", 1000) })?.doneBytes, 1000 << 20)
         XCTAssertEqual(jobs.first?.totalBytes, (1 << 30) + (5 << 20))
         XCTAssertEqual(jobs.first?.fileCount, 2)
+    }
+}
+
+extension XferError {
+    /// Bad usage or input (the CLI's exit 2).
+    var isBadInput: Bool {
+        switch self {
+        case .invalidInput, .fileChanged, .unknownJob: return true
+        default: return false
+        }
     }
 }

@@ -22,7 +22,9 @@ public struct RetryPolicy: Sendable, Hashable {
         maximumDelay: Duration = .seconds(30),
         maximumRetryAfter: Duration = .seconds(120)
     ) {
-        self.maximumAttempts = max(1, maximumAttempts)
+        // Kept as given: a push refuses a value out of range
+        // (`TransferOptions.validate()`) rather than silently changing it.
+        self.maximumAttempts = maximumAttempts
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
         self.maximumRetryAfter = maximumRetryAfter

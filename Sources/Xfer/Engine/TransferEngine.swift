@@ -124,14 +124,12 @@ public final class TransferEngine: Sendable {
         do { normalized = try backend.normalizedTarget(target) } catch { throw .invalidInput(error.description) }
         let target = normalized
         let traits = backend.traits
+        try options.validate()
+        // A backend's defaults are held to the same bounds.
         let requestedChunkSize = options.chunkSize ?? traits.defaultChunkSize
-        guard (1...TransferOptions.maximumChunkSize).contains(requestedChunkSize) else {
-            throw .invalidInput("chunk size must be between 1 byte and 1 GiB, not \(requestedChunkSize)")
-        }
+        try TransferOptions.check(chunkSize: requestedChunkSize)
         let concurrency = options.concurrency ?? traits.defaultConcurrency
-        guard (1...TransferOptions.maximumConcurrency).contains(concurrency) else {
-            throw .invalidInput("concurrency must be between 1 and \(TransferOptions.maximumConcurrency), not \(concurrency)")
-        }
+        try TransferOptions.check(concurrency: concurrency)
 
         let roots = paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         if Set(roots).count != roots.count {

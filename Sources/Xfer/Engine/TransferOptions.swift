@@ -33,4 +33,31 @@ public struct TransferOptions: Sendable, Hashable {
     public static let maximumChunkSize = 1 << 30
     /// The most requests of one job in flight at once.
     public static let maximumConcurrency = 64
+    /// The most attempts per request (`RetryPolicy.maximumAttempts`).
+    public static let maximumAttempts = 100
+
+    /// Checks the values set against the engine's bounds; a push checks them
+    /// too, so calling this first only moves the error earlier (e.g. before
+    /// anything is looked up). The one place these ranges are written.
+    ///
+    /// - Throws: `.invalidInput`, saying which value is out of range.
+    public func validate() throws(XferError) {
+        if let chunkSize { try Self.check(chunkSize: chunkSize) }
+        if let concurrency { try Self.check(concurrency: concurrency) }
+        guard (1...Self.maximumAttempts).contains(retry.maximumAttempts) else {
+            throw .invalidInput("attempts per request must be between 1 and \(Self.maximumAttempts), not \(retry.maximumAttempts)")
+        }
+    }
+
+    static func check(chunkSize: Int) throws(XferError) {
+        guard (1...maximumChunkSize).contains(chunkSize) else {
+            throw .invalidInput("the chunk size must be between 1 byte and 1 GiB, not \(chunkSize)")
+        }
+    }
+
+    static func check(concurrency: Int) throws(XferError) {
+        guard (1...maximumConcurrency).contains(concurrency) else {
+            throw .invalidInput("concurrency must be between 1 and \(maximumConcurrency), not \(concurrency)")
+        }
+    }
 }

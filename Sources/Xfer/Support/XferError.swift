@@ -1,5 +1,6 @@
-/// What went wrong, in words a user can act on. Each case maps to one of the
-/// CLI's documented exit codes.
+/// What went wrong, in words a user can act on. The cases are coarse on
+/// purpose: each is one kind of outcome a caller handles differently (the
+/// CLI gives each its own exit code, in XferCLI).
 public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
     /// Bad usage or input: a missing file, a malformed URL, an absurd option.
     case invalidInput(String)
@@ -44,16 +45,6 @@ public enum XferError: Error, Sendable, Hashable, CustomStringConvertible {
             return "verification failed: \(message)"
         case .interrupted:
             return "interrupted; state saved, re-run the same command to resume"
-        }
-    }
-
-    /// The CLI's exit code for this error (see Docs/cli.md).
-    public var exitCode: Int32 {
-        switch self {
-        case .invalidInput, .fileChanged, .unknownJob: return 2
-        case .stateUnavailable, .jobLocked: return 3
-        case .transferFailed, .verificationFailed, .fileUnreadable: return 1
-        case .interrupted: return 130
         }
     }
 }

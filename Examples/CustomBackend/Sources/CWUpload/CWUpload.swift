@@ -39,7 +39,8 @@ struct UploadCommand {
             exit(0)
         } catch {
             FileHandle.standardError.write(Data("failed \(error.description)\n".utf8))
-            exit(error.exitCode)
+            // The program's own codes: interrupted (its state is saved), or failed.
+            exit(error == .interrupted ? 130 : 1)
         }
     }
 
