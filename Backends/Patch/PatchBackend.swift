@@ -56,7 +56,7 @@ public struct PatchBackend: UploadBackend {
             // only the rest (JSONDecoder skips an array it is not asked for cheaply).
             let status = try response.decode(UploadStatus.self, for: operation)
             if let size = status.chunkSize, size != file.chunkSize {
-                throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize); re-run with --restart")
+                throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize)", remedy: .startOver)
             }
             var received = response.integers(inArrayNamed: "received")
             if received == nil { received = try response.decode(UploadList.self, for: operation).received }

@@ -56,7 +56,7 @@ public struct AWSConfiguration: Sendable, Hashable {
 
         if explicitProfile == nil, let key = variable("AWS_ACCESS_KEY_ID") {
             guard let secret = variable("AWS_SECRET_ACCESS_KEY") else {
-                throw Failure("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not; set both, or use --profile")
+                throw Failure("AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not; set both, or name a profile")
             }
             let region = environmentRegion ?? (try? profileSection(variable("AWS_PROFILE") ?? "default", inConfig: configPath))?["region"]
             return AWSConfiguration(
@@ -74,7 +74,7 @@ public struct AWSConfiguration: Sendable, Hashable {
                 throw Failure("profile '\(profile)' has no aws_access_key_id and aws_secret_access_key in \(credentialsPath) or \(configPath)")
             }
             throw Failure(
-                "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile of \(credentialsPath) with --profile")
+                "no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a profile of \(credentialsPath)")
         }
         return AWSConfiguration(
             credentials: AWSCredentials(accessKeyID: key, secretAccessKey: secret, sessionToken: merged["aws_session_token"]),

@@ -82,7 +82,7 @@ public struct S3Endpoint: Sendable, Hashable {
         guard let components = URLComponents(string: normalized), components.path.isEmpty || components.path == "/",
             components.query == nil, components.user == nil
         else {
-            throw .rejected("--endpoint takes http(s)://HOST[:PORT] without a path or query")
+            throw .rejected("an S3 endpoint is http(s)://HOST[:PORT], without a path or query")
         }
         return S3Endpoint(base: normalized, addressing: addressing)
     }

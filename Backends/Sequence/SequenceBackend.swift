@@ -165,9 +165,9 @@ struct SequenceAnswer {
         let detail = message.isEmpty ? "" : " (\(Self.oneLine(message)))"
         switch code {
         case Self.unknownUpToken:
-            return .rejected("\(operation): the server does not know this upload's upToken (expired?); re-run with --restart")
+            return .rejected("\(operation): the server does not know this upload's upToken (expired?)", remedy: .startOver)
         case Self.conflict:
-            return .mismatch("\(operation): the server holds different bytes for this block\(detail); re-run with --restart")
+            return .mismatch("\(operation): the server holds different bytes for this block\(detail)", remedy: .startOver)
         case Self.damaged:
             return .transient("\(operation): the block arrived damaged\(detail)")
         case 500...:

@@ -68,7 +68,7 @@ enum EventJSON {
     /// The line `--json` prints for a job that could not even start.
     static func failure(_ error: XferError, job: JobID?) -> String {
         var members: [String: JSONValue] = [
-            "event": .string("failed"), "message": .string(error.description), "exitCode": .int(error.exitCode),
+            "event": .string("failed"), "message": .string(error.line), "exitCode": .int(error.exitCode),
         ]
         if let job { members["job"] = .string(job.rawValue) }
         return object(members)
@@ -103,7 +103,7 @@ enum EventJSON {
             return ["event": .string("completed"), "job": .string(report.job.rawValue), "files": .array(files),
                     "bytesSent": .int(report.bytesSent), "bytesResumed": .int(report.bytesResumed)]
         case .failed(let error):
-            return ["event": .string("failed"), "message": .string(error.description), "exitCode": .int(error.exitCode)]
+            return ["event": .string("failed"), "message": .string(error.line), "exitCode": .int(error.exitCode)]
         }
     }
 

@@ -117,7 +117,7 @@ struct ResumeCommand: AsyncParsableCommand {
 
     /// The error, prefixed with the job it concerns unless it names it already.
     static func message(_ error: XferError, job: JobID) -> String {
-        let text = error.description
+        let text = error.line
         return text.contains(job.rawValue) ? text : "job \(job): \(text)"
     }
 }

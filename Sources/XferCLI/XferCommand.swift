@@ -30,7 +30,7 @@ struct XferCommand: AsyncParsableCommand {
             }
             code = 0
         } catch let error as XferError {
-            Terminal.error(error.description)
+            Terminal.error(error.line)
             code = error.exitCode
         } catch {
             let exit = exitCode(for: error)

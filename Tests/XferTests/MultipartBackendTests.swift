@@ -43,7 +43,7 @@ final class MultipartBackendTests: XCTestCase {
 
     private func assertRejected<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, containing text: String, line: UInt = #line) {
         XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
-            guard case BackendError.rejected(let message) = error else { return XCTFail("\(error)", line: line) }
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)", line: line) }
             XCTAssertTrue(message.contains(text), message, line: line)
         }
     }

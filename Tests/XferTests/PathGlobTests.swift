@@ -153,11 +153,11 @@ final class PathGlobTests: XCTestCase {
 
     func testMalformedPatternsAreOneLineErrors() {
         let cases: [(String, String)] = [
-            ("[abc", "the --include/--exclude pattern '[abc' has a '[' without its ']' (write '\\[' for a literal '[')"),
+            ("[abc", "the include or exclude pattern '[abc' has a '[' without its ']' (write '\\[' for a literal '[')"),
             ("a[!", "has a '[' without its ']'"),
             ("[]", "has a '[' without its ']'"),
             ("[a\\", "has a '[' without its ']'"),
-            ("{a,b", "the --include/--exclude pattern '{a,b' has a '{' without its '}' (write '\\{' for a literal '{')"),
+            ("{a,b", "the include or exclude pattern '{a,b' has a '{' without its '}' (write '\\{' for a literal '{')"),
             ("{a,{b}", "has a '{' without its '}'"),
             ("a\\", "ends in a lone '\\' (write '\\\\' for a backslash)"),
             ("[z-a]", "has the reversed range 'z-a' (write 'a-z')"),
@@ -167,7 +167,7 @@ final class PathGlobTests: XCTestCase {
         ]
         for (pattern, message) in cases {
             XCTAssertThrowsError(try PathGlob(pattern), pattern) { error in
-                guard case .invalidInput(let text) = error as? XferError else { return XCTFail("\(error)") }
+                guard case .invalidInput(let text, _) = error as? XferError else { return XCTFail("\(error)") }
                 XCTAssertTrue(text.contains(message), "\(pattern): \(text)")
                 XCTAssertFalse(text.contains("\n"), text)
             }

@@ -213,7 +213,7 @@ final class S3BackendTests: XCTestCase {
             status: 403,
             body: xml("<Error><Code>SignatureDoesNotMatch</Code><Message>no</Message><AWSAccessKeyId>AKID</AWSAccessKeyId><StringToSign>secret-ish</StringToSign></Error>"))
         XCTAssertThrowsError(try exchange.interpret(denied)) { error in
-            guard case BackendError.rejected(let message) = error else { return XCTFail("\(error)") }
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("SignatureDoesNotMatch"), message)
             XCTAssertFalse(message.contains("secret-ish"), message)
         }

@@ -218,9 +218,9 @@ final class SequenceBackendTests: XCTestCase {
         let exchange = block(1, of: job, bytes: [1, 2, 3, 4])
         let cases: [(HTTPResponse, BackendError)] = [
             (answer(#"{"code":401,"msg":"unknown upToken","data":{}}"#),
-             .rejected("send block 2/3 of a b.bin: the server does not know this upload's upToken (expired?); re-run with --restart")),
+             .rejected("send block 2/3 of a b.bin: the server does not know this upload's upToken (expired?)", remedy: .startOver)),
             (answer(#"{"code":412,"msg":"block 2 was accepted with another crc"}"#),
-             .mismatch("send block 2/3 of a b.bin: the server holds different bytes for this block (block 2 was accepted with another crc); re-run with --restart")),
+             .mismatch("send block 2/3 of a b.bin: the server holds different bytes for this block (block 2 was accepted with another crc)", remedy: .startOver)),
             (answer(#"{"code":422,"msg":"bad crc"}"#), .transient("send block 2/3 of a b.bin: the block arrived damaged (bad crc)")),
             (answer(#"{"code":500,"msg":"storage error"}"#), .transient("send block 2/3 of a b.bin: server error 500 (storage error)")),
             (answer(#"{"code":400,"msg":"line\nbreak"}"#), .rejected("send block 2/3 of a b.bin: the server refused it with code 400 (line break)")),

@@ -221,8 +221,9 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     /// carries the server's `Retry-After` when it gave one.
     case transient(String, retryAfter: Duration? = nil)
     /// The server refused the request; retrying will not help. The job
-    /// fails with this message and keeps its state.
-    case rejected(String)
+    /// fails with this message and keeps its state; `remedy` says what
+    /// would help (nil: running it again resumes it).
+    case rejected(String, remedy: XferError.Remedy? = nil)
     /// The server no longer knows the upload this request belongs to. On
     /// resume the engine opens the file afresh.
     case uploadUnknown(String)
@@ -233,13 +234,13 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     case outOfSync(String)
     /// The server's answer contradicts what the client sent (e.g. a
     /// different checksum). The job fails loudly.
-    case mismatch(String)
+    case mismatch(String, remedy: XferError.Remedy? = nil)
 
     /// The message, for users.
     public var description: String {
         switch self {
-        case .transient(let message, _), .rejected(let message), .uploadUnknown(let message),
-            .mismatch(let message), .outOfSync(let message):
+        case .transient(let message, _), .rejected(let message, _), .uploadUnknown(let message),
+            .mismatch(let message, _), .outOfSync(let message):
             return message
         }
     }

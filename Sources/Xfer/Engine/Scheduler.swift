@@ -572,7 +572,7 @@ struct Scheduler {
     private mutating func reopen(_ index: Int, message: String, effects: inout Effects) throws(XferError) {
         guard var file = files[index] else { return }
         guard !file.reopened else {
-            throw .transferFailed("\(message) (again after opening it anew); re-run with --restart")
+            throw .transferFailed("\(message) (again after opening it anew)", remedy: .startOver)
         }
         file.reopened = true
         file.phase = .resetting

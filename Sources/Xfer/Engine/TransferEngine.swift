@@ -242,7 +242,7 @@ public final class TransferEngine: Sendable {
             if let backend {
                 throw .invalidInput(
                     "\(found.path) is new since this job started, and the '\(backend)' protocol cannot add files to an upload "
-                        + "it started; re-run with --restart to send the whole push again")
+                        + "it started", remedy: .startOver)
             }
             batch.append((next, found))
             next += 1

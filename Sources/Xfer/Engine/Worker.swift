@@ -262,10 +262,10 @@ struct Worker: Sendable {
                     case .transient(let message, let after):
                         reason = message
                         retryAfter = after
-                    case .rejected(let message):
-                        throw StepError.failed(.transferFailed(message))
-                    case .mismatch(let message):
-                        throw StepError.failed(.verificationFailed(message))
+                    case .rejected(let message, let remedy):
+                        throw StepError.failed(.transferFailed(message, remedy: remedy ?? .runAgain))
+                    case .mismatch(let message, let remedy):
+                        throw StepError.failed(.verificationFailed(message, remedy: remedy))
                     case .uploadUnknown(let message):
                         throw StepError.uploadUnknown(message)
                     case .outOfSync(let message):

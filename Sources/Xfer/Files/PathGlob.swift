@@ -71,7 +71,7 @@ public struct PathGlob: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static func malformed(_ pattern: String, _ problem: String) -> XferError {
-        .invalidInput("the --include/--exclude pattern '\(pattern)' \(problem)")
+        .invalidInput("the include or exclude pattern '\(pattern)' \(problem)")
     }
 
     // MARK: Parsing

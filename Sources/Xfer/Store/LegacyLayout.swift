@@ -90,7 +90,7 @@ enum LegacyLayout {
                 job = try decoder.decode(Job.self, from: Data(value))
             } catch {
                 throw XferError.stateUnavailable(
-                    "the record of job \(id) is unreadable (\(error)); remove that state directory or use another --state")
+                    "the record of job \(id) is unreadable (\(error))", remedy: .useAnotherStateDirectory)
             }
             let record = JobRecord(
                 id: id, backend: job.backend, target: job.target, createdAt: job.createdAt, updatedAt: job.updatedAt,

@@ -84,7 +84,7 @@ final class StateStore: JobStateStore {
             throw .stateUnavailable("cannot create \(directory): \(Self.reason(error))")
         }
         guard access(dbDirectory, W_OK) == 0 else {
-            throw .stateUnavailable("\(directory) is not writable; pass --state DIR with a writable directory")
+            throw .stateUnavailable("\(directory) is not writable", remedy: .useAnotherStateDirectory)
         }
         do {
             env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 16)
@@ -126,8 +126,8 @@ final class StateStore: JobStateStore {
         guard let version = stored, !["1", "2", layoutVersion].contains(version) else { return }
         let which = (Int(version) ?? Int.max) < (Int(layoutVersion) ?? 0) ? "an older" : "a newer"
         throw .stateUnavailable(
-            "\(directory) holds state layout \(version) from \(which) xfer; this one reads layout \(layoutVersion). "
-                + "Finish its jobs with that xfer, or pass --state DIR to start a new state directory")
+            "\(directory) holds state layout \(version) from \(which) xfer; this one reads layout \(layoutVersion) "
+                + "(finish its jobs with that xfer)", remedy: .useAnotherStateDirectory)
     }
 
     /// Refuses a layout this xfer cannot read; migrates layouts 1 and 2 in one
@@ -160,8 +160,8 @@ final class StateStore: JobStateStore {
                 case let version?:
                     let which = (Int(version) ?? Int.max) < (Int(Self.layoutVersion) ?? 0) ? "an older" : "a newer"
                     throw XferError.stateUnavailable(
-                        "\(directory) holds state layout \(version) from \(which) xfer; this one reads layout \(Self.layoutVersion). "
-                            + "Finish its jobs with that xfer, or pass --state DIR to start a new state directory")
+                        "\(directory) holds state layout \(version) from \(which) xfer; this one reads layout \(Self.layoutVersion) "
+                            + "(finish its jobs with that xfer)", remedy: .useAnotherStateDirectory)
                 }
                 try txn.put(meta, key, current)
             }
@@ -677,7 +677,7 @@ final class StateStore: JobStateStore {
     }
 
     func unreadable(_ what: String) -> XferError {
-        .stateUnavailable("\(what) in \(directory) is unreadable; remove that directory or use another --state")
+        .stateUnavailable("\(what) in \(directory) is unreadable", remedy: .useAnotherStateDirectory)
     }
 
     /// The job's 16 hex digits as 8 bytes (every id xfer makes is one; any

@@ -10,6 +10,8 @@ enum ExitStatus {
     static let interrupted: Int32 = 130
 }
 
+/// How the CLI reports a library error: its exit code, and one line that
+/// says what happened and what to type about it.
 extension XferError {
     /// The exit code the CLI ends with on this error.
     var exitCode: Int32 {
@@ -18,6 +20,18 @@ extension XferError {
         case .stateUnavailable, .jobLocked: return ExitStatus.stateUnusable
         case .transferFailed, .verificationFailed, .fileUnreadable: return ExitStatus.transferFailed
         case .interrupted: return ExitStatus.interrupted
+        }
+    }
+
+    /// The error's message and its remedy, in the CLI's own terms.
+    var line: String {
+        guard let remedy else { return message }
+        switch remedy {
+        case .runAgain: return "\(message) (state kept; re-run the same command to resume)"
+        case .startOver: return "\(message); re-run with --restart to send it again from the start"
+        case .useAnotherStateDirectory: return "\(message); pass --state DIR to use another state directory"
+        case .listJobs: return "\(message); 'xfer list --all' shows the jobs it holds"
+        case .waitForHolder: return "\(message); wait for it to finish or stop it"
         }
     }
 }
