@@ -34,8 +34,7 @@ actor MultipartSources {
     private let io: BlockingIO
 
     private var cache: [String: MultipartSourceRecord] = [:]
-    private var busy: Set<String> = []
-    private var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
+    private var turns = KeyedTurns<String>()
     private var directoryReady = false
 
     init(root: String, io: BlockingIO) {
@@ -117,17 +116,10 @@ actor MultipartSources {
 
     /// Per-source mutual exclusion across the suspensions of disk work.
     private func lock(_ key: String) async {
-        while busy.contains(key) {
-            await withCheckedContinuation { waiters[key, default: []].append($0) }
-        }
-        busy.insert(key)
+        while !turns.take(key) { await withCheckedContinuation { turns.queue(key, $0) } }
     }
 
     private func unlock(_ key: String) {
-        busy.remove(key)
-        guard var queue = waiters[key], !queue.isEmpty else { return }
-        let next = queue.removeFirst()
-        waiters[key] = queue.isEmpty ? nil : queue
-        next.resume()
+        turns.end(key)
     }
 }

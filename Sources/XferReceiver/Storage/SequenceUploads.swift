@@ -51,14 +51,13 @@ enum UpToken {
 /// Requests for one upload take turns (`exclusively`): deciding whether a block is the next
 /// one, writing it and recording it must not interleave with another request for the same
 /// upload, or a replay racing its original could be appended twice.
-actor SequenceUpload {
+actor SequenceUpload: TakesTurns {
     nonisolated let upload: Upload
     nonisolated let meta: SequenceMeta
     private let log: DurableLog
     /// `crcs[k - 1]` is accepted block k's CRC-32. Four bytes a block.
     private var crcs: [UInt32]
-    private var busy = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+    var turns = KeyedTurns<WholeUpload>()
 
     init(upload: Upload, meta: SequenceMeta, log: DurableLog, crcs: [UInt32]) {
         self.upload = upload
@@ -82,37 +81,6 @@ actor SequenceUpload {
         precondition(sequenceNo == crcs.count + 1, "blocks are recorded in order")
         try await log.append(SequenceBlockRecord(sequenceNo: sequenceNo, crc: crc).text)
         crcs.append(crc)
-    }
-
-    /// Runs `body` while no other request of this upload runs its own; turns are taken in
-    /// arrival order.
-    nonisolated func exclusively<T>(_ body: () async throws -> T) async throws -> T {
-        await acquire()
-        do {
-            let result = try await body()
-            await release()
-            return result
-        } catch {
-            await release()
-            throw error
-        }
-    }
-
-    private func acquire() async {
-        guard busy else {
-            busy = true
-            return
-        }
-        // `release` hands the turn straight to the first waiter, so `busy` stays set.
-        await withCheckedContinuation { waiters.append($0) }
-    }
-
-    private func release() {
-        if waiters.isEmpty {
-            busy = false
-        } else {
-            waiters.removeFirst().resume()
-        }
     }
 }
 

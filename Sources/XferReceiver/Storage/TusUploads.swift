@@ -140,7 +140,7 @@ enum TusWriteResult: Sendable, Equatable {
 /// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
 /// recording the new offset must not interleave with another PATCH of the same upload. A
 /// second PATCH waits for the first to end, then usually gets 409 (the offset moved).
-actor TusUpload {
+actor TusUpload: TakesTurns {
     nonisolated let upload: Upload
     nonisolated let info: TusInfo
     private let log: DurableLog
@@ -149,8 +149,7 @@ actor TusUpload {
     private let statistics: ReceiverStatistics
     private var offset: Int
     private var terminated = false
-    private var busy = false
-    private var waiters: [CheckedContinuation<Void, Never>] = []
+    var turns = KeyedTurns<WholeUpload>()
 
     init(
         upload: Upload, info: TusInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
@@ -285,39 +284,6 @@ actor TusUpload {
     /// Where a finished upload's bytes are read from (call `finish` first).
     nonisolated var finishedFile: String {
         info.role == .partial ? upload.layout.data : upload.layout.downloadFile
-    }
-
-    // MARK: Turns
-
-    /// Runs `body` while no other writing request of this upload runs its own; turns are taken in
-    /// arrival order.
-    nonisolated func exclusively<T>(_ body: () async throws -> T) async throws -> T {
-        await acquire()
-        do {
-            let result = try await body()
-            await release()
-            return result
-        } catch {
-            await release()
-            throw error
-        }
-    }
-
-    private func acquire() async {
-        guard busy else {
-            busy = true
-            return
-        }
-        // `release` hands the turn straight to the first waiter, so `busy` stays set.
-        await withCheckedContinuation { waiters.append($0) }
-    }
-
-    private func release() {
-        if waiters.isEmpty {
-            busy = false
-        } else {
-            waiters.removeFirst().resume()
-        }
     }
 }
 

@@ -124,8 +124,7 @@ actor Upload {
     private var received: ChunkSet
     /// Chunks being written right now. A second request for the same chunk waits: if both wrote at
     /// once, a good one could be acknowledged over bytes a bad one was still overwriting.
-    private var writers: Set<Int> = []
-    private var waiters: [Int: [CheckedContinuation<Void, Never>]] = [:]
+    private var writers = KeyedTurns<Int>()
     private var completion: CompletionRecord?
     private var completionTask: Task<CompletionRecord, any Error>?
     private var deleted = false
@@ -199,10 +198,9 @@ actor Upload {
     private func beginWrite(_ chunk: Int) async throws {
         while true {
             try checkWritable()
-            if !writers.contains(chunk) { break }
-            await withCheckedContinuation { waiters[chunk, default: []].append($0) }
+            if writers.take(chunk) { break }
+            await withCheckedContinuation { writers.queue(chunk, $0) }
         }
-        writers.insert(chunk)
         if received.contains(chunk) {
             // This request is about to overwrite acknowledged bytes. Unmark them durably first, so
             // neither a bad body nor a crash mid-write can leave the region marked received. If the
@@ -249,11 +247,7 @@ actor Upload {
     }
 
     private func endWrite(_ chunk: Int) {
-        writers.remove(chunk)
-        guard var queue = waiters[chunk], !queue.isEmpty else { return }
-        let next = queue.removeFirst()
-        waiters[chunk] = queue.isEmpty ? nil : queue
-        next.resume()
+        writers.end(chunk)
     }
 
     private func checkWritable() throws {
@@ -449,11 +443,7 @@ actor Upload {
     func markDeleted() async -> Bool {
         if deleted { return false }
         deleted = true
-        let queues = waiters
-        waiters = [:]
-        for queue in queues.values {
-            for waiter in queue { waiter.resume() }
-        }
+        writers.wakeAll()
         if let completionTask { _ = try? await completionTask.value }
         return true
     }
