@@ -37,12 +37,15 @@ struct ResumeCommand: AsyncParsableCommand {
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
+    /// Before any job is looked up: one error, even with no job to resume.
+    mutating func validate() throws {
+        try TransferOptions(concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts)).validate()
+    }
+
     mutating func run() async throws {
         var options = try credentials.transferOptions()
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
-        // Before any job is looked up: one error, even with no job to resume.
-        try options.validate()
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: try network.transportOptions(),
             finishedJobRetention: try RetentionArgument.resolve(keepFinished))

@@ -63,8 +63,8 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: RetentionArgument?
 
-    /// What can be told from the arguments alone; values are checked against
-    /// the engine's bounds (`TransferOptions.validate()`), not here.
+    /// What can be told from the arguments alone. Sizes and counts are held to
+    /// the engine's bounds, written once (`TransferOptions.validate()`).
     mutating func validate() throws {
         guard !files.isEmpty else { throw ValidationError("name at least one file or directory to push") }
         if dryRun { return }
@@ -73,6 +73,8 @@ struct PushCommand: AsyncParsableCommand {
             throw ValidationError("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
         }
         guard target != nil else { throw ValidationError("--to URL is required") }
+        try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
+            .validate()
     }
 
     mutating func run() async throws {
@@ -86,7 +88,6 @@ struct PushCommand: AsyncParsableCommand {
         options.chunkSize = chunkSize?.bytes
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
-        try options.validate()
 
         let transport = try network.transportOptions()
         let backend = try builtIn.makeBackend(s3: s3, profile: aws)
