@@ -35,3 +35,10 @@ extension XferError {
         }
     }
 }
+
+extension SkipReason {
+    /// The reason in the CLI's terms: a link not followed names the flag that follows it.
+    var line: String {
+        self == .symbolicLinkNotFollowed ? "\(description) (use --follow-symlinks)" : description
+    }
+}

@@ -80,7 +80,7 @@ enum EventJSON {
             return ["event": .string("started"), "job": .string(job.rawValue), "totalBytes": .int(total),
                     "doneBytes": .int(done), "totalFiles": .int(files), "doneFiles": .int(doneFiles), "resumed": .bool(resumed)]
         case .fileSkipped(let path, let reason):
-            return ["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason)]
+            return ["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)]
         case .fileFailed(let file, let path, let reason):
             return ["event": .string("fileFailed"), "file": .int(file), "path": .string(path), "reason": .string(reason)]
         case .reconciled(let file, let chunks, let done):

@@ -28,7 +28,7 @@ enum JobWatcher {
                     switch event {
                     case .fileSkipped(let path, let reason):
                         display?.interrupt()
-                        Terminal.error("skipping \(path): \(reason)")
+                        Terminal.error("skipping \(path): \(reason.line)")
                     case .fileFailed(_, let path, let reason) where files > 1:
                         display?.interrupt()
                         Terminal.error("failed \(path): \(reason)")

@@ -125,9 +125,9 @@ enum DryRun {
             case .skipped(let path, let reason):
                 skipped += 1
                 if json {
-                    Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason)])))
+                    Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)])))
                 } else {
-                    Terminal.error("skipping \(path): \(reason)")
+                    Terminal.error("skipping \(path): \(reason.line)")
                 }
             case .failed(let path, _, _, let reason):
                 failed += 1

@@ -304,7 +304,7 @@ struct Scheduler {
                 // Sent by an earlier run and gone (or unreadable) since: the copy
                 // on the server is what a copy is for. Reported, not a failure.
                 settledFiles += 1
-                effects.events.append(.fileSkipped(path: stored.path, reason: "\(reason), but it was sent before; the server keeps its copy"))
+                effects.events.append(.fileSkipped(path: stored.path, reason: .goneSinceSent(reason)))
                 return effects
             }
             settle(index, failure: reason, effects: &effects, record: stored)

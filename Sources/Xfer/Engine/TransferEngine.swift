@@ -253,7 +253,7 @@ public final class TransferEngine: Sendable {
         }
         if !batch.isEmpty { try await store.commit(.putFiles(job: job, files: batch)) }
         if skipped > notes.count {
-            notes.append(.fileSkipped(path: "…", reason: "and \(skipped - notes.count) more paths skipped"))
+            notes.append(.fileSkipped(path: "…", reason: .andMore(skipped - notes.count)))
         }
         return notes
     }

@@ -8,7 +8,7 @@ public enum TransferEvent: Sendable, Hashable {
     case started(job: JobID, totalBytes: Int64, doneBytes: Int64, files: Int, doneFiles: Int, resumed: Bool)
     /// A path found in a directory is not sent (a special file, a symbolic
     /// link not followed, a loop). Reported before the first request.
-    case fileSkipped(path: String, reason: String)
+    case fileSkipped(path: String, reason: SkipReason)
     /// The server told which chunks it holds; `doneBytes` is the new total.
     case reconciled(file: Int, chunksOnServer: Int, doneBytes: Int64)
     /// The server acknowledged a chunk.

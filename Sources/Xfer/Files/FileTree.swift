@@ -96,14 +96,47 @@ public struct FoundFile: Sendable, Hashable {
     public var size: Int64 { identity.size }
 }
 
+/// Why a path was passed by without being sent, and without that being an
+/// error. A value, so a front end can add its own advice (the CLI names
+/// `--follow-symlinks`); `description` is one line of plain words.
+public enum SkipReason: Sendable, Hashable, CustomStringConvertible {
+    /// A symbolic link, and the selection does not follow links (`FileSelection.followSymlinks`).
+    case symbolicLinkNotFollowed
+    /// A symbolic link whose target does not exist.
+    case danglingSymbolicLink
+    /// A symbolic link whose target cannot be looked at (why, in words).
+    case symbolicLinkUnreadable(String)
+    /// A directory met again below itself: through a symbolic link, or mounted inside itself.
+    case loop(throughLink: Bool)
+    /// A FIFO, socket or device (never opened: opening a FIFO blocks).
+    case notARegularFile(kind: String)
+    /// A file an earlier run sent that is gone or unreadable now (why, in
+    /// words): the server keeps its copy.
+    case goneSinceSent(String)
+    /// More paths were skipped than are reported one by one.
+    case andMore(Int)
+
+    public var description: String {
+        switch self {
+        case .symbolicLinkNotFollowed: return "symbolic link not followed"
+        case .danglingSymbolicLink: return "dangling symbolic link (its target does not exist)"
+        case .symbolicLinkUnreadable(let why): return "symbolic link not followed: \(why)"
+        case .loop(let throughLink):
+            return throughLink ? "symbolic link loop, not followed" : "directory loop (mounted inside itself), not followed"
+        case .notARegularFile(let kind): return "not a regular file (\(kind))"
+        case .goneSinceSent(let why): return "\(why), but it was sent before; the server keeps its copy"
+        case .andMore(let count): return "and \(count) more paths skipped"
+        }
+    }
+}
+
 /// One thing a walk met.
 public enum FileTreeEntry: Sendable, Hashable {
     /// A file to send.
     case file(FoundFile)
     /// Not sent, and not an error: a symbolic link not followed, a dangling
-    /// link, a loop, a FIFO, socket or device (never opened: opening a FIFO
-    /// blocks). `reason` is one line.
-    case skipped(path: String, reason: String)
+    /// link, a loop, a FIFO, socket or device.
+    case skipped(path: String, reason: SkipReason)
     /// Cannot be sent: a directory that cannot be listed, an entry that
     /// vanished or changed while the walk looked at it, a name that is not
     /// UTF-8. The walk goes on with the rest. `relativePath` is empty for a
@@ -235,7 +268,7 @@ public struct FileTree: Sequence, Sendable {
             case S_IFDIR:
                 return enter(path: path, relative: "", info: info, from: nil, followingLink: true)
             case let kind:
-                return .skipped(path: path, reason: "not a regular file (\(FileTree.describe(kind: kind)))")
+                return .skipped(path: path, reason: .notARegularFile(kind: FileTree.describe(kind: kind)))
             }
         }
 
@@ -265,13 +298,13 @@ public struct FileTree: Sequence, Sendable {
             if isLink {
                 guard selection.followSymlinks else {
                     if selection.excludesEither(relative) { return nil }
-                    return .skipped(path: path, reason: "symbolic link not followed (use --follow-symlinks)")
+                    return .skipped(path: path, reason: .symbolicLinkNotFollowed)
                 }
                 guard parent.status(of: entry, path: path, into: &info, followingLink: true) else {
                     if selection.excludesEither(relative) { return nil }
                     let code = errno
-                    if code == ENOENT { return .skipped(path: path, reason: "dangling symbolic link (its target does not exist)") }
-                    return .skipped(path: path, reason: "symbolic link not followed: \(FileTree.describe(code))")
+                    if code == ENOENT { return .skipped(path: path, reason: .danglingSymbolicLink) }
+                    return .skipped(path: path, reason: .symbolicLinkUnreadable(FileTree.describe(code)))
                 }
                 kind = info.st_mode & S_IFMT
             }
@@ -282,15 +315,12 @@ public struct FileTree: Sequence, Sendable {
             case S_IFDIR:
                 guard selection.enters(relative) else { return nil }
                 if stack.contains(where: { $0.device == UInt64(info.st_dev) && $0.inode == UInt64(info.st_ino) }) {
-                    return .skipped(
-                        path: path,
-                        reason: isLink || selection.followSymlinks
-                            ? "symbolic link loop, not followed" : "directory loop (mounted inside itself), not followed")
+                    return .skipped(path: path, reason: .loop(throughLink: isLink || selection.followSymlinks))
                 }
                 return enter(path: path, relative: relative, info: info, from: (parent, entry), followingLink: isLink)
             default:
                 if selection.excludesFile(relative) { return nil }
-                return .skipped(path: path, reason: "not a regular file (\(FileTree.describe(kind: kind)))")
+                return .skipped(path: path, reason: .notARegularFile(kind: FileTree.describe(kind: kind)))
             }
         }
 
@@ -327,14 +357,14 @@ public struct FileTree: Sequence, Sendable {
         private static func vanished(_ code: Int32) -> String {
             switch code {
             case ENOENT: return "vanished during the walk (no such file or directory)"
-            case EACCES: return "cannot look at it: permission denied (fix its directory's permissions or --exclude it)"
+            case EACCES: return "cannot look at it: permission denied (fix its directory's permissions, or exclude it)"
             default: return "cannot look at it: \(FileTree.describe(code))"
             }
         }
 
         private static func unlistable(_ code: Int32) -> String {
             switch code {
-            case EACCES: return "cannot list this directory: permission denied (fix its permissions or --exclude it)"
+            case EACCES: return "cannot list this directory: permission denied (fix its permissions, or exclude it)"
             case ENOENT: return "vanished during the walk (no such file or directory)"
             case ELOOP, ENOTDIR: return "changed during the walk (no longer a directory)"
             case EMFILE, ENFILE: return "cannot list this directory: too many open files (raise 'ulimit -n')"
