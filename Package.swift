@@ -33,11 +33,15 @@ let package = Package(
         // Typed wrappers around libcurl's variadic setopt/getinfo calls.
         .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
 
+        // What the engine, the backends and the receiver share (the receiver
+        // does not depend on the engine): hexadecimal, written once.
+        .target(name: "XferPrimitives", path: "Sources/XferPrimitives"),
+
         // The engine.
         .target(
             name: "Xfer",
             dependencies: [
-                "CLMDB", "CCurlShim", "CZlib", "CMalloc",
+                "XferPrimitives", "CLMDB", "CCurlShim", "CZlib", "CMalloc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -49,7 +53,8 @@ let package = Package(
         .target(name: "XferMultipart", dependencies: ["Xfer"], path: "Backends/Multipart"),
         .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
         .target(
-            name: "XferS3", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/S3"),
+            name: "XferS3", dependencies: ["Xfer", "XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
+            path: "Backends/S3"),
         .target(
             name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
 
@@ -57,7 +62,7 @@ let package = Package(
         .target(
             name: "XferReceiver",
             dependencies: [
-                "CZlib",
+                "XferPrimitives", "CZlib",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
@@ -84,7 +89,7 @@ let package = Package(
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
-            dependencies: ["Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferTestSupport"],
+            dependencies: ["Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferTestSupport"],
             path: "Tests/XferTests"
         ),
         .testTarget(

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Xfer
+import XferPrimitives
 
 /// S3's multipart upload, as AWS S3 and the S3-compatible stores speak it.
 ///
@@ -313,7 +314,7 @@ public struct S3Backend: UploadBackend, RequestSigning {
         digests.reserveCapacity(16 * file.chunkCount)
         for chunk in 0..<file.chunkCount {
             guard let receipt = file.receipts[chunk].map({ S3PartReceipt(stored: $0).etag }),
-                let bytes = hexBytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
+                let bytes = Hex.bytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
                 bytes.count == 16
             else { return nil }
             digests += bytes
@@ -321,28 +322,6 @@ public struct S3Backend: UploadBackend, RequestSigning {
         return Checksums.hex(Array(Insecure.MD5.hash(data: digests))) + "-\(file.chunkCount)"
     }
 
-    private static func hexBytes(_ text: String) -> [UInt8]? {
-        let utf8 = Array(text.utf8)
-        guard utf8.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(utf8.count / 2)
-        var index = 0
-        while index < utf8.count {
-            guard let high = hexValue(utf8[index]), let low = hexValue(utf8[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            index += 2
-        }
-        return bytes
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return byte - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 
     /// What every request of a job needs: where to send, how to sign, which
     /// bucket and prefix. Built from the job's stored handles, so a resumed

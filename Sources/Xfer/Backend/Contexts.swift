@@ -1,3 +1,4 @@
+import XferPrimitives
 import Crypto
 import CZlib
 import Foundation
@@ -212,14 +213,7 @@ public enum Checksums {
 
     /// `bytes` as lowercase hexadecimal.
     public static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
-        }
-        return String(decoding: out, as: UTF8.self)
+        Hex.lowercase(bytes)
     }
 
     /// `bytes` in standard base64 (with padding).

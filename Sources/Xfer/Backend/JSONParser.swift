@@ -1,3 +1,4 @@
+import XferPrimitives
 /// A strict JSON reader (RFC 8259) producing `JSONValue`, for the small
 /// answers upload APIs give.
 struct JSONParser {
@@ -179,14 +180,7 @@ struct JSONParser {
         guard bytes.count - offset >= 4 else { throw fail("unexpected end") }
         var value: UInt16 = 0
         for _ in 0..<4 {
-            let byte = bytes[offset]
-            let digit: UInt8
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-            default: throw fail("a bad \\u escape")
-            }
+            guard let digit = Hex.value(of: bytes[offset]) else { throw fail("a bad \\u escape") }
             value = value << 4 | UInt16(digit)
             offset += 1
         }

@@ -1,3 +1,4 @@
+import XferPrimitives
 import Foundation
 
 /// A job's identity: derived from what the user asked for (backend, target
@@ -14,7 +15,7 @@ public struct JobID: RawRepresentable, Hashable, Sendable, Codable, CustomString
 
     /// A job id is 16 lowercase hex digits; anything else is not one of ours.
     public var isWellFormed: Bool {
-        rawValue.utf8.count == 16 && rawValue.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+        rawValue.utf8.count == 16 && Hex.isLowercase(rawValue)
     }
 }
 

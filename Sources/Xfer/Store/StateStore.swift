@@ -1,3 +1,4 @@
+import XferPrimitives
 import Crypto
 import Dispatch
 import Foundation
@@ -683,10 +684,8 @@ final class StateStore: JobStateStore {
     /// The job's 16 hex digits as 8 bytes (every id xfer makes is one; any
     /// other text is keyed by the first 8 bytes of its SHA-256).
     static func jobPrefix(_ job: JobID) -> [UInt8] {
-        let digits = Array(job.rawValue.utf8)
-        guard job.isWellFormed else { return Array(SHA256Digest.of(digits).prefix(8)) }
-        func value(_ digit: UInt8) -> UInt8 { digit <= 57 ? digit - 48 : digit - 87 }
-        return (0..<8).map { value(digits[2 * $0]) << 4 | value(digits[2 * $0 + 1]) }
+        if job.isWellFormed, let bytes = Hex.bytes(job.rawValue) { return bytes }
+        return Array(SHA256Digest.of(Array(job.rawValue.utf8)).prefix(8))
     }
 
     static func fileKey(_ job: JobID, _ file: Int) -> [UInt8] {

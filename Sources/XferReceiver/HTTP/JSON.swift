@@ -1,3 +1,4 @@
+import XferPrimitives
 import Foundation
 import Hummingbird
 import NIOCore
@@ -149,14 +150,7 @@ struct FlatJSONObject {
             guard index + 4 <= bytes.count else { return nil }
             var value: UInt32 = 0
             for _ in 0..<4 {
-                let byte = bytes[index]
-                let digit: UInt8
-                switch byte {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-                default: return nil
-                }
+                guard let digit = Hex.value(of: bytes[index]) else { return nil }
                 value = value << 4 | UInt32(digit)
                 index += 1
             }

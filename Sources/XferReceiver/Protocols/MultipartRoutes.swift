@@ -1,3 +1,4 @@
+import XferPrimitives
 import Crypto
 import Foundation
 import HTTPTypes
@@ -411,23 +412,8 @@ extension MultipartRoutes {
 
         /// The 16 bytes of an MD5 written in hex (either case).
         static func digest(hex: String) -> [UInt8]? {
-            let digits = Array(hex.utf8)
-            guard digits.count == 32 else { return nil }
-            var bytes: [UInt8] = []
-            for index in stride(from: 0, to: 32, by: 2) {
-                guard let high = nibble(digits[index]), let low = nibble(digits[index + 1]) else { return nil }
-                bytes.append(high << 4 | low)
-            }
-            return bytes
-        }
-
-        private static func nibble(_ digit: UInt8) -> UInt8? {
-            switch digit {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit - UInt8(ascii: "A") + 10
-            default: nil
-            }
+            guard hex.utf8.count == 32 else { return nil }
+            return Hex.bytes(hex)
         }
     }
 

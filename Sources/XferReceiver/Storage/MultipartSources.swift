@@ -1,3 +1,4 @@
+import XferPrimitives
 import Crypto
 import Foundation
 

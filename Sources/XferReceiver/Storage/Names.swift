@@ -1,3 +1,4 @@
+import XferPrimitives
 /// Upload ids double as directory names, so anything that reaches the disk must match this exact shape.
 enum UploadID {
     static let length = 32
@@ -20,7 +21,7 @@ enum UploadID {
     /// Anything else (`..`, `/`, uppercase, percent escapes) is refused before it can name a path.
     static func isValid(_ candidate: some StringProtocol) -> Bool {
         candidate.utf8.count == length
-            && candidate.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }
+            && candidate.utf8.allSatisfy(Hex.isLowercaseDigit)
     }
 }
 
@@ -175,7 +176,7 @@ enum PercentEncoding {
         var iterator = segment.utf8.makeIterator()
         while let byte = iterator.next() {
             if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next().flatMap(hexValue), let low = iterator.next().flatMap(hexValue) else { return nil }
+                guard let high = iterator.next().flatMap(Hex.value(of:)), let low = iterator.next().flatMap(Hex.value(of:)) else { return nil }
                 bytes.append(high << 4 | low)
             } else {
                 bytes.append(byte)
@@ -185,30 +186,5 @@ enum PercentEncoding {
         let decoded = String(decoding: bytes, as: UTF8.self)
         return decoded.utf8.elementsEqual(bytes) ? decoded : nil
     }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
 }
 
-enum Hex {
-    static func lowercase(_ bytes: some Sequence<UInt8>) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        for byte in bytes {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0xF)])
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    /// `0`-`9` or `a`-`f`: a digit `lowercase` writes.
-    static func isLowercaseDigit(_ byte: UInt8) -> Bool {
-        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
-    }
-}

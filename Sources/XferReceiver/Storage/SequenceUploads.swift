@@ -1,3 +1,4 @@
+import XferPrimitives
 import Crypto
 import Foundation
 import Logging
@@ -28,7 +29,7 @@ enum UpToken {
 
     static func split(_ token: String) -> (uploadId: String, secret: String)? {
         guard token.utf8.count == UploadID.length + secretLength,
-            token.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+            token.utf8.allSatisfy(Hex.isLowercaseDigit)
         else { return nil }
         return (String(token.prefix(UploadID.length)), String(token.suffix(secretLength)))
     }
@@ -111,7 +112,7 @@ enum SequenceCRC {
 
     static func parse(_ text: some StringProtocol) -> UInt32? {
         guard text.utf8.count == 8,
-            text.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+            text.utf8.allSatisfy(Hex.isLowercaseDigit)
         else { return nil }
         return UInt32(text, radix: 16)
     }

@@ -1,3 +1,4 @@
+import XferPrimitives
 import Synchronization
 import Crypto
 import Foundation
@@ -67,7 +68,7 @@ struct CompletionRecord: Codable, Sendable, Equatable {
         guard record.first == "=" else { return nil }
         let parts = record.dropFirst().split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 2, parts[0].utf8.count == 64,
-            parts[0].utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }),
+            parts[0].utf8.allSatisfy(Hex.isLowercaseDigit),
             let size = Int(parts[1]), size >= 0
         else { return nil }
         self.init(sha256: String(parts[0]), size: size)
