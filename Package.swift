@@ -34,14 +34,14 @@ let package = Package(
         .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
 
         // What the engine, the backends and the receiver share (the receiver
-        // does not depend on the engine): hexadecimal, written once.
-        .target(name: "XferPrimitives", path: "Sources/XferPrimitives"),
+        // does not depend on the engine): hexadecimal and CRC-32, written once.
+        .target(name: "XferPrimitives", dependencies: ["CZlib"], path: "Sources/XferPrimitives"),
 
         // The engine.
         .target(
             name: "Xfer",
             dependencies: [
-                "XferPrimitives", "CLMDB", "CCurlShim", "CZlib", "CMalloc",
+                "XferPrimitives", "CLMDB", "CCurlShim", "CMalloc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -62,7 +62,7 @@ let package = Package(
         .target(
             name: "XferReceiver",
             dependencies: [
-                "XferPrimitives", "CZlib",
+                "XferPrimitives",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,6 +1,5 @@
 import XferPrimitives
 import Crypto
-import CZlib
 import Foundation
 
 /// What the user supplied to authenticate. Backends decide where it goes
@@ -196,19 +195,7 @@ public struct ChunkPayload: Sendable {
 public enum Checksums {
     /// The CRC-32 of `bytes` as zlib computes it.
     public static func crc32(_ bytes: [UInt8]) -> UInt32 {
-        bytes.withUnsafeBufferPointer { buffer in
-            var crc = CZlib.crc32(0, nil, 0)
-            var base = buffer.baseAddress
-            var remaining = buffer.count
-            // zlib takes a 32-bit length.
-            while remaining > 0, let pointer = base {
-                let step = min(remaining, Int(UInt32.max))
-                crc = CZlib.crc32(crc, pointer, UInt32(step))
-                base = pointer + step
-                remaining -= step
-            }
-            return UInt32(crc)
-        }
+        CRC32.of(bytes)
     }
 
     /// `bytes` as lowercase hexadecimal.

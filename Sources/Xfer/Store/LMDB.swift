@@ -1,5 +1,5 @@
+import XferPrimitives
 import CLMDB
-import CZlib
 import Glibc
 
 /// An error code returned by LMDB.
@@ -283,9 +283,10 @@ struct LMDBTransaction {
     }
 
     private static func checksum(_ key: [UInt8], _ value: ArraySlice<UInt8>) -> UInt32 {
-        var crc = key.withUnsafeBytes { UInt32(crc32(0, $0.bindMemory(to: Bytef.self).baseAddress, uInt($0.count))) }
-        crc = value.withUnsafeBytes { UInt32(crc32(uLong(crc), $0.bindMemory(to: Bytef.self).baseAddress, uInt($0.count))) }
-        return crc
+        var crc = CRC32()
+        crc.update(key)
+        crc.update(value)
+        return crc.value
     }
 
     /// `value` followed by the CRC-32 of key and value (4 bytes, big-endian).

@@ -1,4 +1,4 @@
-import CZlib
+import XferPrimitives
 import Foundation
 import Hummingbird
 import Logging
@@ -321,7 +321,7 @@ final class VerifiedBlock<Body: AsyncSequence>: AsyncSequence, AsyncIteratorProt
     let expectedLength: Int
     private let form: StreamingFormReader<Body>
     private let expectedCRC: UInt32
-    private var crc = CZlib.crc32(0, nil, 0)
+    private var crc = CRC32()
     private var length = 0
     private(set) var failure: Failure?
 
@@ -343,13 +343,11 @@ final class VerifiedBlock<Body: AsyncSequence>: AsyncSequence, AsyncIteratorProt
         if let piece {
             length += piece.readableBytes
             guard length <= expectedLength else { throw fail(.wrongLength) }
-            crc = piece.withUnsafeReadableBytes { bytes in
-                CZlib.crc32(crc, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt32(bytes.count))
-            }
+            piece.withUnsafeReadableBytes { crc.update($0) }
             return piece
         }
         guard length == expectedLength else { throw fail(.wrongLength) }
-        let actual = UInt32(truncatingIfNeeded: crc)
+        let actual = crc.value
         guard actual == expectedCRC else { throw fail(.damaged(actual: actual)) }
         do {
             try await form.finish()

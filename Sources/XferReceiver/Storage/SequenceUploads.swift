@@ -107,7 +107,7 @@ struct SequenceBlockRecord: Equatable {
 /// The protocol's `crc` field: zlib's CRC-32 as 8 lowercase hex digits.
 enum SequenceCRC {
     static func hex(_ crc: UInt32) -> String {
-        Hex.lowercase([UInt8(crc >> 24), UInt8(truncatingIfNeeded: crc >> 16), UInt8(truncatingIfNeeded: crc >> 8), UInt8(truncatingIfNeeded: crc)])
+        CRC32.hex(crc)
     }
 
     static func parse(_ text: some StringProtocol) -> UInt32? {
