@@ -121,7 +121,7 @@ public struct Receiver: Sendable {
         TusRoutes(store: store, threadPool: threadPool, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
         StatisticsRoutes(store: store).register(on: router)
-        RawRoutes(store: store, configuration: configuration).register(on: router)
+        RawRoutes(store: store, configuration: configuration, logger: logger).register(on: router)
 
         let app = Application(
             router: router,

@@ -35,4 +35,20 @@ final class ReceiverRawTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: work.file("server/raw/big.bin")))
         XCTAssertEqual(int(try getJSON(server.url + "/stats")["payloadBytesReceived"]), 1_400_000, "the refused body was never read")
     }
+
+    func testAStorageFailureIsA500WhoseDetailsGoOnlyToTheLog() throws {
+        let work = TemporaryDirectory("xfer-raw")
+        let server = try ServeProcess(root: work.file("server"))
+        // `raw/` cannot be made: a file is in its place.
+        XCTAssertTrue(FileManager.default.createFile(atPath: work.file("server/raw"), contents: Data("x".utf8)))
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 1000)
+
+        let failed = try put(file, to: server.url + "/raw/a.bin")
+        XCTAssertEqual(failed.code, "500", failed.body)
+        XCTAssertTrue(failed.body.contains("storage error"), failed.body)
+        XCTAssertFalse(failed.body.contains(work.file("server")), "a path reached the client: \(failed.body)")
+        server.stop()
+        XCTAssertTrue(server.child.standardError.contains("Storage failure"), server.child.standardError)
+    }
 }

@@ -1,3 +1,4 @@
+import Logging
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -138,4 +139,12 @@ func decodeContentMD5(_ header: String) -> [UInt8]? {
     let trimmed = utf8.allSatisfy({ $0 < 0x80 }) ? String(Substring(utf8)) : header.trimmingCharacters(in: .whitespaces)
     guard let data = Data(base64Encoded: trimmed), data.count == 16 else { return nil }
     return Array(data)
+}
+
+/// The one way a route answers a failure of the receiver's own storage: the
+/// details (paths, errno) go to the operator's log, never to the client, who
+/// gets `answer`, its protocol's 500 (clients retry it).
+func storageFailure(_ error: any Error, logger: Logger, answer: Response) -> Response {
+    logger.warning("Storage failure", metadata: ["error": "\(error)"])
+    return answer
 }

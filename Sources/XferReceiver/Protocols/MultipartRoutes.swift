@@ -335,10 +335,8 @@ struct MultipartRoutes: Sendable {
 
     // MARK: Failures
 
-    /// The details (paths, errno) go to the operator's log, not to the client.
     private func storageFailure(_ error: any Error) -> Response {
-        logger.warning("Storage failure", metadata: ["error": "\(error)"])
-        return Answer.storageError
+        XferReceiver.storageFailure(error, logger: logger, answer: Answer.storageError)
     }
 
     private func guarded(_ handler: () async throws -> Response) async -> Response {

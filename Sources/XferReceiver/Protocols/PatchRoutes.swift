@@ -217,10 +217,8 @@ struct PatchRoutes: Sendable {
 
     private static var unknownUpload: Response { JSONResponse.error(.notFound, "unknown upload") }
 
-    /// The details (paths, errno) go to the operator's log, not to the client.
     private func storageFailure(_ error: any Error) -> Response {
-        logger.warning("Storage failure", metadata: ["error": "\(error)"])
-        return JSONResponse.error(.internalServerError, "storage error")
+        XferReceiver.storageFailure(error, logger: logger, answer: JSONResponse.error(.internalServerError, "storage error"))
     }
 
     /// Lookups can fail on unreadable state; answer those as JSON 500s like every other failure.

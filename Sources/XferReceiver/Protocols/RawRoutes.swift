@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import Logging
 import NIOCore
 
 /// `PUT /raw/{name}`: a whole file in one plain request, no chunking and no resume.
@@ -14,6 +15,7 @@ import NIOCore
 struct RawRoutes: Sendable {
     let store: UploadStore
     let configuration: ReceiverConfiguration
+    let logger: Logger
 
     private struct Answer: Encodable {
         var name: String
@@ -62,7 +64,7 @@ struct RawRoutes: Sendable {
         } catch RawRefusal.tooLarge {
             return JSONResponse.error(.contentTooLarge, "the body is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
         } catch {
-            return JSONResponse.error(.internalServerError, "storage error")
+            return storageFailure(error, logger: logger, answer: JSONResponse.error(.internalServerError, "storage error"))
         }
     }
 

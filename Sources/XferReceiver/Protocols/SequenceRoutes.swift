@@ -73,9 +73,7 @@ struct SequenceRoutes: Sendable {
         } catch let failure as FormFailure {
             return SequenceReply.refusal(.badRequest, failure.description).response
         } catch {
-            // The details (paths, errno) go to the operator's log, not to the client.
-            logger.warning("Storage failure", metadata: ["error": "\(error)"])
-            return SequenceReply.refusal(.storageFailure, "storage error").response
+            return storageFailure(error, logger: logger, answer: SequenceReply.refusal(.storageFailure, "storage error").response)
         }
     }
 

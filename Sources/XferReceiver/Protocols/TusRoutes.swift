@@ -416,8 +416,7 @@ struct TusRoutes: Sendable {
         } catch UploadError.deleted {
             response = Self.unknownUpload
         } catch {
-            logger.warning("Storage failure", metadata: ["error": "\(error)"])
-            response = Self.refusal(.internalServerError, "storage error")
+            response = storageFailure(error, logger: logger, answer: Self.refusal(.internalServerError, "storage error"))
         }
         // A HEAD answer has no body.
         return head ? Response(status: response.status, headers: response.headers) : response
