@@ -28,7 +28,7 @@ struct XferCommand: AsyncParsableCommand {
             } else {
                 try command.run()
             }
-            code = 0
+            code = ExitStatus.success
         } catch let error as XferError {
             Terminal.error(error.line)
             code = error.exitCode
@@ -36,7 +36,7 @@ struct XferCommand: AsyncParsableCommand {
             let exit = exitCode(for: error)
             if exit == .success {
                 print(fullMessage(for: error))
-                code = 0
+                code = ExitStatus.success
             } else if let exitCode = error as? ExitCode {
                 code = exitCode.rawValue
             } else {
