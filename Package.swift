@@ -12,6 +12,8 @@ let package = Package(
         .library(name: "XferS3", targets: ["XferS3"]),
         .library(name: "XferTus", targets: ["XferTus"]),
         .library(name: "XferReceiver", targets: ["XferReceiver"]),
+        // For tests of a backend's steps, with no network (Docs/backend-guide.md).
+        .library(name: "XferBackendTesting", targets: ["XferBackendTesting"]),
         .executable(name: "xfer", targets: ["XferCLI"]),
     ],
     dependencies: [
@@ -47,6 +49,8 @@ let package = Package(
             ],
             path: "Sources/Xfer"
         ),
+
+        .target(name: "XferBackendTesting", dependencies: ["Xfer"], path: "Sources/XferBackendTesting"),
 
         // Built-in backends, written against Xfer's public API only.
         .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
@@ -91,6 +95,13 @@ let package = Package(
             name: "XferTests",
             dependencies: ["Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferTestSupport"],
             path: "Tests/XferTests"
+        ),
+        // The built-in backends' steps, tested as a user's backend would be:
+        // through Xfer's public API and XferBackendTesting, no network.
+        .testTarget(
+            name: "XferBackendTests",
+            dependencies: ["Xfer", "XferBackendTesting", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus"],
+            path: "Tests/XferBackendTests"
         ),
         .testTarget(
             name: "XferEndToEndTests",

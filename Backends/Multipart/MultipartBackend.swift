@@ -15,41 +15,40 @@ import Xfer
 /// `.rollback`. The protocol has no per-file open or reconcile call: a
 /// resumed job re-sends only what the state store does not call done, and
 /// re-sending a stored fragment is harmless.
-public struct MultipartBackend: UploadBackend {
+public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, JobFinishing, UploadCancelling {
     public let name = "multipart"
 
     public let traits = BackendTraits(
         defaultChunkSize: 512 << 10,
         defaultConcurrency: 4,
-        chunkOrder: .any,
+        // The contract names no credential; a bearer token is what a
+        // fileSection server behind a gateway expects.
+        authentication: .authorizationHeader,
         // The server learns that a zero-byte file exists from its one empty fragment.
         emptyFileHasOneChunk: true,
         maximumFinishRounds: 3,
         // preLoad.do hands out the source's file ids: its files are fixed from then on.
         filesFixedAtStart: true)
 
-    /// Handle keys, as stored in the job's state.
-    public enum Handle {
-        public static let sourceID = "sourceId"
-        public static let fileID = "fileId"
-    }
+    /// The source's id, invented by the client and kept with the job.
+    public static let sourceID = HandleKey("sourceId")
+    /// A file's id, handed out by `preLoad.do`.
+    public static let fileID = HandleKey("fileId")
 
     public init() {}
 
     public func makeJobHandles(for job: JobContext) -> ServerHandles {
-        var handles = ServerHandles()
-        handles.set(Handle.sourceID, Self.randomSourceID())
-        return handles
+        [Self.sourceID: Self.randomSourceID()]
     }
 
     // MARK: preLoad.do
 
-    public func startJob(_ job: JobContext) -> Exchange<JobStart>? {
-        let sourceID = job.handles[Handle.sourceID] ?? ""
+    public func startJob(_ job: JobContext) throws(BackendError) -> Step<JobStart> {
+        let sourceID = try job.handles.require(Self.sourceID)
         let fileCount = job.files.count
         let request = formRequest(job, "/fileSection/preLoad.do", [("sourceId", sourceID), ("fileCount", String(fileCount))])
         let operation = "ask the server for file ids (preLoad.do)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             let data = try FileSectionAnswer.data(of: response, for: operation)
             guard let values = data["fileIds"]?.arrayValue else {
                 throw .transient("\(operation): the answer has no fileIds")
@@ -63,32 +62,26 @@ public struct MultipartBackend: UploadBackend {
                 throw .mismatch("\(operation): the server sent empty, repeated or comma-holding file ids")
             }
             var fileHandles: [Int: ServerHandles] = [:]
-            for (index, id) in ids.enumerated() {
-                var handles = ServerHandles()
-                handles.set(Handle.fileID, id)
-                fileHandles[index] = handles
-            }
+            for (index, id) in ids.enumerated() { fileHandles[index] = [Self.fileID: id] }
             return JobStart(fileHandles: fileHandles)
         }
     }
 
     // MARK: upload.do
 
-    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        let fileID = file.handles[Handle.fileID] ?? ""
-        let block = FileBlock(
-            sourceID: job.handles[Handle.sourceID] ?? "", fileID: fileID, chunk: chunk, file: file)
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        let fileID = try file.handles.require(Self.fileID)
+        let block = FileBlock(sourceID: try job.handles.require(Self.sourceID), fileID: fileID, chunk: chunk, file: file)
 
         var form = MultipartForm()
         form.addFile(
             "sectionFile", filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
-            contentType: MIMEType.forFileExtension(file.fileExtension), bytes: chunk.bytes)
-        var request = HTTPRequest(
-            method: .post, url: job.url("/fileSection/upload.do"), headers: authorization(job), body: form.body)
+            contentType: MIMEType.forFileExtension(file.fileExtension), chunk: chunk)
+        var request = HTTPRequest(method: .post, url: job.url("/fileSection/upload.do"), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         request.headers.set("file_block", block.headerValue)
 
-        let operation = "send fragment \(chunk.index + 1)/\(file.chunkCount) of \(Self.displayName(file.name))"
+        let operation = "send fragment \(chunk.number)/\(file.chunkCount) of \(Self.displayName(file.name))"
         return Exchange(request) { response throws(BackendError) in
             _ = try FileSectionAnswer.data(of: response, for: operation)
             return .stored()
@@ -102,14 +95,17 @@ public struct MultipartBackend: UploadBackend {
 
     // MARK: isFinish.do
 
-    public func finishJob(_ job: JobContext) -> Exchange<JobFinish>? {
-        let fileIDs = job.files.map { $0.handles[Handle.fileID] ?? "" }
+    public func finishJob(_ job: JobContext) throws(BackendError) -> Step<JobFinish> {
+        var ids: [String] = []
+        ids.reserveCapacity(job.files.count)
+        for file in job.files { ids.append(try file.handles.require(Self.fileID)) }
+        let fileIDs = ids
         let request = formRequest(
             job, "/fileSection/isFinish.do",
-            [("sourceId", job.handles[Handle.sourceID] ?? ""), ("fileIds", fileIDs.joined(separator: ","))])
+            [("sourceId", try job.handles.require(Self.sourceID)), ("fileIds", fileIDs.joined(separator: ","))])
         let names = job.files.map { Self.displayName($0.name) }
         let operation = "ask whether the server merged the files (isFinish.do)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             let data = try FileSectionAnswer.data(of: response, for: operation)
             guard let status = data["finishStatus"]?.intValue else {
                 throw .transient("\(operation): the answer has no finishStatus")
@@ -143,24 +139,17 @@ public struct MultipartBackend: UploadBackend {
     // MARK: delete.do
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
-        guard let sourceID = job.handles[Handle.sourceID] else { return [] }
-        let fileIDs = job.files.compactMap { $0.handles[Handle.fileID] }
+        guard let sourceID = job.handles[Self.sourceID] else { return [] }
+        let fileIDs = job.files.compactMap { $0.handles[Self.fileID] }
         return [formRequest(job, "/fileSection/delete.do", [("sourceId", sourceID), ("fileIds", fileIDs.joined(separator: ","))])]
     }
 
     // MARK: Helpers
 
     private func formRequest(_ job: JobContext, _ path: String, _ fields: [(String, String)]) -> HTTPRequest {
-        var request = HTTPRequest(method: .post, url: job.url(path), headers: authorization(job), body: .form(fields))
+        var request = HTTPRequest(method: .post, url: job.url(path), body: .form(fields))
         request.headers.set("Content-Type", "application/x-www-form-urlencoded")
         return request
-    }
-
-    /// The contract names no credential; a bearer token is what a fileSection server behind a gateway expects.
-    private func authorization(_ job: JobContext) -> HTTPHeaders {
-        var headers = HTTPHeaders()
-        if let token = job.credentials.token { headers.set("Authorization", "Bearer \(token)") }
-        return headers
     }
 
     /// `failFileIds` is a comma-separated string in the contract; a JSON array is read too.

@@ -4,35 +4,36 @@ import Xfer
 /// PATCH raw octet-stream chunks with `Content-Range` and `Content-MD5`,
 /// ask which chunks the server holds on resume, then complete and check the
 /// server's SHA-256 of the assembled file. See Docs/protocols.md.
-public struct PatchBackend: UploadBackend {
+public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFinishing, UploadCancelling {
     public let name = "patch"
 
     public let traits = BackendTraits(
         defaultChunkSize: 1 << 20,
         defaultConcurrency: 5,
-        chunkOrder: .any,
+        authentication: .authorizationHeader,
         emptyFileHasOneChunk: false,
         reportsWholeFileSHA256: true)
 
+    /// The id `POST /uploads` hands out, in every later URL.
+    public static let uploadID = HandleKey("uploadId")
+
     public init() {}
 
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+    public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         let body: JSONValue = [
             "fileName": .string(file.relativePath),
             "size": .int(file.size),
             "chunkSize": .int(file.chunkSize),
         ]
-        var request = HTTPRequest(method: .post, url: job.url("/uploads"), headers: headers(job), body: .json(body))
+        var request = HTTPRequest(method: .post, url: job.url("/uploads"), body: .json(body))
         request.headers.set("Content-Type", "application/json")
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             try response.require(201, 200, for: "create the upload of \(file.name)")
             let json = try response.json(for: "create the upload of \(file.name)")
             guard let id = json["uploadId"]?.stringValue, !id.isEmpty else {
                 throw .transient("create the upload of \(file.name): the answer has no uploadId")
             }
-            var handles = ServerHandles()
-            handles.set("uploadId", id)
-            return FileOpening(handles: handles, chunkSize: json["chunkSize"]?.intValue)
+            return OpenedFile(handles: [Self.uploadID: id], chunkSize: json["chunkSize"]?.intValue)
         }
     }
 
@@ -45,13 +46,12 @@ public struct PatchBackend: UploadBackend {
         var received: [Int]
     }
 
-    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
-        guard let id = file.handles["uploadId"] else { return nil }
-        let request = HTTPRequest(method: .get, url: uploadURL(job, id), headers: headers(job))
-        return Exchange(request) { response throws(BackendError) in
-            if response.status == 404 { return .unknownUpload }
-            try response.require(200, for: "ask what the server holds of \(file.name)")
-            let operation = "ask what the server holds of \(file.name)"
+    public func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<Never>> {
+        let request = HTTPRequest(method: .get, url: try uploadURL(job, file))
+        let operation = "ask what the server holds of \(file.name)"
+        return .send(request) { response throws(BackendError) in
+            if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
+            try response.require(200, for: operation)
             // The list can hold a million chunk numbers: read it straight from the bytes, and decode
             // only the rest (JSONDecoder skips an array it is not asked for cheaply).
             let status = try response.decode(UploadStatus.self, for: operation)
@@ -60,19 +60,17 @@ public struct PatchBackend: UploadBackend {
             }
             var received = response.integers(inArrayNamed: "received")
             if received == nil { received = try response.decode(UploadList.self, for: operation).received }
-            return .serverHas(chunks: Set((received ?? []).lazy.map { $0 - 1 }))
+            return .serverHas(chunks: Set(file.chunkIndexes(fromNumbers: received ?? [])))
         }
     }
 
-    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        let id = file.handles["uploadId"] ?? ""
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(
-            method: .patch, url: uploadURL(job, id) + "/chunks/\(chunk.index + 1)", headers: headers(job),
-            body: RequestBody(segments: [chunk.bytes]))
+            method: .patch, url: try uploadURL(job, file) + "/chunks/\(chunk.number)", body: RequestBody(chunk: chunk))
         request.headers.set("Content-Type", "application/octet-stream")
         request.headers.set("Content-Range", "bytes \(chunk.offset)-\(chunk.lastOffset)/\(file.size)")
         request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
-        let operation = "send chunk \(chunk.index + 1) of \(file.name)"
+        let operation = "send chunk \(chunk.number) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
             try response.require(204, 200, for: operation)
@@ -80,18 +78,17 @@ public struct PatchBackend: UploadBackend {
         }
     }
 
-    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
-        let id = file.handles["uploadId"] ?? ""
-        let request = HTTPRequest(method: .post, url: uploadURL(job, id) + "/complete", headers: headers(job))
+    public func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        let request = HTTPRequest(method: .post, url: try uploadURL(job, file) + "/complete")
         let operation = "complete the upload of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             switch response.status {
             case 404:
                 throw .uploadUnknown("\(operation): the server no longer knows the upload")
             case 409:
                 let json = try response.json(for: operation)
-                let missing = json["missing"]?.arrayValue?.compactMap { $0.intValue.map { $0 - 1 } } ?? []
-                return .missing(missing)
+                let numbers = json["missing"]?.arrayValue?.compactMap(\.intValue) ?? []
+                return .missing(file.chunkIndexes(fromNumbers: numbers))
             default:
                 try response.require(200, for: operation)
                 let json = try response.json(for: operation)
@@ -105,17 +102,11 @@ public struct PatchBackend: UploadBackend {
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         job.files.compactMap { file in
-            file.handles["uploadId"].map { HTTPRequest(method: .delete, url: uploadURL(job, $0), headers: headers(job)) }
+            (try? uploadURL(job, file)).map { HTTPRequest(method: .delete, url: $0) }
         }
     }
 
-    private func uploadURL(_ job: JobContext, _ id: String) -> String {
-        job.url("/uploads/\(id.percentEncodedPathSegment)")
-    }
-
-    private func headers(_ job: JobContext) -> HTTPHeaders {
-        var headers = HTTPHeaders()
-        if let token = job.credentials.token { headers.set("Authorization", "Bearer \(token)") }
-        return headers
+    private func uploadURL(_ job: JobContext, _ file: FileContext) throws(BackendError) -> String {
+        job.url("/uploads/\(try file.handles.require(Self.uploadID).percentEncodedPathSegment)")
     }
 }

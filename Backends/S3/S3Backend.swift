@@ -13,7 +13,9 @@ import XferPrimitives
 /// holds; those of the expected size whose ETag matches what this job
 /// recorded (or that this job never heard back about) are not sent again.
 /// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
-public struct S3Backend: UploadBackend, RequestSigning {
+public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, ChunkSizing, FileOpening, FileReconciling,
+    FileFinishing, UploadCancelling, RequestSigning
+{
     public let name = "s3"
 
     /// S3 refuses parts below 5 MiB, except the last.
@@ -24,7 +26,8 @@ public struct S3Backend: UploadBackend, RequestSigning {
     public let traits = BackendTraits(
         defaultChunkSize: 8 << 20,
         defaultConcurrency: 4,
-        chunkOrder: .any,
+        // Signature V4 carries them (`sign(_:in:)`).
+        authentication: .byBackend,
         // An empty file is one empty PutObject.
         emptyFileHasOneChunk: true)
 
@@ -35,6 +38,26 @@ public struct S3Backend: UploadBackend, RequestSigning {
     private let now: @Sendable () -> Date
     /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
     private let listPageSize: Int
+
+    // Handles: where a job sends (kept, so a resumed job talks to the
+    // endpoint and region it started with), and each file's upload.
+    static let endpointKey = HandleKey("endpoint")
+    static let addressingKey = HandleKey("addressing")
+    static let regionKey = HandleKey("region")
+    /// The multipart upload's id.
+    public static let uploadID = HandleKey("uploadId")
+    /// The object's key, fixed when the upload is created.
+    public static let objectKey = HandleKey("key")
+
+    /// The next question when reconciling a multipart upload: ListParts
+    /// from after this part number (0: from the start).
+    public struct PartMarker: Sendable, Hashable {
+        /// The last part number the previous page held.
+        public var after: Int
+
+        /// ListParts from after part `after`.
+        public init(after: Int) { self.after = after }
+    }
 
     /// - Parameters:
     ///   - configuration: Credentials (and a default region) to sign with.
@@ -82,10 +105,12 @@ public struct S3Backend: UploadBackend, RequestSigning {
     public func makeJobHandles(for job: JobContext) -> ServerHandles {
         let region = self.region ?? configuration.region ?? "us-east-1"
         let endpoint = self.endpoint ?? .aws(region: region)
-        var handles = ["endpoint": endpoint.base, "addressing": endpoint.addressing.rawValue, "region": region]
+        var handles: ServerHandles = [
+            Self.endpointKey: endpoint.base, Self.addressingKey: endpoint.addressing.rawValue, Self.regionKey: region,
+        ]
         // Absent means md5: what jobs created before the choice existed sent.
-        if partChecksum != .md5 { handles[S3PartChecksum.handleName] = partChecksum.rawValue }
-        return ServerHandles(handles)
+        if partChecksum != .md5 { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
+        return handles
     }
 
     /// The part size asked for, raised to S3's 5 MiB minimum, and to whole
@@ -102,15 +127,15 @@ public struct S3Backend: UploadBackend, RequestSigning {
 
     // MARK: Steps
 
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
-        guard isMultipart(file) else { return nil }
+    public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
+        guard isMultipart(file) else { return .skip }  // one PutObject
         let session = Session(self, job)
         let key = session.location.key(forFileNamed: file.relativePath)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", "application/octet-stream")
         if session.partChecksum == .crc32 { request.headers.set("x-amz-checksum-algorithm", "CRC32") }
         let operation = "start the multipart upload of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
             guard let document = S3XML(response.body), document.root.hasPrefix("InitiateMultipartUpload"),
                 let id = document.fields["UploadId"], !id.isEmpty
@@ -118,21 +143,21 @@ public struct S3Backend: UploadBackend, RequestSigning {
                 if let error = response.s3Error { throw session.failure(response, operation, error) }
                 throw .transient("\(operation): the answer has no UploadId")
             }
-            return FileOpening(handles: ServerHandles(["uploadId": id, "key": key]))
+            return OpenedFile(handles: [Self.uploadID: id, Self.objectKey: key])
         }
     }
 
-    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
         let session = Session(self, job)
-        let body = RequestBody(segments: [chunk.bytes])
+        let body = RequestBody(chunk: chunk)
         var request: HTTPRequest
         let operation: String
         let objectURL: String?
         if isMultipart(file) {
-            let id = file.handles["uploadId"] ?? ""
-            let query = "partNumber=\(chunk.index + 1)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
+            let id = try file.handles.require(Self.uploadID)
+            let query = "partNumber=\(chunk.number)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
             request = HTTPRequest(method: .put, url: session.objectURL(file, query: query), body: body)
-            operation = "send part \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+            operation = "send part \(chunk.number)/\(file.chunkCount) of \(file.name)"
             objectURL = nil
         } else {
             request = HTTPRequest(method: .put, url: session.objectURL(file), body: body)
@@ -157,31 +182,34 @@ public struct S3Backend: UploadBackend, RequestSigning {
     /// Asks first whether the object is already whole when every part was
     /// acknowledged (the previous run may have died after completing it),
     /// then lists the parts, a page at a time.
-    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
-        guard isMultipart(file), file.handles["uploadId"] != nil else { return nil }
+    /// (A file of one part has no upload to ask about: a resume sends its
+    /// PutObject again, which was in flight.)
+    public func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<PartMarker>> {
+        guard isMultipart(file) else { return .skip }
         let session = Session(self, job)
-        guard let expected = Self.multipartETag(file) else { return listParts(file, session, after: 0) }
+        guard let expected = Self.multipartETag(file) else { return try listParts(file, session, after: 0) }
         let request = HTTPRequest(method: .head, url: session.objectURL(file))
         let url = session.s3URL(file)
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             if response.status == 200, let etag = response.headers["ETag"], Self.sameETag(etag, expected) {
                 return .complete(url: url)
             }
             if response.status >= 500 || response.status == 429 { throw session.failure(response, "ask whether \(file.name) is complete") }
             // Missing (404, or 403 without ListBucket) or another object: ask for the parts.
-            return .serverHasMore(chunks: [], receipts: [:], cursor: "0")
+            return .serverHasMore(chunks: [], next: PartMarker(after: 0))
         }
     }
 
-    public func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>? {
-        guard let marker = Int(cursor) else { return nil }
-        return listParts(file, Session(self, job), after: marker)
+    public func continueReconciling(
+        _ file: FileContext, in job: JobContext, from marker: PartMarker
+    ) throws(BackendError) -> Step<Reconciliation<PartMarker>> {
+        try listParts(file, Session(self, job), after: marker.after)
     }
 
-    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
-        guard isMultipart(file) else { return nil }
+    public func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        guard isMultipart(file) else { return .skip }  // the PutObject's answer completed it
         let session = Session(self, job)
-        let id = file.handles["uploadId"] ?? ""
+        let id = try file.handles.require(Self.uploadID)
         let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         let operation = "complete the upload of \(file.name)"
         let receipts = (0..<file.chunkCount).map { file.receipts[$0].map(S3PartReceipt.init(stored:)) }
@@ -189,15 +217,9 @@ public struct S3Backend: UploadBackend, RequestSigning {
             guard let receipt = receipts[$0] else { return true }
             return session.partChecksum == .crc32 && receipt.crc32 == nil
         }
-        guard unreceipted.isEmpty else {
-            // A part acknowledged without its ETag (or CRC-32) cannot be listed
-            // in the completion: send those again (their answers carry it).
-            let request = HTTPRequest(method: .get, url: session.objectURL(file, query: query + "&max-parts=1"))
-                return Exchange(request) { response throws(BackendError) in
-                guard response.status == 200 else { throw session.failure(response, operation) }
-                return .missing(unreceipted)
-            }
-        }
+        // A part acknowledged without its ETag (or CRC-32) cannot be listed
+        // in the completion: send those again (their answers carry it).
+        guard unreceipted.isEmpty else { return .answer(.missing(unreceipted)) }
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for (chunk, receipt) in receipts.compactMap({ $0 }).enumerated() {
             xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt.etag))</ETag>"
@@ -208,7 +230,7 @@ public struct S3Backend: UploadBackend, RequestSigning {
         var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(Array(xml.utf8)))
         request.headers.set("Content-Type", "application/xml")
         let url = session.s3URL(file)
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             guard response.status == 200 else {
                 switch response.s3Error?.code {
                 case "InvalidPart":
@@ -237,7 +259,7 @@ public struct S3Backend: UploadBackend, RequestSigning {
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         let session = Session(self, job)
         return job.files.compactMap { file in
-            guard let id = file.handles["uploadId"] else { return nil }
+            guard let id = file.handles[Self.uploadID] else { return nil }
             return HTTPRequest(
                 method: .delete, url: session.objectURL(file, query: "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"))
         }
@@ -255,14 +277,16 @@ public struct S3Backend: UploadBackend, RequestSigning {
 
     private func isMultipart(_ file: FileContext) -> Bool { file.chunkCount > 1 }
 
-    private func listParts(_ file: FileContext, _ session: Session, after marker: Int) -> Exchange<Reconciliation> {
-        let id = file.handles["uploadId"] ?? ""
+    private func listParts(
+        _ file: FileContext, _ session: Session, after marker: Int
+    ) throws(BackendError) -> Step<Reconciliation<PartMarker>> {
+        let id = try file.handles.require(Self.uploadID)
         var query = "max-parts=\(listPageSize)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         if marker > 0 { query += "&part-number-marker=\(marker)" }
         let request = HTTPRequest(method: .get, url: session.objectURL(file, query: query))
         let operation = "list the parts S3 holds of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
-            if response.s3Error?.code == "NoSuchUpload" { return .unknownUpload }
+        return .send(request) { response throws(BackendError) in
+            if response.s3Error?.code == "NoSuchUpload" { throw .uploadUnknown("\(operation): S3 no longer knows the upload") }
             guard response.status == 200 else { throw session.failure(response, operation) }
             // AWS names the root ListPartsResult; moto ListPartsResponse.
             guard let document = S3XML(response.body, recordNames: ["Part"]), document.root.hasPrefix("ListParts") else {
@@ -292,7 +316,7 @@ public struct S3Backend: UploadBackend, RequestSigning {
             if document.fields["IsTruncated"] == "true", let next = document.fields["NextPartNumberMarker"].flatMap(Int.init),
                 next > marker
             {
-                return .serverHasMore(chunks: chunks, receipts: receipts, cursor: String(next))
+                return .serverHasMore(chunks: chunks, receipts: receipts, next: PartMarker(after: next))
             }
             return .serverHas(chunks: chunks, receipts: receipts)
         }
@@ -338,14 +362,14 @@ public struct S3Backend: UploadBackend, RequestSigning {
         init(_ backend: S3Backend, _ job: JobContext) {
             let defaults = backend.makeJobHandles(for: job)
             let handles = job.handles
-            let base = handles["endpoint"] ?? defaults["endpoint"]!
-            let addressing = handles["addressing"].flatMap(S3Endpoint.Addressing.init(rawValue:)) ?? .path
-            let region = handles["region"] ?? defaults["region"]!
+            let base = handles[S3Backend.endpointKey] ?? defaults[S3Backend.endpointKey]!
+            let addressing = handles[S3Backend.addressingKey].flatMap(S3Endpoint.Addressing.init(rawValue:)) ?? .path
+            let region = handles[S3Backend.regionKey] ?? defaults[S3Backend.regionKey]!
             location =
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base, addressing: addressing)
             signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
-            partChecksum = handles[S3PartChecksum.handleName].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
+            partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
             // Over TLS the body is not hashed for the signature: the part's
             // checksum already guards it, and TLS the rest (as the AWS CLI does).
             signsPayload = !base.lowercased().hasPrefix("https:")
@@ -354,11 +378,16 @@ public struct S3Backend: UploadBackend, RequestSigning {
         }
 
         func objectURL(_ file: FileContext, query: String = "") -> String {
-            endpoint.url(bucket: location.bucket, key: file.handles["key"] ?? location.key(forFileNamed: file.relativePath), query: query)
+            endpoint.url(bucket: location.bucket, key: key(file), query: query)
         }
 
         func s3URL(_ file: FileContext) -> String {
-            "s3://\(location.bucket)/\(file.handles["key"] ?? location.key(forFileNamed: file.relativePath))"
+            "s3://\(location.bucket)/\(key(file))"
+        }
+
+        /// The key the upload was created for, or the file's (one PutObject).
+        func key(_ file: FileContext) -> String {
+            file.handles[S3Backend.objectKey] ?? location.key(forFileNamed: file.relativePath)
         }
 
         func sign(_ request: inout HTTPRequest) {

@@ -15,7 +15,7 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
 
     /// The job handle that keeps a job's choice, so a resumed job sends
     /// what its upload was created for.
-    static let handleName = "partChecksum"
+    static let handleKey = HandleKey("partChecksum")
 
     /// The headers that carry `chunk`'s checksum.
     func headers(for chunk: ChunkPayload) -> [(name: String, value: String)] {

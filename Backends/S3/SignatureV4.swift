@@ -22,11 +22,9 @@ public struct SignatureV4: Sendable {
         self.service = service
     }
 
-    /// The hex SHA-256 of `segments`, for `x-amz-content-sha256`.
+    /// The hex SHA-256 of `body`, for `x-amz-content-sha256`.
     public static func payloadHash(_ body: RequestBody) -> String {
-        var hash = SHA256()
-        for segment in body.segments { hash.update(data: segment) }
-        return Checksums.hex(Array(hash.finalize()))
+        Checksums.hex(body.sha256)
     }
 
     /// Signs `request` as of `date`: sets `Host`, `x-amz-date`,

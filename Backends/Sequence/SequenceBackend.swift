@@ -11,42 +11,44 @@ import Xfer
 /// client simply sends its first unacknowledged block; the server either
 /// replays its answer (the block was accepted) or names the block it wants
 /// with a 409, which becomes `.resync`.
-public struct SequenceBackend: UploadBackend {
+public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
     public let name = "sequence"
 
     public let traits = BackendTraits(
         defaultChunkSize: 1 << 20,
         defaultConcurrency: 4,
-        chunkOrder: .sequentialWithinFile,
+        // The protocol's `token` form field carries it.
+        authentication: .byBackend,
         emptyFileHasOneChunk: true)
 
     /// The handle the server's sequenceNo-0 answer provides. Secret: it is
     /// what lets anyone write into the upload.
-    public static let upTokenHandle = "upToken"
+    public static let upToken = HandleKey("upToken", secret: true)
 
     public init() {}
 
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
-        let request = makeRequest(job, file, fields: SequenceFields(sequenceNo: 0, upToken: "", crc: ""), block: [])
+    /// Blocks go one after another: the server accepts only the next sequenceNo.
+    public func chunkOrder(for job: JobContext) -> ChunkOrder { .sequentialWithinFile }
+
+    public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
+        let request = makeRequest(job, file, fields: SequenceFields(sequenceNo: 0, upToken: "", crc: ""), block: nil)
         let operation = "open the upload of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
             guard answer.code == SequenceAnswer.accepted else { throw answer.refusal(operation) }
             guard let token = answer.data["upToken"]?.stringValue, !token.isEmpty else {
                 throw .transient("\(operation): the answer has no upToken")
             }
-            var handles = ServerHandles()
-            handles.set(Self.upTokenHandle, token, secret: true)
-            return FileOpening(handles: handles)
+            return OpenedFile(handles: [Self.upToken: token])
         }
     }
 
-    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        let sequenceNo = chunk.index + 1
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        let sequenceNo = chunk.number
         let blockCount = file.chunkCount
         let fields = SequenceFields(
-            sequenceNo: sequenceNo, upToken: file.handles[Self.upTokenHandle] ?? "", crc: Self.crcField(chunk.crc32))
-        let request = makeRequest(job, file, fields: fields, block: chunk.bytes)
+            sequenceNo: sequenceNo, upToken: try file.handles.require(Self.upToken), crc: Self.crcField(chunk.crc32))
+        let request = makeRequest(job, file, fields: fields, block: chunk)
         let operation = "send block \(sequenceNo)/\(blockCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
@@ -111,7 +113,8 @@ public struct SequenceBackend: UploadBackend {
 
     // MARK: Building requests
 
-    private func makeRequest(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: [UInt8]) -> HTTPRequest {
+    /// The protocol's form; sequenceNo 0 carries an empty block.
+    private func makeRequest(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: ChunkPayload?) -> HTTPRequest {
         var form = MultipartForm()
         form.addField("sequenceNo", String(fields.sequenceNo))
         form.addField("blockSize", String(file.chunkSize))
@@ -120,7 +123,11 @@ public struct SequenceBackend: UploadBackend {
         form.addField("token", job.credentials.token ?? "")
         form.addField("upToken", fields.upToken)
         form.addField("crc", fields.crc)
-        form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", bytes: block)
+        if let block {
+            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", chunk: block)
+        } else {
+            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", bytes: [])
+        }
         var request = HTTPRequest(method: .post, url: job.url("/upload"), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         return request

@@ -14,17 +14,21 @@ import Xfer
 /// each file is one upload, PATCHed chunk after chunk at the server's
 /// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
 /// there, mid-chunk if need be. See Docs/protocols.md.
-public struct TusBackend: UploadBackend {
+public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobStarting, FileOpening, FileReconciling,
+    FileFinishing, UploadCancelling
+{
     public let name = "tus"
 
     public let traits = BackendTraits(
         defaultChunkSize: 8 << 20,
         defaultConcurrency: 4,
-        // Narrowed per job by `chunkOrder(for:)` once the server's extensions are known.
-        chunkOrder: .sequentialWithinFile,
+        authentication: .authorizationHeader,
         emptyFileHasOneChunk: false)
 
     static let version = "1.0.0"
+
+    /// A file's upload URL (absent when its chunks go as partial uploads).
+    public static let uploadURL = HandleKey("url")
 
     public init() {}
 
@@ -37,16 +41,17 @@ public struct TusBackend: UploadBackend {
         return target.trimmingCharacters(in: .whitespaces)
     }
 
-    public func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder {
+    /// In order within a file, unless the server offered what parallel
+    /// partial uploads need (decided by `startJob`, kept with the job).
+    public func chunkOrder(for job: JobContext) -> ChunkOrder {
         Features(job.handles).parallel ? .any : .sequentialWithinFile
     }
 
-    public func startJob(_ job: JobContext) -> Exchange<JobStart>? {
-        var request = HTTPRequest(method: .options, url: job.target)
-        addCredentials(&request, job)
+    public func startJob(_ job: JobContext) -> Step<JobStart> {
+        let request = HTTPRequest(method: .options, url: job.target)
         let sizes = job.files.map { ($0.name, $0.size) }
         let parallelWanted = job.concurrency > 1
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             let operation = "ask the tus server what it supports"
             if response.status == 404 || response.status == 405 {
                 // OPTIONS is optional for servers: assume core and creation only.
@@ -78,31 +83,35 @@ public struct TusBackend: UploadBackend {
 
     /// One upload of the whole file, unless chunks go as partial uploads
     /// (then only an empty file gets one here: there is nothing to concatenate).
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
-        if Features(job.handles).parallel, file.size > 0 { return nil }
+    public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
+        if Features(job.handles).parallel, file.size > 0 { return .skip }
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
         request.headers.set("Upload-Length", String(file.size))
         request.headers.set("Upload-Metadata", Self.metadata(file))
         let target = job.target
         let operation = "create the tus upload of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             guard response.status == 201 else { throw Self.failure(response, operation) }
             guard let location = Self.location(response, relativeTo: target) else {
                 throw .transient("\(operation): the answer has no Location")
             }
-            return FileOpening(handles: ServerHandles(["url": location]))
+            return OpenedFile(handles: [Self.uploadURL: location])
         }
     }
 
     /// `HEAD` on the upload: the server's `Upload-Offset` is where to go on.
-    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? {
-        guard let url = file.handles["url"] else { return nil }
+    /// (A file sent as partial uploads has no upload to ask about: a
+    /// resume trusts the state, and the concatenation names what is missing.)
+    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Step<Reconciliation<Never>> {
+        guard let url = file.handles[Self.uploadURL] else { return .skip }
         var request = HTTPRequest(method: .head, url: url)
         prepare(&request, job)
         let operation = "ask the tus server how much of \(file.name) it holds"
-        return Exchange(request) { response throws(BackendError) in
-            if [403, 404, 410].contains(response.status) { return .unknownUpload }  // expired or terminated
+        return .send(request) { response throws(BackendError) in
+            if [403, 404, 410].contains(response.status) {  // expired or terminated
+                throw .uploadUnknown("\(operation): the server no longer knows the upload (\(response.status))")
+            }
             guard response.isSuccess else { throw Self.failure(response, operation) }
             guard let offset = response.headers["Upload-Offset"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) else {
                 throw .transient("\(operation): the answer has no Upload-Offset")
@@ -110,27 +119,27 @@ public struct TusBackend: UploadBackend {
             if let length = response.headers["Upload-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
                 length != file.size
             {
-                return .unknownUpload  // another upload than this file's
+                throw .uploadUnknown("\(operation): the server's upload is \(length) bytes long, the file \(file.size)")
             }
             if offset == file.size { return .complete(url: url) }
             return .serverHasPrefix(bytes: offset)
         }
     }
 
-    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        Features(job.handles).parallel ? partialUpload(chunk, of: file, in: job) : patch(chunk, of: file, in: job)
+    public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        Features(job.handles).parallel ? partialUpload(chunk, of: file, in: job) : try patch(chunk, of: file, in: job)
     }
 
     /// A chunk as a partial upload created with its bytes; its URL is the receipt.
     private func partialUpload(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(segments: [chunk.bytes]))
+        var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(chunk: chunk))
         prepare(&request, job)
         request.headers.set("Upload-Concat", "partial")
         request.headers.set("Upload-Length", String(chunk.count))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let target = job.target
-        let operation = "send chunk \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 201 else { throw Self.failure(response, operation) }
             guard let location = Self.location(response, relativeTo: target) else {
@@ -145,14 +154,14 @@ public struct TusBackend: UploadBackend {
     }
 
     /// A chunk PATCHed at its offset into the file's upload.
-    private func patch(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        var request = HTTPRequest(method: .patch, url: file.handles["url"] ?? job.target, body: RequestBody(segments: [chunk.bytes]))
+    private func patch(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        var request = HTTPRequest(method: .patch, url: try file.handles.require(Self.uploadURL), body: RequestBody(chunk: chunk))
         prepare(&request, job)
         request.headers.set("Upload-Offset", String(chunk.offset))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let end = chunk.offset + Int64(chunk.count)
-        let operation = "send chunk \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
             let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
@@ -164,24 +173,20 @@ public struct TusBackend: UploadBackend {
     }
 
     /// Concatenates the partial uploads, or checks that the upload is whole.
-    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? {
-        if let url = file.handles["url"] { return confirm(url, file, job) }
+    public func finishFile(_ file: FileContext, in job: JobContext) -> Step<FileFinish> {
+        if let url = file.handles[Self.uploadURL] { return confirm(url, file, job) }
         let all = Array(0..<file.chunkCount)
         let missing = all.filter { file.receipts[$0] == nil }
-        guard missing.isEmpty else {
-            // A chunk acknowledged without its partial upload's URL cannot be
-            // concatenated: send it again (a harmless OPTIONS carries the answer).
-            var request = HTTPRequest(method: .options, url: job.target)
-            addCredentials(&request, job)
-            return Exchange(request) { _ throws(BackendError) in .missing(missing) }
-        }
+        // A chunk acknowledged without its partial upload's URL cannot be
+        // concatenated: send it again.
+        guard missing.isEmpty else { return .answer(.missing(missing)) }
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
         request.headers.set("Upload-Concat", "final;" + all.map { file.receipts[$0]! }.joined(separator: " "))
         request.headers.set("Upload-Metadata", Self.metadata(file))
         let target = job.target
         let operation = "concatenate the \(file.chunkCount) parts of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             switch response.status {
             case 201:
                 guard let location = Self.location(response, relativeTo: target) else {
@@ -197,12 +202,12 @@ public struct TusBackend: UploadBackend {
         }
     }
 
-    private func confirm(_ url: String, _ file: FileContext, _ job: JobContext) -> Exchange<FileFinish> {
+    private func confirm(_ url: String, _ file: FileContext, _ job: JobContext) -> Step<FileFinish> {
         var request = HTTPRequest(method: .head, url: url)
         prepare(&request, job)
         let plan = file.plan
         let operation = "check the tus upload of \(file.name)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             if [403, 404, 410].contains(response.status) { throw .uploadUnknown("\(operation): the server no longer knows it") }
             guard response.isSuccess else { throw Self.failure(response, operation) }
             let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? -1
@@ -217,7 +222,7 @@ public struct TusBackend: UploadBackend {
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         guard Features(job.handles).extensions.contains("termination") else { return [] }
         return job.files.compactMap { file in
-            guard let url = file.handles["url"] else { return nil }
+            guard let url = file.handles[Self.uploadURL] else { return nil }
             var request = HTTPRequest(method: .delete, url: url)
             prepare(&request, job)
             return request
@@ -228,34 +233,34 @@ public struct TusBackend: UploadBackend {
 
     /// What the server offered, kept in the job's handles.
     struct Features {
+        static let extensionsKey = HandleKey("tus.extensions")
+        static let checksumKey = HandleKey("tus.checksum")
+        static let modeKey = HandleKey("tus.mode")
+        static let maximumSizeKey = HandleKey("tus.maxSize")
+
         var extensions: Set<String>
         var checksum: String?
         /// Partial uploads created with their bytes, concatenated at the end.
         var parallel: Bool
 
         init(_ handles: ServerHandles) {
-            extensions = Set((handles["tus.extensions"] ?? "").split(separator: ",").map(String.init))
-            checksum = handles["tus.checksum"]
-            parallel = handles["tus.mode"] == "parallel"
+            extensions = Set((handles[Self.extensionsKey] ?? "").split(separator: ",").map(String.init))
+            checksum = handles[Self.checksumKey]
+            parallel = handles[Self.modeKey] == "parallel"
         }
 
         static func handles(extensions: [String], checksum: String?, maximumSize: Int64?, parallel: Bool) -> ServerHandles {
-            var handles = ServerHandles([
-                "tus.extensions": extensions.joined(separator: ","), "tus.mode": parallel ? "parallel" : "in order",
-            ])
-            if let checksum { handles.set("tus.checksum", checksum) }
-            if let maximumSize { handles.set("tus.maxSize", String(maximumSize)) }
+            var handles: ServerHandles = [
+                extensionsKey: extensions.joined(separator: ","), modeKey: parallel ? "parallel" : "in order",
+            ]
+            if let checksum { handles.set(checksumKey, checksum) }
+            if let maximumSize { handles.set(maximumSizeKey, String(maximumSize)) }
             return handles
         }
     }
 
     private func prepare(_ request: inout HTTPRequest, _ job: JobContext) {
         request.headers.set("Tus-Resumable", Self.version)
-        addCredentials(&request, job)
-    }
-
-    private func addCredentials(_ request: inout HTTPRequest, _ job: JobContext) {
-        if let token = job.credentials.token { request.headers.set("Authorization", "Bearer \(token)") }
     }
 
     private func addChecksum(_ request: inout HTTPRequest, _ chunk: ChunkPayload, _ job: JobContext) {

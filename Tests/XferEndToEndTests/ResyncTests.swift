@@ -7,23 +7,27 @@ import XferTestSupport
 /// A backend that reads one stored chunk's answer as `.outOfSync` — as tus
 /// does with a 409 after a PATCH whose answer was lost — and otherwise
 /// speaks patch. The engine must ask the server again and go on.
-private struct LosesOneAnswer: UploadBackend {
+private struct LosesOneAnswer: UploadBackend, FileOpening, FileReconciling, FileFinishing {
     let base = PatchBackend()
     let chunk: Int
     let lost = LockedFlag()
     var name: String { base.name }
     var traits: BackendTraits { base.traits }
 
-    func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? { base.openFile(file, in: job) }
-    func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? { base.reconcileFile(file, in: job) }
-    func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? { base.finishFile(file, in: job) }
-    func uploadChunk(_ payload: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
-        let exchange = base.uploadChunk(payload, of: file, in: job)
+    func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> { base.openFile(file, in: job) }
+    func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<Never>> {
+        try base.reconcileFile(file, in: job)
+    }
+    func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        try base.finishFile(file, in: job)
+    }
+    func uploadChunk(_ payload: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        let exchange = try base.uploadChunk(payload, of: file, in: job)
         guard payload.index == chunk else { return exchange }
         let lost = self.lost
         return Exchange(exchange.request) { response throws(BackendError) in
             let outcome = try exchange.interpret(response)
-            if lost.setOnce() { throw .outOfSync("the answer to chunk \(payload.index + 1) was lost") }
+            if lost.setOnce() { throw .outOfSync("the answer to chunk \(payload.number) was lost") }
             return outcome
         }
     }

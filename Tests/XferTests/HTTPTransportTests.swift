@@ -82,18 +82,12 @@ import Testing
 
         var generator = SplitMix64(seed: 42)
         let large = (0..<(3 << 20)).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-        let segments: [[UInt8]] = [
-            Array("--boundary\r\nContent-Type: application/octet-stream\r\n\r\n".utf8),
-            [],
-            large,
-            [0],
-            Array(repeating: 0xAB, count: 70_000),
-            Array("\r\n--boundary--\r\n".utf8),
-        ]
-        let expected = segments.flatMap { $0 }
-        let response = try await transport.send(HTTPRequest(
-            method: .patch, url: server.url("/mirror"), body: RequestBody(segments: segments)
-        ))
+        let before = Array("--boundary\r\nContent-Type: application/octet-stream\r\n\r\n".utf8)
+        let chunk = large + [0] + Array(repeating: 0xAB, count: 70_000)
+        let after = Array("\r\n--boundary--\r\n".utf8)
+        let expected = before + chunk + after
+        let body = RequestBody(chunk: ChunkPayload(index: 0, offset: 0, bytes: chunk), before: before, after: after)
+        let response = try await transport.send(HTTPRequest(method: .patch, url: server.url("/mirror"), body: body))
 
         #expect(response.status == 200)
         #expect(response.headers["X-Received-Length"] == String(expected.count))
@@ -533,7 +527,7 @@ import Testing
     }
 
     @Test func bodySeekingRewindsAcrossSegments() {
-        let request = HTTPRequest(method: .put, url: "http://h/", body: RequestBody(segments: [[1, 2], [], [3, 4, 5]]))
+        let request = HTTPRequest(method: .put, url: "http://h/", body: RequestBody(chunk: ChunkPayload(index: 0, offset: 0, bytes: []), before: [1, 2], after: [3, 4, 5]))
         let context = TransferContext(request: request, responseLimit: 0, bodyBytesSent: TransferByteCounter())
         var buffer = [UInt8](repeating: 0, count: 4)
         let firstRead = buffer.withUnsafeMutableBytes { context.readBody(into: $0) }

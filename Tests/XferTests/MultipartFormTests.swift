@@ -7,15 +7,21 @@ final class MultipartFormTests: XCTestCase {
         var form = MultipartForm(boundary: "B")
         form.addField("sequenceNo", "3")
         let chunk: [UInt8] = [0, 1, 2, 13, 10]
-        form.addFile("block", filename: "视频 \"01\"\r\nX-Evil: 1.mp4", contentType: "video/mp4", bytes: chunk)
+        form.addFile(
+            "block", filename: "视频 \"01\"\r\nX-Evil: 1.mp4", contentType: "video/mp4",
+            chunk: ChunkPayload(index: 2, offset: 10, bytes: chunk))
+        form.addField("after", "the chunk")
         let body = form.body
         XCTAssertEqual(form.contentType, "multipart/form-data; boundary=B")
-        XCTAssertTrue(body.segments.contains(chunk), "the chunk is one segment, not copied into a larger one")
+        XCTAssertEqual(body.chunk, RequestBody.ChunkReference(index: 2, offset: 10, length: chunk.count), "the body names the chunk")
+        XCTAssertEqual(body.segments.count, 3, "framing, the chunk, framing: the chunk is not copied into the framing")
+        XCTAssertEqual(body.segments[1], chunk)
         let text = String(decoding: body.segments.flatMap { $0 }, as: UTF8.self)
         XCTAssertTrue(text.hasPrefix("--B\r\nContent-Disposition: form-data; name=\"sequenceNo\"\r\n\r\n3\r\n"))
         XCTAssertTrue(text.contains("filename=\"视频 %2201%22%0D%0AX-Evil: 1.mp4\"\r\nContent-Type: video/mp4\r\n\r\n"))
         XCTAssertFalse(text.contains("\r\nX-Evil"), "a CR/LF in a name cannot start a header line")
-        XCTAssertTrue(text.hasSuffix("\r\n--B--\r\n"))
+        XCTAssertTrue(text.hasSuffix("\r\n--B\r\nContent-Disposition: form-data; name=\"after\"\r\n\r\nthe chunk\r\n--B--\r\n"), text)
+        XCTAssertEqual(body.count, text.utf8.count)
         XCTAssertEqual(MultipartForm.unescape(MultipartForm.escape("a\"b\r\nc")), "a\"b\r\nc")
     }
 

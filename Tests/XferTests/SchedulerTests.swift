@@ -19,7 +19,7 @@ final class SchedulerTests: XCTestCase {
 
     private func scheduler(
         files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
-        order: BackendTraits.ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0
+        order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0
     ) -> Scheduler {
         var record = JobRecord(
             id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
@@ -30,7 +30,8 @@ final class SchedulerTests: XCTestCase {
         counters.totalBytes = Int64(files) * size
         counters.doneBytes = doneBytes
         let traits = BackendTraits(
-            defaultChunkSize: 10, defaultConcurrency: concurrency, chunkOrder: order, emptyFileHasOneChunk: emptyFileHasOneChunk)
+            defaultChunkSize: 10, defaultConcurrency: concurrency, authentication: .authorizationHeader,
+            emptyFileHasOneChunk: emptyFileHasOneChunk)
         return Scheduler(
             record: record, counters: counters,
             configuration: Scheduler.Configuration(
@@ -250,7 +251,7 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(s.next(), .loadFile(0))
         _ = try s.apply(.loaded(file: 0, loaded(record)))
         XCTAssertEqual(s.next(), .reconcileFile(0))
-        let effects = try s.apply(.reconciled(file: 0, .unknownUpload))
+        let effects = try s.apply(.uploadUnknown(file: 0, work: .reconcileFile(0), message: "gone"))
         XCTAssertTrue(effects.changes.contains { if case .putFiles(_, let f) = $0 { return f[0].record.handles.isEmpty && !f[0].record.isOpen } else { return false } })
         XCTAssertEqual(s.next(), .openFile(0))
         _ = try s.apply(.opened(file: 0, { var r = record; r.handles = ServerHandles(["uploadId": "y"]); return r }()))

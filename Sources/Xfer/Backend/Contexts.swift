@@ -2,14 +2,18 @@ import XferPrimitives
 import Crypto
 import Foundation
 
-/// What the user supplied to authenticate. Backends decide where it goes
-/// (a header, a form field); the engine never shows it.
+/// What the user supplied to authenticate: one bearer token. The engine
+/// sends it as `Authorization: Bearer TOKEN` unless the backend places it
+/// itself (`BackendTraits.authentication`); it is never stored or shown.
 public struct Credentials: Sendable, Hashable {
-    /// The `--token` value, if any.
+    /// The token, if any.
     public var token: String?
 
     /// Credentials holding `token`, or none.
     public init(token: String? = nil) { self.token = token }
+
+    /// The `Authorization` header's value, or nil without a token.
+    public var authorization: String? { token.map { "Bearer \($0)" } }
 }
 
 /// A read-only view of a job, handed to every backend step.
@@ -151,6 +155,12 @@ public struct FileContext: Sendable {
     /// How many chunks the file has.
     public var chunkCount: Int { plan.count }
 
+    /// The 0-based indexes (`ChunkPayload.index`) of a wire's 1-based chunk
+    /// numbers (`ChunkPayload.number`); numbers outside the file are dropped.
+    public func chunkIndexes<Numbers: Sequence<Int>>(fromNumbers numbers: Numbers) -> [Int] {
+        numbers.compactMap { $0 >= 1 && $0 <= chunkCount ? $0 - 1 : nil }
+    }
+
     /// The extension of `name` without the dot, or "" when it has none.
     public var fileExtension: String {
         let ext = (name as NSString).pathExtension
@@ -166,8 +176,9 @@ public struct ChunkPayload: Sendable {
     /// when the server already holds the chunk's beginning
     /// (`Reconciliation.serverHasPrefix`).
     public let offset: Int64
-    /// The bytes. Put them in a `RequestBody` segment as they are: arrays
-    /// are copy-on-write, so the engine's buffer is shared, not copied.
+    /// The bytes, for a digest the protocol needs. Send them with
+    /// `RequestBody(chunk:)` or `MultipartForm.addFile(_:filename:chunk:)`,
+    /// which name the chunk rather than copy it.
     public let bytes: [UInt8]
 
     /// Creates a chunk (the engine makes these; tests of a backend may too).
@@ -179,6 +190,9 @@ public struct ChunkPayload: Sendable {
 
     /// The chunk's length in bytes.
     public var count: Int { bytes.count }
+
+    /// The 1-based chunk number most wires count in (`index + 1`).
+    public var number: Int { index + 1 }
 
     /// The inclusive byte range, as `Content-Range` wants it ("a-b").
     public var lastOffset: Int64 { offset + Int64(bytes.count) - 1 }

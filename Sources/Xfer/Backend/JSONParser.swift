@@ -123,74 +123,11 @@ struct JSONParser {
 
     /// A string literal, `offset` at its opening quote.
     private mutating func string() throws(Malformed) -> String {
-        offset += 1
-        let start = offset
-        // Most strings have no escape: taken whole from the bytes.
-        while offset < bytes.count {
-            let byte = bytes[offset]
-            if byte == UInt8(ascii: "\"") {
-                defer { offset += 1 }
-                return try validated(bytes[start..<offset])
-            }
-            if byte == UInt8(ascii: "\\") { break }
-            guard byte >= 0x20 else { throw fail("a control character in a string") }
-            offset += 1
+        do {
+            return try JSONStringLiteral.read(bytes, at: &offset)
+        } catch {
+            throw fail(error.description)
         }
-        var decoded = Array(bytes[start..<offset])
-        while offset < bytes.count {
-            let byte = bytes[offset]
-            offset += 1
-            switch byte {
-            case UInt8(ascii: "\""):
-                return try validated(decoded[...])
-            case UInt8(ascii: "\\"):
-                guard offset < bytes.count else { throw fail("unexpected end") }
-                let escape = bytes[offset]
-                offset += 1
-                switch escape {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escape)
-                case UInt8(ascii: "b"): decoded.append(0x08)
-                case UInt8(ascii: "f"): decoded.append(0x0C)
-                case UInt8(ascii: "n"): decoded.append(0x0A)
-                case UInt8(ascii: "r"): decoded.append(0x0D)
-                case UInt8(ascii: "t"): decoded.append(0x09)
-                case UInt8(ascii: "u"):
-                    var scalar = UInt32(try hex4())
-                    if (0xD800..<0xDC00).contains(scalar) {
-                        // A high surrogate must be followed by its low half.
-                        guard peek(UInt8(ascii: "\\")), peek(UInt8(ascii: "u")) else { throw fail("a lone surrogate") }
-                        let low = UInt32(try hex4())
-                        guard (0xDC00..<0xE000).contains(low) else { throw fail("a lone surrogate") }
-                        scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                    }
-                    guard let unicode = Unicode.Scalar(scalar) else { throw fail("a lone surrogate") }
-                    decoded.append(contentsOf: Array(String(Character(unicode)).utf8))
-                default:
-                    throw fail("an unknown escape")
-                }
-            default:
-                guard byte >= 0x20 else { throw fail("a control character in a string") }
-                decoded.append(byte)
-            }
-        }
-        throw fail("an unterminated string")
-    }
-
-    private mutating func hex4() throws(Malformed) -> UInt16 {
-        guard bytes.count - offset >= 4 else { throw fail("unexpected end") }
-        var value: UInt16 = 0
-        for _ in 0..<4 {
-            guard let digit = Hex.value(of: bytes[offset]) else { throw fail("a bad \\u escape") }
-            value = value << 4 | UInt16(digit)
-            offset += 1
-        }
-        return value
-    }
-
-    /// The UTF-8 `slice` as a string; invalid UTF-8 is malformed JSON.
-    private func validated(_ slice: ArraySlice<UInt8>) throws(Malformed) -> String {
-        guard let text = String(validating: slice, as: UTF8.self) else { throw fail("invalid UTF-8 in a string") }
-        return text
     }
 
     private func fail(_ problem: String) -> Malformed {

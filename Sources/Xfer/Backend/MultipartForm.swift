@@ -1,6 +1,6 @@
 /// A `multipart/form-data` body built around a chunk without copying it:
-/// text fields and part headers become small segments, the chunk's bytes are
-/// shared as one segment (arrays are copy-on-write).
+/// text fields and part headers become framing before and after the chunk,
+/// which the body only names (see `RequestBody`).
 ///
 /// Field names and file names are written the way browsers write them
 /// (the WHATWG HTML form encoding): UTF-8, with `"` as `%22`, CR as `%0D` and
@@ -9,7 +9,11 @@
 public struct MultipartForm: Sendable {
     /// The boundary between parts; never occurs in a chunk by chance (24 random characters).
     public let boundary: String
-    private var segments: [[UInt8]] = []
+    /// Everything before the chunk's bytes (all of the form while it has no chunk).
+    private var before: [UInt8] = []
+    /// Everything after them.
+    private var after: [UInt8] = []
+    private var chunk: ChunkPayload?
 
     /// `boundary` defaults to a random one; pass a fixed one in tests.
     public init(boundary: String? = nil) {
@@ -25,24 +29,43 @@ public struct MultipartForm: Sendable {
     public mutating func addField(_ name: String, _ value: String) {
         var header = "--\(boundary)\r\n"
         header += "Content-Disposition: form-data; name=\"\(Self.escape(name))\"\r\n\r\n"
-        segments.append(Array(header.utf8) + Array(value.utf8) + Array("\r\n".utf8))
+        append(Array(header.utf8) + Array(value.utf8) + Array("\r\n".utf8))
     }
 
-    /// Adds a file part holding `bytes`.
+    /// Adds a file part holding `chunk`'s bytes. A form carries at most one chunk.
+    public mutating func addFile(
+        _ name: String, filename: String, contentType: String = "application/octet-stream", chunk: ChunkPayload
+    ) {
+        precondition(self.chunk == nil, "a multipart form carries at most one chunk")
+        append(partHeader(name, filename: filename, contentType: contentType))
+        self.chunk = chunk
+        after = Array("\r\n".utf8)
+    }
+
+    /// Adds a file part holding `bytes` (copied into the form: for small
+    /// documents, not for a chunk).
     public mutating func addFile(
         _ name: String, filename: String, contentType: String = "application/octet-stream", bytes: [UInt8]
     ) {
-        var header = "--\(boundary)\r\n"
-        header += "Content-Disposition: form-data; name=\"\(Self.escape(name))\"; filename=\"\(Self.escape(filename))\"\r\n"
-        header += "Content-Type: \(Self.headerSafe(contentType))\r\n\r\n"
-        segments.append(Array(header.utf8))
-        segments.append(bytes)
-        segments.append(Array("\r\n".utf8))
+        append(partHeader(name, filename: filename, contentType: contentType) + bytes + Array("\r\n".utf8))
     }
 
     /// The finished body (adds the closing boundary).
     public var body: RequestBody {
-        RequestBody(segments: segments + [Array("--\(boundary)--\r\n".utf8)])
+        let closing = Array("--\(boundary)--\r\n".utf8)
+        guard let chunk else { return RequestBody(before + closing) }
+        return RequestBody(chunk: chunk, before: before, after: after + closing)
+    }
+
+    private mutating func append(_ bytes: [UInt8]) {
+        if chunk == nil { before += bytes } else { after += bytes }
+    }
+
+    private func partHeader(_ name: String, filename: String, contentType: String) -> [UInt8] {
+        var header = "--\(boundary)\r\n"
+        header += "Content-Disposition: form-data; name=\"\(Self.escape(name))\"; filename=\"\(Self.escape(filename))\"\r\n"
+        header += "Content-Type: \(Self.headerSafe(contentType))\r\n\r\n"
+        return Array(header.utf8)
     }
 
     /// Escapes a name for a quoted `Content-Disposition` parameter.

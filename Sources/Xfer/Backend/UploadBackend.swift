@@ -1,29 +1,42 @@
 /// Adapts the engine to one server's upload API.
 ///
 /// A backend performs no I/O. Each step describes a request and how to read
-/// its answer (an `Exchange`); the engine sends it, retries it, persists what
-/// it yields and decides what runs next. That keeps a backend small, testable
-/// without a network, and unable to break the engine's invariants:
+/// its answer (a `Step`); the engine sends it, retries it, persists what it
+/// yields and decides what runs next. That keeps a backend small, testable
+/// without a network (see the `XferBackendTesting` library), and unable to
+/// break the engine's invariants:
 ///
 /// - Handles a step returns (upload ids, tokens) are committed to the state
 ///   store before any request that could need them is sent.
 /// - A chunk is marked done only after `uploadChunk`'s exchange yields
 ///   `.stored`, i.e. after the server acknowledged it.
 ///
-/// The engine calls the steps in this order; every step but `uploadChunk` is
-/// optional (return nil when the protocol has no such call):
+/// This protocol is the whole of a minimal backend: a name, its traits and
+/// how to send one chunk. Everything else a protocol may have is a
+/// capability of its own, which a backend adopts by name (as tusd's
+/// extension interfaces and rclone's optional features): the engine
+/// discovers it, and a near-miss spelling of one of its methods does not
+/// compile instead of being silently never called.
 ///
-/// 1. `startJob` once per job (e.g. ask for ids for every file at once).
-/// 2. `openFile` once per file (e.g. create an upload, get a token).
-/// 3. `reconcileFile` on resume, for files opened by an earlier run (ask the
-///    server which chunks it holds).
-/// 4. `uploadChunk` for every chunk not yet done, `traits.concurrency` at a
-///    time, in order within a file when `traits.chunkOrder` says so.
-/// 5. `finishFile` once all of a file's chunks are done.
-/// 6. `finishJob` once every file is finished.
+/// | capability | what the engine does with it | without it |
+/// |---|---|---|
+/// | `TargetNormalizing` | checks and normalizes `--to` | an http(s) URL |
+/// | `JobHandleInventing` | handles made before the first request | none |
+/// | `ChunkSizing` | the chunk size for each file | the size asked for |
+/// | `ChunkOrdering` | whether a file's chunks may overlap | any order |
+/// | `JobStarting` | `startJob` once per job | no such call |
+/// | `FileOpening` | `openFile` once per file | no such call |
+/// | `FileReconciling` | asks the server on resume | the state store is trusted |
+/// | `FileFinishing` | `finishFile` after a file's chunks | the last chunk's answer completes it |
+/// | `JobFinishing` | `finishJob` after every file | no such call |
+/// | `UploadCancelling` | `xfer cancel` drops the upload | only local state is removed |
+/// | `RequestSigning` | signs each request last | not signed |
 ///
-/// Every step is called again for every attempt, so a backend can sign each
-/// request afresh; steps must therefore be pure functions of their inputs.
+/// The steps run in this order: `startJob`, then per file `openFile` (or,
+/// on resume, `reconcileFile` for a file an earlier run opened), `uploadChunk`
+/// for every chunk not yet done, `finishFile`; then `finishJob`. Every step
+/// is built again for every attempt, so it must be a pure function of its
+/// inputs; it may throw (e.g. `require` of a handle that is missing).
 public protocol UploadBackend: Sendable {
     /// The stable name stored with each job and used by the CLI's `--backend`.
     var name: String { get }
@@ -31,86 +44,110 @@ public protocol UploadBackend: Sendable {
     /// What this backend's protocol needs from the engine.
     var traits: BackendTraits { get }
 
-    /// The chunk order for this job, once `startJob` has run: lets a
-    /// protocol whose server declares its features (e.g. tus's
-    /// concatenation) send in parallel only where the server allows it.
-    func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder
-
-    /// The form of `--to` this backend's protocol addresses, normalized. The
-    /// default takes an http(s) URL of the server's root; a protocol with
-    /// its own addressing (e.g. `s3://BUCKET/PREFIX`) checks its own form.
-    /// The result is stored with the job and is part of its id.
-    func normalizedTarget(_ target: String) throws(BackendError) -> String
-
-    /// Handles the client invents before talking to the server (e.g. a
-    /// source id the server's answers are keyed by). Called once when the
-    /// job is created; committed with the job.
-    func makeJobHandles(for job: JobContext) -> ServerHandles
-
-    /// The chunk size to use for a file, given the size the user asked for.
-    /// Lets a protocol enforce its limits (e.g. S3's 10,000 parts).
-    func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int
-
-    /// Once per job, before any file is opened (e.g. ask for ids for every file at
-    /// once). Its handles are committed before any later step runs.
-    func startJob(_ job: JobContext) -> Exchange<JobStart>?
-    /// Once per file, before its first chunk (e.g. create an upload). Its
-    /// handles, and the chunk size the server chose, are committed before any chunk.
-    func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>?
-    /// On resume, for a file an earlier run opened: which chunks the server holds.
-    /// Its answer replaces the local record of done chunks. `file.receipts`
-    /// holds what earlier runs recorded for the chunks they stored.
-    func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>?
-    /// Asks for the next part of an answer `reconcileFile` gave in parts
-    /// (`.serverHasMore`, e.g. a paginated listing): `cursor` is what that
-    /// part named. The engine unites the parts before replacing anything.
-    func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>?
-    /// Sends one chunk. The chunk is marked done only once this exchange yields `.stored`.
-    func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome>
-    /// Once every chunk of a file is done (e.g. complete the upload, get its URL).
-    func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>?
-    /// Once every file is finished (e.g. a merge check over all files).
-    func finishJob(_ job: JobContext) -> Exchange<JobFinish>?
-
-    /// Requests that ask the server to drop what it holds for this job
-    /// (sent best-effort by cancel). Empty when the protocol has no such call.
-    func cancelRequests(for job: JobContext) -> [HTTPRequest]
+    /// Sends one chunk. The chunk is marked done only once this exchange
+    /// yields `.stored`.
+    func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome>
 }
 
-extension UploadBackend {
-    /// `traits.chunkOrder`, whatever the job.
-    public func chunkOrder(for job: JobContext) -> BackendTraits.ChunkOrder { traits.chunkOrder }
-    /// An http(s) URL with a host, without a trailing slash.
-    public func normalizedTarget(_ target: String) throws(BackendError) -> String {
-        try HTTPTarget.normalized(target)
-    }
-    /// No handles: most protocols let the server hand them out.
-    public func makeJobHandles(for job: JobContext) -> ServerHandles { ServerHandles() }
-    /// The size the user asked for.
-    public func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int { requested }
-    /// No job-level start call.
-    public func startJob(_ job: JobContext) -> Exchange<JobStart>? { nil }
-    /// No per-file open call.
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? { nil }
-    /// No way to ask the server what it holds: a resume trusts the state store.
-    public func reconcileFile(_ file: FileContext, in job: JobContext) -> Exchange<Reconciliation>? { nil }
-    /// Answers never come in parts.
-    public func continueReconciling(_ file: FileContext, in job: JobContext, from cursor: String) -> Exchange<Reconciliation>? {
-        nil
-    }
-    /// No per-file finish call (the URL then comes with a chunk's answer or `finishJob`).
-    public func finishFile(_ file: FileContext, in job: JobContext) -> Exchange<FileFinish>? { nil }
-    /// No job-level finish call.
-    public func finishJob(_ job: JobContext) -> Exchange<JobFinish>? { nil }
-    /// No call to drop an upload: cancelling only forgets the job locally.
-    public func cancelRequests(for job: JobContext) -> [HTTPRequest] { [] }
+// MARK: Capabilities
+
+/// A protocol with its own form of `--to` (e.g. `s3://BUCKET/PREFIX`).
+public protocol TargetNormalizing: UploadBackend {
+    /// `target` checked and normalized; stored with the job and part of its id.
+    func normalizedTarget(_ target: String) throws(BackendError) -> String
+}
+
+/// A protocol whose client invents handles before talking to the server
+/// (e.g. a source id the server's answers are keyed by).
+public protocol JobHandleInventing: UploadBackend {
+    /// Called once when the job is created; committed with the job.
+    func makeJobHandles(for job: JobContext) -> ServerHandles
+}
+
+/// A protocol with limits on the chunk size (e.g. S3's 10,000 parts).
+public protocol ChunkSizing: UploadBackend {
+    /// The chunk size to use for a file, given the size the user asked for.
+    func chunkSize(forFileOfSize size: Int64, requested: Int) -> Int
+}
+
+/// A protocol whose chunks of one file must not be in flight together, at
+/// least for some jobs (e.g. tus without concatenation).
+public protocol ChunkOrdering: UploadBackend {
+    /// The chunk order for this job, asked once `startJob` has run (so a
+    /// server's declared features can decide it).
+    func chunkOrder(for job: JobContext) -> ChunkOrder
+}
+
+/// A protocol with a call once per job, before any file is opened (e.g.
+/// ask for ids for every file at once).
+public protocol JobStarting: UploadBackend {
+    /// Its handles are committed before any later step runs.
+    func startJob(_ job: JobContext) throws(BackendError) -> Step<JobStart>
+}
+
+/// A protocol with a call once per file, before its first chunk (e.g.
+/// create an upload).
+public protocol FileOpening: UploadBackend {
+    /// Its handles, and the chunk size the server chose, are committed
+    /// before any chunk. `.skip` for a file that needs no opening.
+    func openFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<OpenedFile>
+}
+
+/// A protocol that can say which parts of a file the server holds.
+///
+/// Asked on resume for a file an earlier run opened, and again when a step
+/// threw `.outOfSync`. Its answer replaces the local record of done chunks;
+/// `file.receipts` holds what earlier runs recorded for the chunks they stored.
+/// A server that no longer knows the upload is `BackendError.uploadUnknown`,
+/// as in every other step.
+public protocol FileReconciling: UploadBackend {
+    /// What the next question of an answer in parts needs (e.g. a listing's
+    /// next page marker); `Never` when answers never come in parts.
+    associatedtype ReconcileCursor: Sendable = Never
+
+    /// The first question. `.skip` trusts the state store for this file.
+    func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<ReconcileCursor>>
+
+    /// The next question, after an answer `.serverHasMore(…, next: cursor)`.
+    /// The engine unites the parts before replacing anything.
+    func continueReconciling(
+        _ file: FileContext, in job: JobContext, from cursor: ReconcileCursor
+    ) throws(BackendError) -> Step<Reconciliation<ReconcileCursor>>
+}
+
+extension FileReconciling where ReconcileCursor == Never {
+    /// Answers never come in parts, so there is never a next question.
+    public func continueReconciling(
+        _ file: FileContext, in job: JobContext, from cursor: Never
+    ) throws(BackendError) -> Step<Reconciliation<Never>> {}
+}
+
+/// A protocol with a call once all of a file's chunks are done (e.g.
+/// complete the upload, get its URL).
+public protocol FileFinishing: UploadBackend {
+    /// `.skip` when this file needs none (its last chunk's answer carried the URL).
+    func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish>
+}
+
+/// A protocol with a call once every file is finished (e.g. a merge check
+/// over all files).
+public protocol JobFinishing: UploadBackend {
+    func finishJob(_ job: JobContext) throws(BackendError) -> Step<JobFinish>
+}
+
+/// A protocol with a call to drop what the server holds of an upload.
+public protocol UploadCancelling: UploadBackend {
+    /// The requests `xfer cancel` sends, best-effort (e.g. one per file
+    /// the job opened).
+    func cancelRequests(for job: JobContext) -> [HTTPRequest]
 }
 
 /// A backend whose requests carry a signature over their headers (e.g. AWS
 /// Signature V4).
 ///
 /// The engine builds every request in this order: the backend's step
-/// describes it unsigned, the engine adds the user's extra headers
+/// describes it unsigned, the engine adds the credentials' header (when
+/// `traits.authentication` says so) and the user's extra headers
 /// (`TransferOptions.extraHeaders`, the CLI's `--header`), then calls
 /// `sign(_:in:)` just before sending. The signature therefore covers every
 /// header that is sent (a server such as S3 rejects unsigned `x-amz-*`
@@ -121,10 +158,17 @@ public protocol RequestSigning: UploadBackend {
 }
 
 extension HTTPRequest {
-    /// `request` as the engine sends it: the extra headers added (a header
-    /// the backend set itself wins), then signed when the backend signs.
+    /// `request` as the engine sends it: the credentials' `Authorization`
+    /// header (when the backend leaves it to the engine) and the extra
+    /// headers added (a header the backend set itself wins), then signed
+    /// when the backend signs.
     package func prepared(adding extraHeaders: HTTPHeaders, for backend: any UploadBackend, in job: JobContext) -> HTTPRequest {
         var request = self
+        if backend.traits.authentication == .authorizationHeader, let value = job.credentials.authorization,
+            !request.headers.contains("Authorization")
+        {
+            request.headers.set("Authorization", value)
+        }
         for field in extraHeaders where !request.headers.contains(field.name) {
             request.headers.add(field.name, field.value)
         }
@@ -135,22 +179,53 @@ extension HTTPRequest {
     }
 }
 
+// MARK: Steps
+
+/// What a step asks of the engine: send a request, skip the step for this
+/// file or job, or take an answer the backend knows without asking.
+public enum Step<Outcome: Sendable>: Sendable {
+    /// Send this request and read its answer.
+    case send(Exchange<Outcome>)
+    /// This file (or job) has no such step, e.g. a file small enough for one
+    /// request needs no opening.
+    case skip
+    /// The outcome, known without a request (e.g. "send these chunks again"
+    /// when the state already says the server cannot have them).
+    case answer(Outcome)
+
+    /// Send `request` and read its answer with `interpret`.
+    public static func send(
+        _ request: HTTPRequest, interpret: @escaping @Sendable (HTTPResponse) throws(BackendError) -> Outcome
+    ) -> Step {
+        .send(Exchange(request, interpret: interpret))
+    }
+}
+
+/// The order chunks of one file may be sent in.
+public enum ChunkOrder: Sendable, Hashable {
+    /// Any order, many at once (files still share the job's concurrency).
+    case any
+    /// Strictly one after another within a file; files run in parallel.
+    case sequentialWithinFile
+}
+
 /// What a backend's protocol needs from the engine, declared up front.
 public struct BackendTraits: Sendable, Hashable {
-    /// Whether chunks of one file may be in flight together.
-    public enum ChunkOrder: Sendable, Hashable {
-        /// Any order, many at once (files still share the job's concurrency).
-        case any
-        /// Strictly one after another within a file; files run in parallel.
-        case sequentialWithinFile
+    /// Where the credentials (`JobContext.credentials`) go.
+    public enum Authentication: Sendable, Hashable {
+        /// The engine adds `Authorization: Bearer TOKEN` to every request
+        /// (cancellation included) when the user gave a token.
+        case authorizationHeader
+        /// The backend places them itself (a form field, a signature).
+        case byBackend
     }
 
     /// The chunk size when the user names none.
     public var defaultChunkSize: Int
     /// Requests in flight at once when the user names no number.
     public var defaultConcurrency: Int
-    /// Whether chunks of one file may be in flight together.
-    public var chunkOrder: ChunkOrder
+    /// Where the credentials go.
+    public var authentication: Authentication
     /// Whether a zero-byte file is sent as one empty chunk.
     public var emptyFileHasOneChunk: Bool
     /// Whole-file digests the backend needs in `FileContext.digests` before
@@ -170,11 +245,12 @@ public struct BackendTraits: Sendable, Hashable {
     /// no place for.
     public var filesFixedAtStart: Bool
 
-    /// Declares a backend's needs; only the defaults are required.
+    /// Declares a backend's needs: the defaults and where the credentials
+    /// go are required, the rest is what most protocols want.
     public init(
         defaultChunkSize: Int,
         defaultConcurrency: Int,
-        chunkOrder: ChunkOrder = .any,
+        authentication: Authentication,
         emptyFileHasOneChunk: Bool = false,
         digestsBeforeOpen: Set<DigestAlgorithm> = [],
         reportsWholeFileSHA256: Bool = false,
@@ -185,7 +261,7 @@ public struct BackendTraits: Sendable, Hashable {
         self.reportsWholeFileSHA256 = reportsWholeFileSHA256
         self.defaultChunkSize = defaultChunkSize
         self.defaultConcurrency = defaultConcurrency
-        self.chunkOrder = chunkOrder
+        self.authentication = authentication
         self.emptyFileHasOneChunk = emptyFileHasOneChunk
         self.digestsBeforeOpen = digestsBeforeOpen
         self.maximumFinishRounds = maximumFinishRounds
@@ -224,8 +300,9 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     /// fails with this message and keeps its state; `remedy` says what
     /// would help (nil: running it again resumes it).
     case rejected(String, remedy: XferError.Remedy? = nil)
-    /// The server no longer knows the upload this request belongs to. On
-    /// resume the engine opens the file afresh.
+    /// The server no longer knows the upload this request belongs to
+    /// (expired, aborted, or a handle it needs is not recorded). The engine
+    /// opens the file afresh, once per run.
     case uploadUnknown(String)
     /// The server holds another part of the file than this request assumed
     /// (e.g. tus's 409 on an `Upload-Offset` it does not have: an earlier
@@ -263,7 +340,7 @@ public struct JobStart: Sendable, Hashable {
 }
 
 /// The answer to `openFile`.
-public struct FileOpening: Sendable, Hashable {
+public struct OpenedFile: Sendable, Hashable {
     /// The file's handles (e.g. an upload id), committed before its first chunk.
     public var handles: ServerHandles
     /// The chunk size the server chose, when it differs from the one asked.
@@ -276,16 +353,18 @@ public struct FileOpening: Sendable, Hashable {
     }
 }
 
-/// The answer to `reconcileFile`: which chunks the server holds.
-public enum Reconciliation: Sendable, Hashable {
-    /// The server holds exactly these chunks (0-based); `receipts` carries
-    /// what it reports for them where the backend needs it later.
+/// The answer to `reconcileFile`: which parts of the file the server holds.
+/// Chunks are 0-based indexes (`ChunkPayload.index`); a wire that counts
+/// from 1 converts with `FileContext.chunkIndexes(fromNumbers:)`.
+public enum Reconciliation<Cursor: Sendable>: Sendable {
+    /// The server holds exactly these chunks; `receipts` carries what it
+    /// reports for them where the backend needs it later.
     case serverHas(chunks: Set<Int>, receipts: [Int: String] = [:])
-    /// The server holds at least these chunks; ask `continueReconciling`
-    /// with `cursor` for the rest (one page of a listing). `cursor` may also
-    /// name a different question, e.g. "list the parts" after "is the whole
-    /// object there already?".
-    case serverHasMore(chunks: Set<Int>, receipts: [Int: String] = [:], cursor: String)
+    /// The server holds at least these chunks; the engine asks
+    /// `continueReconciling(…, from: next)` for the rest (the next page of a
+    /// listing, or another question such as "list the parts" after "is the
+    /// whole object there already?").
+    case serverHasMore(chunks: Set<Int>, receipts: [Int: String] = [:], next: Cursor)
     /// The server holds exactly the file's first `bytes` bytes (protocols
     /// that track an offset, e.g. tus). Chunks wholly below it are done; a
     /// chunk it falls inside is sent from there on (its `ChunkPayload`
@@ -293,9 +372,10 @@ public enum Reconciliation: Sendable, Hashable {
     case serverHasPrefix(bytes: Int64)
     /// The file is already complete on the server at this URL.
     case complete(url: String)
-    /// The server does not know this upload any more; open the file again.
-    case unknownUpload
 }
+
+extension Reconciliation: Equatable where Cursor: Equatable {}
+extension Reconciliation: Hashable where Cursor: Hashable {}
 
 /// The answer to `uploadChunk`.
 public enum ChunkOutcome: Sendable, Hashable {
@@ -313,7 +393,7 @@ public enum FileFinish: Sendable, Hashable {
     /// The file is complete. When the server reports its SHA-256, the
     /// engine checks it against the local file.
     case completed(url: String, sha256: String? = nil)
-    /// The server lacks these chunks (0-based); they are sent again.
+    /// The server lacks these chunks (0-based indexes); they are sent again.
     case missing([Int])
 }
 

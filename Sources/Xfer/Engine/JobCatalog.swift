@@ -268,7 +268,7 @@ extension TransferEngine {
             notAsked = "the job is complete; its files stay on the server"
         } else if let backend = backends.first(where: { $0.name == record.backend }) {
             let context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
-            let cancelRequests = backend.cancelRequests(for: context)
+            let cancelRequests = backend.requestsToCancel(context)
             if cancelRequests.isEmpty {
                 notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
             }

@@ -55,7 +55,7 @@ final class JobRunner: Sendable {
             configuration: Scheduler.Configuration(
                 traits: backend.traits, concurrency: concurrency, chunkSize: chunkSize,
                 chunkOrder: { [options] record in
-                    backend.chunkOrder(for: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
+                    backend.chunkOrder(in: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
                 }))
         let worker = Worker(
             jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
@@ -254,7 +254,7 @@ final class JobRunner: Sendable {
                 return { await worker.finishFile(file, record: record, local: opened.local, hash: opened.hash, job: job) }
             case .chunk(_, let chunk):
                 let start = state.partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
-                let commits = !isLastChunk(state) || !completesInAStepAndReconciles(file, job: job)
+                let commits = !isLastChunk(state) || !backend.completesFilesAndReconciles
                 return {
                     await worker.uploadChunk(
                         chunk, of: file, record: record, local: opened.local, from: start, hash: opened.hash, job: job,
@@ -288,19 +288,6 @@ final class JobRunner: Sendable {
     /// The chunk just handed out is the file's last one missing.
     private func isLastChunk(_ state: Scheduler.FileState) -> Bool {
         state.inFlight.count == 1 && state.done.count == state.plan.count - 1
-    }
-
-    /// Whether the backend completes `file` in a step of its own and can be
-    /// asked what it holds of it. The acknowledgement of the file's last
-    /// chunk is then not committed alone: the completion's commit, moments
-    /// later, says every chunk is done, and a run killed in between asks the
-    /// server (which answers that it holds the chunk) instead of sending it
-    /// again. One transaction (and one fdatasync) fewer per small file.
-    ///
-    /// Asked by building the steps' requests: backends declare no such
-    /// capability yet.
-    private func completesInAStepAndReconciles(_ file: FileContext, job: JobContext) -> Bool {
-        backend.finishFile(file, in: job) != nil && backend.reconcileFile(file, in: job) != nil
     }
 
     static func fileContext(_ index: Int, _ state: Scheduler.FileState) -> FileContext {

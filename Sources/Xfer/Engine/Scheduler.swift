@@ -42,7 +42,9 @@ enum WorkResult: Sendable {
     case loadFailed(file: Int, record: FileRecord?, reason: String)
     /// Committed: the record with the server's handles.
     case opened(file: Int, FileRecord)
-    case reconciled(file: Int, Reconciliation?)
+    /// nil: the backend trusts the state store for this file. An answer
+    /// in parts arrives united, as `.serverHas`.
+    case reconciled(file: Int, Reconciliation<Never>?)
     /// Committed.
     case chunkStored(file: Int, chunk: Int, bytes: Int)
     /// Committed, with the file's URL.
@@ -124,7 +126,7 @@ struct Scheduler {
         /// that changed is cut anew).
         var chunkSize: @Sendable (Int64) -> Int
         /// The backend's chunk order once `startJob` has run.
-        var chunkOrder: @Sendable (JobRecord) -> BackendTraits.ChunkOrder
+        var chunkOrder: @Sendable (JobRecord) -> ChunkOrder
     }
 
     /// Reconciling again after `outOfSync` more often than this in one run fails the job.
@@ -134,7 +136,7 @@ struct Scheduler {
 
     let configuration: Configuration
     private(set) var record: JobRecord
-    private(set) var chunkOrder: BackendTraits.ChunkOrder
+    private(set) var chunkOrder: ChunkOrder
     private(set) var fileCount: Int
     /// Network work in flight (loading is not counted).
     private(set) var inFlight = 0
@@ -165,7 +167,8 @@ struct Scheduler {
         doneBytes = counters.doneBytes
         totalBytes = counters.totalBytes
         jobStart = record.isStarted ? .done : .needed
-        chunkOrder = record.isStarted ? configuration.chunkOrder(record) : configuration.traits.chunkOrder
+        // (Asked again once `startJob` has run: no chunk is sent before.)
+        chunkOrder = configuration.chunkOrder(record)
     }
 
     var traits: BackendTraits { configuration.traits }
@@ -495,7 +498,7 @@ struct Scheduler {
         enqueue(index)
     }
 
-    private mutating func reconcile(_ index: Int, _ reconciliation: Reconciliation?, effects: inout Effects) throws(XferError) {
+    private mutating func reconcile(_ index: Int, _ reconciliation: Reconciliation<Never>?, effects: inout Effects) throws(XferError) {
         guard var file = files[index] else { return }
         let plan = file.plan
         switch reconciliation {
@@ -535,10 +538,6 @@ struct Scheduler {
             files[index] = file
             setDone(index, done)
             effects.events.append(.reconciled(file: index, chunksOnServer: done.count, doneBytes: doneBytes))
-        case .unknownUpload?:
-            files[index] = file
-            try reopen(index, message: "the server no longer knows the upload of \(file.record.path)", effects: &effects)
-            return
         }
         enqueue(index)
     }

@@ -121,7 +121,7 @@ public final class TransferEngine: Sendable {
     ) async throws(XferError) -> TransferJob {
         guard !paths.isEmpty else { throw .invalidInput("no files to push") }
         let normalized: String
-        do { normalized = try backend.normalizedTarget(target) } catch { throw .invalidInput(error.description) }
+        do { normalized = try backend.target(normalizing: target) } catch { throw .invalidInput(error.description) }
         let target = normalized
         let traits = backend.traits
         try options.validate()
@@ -148,7 +148,7 @@ public final class TransferEngine: Sendable {
         }
 
         let chunkSize: @Sendable (Int64) -> Int = { size in
-            max(1, backend.chunkSize(forFileOfSize: size, requested: requestedChunkSize))
+            max(1, backend.chunkSize(for: size, requested: requestedChunkSize))
         }
         var record: JobRecord
         var resumed = false
@@ -171,7 +171,7 @@ public final class TransferEngine: Sendable {
             let context = JobContext(
                 id: id, target: target, handles: ServerHandles(), files: [], credentials: options.credentials,
                 concurrency: concurrency)
-            record.handles = backend.makeJobHandles(for: context)
+            record.handles = backend.inventedHandles(for: context)
             // The header first: a push killed while its files are being recorded
             // is a job whose re-run walks the tree again and records the rest.
             try await store.commit(.createJob(record, roots: roots))

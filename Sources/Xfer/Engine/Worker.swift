@@ -26,7 +26,10 @@ struct Worker: Sendable {
     /// records here, before the result is reported.
     func startJob(_ job: JobContext) async -> WorkResult {
         do {
-            let start = try await perform("start the upload", in: job, countBytes: false) { backend.startJob(job) }
+            guard let starting = backend as? any JobStarting else { return .started(nil) }
+            let start = try await perform("start the upload", in: job, countBytes: false) { () throws(BackendError) in
+                try starting.startJob(job)
+            }
             if let start, !start.fileHandles.isEmpty {
                 var changes: [StateChange] = []
                 for (index, handles) in start.fileHandles.sorted(by: { $0.key < $1.key }) {
@@ -54,8 +57,11 @@ struct Worker: Sendable {
             var file = file
             let algorithms = backend.traits.digestsBeforeOpen
             if !algorithms.isEmpty { file = file.with(digests: try local.digests(algorithms)) }
-            let opening = try await perform("open \(local.path) on the server", in: job, countBytes: false) {
-                backend.openFile(file, in: job)
+            var opening: OpenedFile?
+            if let opener = backend as? any FileOpening {
+                opening = try await perform("open \(local.path) on the server", in: job, countBytes: false) { () throws(BackendError) in
+                    try opener.openFile(file, in: job)
+                }
             }
             var opened = record
             if let opening {
@@ -86,33 +92,54 @@ struct Worker: Sendable {
 
     func reconcileFile(_ base: FileContext, job: JobContext) async -> WorkResult {
         let index = base.index
+        guard let reconciling = backend as? any FileReconciling else { return .reconciled(file: index, nil) }
         do {
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
-            var answer = try await perform("ask the server what it holds of \(file.path)", in: job, countBytes: false) {
-                backend.reconcileFile(file, in: job)
-            }
-            // An answer in parts: unite them, so the store is replaced once, with all of it.
-            var chunks = Set<Int>()
-            var found = [Int: String]()
-            var pages = 0
-            while case .serverHasMore(let more, let moreReceipts, let cursor)? = answer {
+            return .reconciled(file: index, try await reconcile(file, with: reconciling, job: job))
+        } catch {
+            return failure(.reconcileFile(index), file: index, error)
+        }
+    }
+
+    /// Asks `backend` what the server holds of `file`, following an answer
+    /// in parts to its end and uniting the parts, so the store is replaced
+    /// once, with all of it. Nil when the backend skips the question.
+    private func reconcile<Backend: FileReconciling>(
+        _ file: FileContext, with backend: Backend, job: JobContext
+    ) async throws(StepError) -> Reconciliation<Never>? {
+        var answer = try await perform("ask the server what it holds of \(file.path)", in: job, countBytes: false) {
+            () throws(BackendError) in try backend.reconcileFile(file, in: job)
+        }
+        var chunks = Set<Int>()
+        var found = [Int: String]()
+        var pages = 0
+        while true {
+            switch answer {
+            case nil:
+                return nil
+            case .serverHas(let last, let lastReceipts)?:
+                return .serverHas(chunks: chunks.union(last), receipts: found.merging(lastReceipts) { $1 })
+            case .serverHasPrefix(let bytes)?:
+                return .serverHasPrefix(bytes: bytes)
+            case .complete(let url)?:
+                return .complete(url: url)
+            case .serverHasMore(let more, let moreReceipts, let next)?:
                 pages += 1
                 guard pages < Self.maximumReconcilePages else {
-                    throw StepError.failed(.transferFailed("the server's list of what it holds of \(file.path) never ends"))
+                    throw .failed(.transferFailed("the server's list of what it holds of \(file.path) never ends"))
                 }
                 chunks.formUnion(more)
                 found.merge(moreReceipts) { $1 }
                 answer = try await perform("ask the server what else it holds of \(file.path)", in: job, countBytes: false) {
-                    backend.continueReconciling(file, in: job, from: cursor)
+                    () throws(BackendError) in try backend.continueReconciling(file, in: job, from: next)
                 }
-                if answer == nil { answer = .serverHas(chunks: [], receipts: [:]) }
+                guard answer != nil else {
+                    // Skipping the rest of an answer in parts would cut the listing short.
+                    throw .failed(
+                        .transferFailed(
+                            "the backend '\(backend.name)' skipped the rest of the server's answer about \(file.path) (a bug in the backend)"))
+                }
             }
-            if pages > 0, case .serverHas(let last, let lastReceipts)? = answer {
-                answer = .serverHas(chunks: chunks.union(last), receipts: found.merging(lastReceipts) { $1 })
-            }
-            return .reconciled(file: index, answer)
-        } catch {
-            return failure(.reconcileFile(index), file: index, error)
         }
     }
 
@@ -120,7 +147,7 @@ struct Worker: Sendable {
     /// The acknowledgement (and a URL or receipt the answer carries) is
     /// committed before the result is reported; without
     /// `commitsAcknowledgement` a bare acknowledgement is left to the
-    /// file's completion (see `JobRunner.completesInAStepAndReconciles`).
+    /// file's completion (see `UploadBackend.completesFilesAndReconciles`).
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, local: LocalFile, from start: Int64? = nil,
         hash: StreamingFileHash?, job: JobContext, commitsAcknowledgement: Bool = true
@@ -137,8 +164,8 @@ struct Worker: Sendable {
             let payload = ChunkPayload(index: chunk, offset: offset, bytes: bytes)
             let exchanged = try await perform(
                 "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true
-            ) {
-                backend.uploadChunk(payload, of: file, in: job)
+            ) { () throws(BackendError) in
+                .send(try backend.uploadChunk(payload, of: file, in: job))
             }
             guard let outcome = exchanged else { return .failed(work, .transferFailed("no chunk request")) }
             switch outcome {
@@ -174,8 +201,11 @@ struct Worker: Sendable {
         do {
             try checkUnchanged(local, recorded: record.identity)
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
-            let finish = try await perform("complete \(file.name) on the server", in: job, countBytes: false) {
-                backend.finishFile(file, in: job)
+            var finish: FileFinish?
+            if let finishing = backend as? any FileFinishing {
+                finish = try await perform("complete \(file.name) on the server", in: job, countBytes: false) { () throws(BackendError) in
+                    try finishing.finishFile(file, in: job)
+                }
             }
             if case .completed(let url, let reported) = finish {
                 if let reported {
@@ -201,7 +231,12 @@ struct Worker: Sendable {
     /// resets of a rollback, are committed before the result is reported.
     func finishJob(_ job: JobContext, traits: BackendTraits) async -> WorkResult {
         do {
-            let finish = try await perform("complete the upload", in: job, countBytes: false) { backend.finishJob(job) }
+            var finish: JobFinish?
+            if let finishing = backend as? any JobFinishing {
+                finish = try await perform("complete the upload", in: job, countBytes: false) { () throws(BackendError) in
+                    try finishing.finishJob(job)
+                }
+            }
             var changes: [StateChange] = []
             var rolledBack: [RolledBackFile] = []
             switch finish {
@@ -234,46 +269,48 @@ struct Worker: Sendable {
 
     // MARK: Sending with retries
 
-    /// Sends the exchange `make` builds (nil: the protocol has no such step),
-    /// retrying transient failures with backoff. `make` runs again for every
-    /// attempt so each request can be built (and signed) afresh; the extra
-    /// headers go in before a signing backend signs it.
+    /// Takes the step `make` builds: sends its request, retrying transient
+    /// failures with backoff, or returns its answer (nil when the backend
+    /// skips the step). `make` runs again for every attempt so each request
+    /// can be built (and signed) afresh; the credentials and extra headers
+    /// go in before a signing backend signs it.
     private func perform<T: Sendable>(
-        _ operation: String, in job: JobContext, countBytes: Bool, _ make: () -> Exchange<T>?
+        _ operation: String, in job: JobContext, countBytes: Bool, _ make: () throws(BackendError) -> Step<T>
     ) async throws(StepError) -> T? {
         var attempt = 0
         while true {
             attempt += 1
             if Task.isCancelled { throw .failed(.interrupted) }
-            guard var exchange = make() else { return nil }
-            exchange.request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
-            if countBytes {
-                let size = Int64(exchange.request.body.count)
-                bytesSent.withLock { $0 += size }
-            }
             let reason: String
             var retryAfter: Duration?
             do {
-                let response = try await transport.send(exchange.request)
-                do {
-                    return try exchange.interpret(response)
-                } catch {
-                    switch error {
-                    case .transient(let message, let after):
-                        reason = message
-                        retryAfter = after
-                    case .rejected(let message, let remedy):
-                        throw StepError.failed(.transferFailed(message, remedy: remedy ?? .runAgain))
-                    case .mismatch(let message, let remedy):
-                        throw StepError.failed(.verificationFailed(message, remedy: remedy))
-                    case .uploadUnknown(let message):
-                        throw StepError.uploadUnknown(message)
-                    case .outOfSync(let message):
-                        throw StepError.outOfSync(message)
-                    }
+                let exchange: Exchange<T>
+                switch try make() {
+                case .skip: return nil
+                case .answer(let outcome): return outcome
+                case .send(let made): exchange = made
                 }
-            } catch let error as StepError {
-                throw error
+                let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
+                if countBytes {
+                    let size = Int64(request.body.count)
+                    bytesSent.withLock { $0 += size }
+                }
+                let response = try await transport.send(request)
+                return try exchange.interpret(response)
+            } catch let error as BackendError {
+                switch error {
+                case .transient(let message, let after):
+                    reason = message
+                    retryAfter = after
+                case .rejected(let message, let remedy):
+                    throw .failed(.transferFailed(message, remedy: remedy ?? .runAgain))
+                case .mismatch(let message, let remedy):
+                    throw .failed(.verificationFailed(message, remedy: remedy))
+                case .uploadUnknown(let message):
+                    throw .uploadUnknown(message)
+                case .outOfSync(let message):
+                    throw .outOfSync(message)
+                }
             } catch let error as TransportError {
                 if error == .cancelled || Task.isCancelled { throw .failed(.interrupted) }
                 guard error.isRetryable else { throw .failed(.transferFailed("\(operation): \(error)")) }

@@ -1,3 +1,5 @@
+import Crypto
+
 /// The HTTP values a backend deals in. A backend never performs I/O: it
 /// describes an `HTTPRequest` and interprets an `HTTPResponse`; the engine
 /// sends one and hands back the other.
@@ -88,33 +90,78 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
     public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
 }
 
-/// A request body as a list of byte segments sent back to back.
+/// A request body, described rather than held: bytes, or one chunk of the
+/// file being pushed with optional framing before and after it (a multipart
+/// form's part headers and closing boundary).
 ///
-/// Segments let a backend wrap a chunk's bytes in a multipart envelope
-/// without copying them: arrays are copy-on-write, so putting
-/// `chunk.bytes` in a segment shares the engine's buffer.
+/// A backend names the chunk (`RequestBody(chunk:)`) instead of copying its
+/// bytes, so how they reach the wire is the engine's business: today from
+/// the buffer the engine read, shared (arrays are copy-on-write); the type
+/// is ready for the engine to stream them from the file instead.
 public struct RequestBody: Sendable, Hashable {
-    /// The segments, sent back to back.
-    public var segments: [[UInt8]]
+    /// Bytes sent before the content (e.g. a form's fields and part header).
+    public private(set) var framingBefore: [UInt8]
+    /// Bytes sent after the content (e.g. a form's closing boundary).
+    public private(set) var framingAfter: [UInt8]
+    /// The content: bytes the backend built, or the chunk's bytes.
+    private var content: [UInt8]
+    /// The chunk the content is, when it is one (its index and offset).
+    public private(set) var chunk: ChunkReference?
 
-    /// A body of these segments.
-    public init(segments: [[UInt8]] = []) { self.segments = segments }
-    /// A body of one segment.
-    public init(_ bytes: [UInt8]) { self.segments = [bytes] }
+    /// Which chunk a body carries: enough for the engine to find its bytes.
+    public struct ChunkReference: Sendable, Hashable {
+        /// The chunk's 0-based index in the file.
+        public var index: Int
+        /// The byte offset the body's content starts at in the file.
+        public var offset: Int64
+        /// The content's length in bytes.
+        public var length: Int
+    }
+
+    /// A body of these bytes.
+    public init(_ bytes: [UInt8]) {
+        framingBefore = []
+        content = bytes
+        framingAfter = []
+        chunk = nil
+    }
+
+    /// A body carrying `chunk`'s bytes, with `before` and `after` around them.
+    public init(chunk: ChunkPayload, before: [UInt8] = [], after: [UInt8] = []) {
+        framingBefore = before
+        content = chunk.bytes
+        framingAfter = after
+        self.chunk = ChunkReference(index: chunk.index, offset: chunk.offset, length: chunk.count)
+    }
 
     /// No body.
-    public static let empty = RequestBody()
+    public static let empty = RequestBody([])
 
     /// Total length in bytes.
-    public var count: Int { segments.reduce(0) { $0 + $1.count } }
+    public var count: Int { framingBefore.count + content.count + framingAfter.count }
     /// Whether the body has no bytes.
-    public var isEmpty: Bool { segments.allSatisfy(\.isEmpty) }
+    public var isEmpty: Bool { count == 0 }
+
+    /// The SHA-256 of the whole body (32 bytes), e.g. for a signature over
+    /// the payload.
+    public var sha256: [UInt8] {
+        var hash = SHA256()
+        for segment in segments { hash.update(data: segment) }
+        return Array(hash.finalize())
+    }
+
+    /// The body's bytes as the engine sends them, in order (the transport
+    /// and tests read them; backends describe, they do not read).
+    package var segments: [[UInt8]] {
+        if framingBefore.isEmpty, framingAfter.isEmpty { return [content] }
+        return [framingBefore, content, framingAfter]
+    }
 }
 
 /// A request as a backend describes it.
 ///
-/// `url` is absolute. Backends usually build it with `target.appending(path:)`
-/// from the job's target URL.
+/// `url` is absolute. Backends usually build it with `job.url("/path")`,
+/// which joins a path to the job's target.
 public struct HTTPRequest: Sendable, Hashable {
     /// The method.
     public var method: HTTPMethod
@@ -122,7 +169,7 @@ public struct HTTPRequest: Sendable, Hashable {
     public var url: String
     /// Header fields; the engine adds the user's `--header` fields the backend did not set.
     public var headers: HTTPHeaders
-    /// The body, streamed from its segments.
+    /// The body.
     public var body: RequestBody
 
     /// A request.

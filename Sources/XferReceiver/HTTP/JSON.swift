@@ -146,56 +146,9 @@ struct FlatJSONObject {
             index += 1
             return true
         }
-        func hex4() -> UInt32? {
-            guard index + 4 <= bytes.count else { return nil }
-            var value: UInt32 = 0
-            for _ in 0..<4 {
-                guard let digit = Hex.value(of: bytes[index]) else { return nil }
-                value = value << 4 | UInt32(digit)
-                index += 1
-            }
-            return value
-        }
         func string() -> String? {
-            guard take(UInt8(ascii: "\"")) else { return nil }
-            var out: [UInt8] = []
-            while index < bytes.count {
-                let byte = bytes[index]
-                index += 1
-                switch byte {
-                case UInt8(ascii: "\""):
-                    return String(validating: out, as: UTF8.self)
-                case UInt8(ascii: "\\"):
-                    guard index < bytes.count else { return nil }
-                    let escaped = bytes[index]
-                    index += 1
-                    switch escaped {
-                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
-                    case UInt8(ascii: "b"): out.append(0x08)
-                    case UInt8(ascii: "f"): out.append(0x0C)
-                    case UInt8(ascii: "n"): out.append(0x0A)
-                    case UInt8(ascii: "r"): out.append(0x0D)
-                    case UInt8(ascii: "t"): out.append(0x09)
-                    case UInt8(ascii: "u"):
-                        guard var scalar = hex4() else { return nil }
-                        if (0xD800..<0xDC00).contains(scalar) {
-                            guard take(UInt8(ascii: "\\")), take(UInt8(ascii: "u")), let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
-                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                        } else if (0xDC00..<0xE000).contains(scalar) {
-                            return nil
-                        }
-                        guard let unicode = Unicode.Scalar(scalar) else { return nil }
-                        out.append(contentsOf: String(Character(unicode)).utf8)
-                    default:
-                        return nil
-                    }
-                case 0..<0x20:
-                    return nil
-                default:
-                    out.append(byte)
-                }
-            }
-            return nil
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+            return try? JSONStringLiteral.read(bytes, at: &index)
         }
         func integer() -> Int? {
             let negative = take(UInt8(ascii: "-"))

@@ -18,9 +18,10 @@ import Xfer
 ///
 /// Every request carries the header `api_version: v1`, as in the write-up.
 /// The protocol has no call to ask which chunks the server holds, nor one
-/// to drop an upload: a resumed job re-sends what the state store does not
-/// call done, and cancelling only forgets the job locally.
-public struct CWBackend: UploadBackend {
+/// to drop an upload, so the backend adopts only `FileOpening`: a resumed
+/// job re-sends what the state store does not call done, and cancelling
+/// only forgets the job locally.
+public struct CWBackend: UploadBackend, FileOpening {
     /// Stored with each job; resuming a job needs a backend of this name.
     public let name = "cw"
 
@@ -28,7 +29,8 @@ public struct CWBackend: UploadBackend {
     public let traits = BackendTraits(
         defaultChunkSize: 1 << 20,
         defaultConcurrency: 3,
-        chunkOrder: .any,
+        // The engine sends `--token` as `Authorization: Bearer …`.
+        authentication: .authorizationHeader,
         // `chunks` must be at least 1, so an empty file is one empty chunk.
         emptyFileHasOneChunk: true,
         // `saveName` is the whole file's MD5, needed by the first request.
@@ -48,7 +50,7 @@ public struct CWBackend: UploadBackend {
 
     /// `checkFileChunk`: registers the file and keeps the parameters the
     /// server hands out, to echo them with every chunk.
-    public func openFile(_ file: FileContext, in job: JobContext) -> Exchange<FileOpening>? {
+    public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         let fields = [
             ("bizId", bizID),
             ("fileName", file.name),
@@ -56,10 +58,10 @@ public struct CWBackend: UploadBackend {
             ("chunks", String(file.chunkCount)),
         ]
         var request = HTTPRequest(
-            method: .post, url: job.url("/upload/checkFileChunk"), headers: headers(job), body: .form(fields))
+            method: .post, url: job.url("/upload/checkFileChunk"), headers: Self.headers, body: .form(fields))
         request.headers.set("Content-Type", "application/x-www-form-urlencoded")
         let operation = "register \(file.name) with the server (checkFileChunk)"
-        return Exchange(request) { response throws(BackendError) in
+        return .send(request) { response throws(BackendError) in
             let data = try Self.data(of: response, for: operation)
             // The engine commits these before the first chunk is sent, so a
             // client killed at any moment still echoes the right parameters.
@@ -69,9 +71,9 @@ public struct CWBackend: UploadBackend {
                 guard let text = value.stringValue else {
                     throw .mismatch("\(operation): parameter '\(key)' is not a plain value")
                 }
-                handles.set(Self.parameterPrefix + key, text, secret: Self.looksSecret(key))
+                handles.set(HandleKey(Self.parameterPrefix + key, secret: Self.looksSecret(key)), text)
             }
-            return FileOpening(handles: handles)
+            return OpenedFile(handles: handles)
         }
     }
 
@@ -81,12 +83,12 @@ public struct CWBackend: UploadBackend {
         for (key, value) in Self.parameters(in: file.handles) where key != "chunk" {
             form.addField(key, value)
         }
-        form.addField("chunk", String(chunk.index + 1))
-        // The chunk's bytes are shared with the engine's buffer, not copied.
-        form.addFile("file", filename: file.name, bytes: chunk.bytes)
-        var request = HTTPRequest(method: .post, url: job.url("/upload/file"), headers: headers(job), body: form.body)
+        form.addField("chunk", String(chunk.number))
+        // The form names the chunk; the engine supplies its bytes.
+        form.addFile("file", filename: file.name, chunk: chunk)
+        var request = HTTPRequest(method: .post, url: job.url("/upload/file"), headers: Self.headers, body: form.body)
         request.headers.set("Content-Type", form.contentType)
-        let operation = "send chunk \(chunk.index + 1)/\(file.chunkCount) of \(file.name)"
+        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             if response.status == 404 {
                 // The server forgot the upload: the engine registers the file afresh.
@@ -131,9 +133,5 @@ public struct CWBackend: UploadBackend {
         return ["token", "secret", "sign", "password"].contains { lowered.contains($0) }
     }
 
-    private func headers(_ job: JobContext) -> HTTPHeaders {
-        var headers: HTTPHeaders = ["api_version": "v1"]
-        if let token = job.credentials.token { headers.set("Authorization", "Bearer \(token)") }
-        return headers
-    }
+    private static let headers: HTTPHeaders = ["api_version": "v1"]
 }

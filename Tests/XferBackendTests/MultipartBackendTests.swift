@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
-
-@testable import Xfer
+import Xfer
+import XferBackendTesting
 @testable import XferMultipart
 
 /// The multipart backend is sans-IO: these tests check the requests it
@@ -21,41 +21,36 @@ final class MultipartBackendTests: XCTestCase {
     ) -> JobContext {
         let files = specs.enumerated().map { index, spec in
             var handles = ServerHandles()
-            if let fileIds, index < fileIds.count { handles.set(MultipartBackend.Handle.fileID, fileIds[index]) }
-            return FileContext(
-                index: index, path: "/tmp/\(spec.name)", name: spec.name, size: spec.size,
-                plan: ChunkPlan(fileSize: spec.size, chunkSize: spec.chunkSize, emptyFileHasOneChunk: true), handles: handles)
+            if let fileIds, index < fileIds.count { handles.set(MultipartBackend.fileID, fileIds[index]) }
+            return BackendTesting.file(
+                index: index, name: spec.name, size: spec.size, chunkSize: spec.chunkSize,
+                emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk, handles: handles)
         }
-        var handles = ServerHandles()
-        handles.set(MultipartBackend.Handle.sourceID, "src-1")
-        return JobContext(
-            id: JobID(rawValue: "0123456789abcdef"), target: "http://127.0.0.1:9", handles: handles, files: files,
-            credentials: Credentials(token: token))
+        return BackendTesting.job(handles: [MultipartBackend.sourceID: "src-1"], files: files, token: token)
     }
 
     private func answer(_ json: String, status: Int = 200) -> HTTPResponse {
-        HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: Array(json.utf8))
+        .json(status, json)
     }
 
-    private func bodyText(_ request: HTTPRequest) -> String {
-        String(decoding: request.body.segments.flatMap { $0 }, as: UTF8.self)
-    }
+    /// How a step or an exchange reads an answer (`step.outcome(for:)`, `exchange.interpret`).
+    private typealias Reading<T> = (HTTPResponse) throws -> T
 
-    private func assertRejected<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, containing text: String, line: UInt = #line) {
-        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+    private func assertRejected<T>(_ read: Reading<T>, _ response: HTTPResponse, containing text: String, line: UInt = #line) {
+        XCTAssertThrowsError(try read(response), line: line) { error in
             guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)", line: line) }
             XCTAssertTrue(message.contains(text), message, line: line)
         }
     }
 
-    private func assertMismatch<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, line: UInt = #line) {
-        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+    private func assertMismatch<T>(_ read: Reading<T>, _ response: HTTPResponse, line: UInt = #line) {
+        XCTAssertThrowsError(try read(response), line: line) { error in
             guard case BackendError.mismatch = error else { return XCTFail("\(error)", line: line) }
         }
     }
 
-    private func assertTransient<T>(_ exchange: Exchange<T>, _ response: HTTPResponse, line: UInt = #line) {
-        XCTAssertThrowsError(try exchange.interpret(response), line: line) { error in
+    private func assertTransient<T>(_ read: Reading<T>, _ response: HTTPResponse, line: UInt = #line) {
+        XCTAssertThrowsError(try read(response), line: line) { error in
             guard case BackendError.transient = error else { return XCTFail("\(error)", line: line) }
         }
     }
@@ -66,17 +61,19 @@ final class MultipartBackendTests: XCTestCase {
         XCTAssertEqual(backend.name, "multipart")
         XCTAssertEqual(backend.traits.defaultChunkSize, 512 * 1024)
         XCTAssertEqual(backend.traits.defaultConcurrency, 4)
-        XCTAssertEqual(backend.traits.chunkOrder, .any)
         XCTAssertTrue(backend.traits.emptyFileHasOneChunk)
         XCTAssertEqual(backend.traits.maximumFinishRounds, 3)
-        XCTAssertNil(backend.openFile(job().files[0], in: job()))
-        XCTAssertNil(backend.reconcileFile(job().files[0], in: job()))
-        XCTAssertNil(backend.finishFile(job().files[0], in: job()))
+        // Fragments in any order (no ChunkOrdering), and no per-file open, reconcile or finish call.
+        let erased: any UploadBackend = backend
+        XCTAssertFalse(erased is any ChunkOrdering)
+        XCTAssertFalse(erased is any FileOpening)
+        XCTAssertFalse(erased is any FileReconciling)
+        XCTAssertFalse(erased is any FileFinishing)
     }
 
     func testEveryJobGetsItsOwnSourceId() {
-        let first = backend.makeJobHandles(for: job())[MultipartBackend.Handle.sourceID]
-        let second = backend.makeJobHandles(for: job())[MultipartBackend.Handle.sourceID]
+        let first = backend.makeJobHandles(for: job())[MultipartBackend.sourceID]
+        let second = backend.makeJobHandles(for: job())[MultipartBackend.sourceID]
         XCTAssertEqual(first?.count, 32)
         XCTAssertTrue(first?.allSatisfy(\.isHexDigit) ?? false, first ?? "nil")
         XCTAssertNotEqual(first, second)
@@ -86,24 +83,24 @@ final class MultipartBackendTests: XCTestCase {
 
     func testPreloadSendsTheSourceAndFileCountAsAForm() throws {
         let job = job(fileIds: nil, token: "t0k")
-        let exchange = try XCTUnwrap(backend.startJob(job))
-        XCTAssertEqual(exchange.request.method, .post)
-        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/preLoad.do")
-        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/x-www-form-urlencoded")
-        XCTAssertEqual(exchange.request.headers["Authorization"], "Bearer t0k")
-        XCTAssertEqual(bodyText(exchange.request), "sourceId=src-1&fileCount=2")
+        let request = try XCTUnwrap(try backend.startJob(job).request)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/fileSection/preLoad.do")
+        XCTAssertEqual(request.headers["Content-Type"], "application/x-www-form-urlencoded")
+        XCTAssertEqual(backend.requestAsSent(request, in: job).headers["Authorization"], "Bearer t0k")
+        XCTAssertEqual(request.bodyText, "sourceId=src-1&fileCount=2")
     }
 
     func testPreloadAnswerGivesEachFileItsId() throws {
-        let exchange = try XCTUnwrap(backend.startJob(job(fileIds: nil)))
-        let start = try exchange.interpret(answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a","b"]}}"#))
-        XCTAssertEqual(start.fileHandles[0]?[MultipartBackend.Handle.fileID], "a")
-        XCTAssertEqual(start.fileHandles[1]?[MultipartBackend.Handle.fileID], "b")
+        let step = try backend.startJob(job(fileIds: nil))
+        let start = try step.outcome(for: answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a","b"]}}"#))
+        XCTAssertEqual(start.fileHandles[0]?[MultipartBackend.fileID], "a")
+        XCTAssertEqual(start.fileHandles[1]?[MultipartBackend.fileID], "b")
         XCTAssertEqual(start.fileHandles.count, 2)
     }
 
     func testPreloadAnswersThatCannotBeUsed() throws {
-        let exchange = try XCTUnwrap(backend.startJob(job(fileIds: nil)))
+        let exchange = try backend.startJob(job(fileIds: nil)).outcome(for:)
         assertRejected(exchange, answer(#"{"code":403,"msg":"quota exceeded","data":{}}"#), containing: "code 403: quota exceeded")
         assertMismatch(exchange, answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a"]}}"#))
         assertMismatch(exchange, answer(#"{"code":200,"msg":"ok","data":{"fileIds":["a","a"]}}"#))
@@ -133,10 +130,10 @@ final class MultipartBackendTests: XCTestCase {
     func testFragmentRequestCarriesThePartAndTheFileBlockHeader() throws {
         let job = job(token: "t0k")
         let bytes: [UInt8] = [1, 2]
-        let exchange = backend.uploadChunk(ChunkPayload(index: 2, offset: 8, bytes: bytes), of: job.files[0], in: job)
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 2, offset: 8, bytes: bytes), of: job.files[0], in: job)
         XCTAssertEqual(exchange.request.method, .post)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/upload.do")
-        XCTAssertEqual(exchange.request.headers["Authorization"], "Bearer t0k")
+        XCTAssertEqual(backend.requestAsSent(exchange.request, in: job).headers["Authorization"], "Bearer t0k")
 
         let block = try fileBlock(exchange.request)
         XCTAssertEqual(block["sourceId"], "src-1")
@@ -155,8 +152,14 @@ final class MultipartBackendTests: XCTestCase {
         XCTAssertTrue(header.contains(#""fileName":"\u89c6\u9891 01.mp4""#), header)
 
         let boundary = try boundary(exchange.request)
-        XCTAssertTrue(exchange.request.body.segments.contains(bytes), "the chunk is its own segment, shared not copied")
-        let text = bodyText(exchange.request)
+        // The body names the chunk (shared, not copied) between the part header and the closing boundary.
+        let body = exchange.request.body
+        let chunk = try XCTUnwrap(body.chunk, "the body names the chunk")
+        XCTAssertEqual([chunk.index, Int(chunk.offset), chunk.length], [2, 8, 2])
+        let sent = exchange.request.bodyBytes
+        XCTAssertEqual(sent.count, body.framingBefore.count + bytes.count + body.framingAfter.count)
+        XCTAssertEqual(Array(sent[body.framingBefore.count..<body.framingBefore.count + bytes.count]), bytes)
+        let text = exchange.request.bodyText
         XCTAssertTrue(
             text.hasPrefix(
                 "--\(boundary)\r\nContent-Disposition: form-data; name=\"sectionFile\"; filename=\"f0-2.mp4\"\r\n"
@@ -167,13 +170,13 @@ final class MultipartBackendTests: XCTestCase {
     func testAZeroByteFileIsOneEmptyFragment() throws {
         let job = job()
         XCTAssertEqual(job.files[1].chunkCount, 1)
-        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: []), of: job.files[1], in: job)
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: []), of: job.files[1], in: job)
         let block = try fileBlock(exchange.request)
         XCTAssertEqual(block["fragmentSize"], 0)
         XCTAssertEqual(block["totalFileFragment"], 1)
         XCTAssertEqual(block["totalFileSize"], 0)
         XCTAssertEqual(block["fragmentMd5"], "d41d8cd98f00b204e9800998ecf8427e")
-        let text = bodyText(exchange.request)
+        let text = exchange.request.bodyText
         XCTAssertTrue(
             text.contains("filename=\"f1-0\"\r\nContent-Type: application/octet-stream\r\n\r\n\r\n--"),
             "no extension: no dot, octet-stream, empty content: \(text)")
@@ -182,14 +185,14 @@ final class MultipartBackendTests: XCTestCase {
     func testHostileNamesCannotBreakTheRequest() throws {
         let name = "a \"quoted\"\r\nX-Evil: 1.JPG"
         let job = job([Spec(name: name, size: 3)], fileIds: ["f\"0\r\nX: y"])
-        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [7, 8, 9]), of: job.files[0], in: job)
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [7, 8, 9]), of: job.files[0], in: job)
 
         let header = try XCTUnwrap(exchange.request.headers["file_block"])
         XCTAssertFalse(header.contains("\r") || header.contains("\n"), header)
         XCTAssertTrue(header.utf8.allSatisfy { (0x20..<0x7f).contains($0) }, header)
         XCTAssertEqual(try fileBlock(exchange.request)["fileName"]?.stringValue, name, "the name survives intact")
 
-        let text = bodyText(exchange.request)
+        let text = exchange.request.bodyText
         XCTAssertFalse(text.contains("\r\nX-Evil") || text.contains("\r\nX: y"), "no injected header line: \(text)")
         XCTAssertTrue(text.contains(#"filename="f%220%0D%0AX: y-0.JPG""#), text)
         XCTAssertTrue(text.contains("Content-Type: image/jpeg\r\n"), text)
@@ -203,9 +206,9 @@ final class MultipartBackendTests: XCTestCase {
 
     func testFragmentAnswers() throws {
         let job = job()
-        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [0, 1, 2, 3]), of: job.files[0], in: job)
-        XCTAssertEqual(try exchange.interpret(answer(#"{"code":200,"msg":"ok","data":{}}"#)), .stored())
-        XCTAssertEqual(try exchange.interpret(answer(#"{"code":200}"#)), .stored())
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [0, 1, 2, 3]), of: job.files[0], in: job).interpret
+        XCTAssertEqual(try exchange(answer(#"{"code":200,"msg":"ok","data":{}}"#)), .stored())
+        XCTAssertEqual(try exchange(answer(#"{"code":200}"#)), .stored())
         assertRejected(exchange, answer(#"{"code":400,"msg":"fragmentMd5 does not match"}"#), containing: "fragmentMd5 does not match")
         assertRejected(exchange, answer(#"{"code":404,"msg":"unknown sourceId"}"#), containing: "code 404")
         assertTransient(exchange, HTTPResponse(status: 500))
@@ -216,28 +219,28 @@ final class MultipartBackendTests: XCTestCase {
     // MARK: isFinish.do
 
     func testMergeCheckSendsTheSourceAndItsFileIds() throws {
-        let exchange = try XCTUnwrap(backend.finishJob(job()))
-        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/fileSection/isFinish.do")
-        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/x-www-form-urlencoded")
-        XCTAssertEqual(bodyText(exchange.request), "sourceId=src-1&fileIds=f0%2Cf1")
+        let request = try XCTUnwrap(try backend.finishJob(job()).request)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/fileSection/isFinish.do")
+        XCTAssertEqual(request.headers["Content-Type"], "application/x-www-form-urlencoded")
+        XCTAssertEqual(request.bodyText, "sourceId=src-1&fileIds=f0%2Cf1")
     }
 
     func testAFinishedSourceGivesEveryFileItsURL() throws {
-        let exchange = try XCTUnwrap(backend.finishJob(job()))
+        let exchange = try backend.finishJob(job()).outcome(for:)
         let done = answer(#"{"code":200,"msg":"ok","data":{"finishStatus":1,"fileUrls":{"f1":"http://x/b","f0":"http://x/a"}}}"#)
-        XCTAssertEqual(try exchange.interpret(done), .completed(urls: [0: "http://x/a", 1: "http://x/b"]))
+        XCTAssertEqual(try exchange(done), .completed(urls: [0: "http://x/a", 1: "http://x/b"]))
         assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":1,"fileUrls":{"f0":"http://x/a"}}}"#))
         assertTransient(exchange, answer(#"{"code":200,"data":{"finishStatus":1}}"#))
     }
 
     func testFailedMergesRollThoseFilesBack() throws {
-        let exchange = try XCTUnwrap(backend.finishJob(job()))
+        let exchange = try backend.finishJob(job()).outcome(for:)
         let failed = answer(#"{"code":200,"msg":"ok","data":{"finishStatus":0,"failFileIds":"f1"}}"#)
-        XCTAssertEqual(try exchange.interpret(failed), .rollback(files: [1]))
+        XCTAssertEqual(try exchange(failed), .rollback(files: [1]))
         let both = answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":"f1, f0"}}"#)
-        XCTAssertEqual(try exchange.interpret(both), .rollback(files: [0, 1]))
+        XCTAssertEqual(try exchange(both), .rollback(files: [0, 1]))
         let asArray = answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":["f0"]}}"#)
-        XCTAssertEqual(try exchange.interpret(asArray), .rollback(files: [0]))
+        XCTAssertEqual(try exchange(asArray), .rollback(files: [0]))
         assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":""}}"#))
         assertMismatch(exchange, answer(#"{"code":200,"data":{"finishStatus":0,"failFileIds":"zz"}}"#))
         assertTransient(exchange, answer(#"{"code":200,"data":{}}"#))
@@ -250,12 +253,12 @@ final class MultipartBackendTests: XCTestCase {
         let requests = backend.cancelRequests(for: job())
         XCTAssertEqual(requests.map(\.method), [.post])
         XCTAssertEqual(requests.map(\.url), ["http://127.0.0.1:9/fileSection/delete.do"])
-        XCTAssertEqual(requests.first.map(bodyText), "sourceId=src-1&fileIds=f0%2Cf1")
+        XCTAssertEqual(requests.first?.bodyText, "sourceId=src-1&fileIds=f0%2Cf1")
     }
 
-    func testErrorMessagesStayOnOneLine() {
+    func testErrorMessagesStayOnOneLine() throws {
         let job = job([Spec(name: "a\nb.bin", size: 3)], fileIds: ["f0"])
-        let exchange = backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3]), of: job.files[0], in: job)
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3]), of: job.files[0], in: job)
         XCTAssertThrowsError(try exchange.interpret(answer(#"{"code":400,"msg":"bad\nthing"}"#))) { error in
             XCTAssertFalse("\(error)".contains("\n"), "\(error)")
         }

@@ -1,8 +1,8 @@
 import Crypto
 import Foundation
 import XCTest
-
-@testable import Xfer
+import Xfer
+import XferBackendTesting
 @testable import XferS3
 
 /// The s3 backend is sans-IO: these tests check the signatures it computes,
@@ -135,16 +135,24 @@ final class S3BackendTests: XCTestCase {
     private func job(
         size: Int64 = 12 << 20, handles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:], jobHandles: ServerHandles? = nil
     ) -> JobContext {
-        let plan = ChunkPlan(fileSize: size, chunkSize: 5 << 20)
-        let file = FileContext(index: 0, path: "/tmp/a b.bin", name: "a b.bin", size: size, plan: plan, handles: handles, receipts: receipts)
-        return JobContext(
-            id: JobID(rawValue: "0123456789abcdef"), target: "s3://bkt/in", handles: jobHandles ?? self.jobHandles, files: [file],
-            credentials: Credentials())
+        let file = BackendTesting.file(
+            name: "a b.bin", size: size, chunkSize: 5 << 20, emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk,
+            handles: handles, receipts: receipts)
+        return BackendTesting.job(target: "s3://bkt/in", handles: jobHandles ?? self.jobHandles, files: [file])
     }
 
     private var jobHandles: ServerHandles {
         S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
-            .makeJobHandles(for: JobContext(id: JobID(rawValue: "x"), target: "s3://bkt", handles: ServerHandles(), files: [], credentials: Credentials()))
+            .makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
+    }
+
+    /// The handles of a file whose multipart upload `U` was created.
+    private let uploadHandles: ServerHandles = [S3Backend.uploadID: "U", S3Backend.objectKey: "in/a b.bin"]
+
+    private func assertUploadUnknown<T>(_ expression: @autoclosure () throws -> T, line: UInt = #line) {
+        XCTAssertThrowsError(try expression(), line: line) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)", line: line) }
+        }
     }
 
     private let backend = S3Backend(configuration: AWSConfiguration(
@@ -155,26 +163,27 @@ final class S3BackendTests: XCTestCase {
     func testJobKeepsEndpointAndRegionAndOpenCreatesTheUpload() throws {
         XCTAssertEqual(jobHandles.values, ["endpoint": "http://127.0.0.1:9000", "addressing": "path", "region": "us-east-1"])
         let job = job()
-        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
-        XCTAssertEqual(exchange.request.method, .post)
-        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploads")
-        XCTAssertNil(exchange.request.headers["Authorization"], "signed by the engine, after it adds its headers")
-        let sent = exchange.request.prepared(adding: [:], for: backend, in: job)
+        let step = backend.openFile(job.files[0], in: job)
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploads")
+        XCTAssertNil(request.headers["Authorization"], "signed by the engine, after it adds its headers")
+        let sent = backend.requestAsSent(request, in: job)
         XCTAssertTrue(sent.headers["Authorization"]!.hasPrefix("AWS4-HMAC-SHA256 Credential=AKID/"))
-        let opening = try exchange.interpret(
-            HTTPResponse(status: 200, body: xml("<InitiateMultipartUploadResult><Bucket>bkt</Bucket><Key>in/a b.bin</Key><UploadId>U-1/2</UploadId></InitiateMultipartUploadResult>")))
-        XCTAssertEqual(opening.handles["uploadId"], "U-1/2")
-        XCTAssertEqual(opening.handles["key"], "in/a b.bin")
-        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: []))) { error in
+        let opening = try step.outcome(
+            for: HTTPResponse(status: 200, body: xml("<InitiateMultipartUploadResult><Bucket>bkt</Bucket><Key>in/a b.bin</Key><UploadId>U-1/2</UploadId></InitiateMultipartUploadResult>")))
+        XCTAssertEqual(opening.handles[S3Backend.uploadID], "U-1/2")
+        XCTAssertEqual(opening.handles[S3Backend.objectKey], "in/a b.bin")
+        XCTAssertThrowsError(try step.outcome(for: HTTPResponse(status: 200, body: []))) { error in
             guard case BackendError.transient = error else { return XCTFail("\(error)") }
         }
     }
 
     func testExtraHeadersAreSignedAndTheBackendsOwnHeadersWin() throws {
         let job = job()
-        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
+        let request = try XCTUnwrap(backend.openFile(job.files[0], in: job).request)
         let extra: HTTPHeaders = ["x-amz-meta-owner": "qa", "Content-Type": "text/plain"]
-        let sent = exchange.request.prepared(adding: extra, for: backend, in: job)
+        let sent = backend.requestAsSent(request, in: job, extraHeaders: extra)
         XCTAssertEqual(sent.headers["x-amz-meta-owner"], "qa")
         XCTAssertEqual(sent.headers["Content-Type"], "application/octet-stream")
         let authorization = try XCTUnwrap(sent.headers["Authorization"])
@@ -184,25 +193,27 @@ final class S3BackendTests: XCTestCase {
 
     func testSmallFileIsOnePutObjectCompletingTheFile() throws {
         let job = job(size: 100)
-        XCTAssertNil(backend.openFile(job.files[0], in: job))
+        XCTAssertTrue(backend.openFile(job.files[0], in: job).isSkipped)
         let chunk = ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 7, count: 100))
-        let exchange = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        let exchange = try backend.uploadChunk(chunk, of: job.files[0], in: job)
         XCTAssertEqual(exchange.request.method, .put)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin")
         XCTAssertEqual(exchange.request.headers["Content-MD5"], Checksums.base64(chunk.md5))
         // Plain http: the body is signed too.
-        let sent = exchange.request.prepared(adding: [:], for: backend, in: job)
+        let sent = backend.requestAsSent(exchange.request, in: job)
         XCTAssertEqual(sent.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
         XCTAssertEqual(
             try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""])),
             .stored(receipt: "\"abc\"", fileURL: "s3://bkt/in/a b.bin"))
-        XCTAssertNil(backend.finishFile(job.files[0], in: job))
+        // The PutObject's answer completed it: nothing to finish, and no upload to ask about on resume.
+        XCTAssertTrue(try backend.finishFile(job.files[0], in: job).isSkipped)
+        XCTAssertTrue(try backend.reconcileFile(job.files[0], in: job).isSkipped)
     }
 
     func testPartGoesToItsNumberAndUploadAndItsETagIsTheReceipt() throws {
-        let job = job(handles: ServerHandles(["uploadId": "U-1/2", "key": "in/a b.bin"]))
+        let job = job(handles: [S3Backend.uploadID: "U-1/2", S3Backend.objectKey: "in/a b.bin"])
         let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 1, count: 5 << 20))
-        let exchange = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        let exchange = try backend.uploadChunk(chunk, of: job.files[0], in: job)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?partNumber=2&uploadId=U-1%2F2")
         XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e2\""])), .stored(receipt: "\"e2\""))
         let gone = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>"))
@@ -224,68 +235,90 @@ final class S3BackendTests: XCTestCase {
 
     func testReconcileListsPartsPageByPageAndSparesOnlyMatchingOnes() throws {
         // Parts 1 and 2 recorded; 3 was in flight when the run died.
-        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\"", 1: "\"e2\""])
+        let job = job(handles: uploadHandles, receipts: [0: "\"e1\"", 1: "\"e2\""])
         let file = job.files[0]
-        let first = try XCTUnwrap(backend.reconcileFile(file, in: job))
-        XCTAssertTrue(first.request.url.hasSuffix("?max-parts=2&uploadId=U"), first.request.url)
+        let first = try backend.reconcileFile(file, in: job)
+        let firstURL = try XCTUnwrap(first.request?.url)
+        XCTAssertTrue(firstURL.hasSuffix("?max-parts=2&uploadId=U"), firstURL)
         let page1 = HTTPResponse(
             status: 200,
             body: xml(
                 "<ListPartsResult><UploadId>U</UploadId><IsTruncated>true</IsTruncated><NextPartNumberMarker>2</NextPartNumberMarker>"
                     + "<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size></Part>"
                     + "<Part><PartNumber>2</PartNumber><ETag>\"other\"</ETag><Size>5242880</Size></Part></ListPartsResult>"))
-        XCTAssertEqual(try first.interpret(page1), .serverHasMore(chunks: [0], receipts: [0: "\"e1\""], cursor: "2"))
-        let second = try XCTUnwrap(backend.continueReconciling(file, in: job, from: "2"))
-        XCTAssertTrue(second.request.url.contains("part-number-marker=2"), second.request.url)
+        XCTAssertEqual(
+            try first.outcome(for: page1), .serverHasMore(chunks: [0], receipts: [0: "\"e1\""], next: S3Backend.PartMarker(after: 2)))
+        let second = try backend.continueReconciling(file, in: job, from: S3Backend.PartMarker(after: 2))
+        let secondURL = try XCTUnwrap(second.request?.url)
+        XCTAssertTrue(secondURL.contains("part-number-marker=2"), secondURL)
         let page2 = HTTPResponse(
             status: 200,
             body: xml(
                 "<ListPartsResult><IsTruncated>false</IsTruncated>"
                     + "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>2097152</Size></Part></ListPartsResult>"))
-        XCTAssertEqual(try second.interpret(page2), .serverHas(chunks: [2], receipts: [2: "\"e3\""]))
+        XCTAssertEqual(try second.outcome(for: page2), .serverHas(chunks: [2], receipts: [2: "\"e3\""]))
         let short = HTTPResponse(
             status: 200,
             body: xml("<ListPartsResult><IsTruncated>false</IsTruncated><Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>9</Size></Part></ListPartsResult>"))
-        XCTAssertEqual(try second.interpret(short), .serverHas(chunks: [], receipts: [:]))
+        XCTAssertEqual(try second.outcome(for: short), .serverHas(chunks: [], receipts: [:]))
         let gone = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>"))
-        XCTAssertEqual(try second.interpret(gone), .unknownUpload)
+        assertUploadUnknown(try second.outcome(for: gone))
+        assertUploadUnknown(try first.outcome(for: gone))
+
+        // As the engine asks it: page after page, united.
+        var server = ScriptedServer([page1, page2])
+        XCTAssertEqual(try server.reconcile(file, with: backend, in: job), .serverHas(chunks: [0, 2], receipts: [0: "\"e1\"", 2: "\"e3\""]))
+        XCTAssertTrue(server.isExhausted)
+        XCTAssertEqual(server.requests.count, 2)
+        XCTAssertTrue(server.requests[1].url.contains("part-number-marker=2"), server.requests[1].url)
+        XCTAssertTrue(server.requests.allSatisfy { $0.headers["Authorization"]?.hasPrefix("AWS4-HMAC-SHA256 ") == true })
+        // Without the upload's id there is nothing to list: the file is opened afresh.
+        assertUploadUnknown(try backend.reconcileFile(self.job(receipts: [0: "\"e1\""]).files[0], in: self.job()))
     }
 
     func testReconcileOfAFullyAcknowledgedFileFirstAsksWhetherTheObjectIsWhole() throws {
         let md5s = ["\"" + String(repeating: "a", count: 32) + "\"", "\"" + String(repeating: "b", count: 32) + "\"",
                     "\"" + String(repeating: "c", count: 32) + "\""]
-        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: md5s[0], 1: md5s[1], 2: md5s[2]])
-        let exchange = try XCTUnwrap(backend.reconcileFile(job.files[0], in: job))
-        XCTAssertEqual(exchange.request.method, .head)
+        let job = job(handles: uploadHandles, receipts: [0: md5s[0], 1: md5s[1], 2: md5s[2]])
+        let exchange = try backend.reconcileFile(job.files[0], in: job)
+        XCTAssertEqual(exchange.request?.method, .head)
         let expected = try XCTUnwrap(S3Backend.multipartETag(job.files[0]))
         XCTAssertTrue(expected.hasSuffix("-3"))
-        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"\(expected)\""])), .complete(url: "s3://bkt/in/a b.bin"))
-        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 404)), .serverHasMore(chunks: [], receipts: [:], cursor: "0"))
-        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"x-3\""])), .serverHasMore(chunks: [], receipts: [:], cursor: "0"))
+        XCTAssertEqual(try exchange.outcome(for: HTTPResponse(status: 200, headers: ["ETag": "\"\(expected)\""])), .complete(url: "s3://bkt/in/a b.bin"))
+        let fromTheStart = S3Backend.PartMarker(after: 0)
+        XCTAssertEqual(try exchange.outcome(for: HTTPResponse(status: 404)), .serverHasMore(chunks: [], receipts: [:], next: fromTheStart))
+        XCTAssertEqual(
+            try exchange.outcome(for: HTTPResponse(status: 200, headers: ["ETag": "\"x-3\""])), .serverHasMore(chunks: [], receipts: [:], next: fromTheStart))
+        // Then the parts, from the first.
+        let list = try XCTUnwrap(try backend.continueReconciling(job.files[0], in: job, from: fromTheStart).request)
+        XCTAssertEqual(list.method, .get)
+        XCTAssertTrue(list.url.hasSuffix("?max-parts=2&uploadId=U"), list.url)
     }
 
     func testCompleteListsEveryPartAndCatchesAnErrorInA200() throws {
-        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\"", 1: "\"e2\"", 2: "\"e3\""])
-        let exchange = try XCTUnwrap(backend.finishFile(job.files[0], in: job))
-        XCTAssertEqual(exchange.request.method, .post)
-        XCTAssertTrue(exchange.request.url.hasSuffix("?uploadId=U"))
-        let body = String(decoding: exchange.request.body.segments.flatMap { $0 }, as: UTF8.self)
+        let job = job(handles: uploadHandles, receipts: [0: "\"e1\"", 1: "\"e2\"", 2: "\"e3\""])
+        let step = try backend.finishFile(job.files[0], in: job)
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertTrue(request.url.hasSuffix("?uploadId=U"))
+        let body = request.bodyText
+        let exchange = step.outcome(for:)
         XCTAssertTrue(body.contains("<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part>"), body)
         XCTAssertEqual(
-            try exchange.interpret(HTTPResponse(status: 200, body: xml("<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag></CompleteMultipartUploadResult>"))),
+            try exchange(HTTPResponse(status: 200, body: xml("<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag></CompleteMultipartUploadResult>"))),
             .completed(url: "s3://bkt/in/a b.bin"))
-        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: xml("<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>")))) { error in
+        XCTAssertThrowsError(try exchange(HTTPResponse(status: 200, body: xml("<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>")))) { error in
             guard case BackendError.transient(let message, _) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("InternalError"), message)
         }
-        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: Array("   ".utf8)))) { error in
+        XCTAssertThrowsError(try exchange(HTTPResponse(status: 200, body: Array("   ".utf8)))) { error in
             guard case BackendError.transient = error else { return XCTFail("\(error)") }
         }
         XCTAssertEqual(
-            try exchange.interpret(HTTPResponse(status: 400, body: xml("<Error><Code>InvalidPart</Code></Error>"))), .missing([0, 1, 2]))
+            try exchange(HTTPResponse(status: 400, body: xml("<Error><Code>InvalidPart</Code></Error>"))), .missing([0, 1, 2]))
         // A retry after a lost answer: the upload is gone because it completed. The engine asks
         // reconcileFile again, whose HEAD finds the whole object, instead of uploading anew.
-        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>")))) { error in
+        XCTAssertThrowsError(try exchange(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code></Error>")))) { error in
             guard case BackendError.outOfSync = error else { return XCTFail("\(error)") }
         }
     }
@@ -303,21 +336,20 @@ final class S3BackendTests: XCTestCase {
     private var crc32JobHandles: ServerHandles {
         S3Backend(
             configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path), partChecksum: .crc32
-        ).makeJobHandles(for: JobContext(id: JobID(rawValue: "x"), target: "s3://bkt", handles: ServerHandles(), files: [], credentials: Credentials()))
+        ).makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
     }
 
     func testACRC32JobDeclaresItAtCreationSendsEachPartsCRCAndCompletesWithThem() throws {
-        XCTAssertEqual(crc32JobHandles["partChecksum"], "crc32")
+        XCTAssertEqual(crc32JobHandles[S3PartChecksum.handleKey], "crc32")
         // The choice is the job's: `backend`, made as for a resume (md5), follows it.
-        let uploadHandles = ServerHandles(["uploadId": "U", "key": "in/a b.bin"])
         let job = job(handles: uploadHandles, jobHandles: crc32JobHandles)
-        let open = try XCTUnwrap(backend.openFile(job.files[0], in: job))
-        XCTAssertEqual(open.request.headers["x-amz-checksum-algorithm"], "CRC32")
-        XCTAssertTrue(open.request.prepared(adding: [:], for: backend, in: job).headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
+        let open = try XCTUnwrap(backend.openFile(job.files[0], in: job).request)
+        XCTAssertEqual(open.headers["x-amz-checksum-algorithm"], "CRC32")
+        XCTAssertTrue(backend.requestAsSent(open, in: job).headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
 
         let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 9, count: 5 << 20))
         let crc = S3PartChecksum.crc32Text(chunk.crc32)
-        let part = backend.uploadChunk(chunk, of: job.files[0], in: job)
+        let part = try backend.uploadChunk(chunk, of: job.files[0], in: job)
         XCTAssertEqual(part.request.headers["x-amz-checksum-crc32"], crc)
         XCTAssertNil(part.request.headers["Content-MD5"])
         XCTAssertEqual(
@@ -329,15 +361,18 @@ final class S3BackendTests: XCTestCase {
 
         let receipts = [0: "\"e1\" crc32=AAAAAQ==", 1: "\"e2\" crc32=AAAAAg==", 2: "\"e3\" crc32=AAAAAw=="]
         let whole = self.job(handles: uploadHandles, receipts: receipts, jobHandles: crc32JobHandles)
-        let finish = try XCTUnwrap(backend.finishFile(whole.files[0], in: whole))
-        let body = String(decoding: finish.request.body.segments.flatMap { $0 }, as: UTF8.self)
+        let finish = try XCTUnwrap(try backend.finishFile(whole.files[0], in: whole).request)
+        let body = finish.bodyText
         XCTAssertTrue(
             body.contains("<Part><PartNumber>2</PartNumber><ETag>&quot;e2&quot;</ETag><ChecksumCRC32>AAAAAg==</ChecksumCRC32></Part>"), body)
         // A receipt without its CRC-32 cannot be completed: that part is sent again.
         let lacking = self.job(handles: uploadHandles, receipts: [0: receipts[0]!, 1: "\"e2\"", 2: receipts[2]!], jobHandles: crc32JobHandles)
-        let resend = try XCTUnwrap(backend.finishFile(lacking.files[0], in: lacking))
-        XCTAssertEqual(resend.request.method, .get)
-        XCTAssertEqual(try resend.interpret(HTTPResponse(status: 200, body: xml("<ListPartsResult/>"))), .missing([1]))
+        let resend = try backend.finishFile(lacking.files[0], in: lacking)
+        XCTAssertNil(resend.request, "known without asking S3")
+        XCTAssertEqual(resend.immediateAnswer, .missing([1]))
+        // Likewise a part acknowledged with no receipt at all.
+        let unreceipted = self.job(handles: uploadHandles, receipts: [1: "\"e2\""])
+        XCTAssertEqual(try backend.finishFile(unreceipted.files[0], in: unreceipted).immediateAnswer, .missing([0, 2]))
         // The object's ETag is still the MD5 of the parts' ETags.
         let md5 = "\"" + String(repeating: "a", count: 32) + "\""
         let digests = self.job(handles: uploadHandles, receipts: [0: md5 + " crc32=AAAAAQ==", 1: md5, 2: md5])
@@ -345,9 +380,8 @@ final class S3BackendTests: XCTestCase {
     }
 
     func testACRC32JobSparesOnlyListedPartsWhoseCRCItCanCompleteWith() throws {
-        let job = job(
-            handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]), receipts: [0: "\"e1\" crc32=AAAAAQ=="], jobHandles: crc32JobHandles)
-        let exchange = try XCTUnwrap(backend.reconcileFile(job.files[0], in: job))
+        let job = job(handles: uploadHandles, receipts: [0: "\"e1\" crc32=AAAAAQ=="], jobHandles: crc32JobHandles)
+        let exchange = try backend.reconcileFile(job.files[0], in: job).outcome(for:)
         func page(_ parts: String) -> HTTPResponse {
             HTTPResponse(status: 200, body: xml("<ListPartsResult><IsTruncated>false</IsTruncated>\(parts)</ListPartsResult>"))
         }
@@ -359,15 +393,15 @@ final class S3BackendTests: XCTestCase {
                 + "<Part><PartNumber>2</PartNumber><ETag>\"e2\"</ETag><Size>5242880</Size><ChecksumCRC32>AAAAAg==</ChecksumCRC32></Part>"
                 + "<Part><PartNumber>3</PartNumber><ETag>\"e3\"</ETag><Size>2097152</Size></Part>")
         XCTAssertEqual(
-            try exchange.interpret(answer),
+            try exchange(answer),
             .serverHas(chunks: [0, 1], receipts: [0: "\"e1\" crc32=AAAAAQ==", 1: "\"e2\" crc32=AAAAAg=="]))
         // Another CRC than recorded: other bytes.
         let other = page("<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size><ChecksumCRC32>BBBBBB==</ChecksumCRC32></Part>")
-        XCTAssertEqual(try exchange.interpret(other), .serverHas(chunks: [], receipts: [:]))
+        XCTAssertEqual(try exchange(other), .serverHas(chunks: [], receipts: [:]))
     }
 
     func testCancelAbortsEveryOpenUpload() {
-        let job = job(handles: ServerHandles(["uploadId": "U", "key": "in/a b.bin"]))
+        let job = job(handles: uploadHandles)
         let requests = backend.cancelRequests(for: job)
         XCTAssertEqual(requests.map(\.method), [.delete])
         XCTAssertEqual(requests.first?.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploadId=U")

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
-
-@testable import Xfer
+import Xfer
+import XferBackendTesting
 import XferSequence
 
 /// The sequence backend is sans-IO: these tests check the forms it builds and
@@ -13,23 +13,18 @@ final class SequenceBackendTests: XCTestCase {
     private func job(
         name: String = "a b.bin", size: Int64 = 10, chunkSize: Int = 4, token: String? = nil, opened: Bool = true
     ) -> JobContext {
-        var handles = ServerHandles()
-        if opened { handles.set("upToken", upToken, secret: true) }
-        let file = FileContext(
-            index: 0, path: "/tmp/" + name, name: name, size: size,
-            plan: ChunkPlan(fileSize: size, chunkSize: chunkSize, emptyFileHasOneChunk: true), handles: handles)
-        return JobContext(
-            id: JobID(rawValue: "0123456789abcdef"), target: "http://127.0.0.1:9/api", handles: ServerHandles(), files: [file],
-            credentials: Credentials(token: token))
+        let handles: ServerHandles = opened ? [SequenceBackend.upToken: upToken] : ServerHandles()
+        let file = BackendTesting.file(
+            name: name, size: size, chunkSize: chunkSize, emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk, handles: handles)
+        return BackendTesting.job(target: "http://127.0.0.1:9/api", files: [file], token: token)
     }
 
     private func answer(_ json: String, status: Int = 200) -> HTTPResponse {
-        HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: Array(json.utf8))
+        .json(status, json)
     }
 
-    private func block(_ index: Int, of job: JobContext, bytes: [UInt8]) -> Exchange<ChunkOutcome> {
-        let offset = Int64(index) * Int64(job.files[0].chunkSize)
-        return backend.uploadChunk(ChunkPayload(index: index, offset: offset, bytes: bytes), of: job.files[0], in: job)
+    private func block(_ index: Int, of job: JobContext, bytes: [UInt8]) throws -> Exchange<ChunkOutcome> {
+        try backend.uploadChunk(BackendTesting.chunk(index, of: job.files[0], bytes: bytes), of: job.files[0], in: job)
     }
 
     // MARK: Traits
@@ -38,22 +33,25 @@ final class SequenceBackendTests: XCTestCase {
         XCTAssertEqual(backend.name, "sequence")
         XCTAssertEqual(backend.traits.defaultChunkSize, 1 << 20)
         XCTAssertEqual(backend.traits.defaultConcurrency, 4)
-        XCTAssertEqual(backend.traits.chunkOrder, .sequentialWithinFile)
+        XCTAssertEqual(backend.chunkOrder(for: job()), .sequentialWithinFile)
+        XCTAssertEqual(backend.chunkOrder(for: job(opened: false)), .sequentialWithinFile)
         XCTAssertTrue(backend.traits.emptyFileHasOneChunk)
-        let job = job()
-        XCTAssertNil(backend.reconcileFile(job.files[0], in: job), "the client just sends its next block; the server answers where to go")
-        XCTAssertNil(backend.finishFile(job.files[0], in: job), "the last block's answer completes the file")
-        XCTAssertTrue(backend.cancelRequests(for: job).isEmpty)
+        let erased: any UploadBackend = backend
+        XCTAssertFalse(erased is any FileReconciling, "the client just sends its next block; the server answers where to go")
+        XCTAssertFalse(erased is any FileFinishing, "the last block's answer completes the file")
+        XCTAssertFalse(erased is any UploadCancelling, "the protocol has no way to drop an upload")
     }
 
     // MARK: Requests
 
     func testOpenSendsSequenceNoZeroWithAnEmptyBlockNamedAfterTheFile() throws {
         let job = job(name: "视频 01.mp4", token: "t0k", opened: false)
-        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
-        XCTAssertEqual(exchange.request.method, .post)
-        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/api/upload")
-        let form = try FormBody(exchange.request)
+        let request = try XCTUnwrap(backend.openFile(job.files[0], in: job).request)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/api/upload")
+        // The token travels in its form field, not in an Authorization header.
+        XCTAssertNil(backend.requestAsSent(request, in: job).headers["Authorization"])
+        let form = try FormBody(request)
         XCTAssertEqual(form.fieldNames, ["sequenceNo", "blockSize", "totFileSize", "suffix", "token", "upToken", "crc", "block"])
         XCTAssertEqual(form.text("sequenceNo"), "0")
         XCTAssertEqual(form.text("blockSize"), "4")
@@ -70,22 +68,22 @@ final class SequenceBackendTests: XCTestCase {
 
     func testOpenKeepsTheUpTokenAsASecretHandle() throws {
         let job = job(opened: false)
-        let exchange = try XCTUnwrap(backend.openFile(job.files[0], in: job))
-        let opening = try exchange.interpret(answer(#"{"code":0,"msg":"ok","data":{"upToken":"T1"}}"#))
-        XCTAssertEqual(opening.handles["upToken"], "T1")
+        let exchange = backend.openFile(job.files[0], in: job).outcome(for:)
+        let opening = try exchange(answer(#"{"code":0,"msg":"ok","data":{"upToken":"T1"}}"#))
+        XCTAssertEqual(opening.handles[SequenceBackend.upToken], "T1")
         XCTAssertEqual(opening.handles.secretKeys, ["upToken"])
         XCTAssertEqual(opening.handles.redacted["upToken"], "<redacted>")
         XCTAssertNil(opening.chunkSize)
 
-        XCTAssertThrowsError(try exchange.interpret(answer(#"{"code":0,"msg":"ok","data":{}}"#))) { error in
+        XCTAssertThrowsError(try exchange(answer(#"{"code":0,"msg":"ok","data":{}}"#))) { error in
             XCTAssertEqual(error as? BackendError, .transient("open the upload of a b.bin: the answer has no upToken"))
         }
-        XCTAssertThrowsError(try exchange.interpret(answer(#"{"code":400,"msg":"blockSize must be between 1 and 9"}"#))) { error in
+        XCTAssertThrowsError(try exchange(answer(#"{"code":400,"msg":"blockSize must be between 1 and 9"}"#))) { error in
             XCTAssertEqual(
                 error as? BackendError,
                 .rejected("open the upload of a b.bin: the server refused it with code 400 (blockSize must be between 1 and 9)"))
         }
-        XCTAssertThrowsError(try exchange.interpret(answer("{}", status: 503))) { error in
+        XCTAssertThrowsError(try exchange(answer("{}", status: 503))) { error in
             guard case .transient = error as? BackendError else { return XCTFail("\(error)") }
         }
     }
@@ -93,7 +91,7 @@ final class SequenceBackendTests: XCTestCase {
     func testBlockCarriesEveryFieldTheUpTokenAndItsCRC() throws {
         let job = job(token: "t0k")
         let bytes = Array("1234".utf8)
-        let exchange = block(1, of: job, bytes: bytes)
+        let exchange = try block(1, of: job, bytes: bytes)
         XCTAssertEqual(exchange.request.method, .post)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/api/upload")
         let form = try FormBody(exchange.request)
@@ -107,7 +105,19 @@ final class SequenceBackendTests: XCTestCase {
         XCTAssertEqual(form.text("crc"), "9be3e0a3", "zlib crc32(\"1234\") = 0x9BE3E0A3")
         XCTAssertEqual(form.part("block")?.filename, "a b.bin")
         XCTAssertEqual(form.part("block")?.content, bytes)
-        XCTAssertTrue(exchange.request.body.segments.contains(bytes), "the block is shared as one segment, not copied")
+        // The block is named, not copied: the body carries chunk 1 (bytes 4..<8) between the fields and the closing boundary.
+        let body = exchange.request.body
+        let chunk = try XCTUnwrap(body.chunk, "the body names the block")
+        XCTAssertEqual([chunk.index, Int(chunk.offset), chunk.length], [1, 4, 4])
+        XCTAssertEqual(Array(exchange.request.bodyBytes[body.framingBefore.count..<body.framingBefore.count + bytes.count]), bytes)
+        XCTAssertEqual(exchange.request.bodyBytes.count, body.framingBefore.count + bytes.count + body.framingAfter.count)
+        XCTAssertNil(backend.requestAsSent(exchange.request, in: job).headers["Authorization"])
+    }
+
+    func testBlocksOfAnUnopenedFileNeedItsUpToken() {
+        XCTAssertThrowsError(try block(0, of: job(opened: false), bytes: [1, 2, 3, 4])) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)") }
+        }
     }
 
     func testCRCFieldIsEightLowercaseHexDigits() {
@@ -120,17 +130,17 @@ final class SequenceBackendTests: XCTestCase {
 
     func testWithoutTokenTheFieldIsEmptyAndAFileWithoutExtensionHasAnEmptySuffix() throws {
         let job = job(name: "README", token: nil)
-        let form = try FormBody(block(0, of: job, bytes: [1, 2, 3, 4]).request)
+        let form = try FormBody(try block(0, of: job, bytes: [1, 2, 3, 4]).request)
         XCTAssertEqual(form.text("token"), "")
         XCTAssertEqual(form.text("suffix"), "")
         let gz = self.job(name: "logs.tar.gz")
-        XCTAssertEqual(try FormBody(block(0, of: gz, bytes: [1]).request).text("suffix"), "gz")
+        XCTAssertEqual(try FormBody(try block(0, of: gz, bytes: [1]).request).text("suffix"), "gz")
     }
 
     func testAnEmptyFileIsOneEmptyBlockWhoseAnswerCarriesTheURL() throws {
         let job = job(name: "empty.txt", size: 0)
         XCTAssertEqual(job.files[0].chunkCount, 1)
-        let exchange = block(0, of: job, bytes: [])
+        let exchange = try block(0, of: job, bytes: [])
         let form = try FormBody(exchange.request)
         XCTAssertEqual(form.text("sequenceNo"), "1")
         XCTAssertEqual(form.text("totFileSize"), "0")
@@ -154,10 +164,10 @@ final class SequenceBackendTests: XCTestCase {
         XCTAssertEqual(try block(2, of: job, bytes: [0, 0]).interpret(answer(#"{"code":0,"data":{"fileUrl":"http://h/f"}}"#)), .stored(fileURL: "http://h/f"))
     }
 
-    func testAcceptedAnswersThatContradictTheRequestAreNotStored() {
+    func testAcceptedAnswersThatContradictTheRequestAreNotStored() throws {
         let job = job()
-        let first = block(0, of: job, bytes: [0, 0, 0, 0])
-        let last = block(2, of: job, bytes: [0, 0])
+        let first = try block(0, of: job, bytes: [0, 0, 0, 0])
+        let last = try block(2, of: job, bytes: [0, 0])
         let cases: [(Exchange<ChunkOutcome>, String, BackendError)] = [
             (last, #"{"code":0,"msg":"ok","data":{"nextSequenceNo":4}}"#,
              .rejected("send block 3/3 of a b.bin: the server accepted the last block but sent no fileUrl")),
@@ -177,7 +187,7 @@ final class SequenceBackendTests: XCTestCase {
 
     func testA409MovesTheClientToTheExpectedBlockEitherWay() throws {
         let job = job(size: 40, chunkSize: 4)  // 10 blocks
-        let sixth = block(5, of: job, bytes: [0, 0, 0, 0])
+        let sixth = try block(5, of: job, bytes: [0, 0, 0, 0])
         XCTAssertEqual(try sixth.interpret(answer(#"{"code":409,"msg":"out of order","data":{"expectedSequenceNo":9}}"#)), .resync(next: 8), "forward")
         XCTAssertEqual(try sixth.interpret(answer(#"{"code":409,"msg":"out of order","data":{"expectedSequenceNo":3}}"#)), .resync(next: 2), "back")
         XCTAssertEqual(try sixth.interpret(answer(#"{"code":409,"data":{"expectedSequenceNo":1}}"#)), .resync(next: 0), "back to the start")
@@ -186,9 +196,9 @@ final class SequenceBackendTests: XCTestCase {
             "the server holds every block: replay the last one, whose answer carries the URL")
     }
 
-    func testA409ThatCannotBeFollowedFailsInsteadOfLooping() {
+    func testA409ThatCannotBeFollowedFailsInsteadOfLooping() throws {
         let job = job(size: 40, chunkSize: 4)
-        let sixth = block(5, of: job, bytes: [0, 0, 0, 0])
+        let sixth = try block(5, of: job, bytes: [0, 0, 0, 0])
         let cases: [(String, BackendError)] = [
             (#"{"code":409,"data":{"expectedSequenceNo":6}}"#,
              .mismatch("send block 6/10 of a b.bin: the server refused block 6 as out of order yet expects that very block")),
@@ -205,7 +215,7 @@ final class SequenceBackendTests: XCTestCase {
             }
         }
         // The last block's replay is how the URL is fetched: refusing it cannot be followed.
-        let last = block(9, of: job, bytes: [0, 0, 0, 0])
+        let last = try block(9, of: job, bytes: [0, 0, 0, 0])
         XCTAssertThrowsError(try last.interpret(answer(#"{"code":409,"data":{"expectedSequenceNo":11}}"#))) { error in
             XCTAssertEqual(
                 error as? BackendError,
@@ -213,9 +223,9 @@ final class SequenceBackendTests: XCTestCase {
         }
     }
 
-    func testRefusalsAreClassified() {
+    func testRefusalsAreClassified() throws {
         let job = job()
-        let exchange = block(1, of: job, bytes: [1, 2, 3, 4])
+        let exchange = try block(1, of: job, bytes: [1, 2, 3, 4])
         let cases: [(HTTPResponse, BackendError)] = [
             (answer(#"{"code":401,"msg":"unknown upToken","data":{}}"#),
              .rejected("send block 2/3 of a b.bin: the server does not know this upload's upToken (expired?)", remedy: .startOver)),
@@ -237,9 +247,9 @@ final class SequenceBackendTests: XCTestCase {
         }
     }
 
-    func testSecretsNeverReachAMessage() {
+    func testSecretsNeverReachAMessage() throws {
         let job = job(token: "s3cret-t0ken")
-        let exchange = block(1, of: job, bytes: [1, 2, 3, 4])
+        let exchange = try block(1, of: job, bytes: [1, 2, 3, 4])
         for json in [#"{"code":401}"#, #"{"code":409,"data":{"expectedSequenceNo":2}}"#, #"{"code":412}"#, #"{"code":0,"data":{}}"#] {
             XCTAssertThrowsError(try exchange.interpret(answer(json))) { error in
                 let text = "\(error)"
@@ -264,7 +274,7 @@ private struct FormBody {
         let type = try XCTUnwrap(request.headers["Content-Type"])
         let boundary = try XCTUnwrap(type.components(separatedBy: "boundary=").last)
         XCTAssertTrue(type.hasPrefix("multipart/form-data; boundary="), type)
-        let body = request.body.segments.flatMap { $0 }
+        let body = request.bodyBytes
         let delimiter = Array("\r\n--\(boundary)".utf8)
         // The first delimiter has no line end before it.
         let pieces = Self.split(Array("\r\n".utf8) + body, by: delimiter)

@@ -1,0 +1,135 @@
+import Foundation
+import XCTest
+import Xfer
+import XferBackendTesting
+import XferPatch
+
+/// The patch backend is sans-IO: these tests check the requests it builds
+/// and how it reads answers, with no network.
+final class PatchBackendTests: XCTestCase {
+    let backend = PatchBackend()
+
+    private func job(handles: ServerHandles = ServerHandles(), token: String? = nil, size: Int64 = 10, chunkSize: Int = 4) -> JobContext {
+        let file = BackendTesting.file(name: "a b.bin", size: size, chunkSize: chunkSize, handles: handles)
+        return BackendTesting.job(files: [file], token: token)
+    }
+
+    private let opened: ServerHandles = [PatchBackend.uploadID: "u1"]
+
+    private func assertUploadUnknown<T>(_ expression: @autoclosure () throws -> T, line: UInt = #line) {
+        XCTAssertThrowsError(try expression(), line: line) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)", line: line) }
+        }
+    }
+
+    func testOpenSendsNameSizeAndChunkSizeAndAdoptsTheServersChunkSize() throws {
+        let job = job(token: "t0k")
+        let step = backend.openFile(job.files[0], in: job)
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/uploads")
+        XCTAssertEqual(backend.requestAsSent(request, in: job).headers["Authorization"], "Bearer t0k")
+        let sent = try JSONValue.parse(request.bodyBytes)
+        XCTAssertEqual(sent["fileName"]?.stringValue, "a b.bin")
+        XCTAssertEqual(sent["size"]?.intValue, 10)
+        XCTAssertEqual(sent["chunkSize"]?.intValue, 4)
+
+        let answer = HTTPResponse.json(201, #"{"uploadId":"u1","chunkSize":8}"#)
+        let opening = try step.outcome(for: answer)
+        XCTAssertEqual(opening.handles[PatchBackend.uploadID], "u1")
+        XCTAssertEqual(opening.chunkSize, 8)
+    }
+
+    func testChunkRequestCarriesRangeAndMD5() throws {
+        let job = job(handles: opened)
+        let payload = ChunkPayload(index: 2, offset: 8, bytes: [1, 2])
+        let exchange = try backend.uploadChunk(payload, of: job.files[0], in: job)
+        XCTAssertEqual(exchange.request.method, .patch)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/uploads/u1/chunks/3")
+        XCTAssertEqual(exchange.request.headers["Content-Range"], "bytes 8-9/10")
+        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/octet-stream")
+        XCTAssertEqual(exchange.request.headers["Content-MD5"], "DLmI0EKn8o3V/itVs/Wseg==")  // openssl md5 -binary of 01 02, base64
+        // The body is the chunk itself, named rather than copied, with nothing around it.
+        let chunk = try XCTUnwrap(exchange.request.body.chunk)
+        XCTAssertEqual([chunk.index, Int(chunk.offset), chunk.length], [2, 8, 2])
+        XCTAssertEqual(exchange.request.body.framingBefore, [])
+        XCTAssertEqual(exchange.request.body.framingAfter, [])
+        XCTAssertEqual(exchange.request.bodyBytes, [1, 2])
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 204)), .stored())
+    }
+
+    func testChunkAnswersAreClassified() throws {
+        let job = job(handles: opened)
+        let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [0]), of: job.files[0], in: job)
+        assertUploadUnknown(try exchange.interpret(HTTPResponse(status: 404)))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 503, headers: ["Retry-After": "2"]))) { error in
+            XCTAssertEqual(error as? BackendError, .transient("send chunk 1 of a b.bin: HTTP 503", retryAfter: .seconds(2)))
+        }
+        XCTAssertThrowsError(try exchange.interpret(.json(400, #"{"error":"md5 mismatch"}"#))) { error in
+            XCTAssertEqual(error as? BackendError, .rejected("send chunk 1 of a b.bin: HTTP 400: md5 mismatch"))
+        }
+    }
+
+    func testStepsOfAnUnopenedFileNeedItsUploadID() {
+        let job = job()
+        assertUploadUnknown(try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [0]), of: job.files[0], in: job))
+        assertUploadUnknown(try backend.reconcileFile(job.files[0], in: job))
+        assertUploadUnknown(try backend.finishFile(job.files[0], in: job))
+        XCTAssertTrue(backend.cancelRequests(for: job).isEmpty)
+    }
+
+    func testReconcileTurnsOneBasedChunksIntoIndexes() throws {
+        let job = job(handles: opened)
+        let step = try backend.reconcileFile(job.files[0], in: job)
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.method, .get)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/uploads/u1")
+        let answer = HTTPResponse(status: 200, body: Array(#"{"uploadId":"u1","size":10,"chunkSize":4,"received":[1,3]}"#.utf8))
+        XCTAssertEqual(try step.outcome(for: answer), .serverHas(chunks: [0, 2]))
+        // A server that no longer knows the upload: the engine opens the file afresh.
+        assertUploadUnknown(try step.outcome(for: HTTPResponse(status: 404)))
+
+        // Spaced out, empty, or in a shape the fast reader declines: the same answer either way.
+        let spaced = HTTPResponse(status: 200, body: Array(#"{ "received" : [ 1 , 3 ] , "chunkSize" : 4 }"#.utf8))
+        XCTAssertEqual(try step.outcome(for: spaced), .serverHas(chunks: [0, 2]))
+        XCTAssertEqual(try step.outcome(for: HTTPResponse(status: 200, body: Array(#"{"received":[]}"#.utf8))), .serverHas(chunks: []))
+        let exponent = HTTPResponse(status: 200, body: Array(#"{"received":[1,3e0]}"#.utf8))
+        XCTAssertEqual(try step.outcome(for: exponent), .serverHas(chunks: [0, 2]))
+        XCTAssertThrowsError(try step.outcome(for: HTTPResponse(status: 200, body: Array(#"{"received":"1,3"}"#.utf8))))
+
+        // As the engine asks it: one question, one answer.
+        var server = ScriptedServer([.json(200, #"{"chunkSize":4,"received":[2]}"#)])
+        XCTAssertEqual(try server.reconcile(job.files[0], with: backend, in: job), .serverHas(chunks: [1]))
+        XCTAssertTrue(server.isExhausted)
+        XCTAssertEqual(server.requests.map(\.url), ["http://127.0.0.1:9/uploads/u1"])
+    }
+
+    func testIntegerArraysAreReadStraightFromTheBytes() {
+        let body = Array(#"{"name":"\"received\":[9]","received":[4, 5,6 ],"size":2}"#.utf8)
+        XCTAssertEqual(HTTPResponse(status: 200, body: body).integers(inArrayNamed: "received"), [4, 5, 6])
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"received":[1,-2]}"#.utf8)).integers(inArrayNamed: "received"))
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"received":[1,"#.utf8)).integers(inArrayNamed: "received"))
+        XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"other":[1]}"#.utf8)).integers(inArrayNamed: "received"))
+    }
+
+    func testCompleteReadsUrlShaOrMissing() throws {
+        let job = job(handles: opened)
+        let step = try backend.finishFile(job.files[0], in: job)
+        XCTAssertEqual(step.request?.url, "http://127.0.0.1:9/uploads/u1/complete")
+        let done = HTTPResponse(status: 200, body: Array(#"{"url":"http://x/d/u1/a","sha256":"ab"}"#.utf8))
+        XCTAssertEqual(try step.outcome(for: done), .completed(url: "http://x/d/u1/a", sha256: "ab"))
+        let missing = HTTPResponse(status: 409, body: Array(#"{"missing":[2]}"#.utf8))
+        XCTAssertEqual(try step.outcome(for: missing), .missing([1]))
+        XCTAssertThrowsError(try step.outcome(for: HTTPResponse(status: 200, body: Array("<html>".utf8)))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testCancelDeletesEveryOpenedUpload() {
+        let job = job(handles: opened, token: "t0k")
+        let requests = backend.cancelRequests(for: job)
+        XCTAssertEqual(requests.map(\.method), [.delete])
+        XCTAssertEqual(requests.map(\.url), ["http://127.0.0.1:9/uploads/u1"])
+        XCTAssertEqual(requests.map { backend.requestAsSent($0, in: job).headers["Authorization"] }, ["Bearer t0k"])
+    }
+}

@@ -1,0 +1,157 @@
+import Crypto
+import Foundation
+import XCTest
+import Xfer
+import XferBackendTesting
+@testable import XferTus
+
+/// The tus backend is sans-IO: these tests check the requests it builds
+/// and how it reads a tus server's answers, with no network.
+/// (End to end against the PyPI tus server and `xfer serve`: TusPushTests.)
+final class TusBackendTests: XCTestCase {
+    let backend = TusBackend()
+    let target = "http://127.0.0.1:9/files/"
+
+    private func job(extensions: String = "creation,creation-with-upload,termination,checksum,concatenation",
+                     checksum: String? = "sha1", fileHandles: ServerHandles = ServerHandles(), receipts: [Int: String] = [:],
+                     size: Int64 = 10, token: String? = nil) -> JobContext {
+        var handles: ServerHandles = [Features.extensionsKey: extensions]
+        if extensions.contains("concatenation") { handles.set(Features.modeKey, "parallel") }
+        if let checksum { handles.set(Features.checksumKey, checksum) }
+        let file = BackendTesting.file(name: "ä b.bin", size: size, chunkSize: 4, handles: fileHandles, receipts: receipts)
+        return BackendTesting.job(target: target, handles: handles, files: [file], token: token, concurrency: 4)
+    }
+
+    private typealias Features = TusBackend.Features
+
+    private func assertUploadUnknown<T>(_ expression: @autoclosure () throws -> T, line: UInt = #line) {
+        XCTAssertThrowsError(try expression(), line: line) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)", line: line) }
+        }
+    }
+
+    func testDiscoveryKeepsWhatTheServerOffersAndPicksTheOrder() throws {
+        let start = backend.startJob(job())
+        let oneAtATime = BackendTesting.job(target: target)
+        XCTAssertEqual(start.request?.method, .options)
+        XCTAssertEqual(start.request?.url, target)
+        let answer = HTTPResponse(status: 204, headers: [
+            "Tus-Resumable": "1.0.0", "Tus-Version": "1.0.0,0.2.2",
+            "Tus-Extension": "creation,creation-with-upload,termination,checksum,expiration,concatenation",
+            "Tus-Checksum-Algorithm": "md5,sha1", "Tus-Max-Size": "1000",
+        ])
+        let handles = try start.outcome(for: answer).handles
+        XCTAssertEqual(handles[Features.checksumKey], "sha1")
+        XCTAssertEqual(handles[Features.maximumSizeKey], "1000")
+        let started = BackendTesting.job(target: target, handles: handles)
+        XCTAssertEqual(backend.chunkOrder(for: started), .any)
+        XCTAssertEqual(backend.chunkOrder(for: job(extensions: "creation,checksum")), .sequentialWithinFile)
+        // One request at a time: partial uploads would only add the server's concatenation.
+        let single = try backend.startJob(oneAtATime).outcome(for: answer).handles
+        XCTAssertEqual(single[Features.modeKey], "in order")
+        XCTAssertEqual(backend.chunkOrder(for: BackendTesting.job(target: target, handles: single)), .sequentialWithinFile)
+
+        XCTAssertThrowsError(try start.outcome(for: HTTPResponse(status: 204, headers: ["Tus-Version": "0.2.2", "Tus-Extension": "creation"])))
+        XCTAssertThrowsError(try start.outcome(for: HTTPResponse(status: 204, headers: ["Tus-Version": "1.0.0", "Tus-Extension": "checksum"])))
+        let big = BackendTesting.job(target: target, files: job(size: 5000).files.map { $0 })
+        XCTAssertThrowsError(try backend.startJob(big).outcome(for: answer)) { error in
+            XCTAssertTrue("\(error)".contains("Tus-Max-Size"), "\(error)")
+        }
+    }
+
+    func testTargetKeepsItsTrailingSlash() throws {
+        XCTAssertEqual(try backend.normalizedTarget("http://h:1080/files/"), "http://h:1080/files/")
+        XCTAssertThrowsError(try backend.normalizedTarget("ftp://h/files/"))
+    }
+
+    func testChunksGoAsPartialUploadsCreatedWithTheirBytesWhenTheServerConcatenates() throws {
+        let job = job(token: "t0k")
+        XCTAssertTrue(backend.openFile(job.files[0], in: job).isSkipped, "no upload of the whole file in parallel mode")
+        XCTAssertTrue(backend.reconcileFile(job.files[0], in: job).isSkipped, "no upload to ask about: the state is trusted")
+        let chunk = ChunkPayload(index: 1, offset: 4, bytes: [1, 2, 3, 4])
+        let exchange = try backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertEqual(exchange.request.headers["Upload-Concat"], "partial")
+        XCTAssertEqual(exchange.request.headers["Upload-Length"], "4")
+        XCTAssertEqual(exchange.request.headers["Tus-Resumable"], "1.0.0")
+        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/offset+octet-stream")
+        XCTAssertEqual(backend.requestAsSent(exchange.request, in: job).headers["Authorization"], "Bearer t0k")
+        let named = try XCTUnwrap(exchange.request.body.chunk, "the body names the chunk")
+        XCTAssertEqual([named.index, Int(named.offset), named.length], [1, 4, 4])
+        XCTAssertEqual(exchange.request.bodyBytes, [1, 2, 3, 4])
+        XCTAssertEqual(exchange.request.headers["Upload-Checksum"], "sha1 " + Checksums.base64(Array(Insecure.SHA1.hash(data: [1, 2, 3, 4]))))
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 201, headers: ["Location": "/files/p2", "Upload-Offset": "4"])),
+            .stored(receipt: "http://127.0.0.1:9/files/p2"))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 201, headers: ["Location": "/files/p2", "Upload-Offset": "2"])))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 460))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+
+        let finishing = self.job(receipts: [0: "http://127.0.0.1:9/files/p1", 1: "http://127.0.0.1:9/files/p2", 2: "http://127.0.0.1:9/files/p3"])
+        let finish = backend.finishFile(finishing.files[0], in: finishing)
+        let final = try XCTUnwrap(finish.request)
+        XCTAssertEqual(final.method, .post)
+        XCTAssertEqual(final.headers["Upload-Concat"],
+                       "final;http://127.0.0.1:9/files/p1 http://127.0.0.1:9/files/p2 http://127.0.0.1:9/files/p3")
+        XCTAssertEqual(final.headers["Upload-Metadata"], "filename " + Checksums.base64(Array("ä b.bin".utf8)))
+        XCTAssertEqual(try finish.outcome(for: HTTPResponse(status: 201, headers: ["Location": "http://127.0.0.1:9/files/f"])),
+                       .completed(url: "http://127.0.0.1:9/files/f"))
+        XCTAssertEqual(try finish.outcome(for: HTTPResponse(status: 404)), .missing([0, 1, 2]))
+        let lacking = self.job(receipts: [0: "u0"])
+        let check = backend.finishFile(lacking.files[0], in: lacking)
+        XCTAssertNil(check.request, "no final upload of a missing part")
+        XCTAssertEqual(check.immediateAnswer, .missing([1, 2]))
+    }
+
+    func testWithoutConcatenationChunksArePatchedAtTheirOffset() throws {
+        let job = job(extensions: "creation,termination", checksum: nil)
+        XCTAssertEqual(backend.chunkOrder(for: job), .sequentialWithinFile)
+        let open = backend.openFile(job.files[0], in: job)
+        XCTAssertEqual(open.request?.method, .post)
+        XCTAssertEqual(open.request?.headers["Upload-Length"], "10")
+        XCTAssertEqual(try open.outcome(for: HTTPResponse(status: 201, headers: ["Location": "abc"])).handles[TusBackend.uploadURL],
+                       "http://127.0.0.1:9/files/abc")
+
+        // Without the upload's URL there is nowhere to PATCH: the file is opened afresh.
+        assertUploadUnknown(try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1]), of: job.files[0], in: job))
+
+        let opened = self.job(extensions: "creation,termination", checksum: nil, fileHandles: [TusBackend.uploadURL: "http://127.0.0.1:9/files/u"])
+        // The server holds 6 bytes: the chunk [4, 8) is sent from byte 6.
+        let chunk = ChunkPayload(index: 1, offset: 6, bytes: [7, 8])
+        let patch = try backend.uploadChunk(chunk, of: opened.files[0], in: opened)
+        XCTAssertEqual(patch.request.method, .patch)
+        XCTAssertEqual(patch.request.url, "http://127.0.0.1:9/files/u")
+        XCTAssertEqual(patch.request.headers["Upload-Offset"], "6")
+        XCTAssertNil(patch.request.headers["Upload-Checksum"])
+        XCTAssertEqual(try patch.interpret(HTTPResponse(status: 204, headers: ["Upload-Offset": "8"])), .stored())
+        for answer in [HTTPResponse(status: 409), HTTPResponse(status: 204, headers: ["Upload-Offset": "7"])] {
+            XCTAssertThrowsError(try patch.interpret(answer)) { error in
+                guard case BackendError.outOfSync = error else { return XCTFail("\(error)") }
+            }
+        }
+        XCTAssertThrowsError(try patch.interpret(HTTPResponse(status: 410))) { error in
+            guard case BackendError.uploadUnknown = error else { return XCTFail("\(error)") }
+        }
+
+        let head = backend.reconcileFile(opened.files[0], in: opened)
+        XCTAssertEqual(head.request?.method, .head)
+        XCTAssertEqual(try head.outcome(for: HTTPResponse(status: 200, headers: ["Upload-Offset": "6", "Upload-Length": "10"])),
+                       .serverHasPrefix(bytes: 6))
+        XCTAssertEqual(try head.outcome(for: HTTPResponse(status: 200, headers: ["Upload-Offset": "10"])),
+                       .complete(url: "http://127.0.0.1:9/files/u"))
+        // Expired, terminated, or another upload than this file's: the engine opens the file afresh.
+        for status in [403, 404, 410] {
+            assertUploadUnknown(try head.outcome(for: HTTPResponse(status: status)))
+        }
+        assertUploadUnknown(try head.outcome(for: HTTPResponse(status: 200, headers: ["Upload-Offset": "1", "Upload-Length": "99"])))
+
+        let confirm = backend.finishFile(opened.files[0], in: opened)
+        XCTAssertEqual(confirm.request?.method, .head)
+        XCTAssertEqual(try confirm.outcome(for: HTTPResponse(status: 200, headers: ["Upload-Offset": "10"])),
+                       .completed(url: "http://127.0.0.1:9/files/u"))
+        XCTAssertEqual(try confirm.outcome(for: HTTPResponse(status: 200, headers: ["Upload-Offset": "5"])), .missing([1, 2]))
+        XCTAssertEqual(backend.cancelRequests(for: opened).map(\.method), [.delete])
+        XCTAssertTrue(backend.cancelRequests(for: self.job(extensions: "creation", fileHandles: [TusBackend.uploadURL: "u"])).isEmpty)
+    }
+}
