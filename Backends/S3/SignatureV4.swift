@@ -22,9 +22,11 @@ public struct SignatureV4: Sendable {
         self.service = service
     }
 
-    /// The hex SHA-256 of `body`, for `x-amz-content-sha256`.
+    /// The hex SHA-256 of `body`, for `x-amz-content-sha256`. (A chunk that
+    /// cannot be read gets the hash of nothing: the engine fails that
+    /// request before its body is complete.)
     public static func payloadHash(_ body: RequestBody) -> String {
-        Checksums.hex(body.sha256)
+        Checksums.hex((try? body.sha256) ?? Array(SHA256.hash(data: [UInt8]())))
     }
 
     /// Signs `request` as of `date`: sets `Host`, `x-amz-date`,

@@ -265,7 +265,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     private func addChecksum(_ request: inout HTTPRequest, _ chunk: ChunkPayload, _ job: JobContext) {
         guard Features(job.handles).checksum == "sha1" else { return }
-        request.headers.set("Upload-Checksum", "sha1 " + Checksums.base64(Array(Insecure.SHA1.hash(data: chunk.bytes))))
+        request.headers.set("Upload-Checksum", "sha1 " + Checksums.base64(chunk.sha1))
     }
 
     /// `filename`, and `relativePath` when the file was found in a directory

@@ -99,7 +99,7 @@ extension UploadBackend {
 
 extension HTTPRequest {
     /// The body's bytes, in the order they are sent.
-    public var bodyBytes: [UInt8] { body.segments.flatMap { $0 } }
+    public var bodyBytes: [UInt8] { ((try? body.materializedSegments()) ?? []).flatMap { $0 } }
     /// The body as UTF-8 text (lossy).
     public var bodyText: String { String(decoding: bodyBytes, as: UTF8.self) }
 }

@@ -168,41 +168,70 @@ public struct FileContext: Sendable {
     }
 }
 
-/// One chunk's bytes, read from the file just before it is sent.
+/// One chunk of a file, as a step sees it: where it is, how long, and the
+/// digests a protocol may send. Its bytes stay in the file: a body names
+/// the chunk (`RequestBody(chunk:)`, `MultipartForm.addFile(_:filename:chunk:)`)
+/// and the engine streams them into the request as it is sent.
+///
+/// A digest is computed by one read of the chunk (from the page cache,
+/// usually) the first time a step asks for it, and kept for the retries.
+/// If the file changed or cannot be read, the engine fails the request
+/// before it is sent (the digest is then empty, and never sent).
 public struct ChunkPayload: Sendable {
     /// 0-based position in the file.
     public let index: Int
-    /// The byte offset of `bytes` in the file: the chunk's start, or later
-    /// when the server already holds the chunk's beginning
+    /// The byte offset of the chunk's bytes in the file: the chunk's start,
+    /// or later when the server already holds the chunk's beginning
     /// (`Reconciliation.serverHasPrefix`).
     public let offset: Int64
-    /// The bytes, for a digest the protocol needs. Send them with
-    /// `RequestBody(chunk:)` or `MultipartForm.addFile(_:filename:chunk:)`,
-    /// which name the chunk rather than copy it.
-    public let bytes: [UInt8]
+    /// The chunk's length in bytes.
+    public let count: Int
+    /// Where the bytes are.
+    package let bytesSource: ChunkBytes
 
-    /// Creates a chunk (the engine makes these; tests of a backend may too).
+    /// A chunk of these bytes, in memory (for tests of a backend).
     public init(index: Int, offset: Int64, bytes: [UInt8]) {
         self.index = index
         self.offset = offset
-        self.bytes = bytes
+        count = bytes.count
+        bytesSource = ChunkBytes(bytes: bytes, offset: offset)
     }
 
-    /// The chunk's length in bytes.
-    public var count: Int { bytes.count }
+    /// A chunk read from `file` when it is sent.
+    package init(index: Int, source: ChunkBytes) {
+        self.index = index
+        offset = source.offset
+        count = source.length
+        bytesSource = source
+    }
 
     /// The 1-based chunk number most wires count in (`index + 1`).
     public var number: Int { index + 1 }
 
     /// The inclusive byte range, as `Content-Range` wants it ("a-b").
-    public var lastOffset: Int64 { offset + Int64(bytes.count) - 1 }
+    public var lastOffset: Int64 { offset + Int64(count) - 1 }
 
     /// The MD5 of the chunk's bytes (16 bytes), e.g. for `Content-MD5`.
-    public var md5: [UInt8] { Array(Insecure.MD5.hash(data: bytes)) }
+    public var md5: [UInt8] { bytesSource.digest(.md5) }
+    /// The SHA-1 of the chunk's bytes (20 bytes), e.g. for tus's `Upload-Checksum`.
+    public var sha1: [UInt8] { bytesSource.digest(.sha1) }
     /// The SHA-256 of the chunk's bytes (32 bytes).
-    public var sha256: [UInt8] { Array(SHA256.hash(data: bytes)) }
+    public var sha256: [UInt8] { bytesSource.digest(.sha256) }
     /// CRC-32 as zlib computes it.
-    public var crc32: UInt32 { Checksums.crc32(bytes) }
+    public var crc32: UInt32 {
+        let bytes = bytesSource.digest(.crc32)
+        guard bytes.count == 4 else { return 0 }
+        return UInt32(bytes[0]) << 24 | UInt32(bytes[1]) << 16 | UInt32(bytes[2]) << 8 | UInt32(bytes[3])
+    }
+
+    /// The chunk's digest by another of swift-crypto's hash functions
+    /// (e.g. `SHA512.self`), computed by a read of the chunk each time.
+    public func digest<Hash: HashFunction>(by type: Hash.Type) -> [UInt8] {
+        bytesSource.digest(by: type)
+    }
+
+    /// The chunk's bytes in memory (tests; a backend sends a chunk by naming it).
+    package var bytes: [UInt8] { (try? bytesSource.materialized()) ?? [] }
 }
 
 /// Checksums backends commonly send.

@@ -4,9 +4,9 @@ import Glibc
 
 /// A local file opened for reading chunks with `pread`.
 ///
-/// Nothing reads a whole file into memory: a chunk is read when it is sent,
-/// into a buffer of the chunk's size.
-final class LocalFile: Sendable {
+/// Nothing reads a whole file into memory: a chunk is read as it is sent,
+/// straight into curl's buffer (`BodyFile`).
+final class LocalFile: BodyFile {
     let path: String
     let identity: FileIdentity
     private let descriptor: Int32
@@ -71,6 +71,29 @@ final class LocalFile: Sendable {
             throw .fileChanged(path: path, detail: "it is shorter than when the job began")
         }
         return bytes
+    }
+
+    /// `pread` into `buffer`, retried on EINTR; fewer bytes only at the end of the file.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(XferError) -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = pread(descriptor, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done))
+            if n > 0 {
+                done += n
+            } else if n == 0 {
+                break
+            } else if errno != EINTR {
+                throw .fileUnreadable(path: path, reason: Self.describe(errno))
+            }
+        }
+        return done
+    }
+
+    func checkUnchanged() throws(XferError) {
+        let now = try currentIdentity()
+        if now != identity {
+            throw .fileChanged(path: path, detail: TransferEngine.describeChange(from: identity, to: now))
+        }
     }
 
     /// The identity the file has now (to notice changes during a push).

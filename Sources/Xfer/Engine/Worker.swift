@@ -159,11 +159,19 @@ struct Worker: Sendable {
             let chunkStart = plan.offset(of: chunk)
             let end = chunkStart + Int64(plan.length(of: chunk))
             let offset = min(max(start ?? chunkStart, chunkStart), end)
-            let bytes = try local.read(offset: offset, length: Int(end - offset))
-            try hash?.feed(offset: offset, bytes: bytes)
-            let payload = ChunkPayload(index: chunk, offset: offset, bytes: bytes)
+            // The bytes stay in the file: a digest the backend asks for is
+            // one read of the range (which also feeds the whole-file hash),
+            // and the transport streams the range into the request.
+            var observer: (@Sendable (Int64, [UInt8]) throws(XferError) -> Void)?
+            if let hash {
+                observer = { (position: Int64, bytes: [UInt8]) throws(XferError) -> Void in
+                    try hash.feed(offset: position, bytes: bytes)
+                }
+            }
+            let source = ChunkBytes(file: local, offset: offset, length: Int(end - offset), observer: observer)
+            let payload = ChunkPayload(index: chunk, source: source)
             let exchanged = try await perform(
-                "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true
+                "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true, chunk: source
             ) { () throws(BackendError) in
                 .send(try backend.uploadChunk(payload, of: file, in: job))
             }
@@ -275,7 +283,8 @@ struct Worker: Sendable {
     /// can be built (and signed) afresh; the credentials and extra headers
     /// go in before a signing backend signs it.
     private func perform<T: Sendable>(
-        _ operation: String, in job: JobContext, countBytes: Bool, _ make: () throws(BackendError) -> Step<T>
+        _ operation: String, in job: JobContext, countBytes: Bool, chunk: ChunkBytes? = nil,
+        _ make: () throws(BackendError) -> Step<T>
     ) async throws(StepError) -> T? {
         var attempt = 0
         while true {
@@ -289,6 +298,11 @@ struct Worker: Sendable {
                 case .skip: return nil
                 case .answer(let outcome): return outcome
                 case .send(let made): exchange = made
+                }
+                if let chunk {
+                    // A digest of a chunk that could not be read is not sent.
+                    if let failure = chunk.failure { throw StepError.failed(failure) }
+                    do { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
                 }
                 let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
                 if countBytes {
@@ -311,7 +325,10 @@ struct Worker: Sendable {
                 case .outOfSync(let message):
                     throw .outOfSync(message)
                 }
+            } catch let error as StepError {
+                throw error
             } catch let error as TransportError {
+                if case .localFile(let failure) = error { throw .failed(failure) }
                 if error == .cancelled || Task.isCancelled { throw .failed(.interrupted) }
                 guard error.isRetryable else { throw .failed(.transferFailed("\(operation): \(error)")) }
                 reason = "\(operation): \(error)"

@@ -95,20 +95,31 @@ public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionary
 /// form's part headers and closing boundary).
 ///
 /// A backend names the chunk (`RequestBody(chunk:)`) instead of copying its
-/// bytes, so how they reach the wire is the engine's business: today from
-/// the buffer the engine read, shared (arrays are copy-on-write); the type
-/// is ready for the engine to stream them from the file instead.
+/// bytes: the engine streams them from the file into curl's buffer as the
+/// request is sent, so no buffer of the chunk's size exists anywhere.
 public struct RequestBody: Sendable, Hashable {
     /// Bytes sent before the content (e.g. a form's fields and part header).
     public private(set) var framingBefore: [UInt8]
     /// Bytes sent after the content (e.g. a form's closing boundary).
     public private(set) var framingAfter: [UInt8]
-    /// The content: bytes the backend built, or the chunk's bytes.
-    private var content: [UInt8]
+    /// The content: bytes the backend built, or the chunk.
+    package let content: Content
     /// The chunk the content is, when it is one (its index and offset).
     public private(set) var chunk: ChunkReference?
 
-    /// Which chunk a body carries: enough for the engine to find its bytes.
+    package enum Content: Sendable, Hashable {
+        case bytes([UInt8])
+        case chunk(ChunkBytes)
+
+        var count: Int {
+            switch self {
+            case .bytes(let bytes): return bytes.count
+            case .chunk(let chunk): return chunk.length
+            }
+        }
+    }
+
+    /// Which chunk a body carries.
     public struct ChunkReference: Sendable, Hashable {
         /// The chunk's 0-based index in the file.
         public var index: Int
@@ -121,7 +132,7 @@ public struct RequestBody: Sendable, Hashable {
     /// A body of these bytes.
     public init(_ bytes: [UInt8]) {
         framingBefore = []
-        content = bytes
+        content = .bytes(bytes)
         framingAfter = []
         chunk = nil
     }
@@ -129,7 +140,7 @@ public struct RequestBody: Sendable, Hashable {
     /// A body carrying `chunk`'s bytes, with `before` and `after` around them.
     public init(chunk: ChunkPayload, before: [UInt8] = [], after: [UInt8] = []) {
         framingBefore = before
-        content = chunk.bytes
+        content = .chunk(chunk.bytesSource)
         framingAfter = after
         self.chunk = ChunkReference(index: chunk.index, offset: chunk.offset, length: chunk.count)
     }
@@ -143,18 +154,36 @@ public struct RequestBody: Sendable, Hashable {
     public var isEmpty: Bool { count == 0 }
 
     /// The SHA-256 of the whole body (32 bytes), e.g. for a signature over
-    /// the payload.
+    /// the payload. A chunk's bytes are read from the file for it (and the
+    /// chunk's digest is kept for the next attempt).
     public var sha256: [UInt8] {
-        var hash = SHA256()
-        for segment in segments { hash.update(data: segment) }
-        return Array(hash.finalize())
+        get throws(XferError) {
+            if framingBefore.isEmpty, framingAfter.isEmpty, case .chunk(let bytes) = content {
+                let digest = bytes.digest(.sha256)
+                if let failure = bytes.failure { throw failure }
+                return digest
+            }
+            var hash = SHA256()
+            hash.update(data: framingBefore)
+            switch content {
+            case .bytes(let bytes): hash.update(data: bytes)
+            case .chunk(let bytes): try bytes.forEachBlock { hash.update(data: $0) }
+            }
+            hash.update(data: framingAfter)
+            return Array(hash.finalize())
+        }
     }
 
-    /// The body's bytes as the engine sends them, in order (the transport
-    /// and tests read them; backends describe, they do not read).
-    package var segments: [[UInt8]] {
-        if framingBefore.isEmpty, framingAfter.isEmpty { return [content] }
-        return [framingBefore, content, framingAfter]
+    /// The body's bytes in order, the chunk's read into memory (for tests
+    /// and small bodies; the transport streams instead).
+    package func materializedSegments() throws(XferError) -> [[UInt8]] {
+        let middle: [UInt8]
+        switch content {
+        case .bytes(let bytes): middle = bytes
+        case .chunk(let bytes): middle = try bytes.materialized()
+        }
+        if framingBefore.isEmpty, framingAfter.isEmpty { return [middle] }
+        return [framingBefore, middle, framingAfter]
     }
 }
 

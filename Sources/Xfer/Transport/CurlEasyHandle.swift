@@ -134,7 +134,7 @@ final class CurlEasyHandle {
             // Small bodies go from memory, with the headers in one send: through
             // the read callback they were a second send, and curl mapped and
             // unmapped its 512 KiB upload buffer for every request.
-            let bytes = context.makeInlineBody()
+            guard let bytes = context.makeInlineBody() else { throw TransportError.localFile(context.bodyFailure ?? .interrupted) }
             try check(xfer_easy_setopt_off_t(raw, CURLOPT_POSTFIELDSIZE_LARGE, size))
             try check(xfer_easy_setopt_pointer(raw, CURLOPT_POSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress)))
             if method != .post { try set(CURLOPT_CUSTOMREQUEST, method.rawValue) }
@@ -204,6 +204,7 @@ final class CurlEasyHandle {
             return .failure(.network("transfer finished without a context"))
         }
         guard code == CURLE_OK else {
+            if let failure = context.bodyFailure { return .failure(.localFile(failure)) }
             return .failure(error(for: code, context: context, target: target))
         }
         context.noteInlineBodySent()
@@ -326,7 +327,7 @@ private func transferReadCallback(
 ) -> Int {
     guard let userdata, let buffer else { return Int(CURL_READFUNC_ABORT) }
     let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
-    return context.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count))
+    return context.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) ?? Int(CURL_READFUNC_ABORT)
 }
 
 private func transferSeekCallback(_ userdata: UnsafeMutableRawPointer?, _ offset: Int, _ origin: Int32) -> Int32 {

@@ -19,8 +19,14 @@ final class TransferByteCounter: Sendable {
 /// `curl_multi_perform`), so it needs no locking and is not Sendable.
 final class TransferContext {
     private let body: RequestBody
-    private var segmentIndex = 0
-    private var segmentOffset = 0
+    /// The next byte of the body curl asks for.
+    private var position = 0
+    /// Whether the chunk's file was found unchanged after its range was read.
+    private var checkedUnchanged = false
+    /// Why the body could not be read (the file changed or is unreadable):
+    /// the transfer was aborted before its body was complete, so the server
+    /// never holds mixed bytes.
+    private(set) var bodyFailure: XferError?
     private let bodyBytesSent: TransferByteCounter
 
     let responseLimit: Int
@@ -48,18 +54,17 @@ final class TransferContext {
     /// (`CURLOPT_POSTFIELDS`); it stays valid as long as this context.
     private(set) var inlineBody: UnsafeMutableRawBufferPointer?
 
-    func makeInlineBody() -> UnsafeRawBufferPointer {
+    /// Nil when the body's file cannot be read (see `bodyFailure`).
+    func makeInlineBody() -> UnsafeRawBufferPointer? {
         if let inlineBody { return UnsafeRawBufferPointer(inlineBody) }
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(1, body.count), alignment: 1)
-        var offset = 0
-        for segment in body.segments {
-            segment.withUnsafeBytes { source in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[offset..<(offset + source.count)]).copyMemory(from: source)
-            }
-            offset += segment.count
+        let count = copyBody(from: 0, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<body.count]))
+        guard count == body.count else {
+            buffer.deallocate()
+            return nil
         }
         inlineBody = buffer
-        return UnsafeRawBufferPointer(rebasing: buffer[0..<offset])
+        return UnsafeRawBufferPointer(rebasing: buffer[0..<count])
     }
 
     /// Counts an inline body as sent (curl read it from memory, not through `readBody`).
@@ -76,26 +81,13 @@ final class TransferContext {
 
     // MARK: Request body
 
-    /// Fills as much of `buffer` as the remaining segments allow; 0 means
-    /// the body is complete.
-    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        var written = 0
-        while written < buffer.count, segmentIndex < body.segments.count {
-            let segment = body.segments[segmentIndex]
-            let available = segment.count - segmentOffset
-            if available == 0 {
-                segmentIndex += 1
-                segmentOffset = 0
-                continue
-            }
-            let count = min(available, buffer.count - written)
-            segment.withUnsafeBytes { source in
-                UnsafeMutableRawBufferPointer(rebasing: buffer[written..<(written + count)])
-                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: source[segmentOffset..<(segmentOffset + count)]))
-            }
-            segmentOffset += count
-            written += count
-        }
+    /// Fills as much of `buffer` as the body has left; 0 means the body is
+    /// complete, nil that it cannot be read (the transfer must abort).
+    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
+        guard bodyFailure == nil else { return nil }
+        let written = copyBody(from: position, into: buffer)
+        if bodyFailure != nil { return nil }
+        position += written
         bodyBytesSent.add(written)
         return written
     }
@@ -103,20 +95,61 @@ final class TransferContext {
     /// Repositions the body stream. curl rewinds when it must resend a body,
     /// e.g. after a reused connection turned out to be closed.
     func seekBody(to offset: Int) -> Bool {
-        guard offset >= 0 else { return false }
-        var remaining = offset
-        for (index, segment) in body.segments.enumerated() {
-            if remaining < segment.count {
-                segmentIndex = index
-                segmentOffset = remaining
-                return true
-            }
-            remaining -= segment.count
-        }
-        guard remaining == 0 else { return false }
-        segmentIndex = body.segments.count
-        segmentOffset = 0
+        guard offset >= 0, offset <= body.count else { return false }
+        position = offset
         return true
+    }
+
+    /// Copies the body's bytes from `start` into `buffer`: the framing from
+    /// memory, a chunk's bytes straight from its file. Once the chunk's range
+    /// has been read, the file is checked unchanged, so a file written to
+    /// during the request fails it before its last byte is handed over.
+    private func copyBody(from start: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        var written = 0
+        var at = start
+        let before = body.framingBefore.count
+        let contentEnd = before + body.content.count
+        while written < buffer.count, at < body.count {
+            let room = buffer.count - written
+            let target = UnsafeMutableRawBufferPointer(rebasing: buffer[written..<buffer.count])
+            let copied: Int
+            if at < before {
+                copied = min(room, before - at)
+                body.framingBefore.withUnsafeBytes {
+                    target.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + copied)]))
+                }
+            } else if at < contentEnd {
+                let local = at - before
+                let want = min(room, contentEnd - at)
+                switch body.content {
+                case .bytes(let bytes):
+                    bytes.withUnsafeBytes {
+                        target.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[local..<(local + want)]))
+                    }
+                    copied = want
+                case .chunk(let chunk):
+                    do {
+                        copied = try chunk.read(into: UnsafeMutableRawBufferPointer(rebasing: target[0..<want]), at: local)
+                        if local + copied == chunk.length, !checkedUnchanged {
+                            try chunk.checkUnchanged()
+                            checkedUnchanged = true
+                        }
+                    } catch {
+                        bodyFailure = error
+                        return written
+                    }
+                }
+            } else {
+                let local = at - contentEnd
+                copied = min(room, body.framingAfter.count - local)
+                body.framingAfter.withUnsafeBytes {
+                    target.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[local..<(local + copied)]))
+                }
+            }
+            written += copied
+            at += copied
+        }
+        return written
     }
 
     // MARK: Response

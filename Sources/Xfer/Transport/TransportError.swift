@@ -21,6 +21,9 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
     case responseTooLarge(limit: Int)
     /// The request's task was cancelled, or the transport shut down.
     case cancelled
+    /// The body's file could not be read, or changed while it was (the
+    /// request was abandoned before its body was complete).
+    case localFile(XferError)
 
     /// True for errors worth retrying with backoff: the same request may
     /// succeed later. Invalid URLs, TLS failures, oversized responses and
@@ -29,7 +32,7 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
         switch self {
         case .couldNotResolve, .couldNotConnect, .timedOut, .network:
             return true
-        case .invalidURL, .tls, .responseTooLarge, .cancelled:
+        case .invalidURL, .tls, .responseTooLarge, .cancelled, .localFile:
             return false
         }
     }
@@ -53,6 +56,8 @@ public enum TransportError: Error, Sendable, Hashable, CustomStringConvertible {
             return "response body larger than \(limit) bytes"
         case .cancelled:
             return "request cancelled"
+        case .localFile(let error):
+            return error.description
         }
     }
 }

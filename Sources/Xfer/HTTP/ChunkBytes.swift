@@ -1,0 +1,203 @@
+import Crypto
+import Synchronization
+import XferPrimitives
+
+/// A file a request body reads from while it is sent (the engine's
+/// `LocalFile`): the transport copies a range of it straight into curl's
+/// buffer, so no buffer of the chunk's size exists.
+package protocol BodyFile: AnyObject, Sendable {
+    /// The path, for messages.
+    var path: String { get }
+    /// Fills `buffer` from `offset`; a short count means the file ends there.
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(XferError) -> Int
+    /// Throws `.fileChanged` when the file is no longer the one the job
+    /// recorded (checked once a range was read, so changed bytes are never
+    /// the end of a request).
+    func checkUnchanged() throws(XferError)
+}
+
+/// One chunk's bytes as a request body carries them: a range of a file read
+/// when sent (and for a digest, read once before), or bytes in memory (a
+/// backend's tests). Digests are computed on first use and kept, so a step
+/// built again for a retry does not read the chunk again.
+package final class ChunkBytes: Sendable, Hashable {
+    package enum Source: Sendable {
+        case memory([UInt8])
+        case file(any BodyFile)
+    }
+
+    package let source: Source
+    package let offset: Int64
+    package let length: Int
+    /// Sees the chunk's bytes, in order, the first time a digest pass reads
+    /// them (the engine's whole-file hash, fed without a pass of its own).
+    private let observer: (@Sendable (Int64, [UInt8]) throws(XferError) -> Void)?
+    private let state = Mutex(State())
+
+    private struct State {
+        var digests: [Digest: [UInt8]] = [:]
+        var observed = false
+        var failure: XferError?
+    }
+
+    /// The digests a chunk can give.
+    package enum Digest: Sendable, Hashable {
+        case md5, sha1, sha256, crc32
+    }
+
+    /// Bytes read per step of a digest pass: small enough that passes of
+    /// every chunk in flight together stay a few MiB.
+    static let passBlock = 256 << 10
+
+    package init(bytes: [UInt8], offset: Int64) {
+        source = .memory(bytes)
+        self.offset = offset
+        length = bytes.count
+        observer = nil
+    }
+
+    package init(
+        file: any BodyFile, offset: Int64, length: Int,
+        observer: (@Sendable (Int64, [UInt8]) throws(XferError) -> Void)? = nil
+    ) {
+        source = .file(file)
+        self.offset = offset
+        self.length = length
+        self.observer = observer
+    }
+
+    package static func == (lhs: ChunkBytes, rhs: ChunkBytes) -> Bool { lhs === rhs }
+    package func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+
+    /// Copies up to `buffer.count` of the chunk's bytes from `position`
+    /// (relative to the chunk) into `buffer`: what the transport sends.
+    /// Throws `.fileChanged` when the file ends before the chunk does.
+    package func read(into buffer: UnsafeMutableRawBufferPointer, at position: Int) throws(XferError) -> Int {
+        let want = min(buffer.count, length - position)
+        guard want > 0 else { return 0 }
+        switch source {
+        case .memory(let bytes):
+            bytes.withUnsafeBytes {
+                UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+                    .copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[position..<(position + want)]))
+            }
+            return want
+        case .file(let file):
+            let got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset + Int64(position))
+            guard got == want else { throw .fileChanged(path: file.path, detail: "it is shorter than when the job began") }
+            return got
+        }
+    }
+
+    /// Throws when the chunk's file is no longer the one the job recorded.
+    package func checkUnchanged() throws(XferError) {
+        if case .file(let file) = source { try file.checkUnchanged() }
+    }
+
+    /// Calls `body` with the chunk's bytes in order, a block at a time.
+    package func forEachBlock(_ body: ([UInt8]) throws(XferError) -> Void) throws(XferError) {
+        switch source {
+        case .memory(let bytes):
+            try body(bytes)
+        case .file(let file):
+            var position = 0
+            var block = [UInt8](repeating: 0, count: min(Self.passBlock, max(length, 1)))
+            while position < length {
+                let want = min(block.count, length - position)
+                var got = 0
+                var failure: XferError?
+                block.withUnsafeMutableBytes { buffer in
+                    do throws(XferError) {
+                        got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset + Int64(position))
+                    } catch {
+                        failure = error
+                    }
+                }
+                if let failure { throw failure }
+                guard got == want else { throw .fileChanged(path: file.path, detail: "it is shorter than when the job began") }
+                try body(want == block.count ? block : Array(block[0..<want]))
+                position += want
+            }
+            try file.checkUnchanged()
+        }
+    }
+
+    /// The chunk's bytes in one array (for small bodies and tests).
+    package func materialized() throws(XferError) -> [UInt8] {
+        if case .memory(let bytes) = source { return bytes }
+        var all: [UInt8] = []
+        all.reserveCapacity(length)
+        try forEachBlock { all += $0 }
+        return all
+    }
+
+    /// Why reading the chunk for a digest failed (the file changed or
+    /// cannot be read), if it did: the engine then fails the request before
+    /// it is sent, instead of sending a digest of nothing.
+    package var failure: XferError? { state.withLock { $0.failure } }
+
+    /// `digest` of the chunk, computed by one pass on first use. Empty when
+    /// the chunk cannot be read (see `failure`).
+    package func digest(_ digest: Digest) -> [UInt8] {
+        if let known = state.withLock({ $0.digests[digest] }) { return known }
+        do {
+            let value = try compute(digest)
+            state.withLock { $0.digests[digest] = value }
+            return value
+        } catch {
+            state.withLock { if $0.failure == nil { $0.failure = error } }
+            return []
+        }
+    }
+
+    /// A digest by any of swift-crypto's hash functions (e.g. SHA-512), not kept.
+    package func digest<Hash: HashFunction>(by type: Hash.Type) -> [UInt8] {
+        var hash = Hash()
+        do {
+            try forEachBlock { hash.update(data: $0) }
+        } catch {
+            state.withLock { if $0.failure == nil { $0.failure = error } }
+            return []
+        }
+        return Array(hash.finalize())
+    }
+
+    private func compute(_ digest: Digest) throws(XferError) -> [UInt8] {
+        let feeds = observer != nil && !state.withLock { $0.observed }
+        var md5 = Insecure.MD5()
+        var sha1 = Insecure.SHA1()
+        var sha256 = SHA256()
+        var crc = CRC32()
+        var position = offset
+        try forEachBlock { block throws(XferError) in
+            switch digest {
+            case .md5: md5.update(data: block)
+            case .sha1: sha1.update(data: block)
+            case .sha256: sha256.update(data: block)
+            case .crc32: crc.update(block)
+            }
+            if feeds { try observer?(position, block) }
+            position += Int64(block.count)
+        }
+        if feeds { state.withLock { $0.observed = true } }
+        switch digest {
+        case .md5: return Array(md5.finalize())
+        case .sha1: return Array(sha1.finalize())
+        case .sha256: return Array(sha256.finalize())
+        case .crc32:
+            let c = crc.value
+            return [UInt8(c >> 24), UInt8(truncatingIfNeeded: c >> 16), UInt8(truncatingIfNeeded: c >> 8), UInt8(truncatingIfNeeded: c)]
+        }
+    }
+
+    /// Feeds the observer if no digest pass did (one pass, nothing computed).
+    package func feedObserverIfNeeded() throws(XferError) {
+        guard let observer, !state.withLock({ $0.observed }) else { return }
+        var position = offset
+        try forEachBlock { block throws(XferError) in
+            try observer(position, block)
+            position += Int64(block.count)
+        }
+        state.withLock { $0.observed = true }
+    }
+}
