@@ -28,16 +28,19 @@ let package = Package(
                        providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CCurl", path: "Sources/CCurl", pkgConfig: "libcurl",
                        providers: [.apt(["libcurl4-openssl-dev"])]),
-        .systemLibrary(name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
-                       providers: [.apt(["zlib1g-dev"])]),
+        // Intel's ISA-L: CRC-32 and CRC-32C with the CPU's carry-less multiply
+        // and CRC instructions.
+        .systemLibrary(name: "CISAL", path: "Sources/CISAL", pkgConfig: "libisal",
+                       providers: [.apt(["libisal-dev"])]),
         // glibc's malloc tuning (mallopt), which Swift's Glibc module leaves out.
         .systemLibrary(name: "CMalloc", path: "Sources/CMalloc"),
         // Typed wrappers around libcurl's variadic setopt/getinfo calls.
         .target(name: "CCurlShim", dependencies: ["CCurl"], path: "Sources/CCurlShim"),
 
         // What the engine, the backends and the receiver share (the receiver
-        // does not depend on the engine): hexadecimal and CRC-32, written once.
-        .target(name: "XferPrimitives", dependencies: ["CZlib"], path: "Sources/XferPrimitives"),
+        // does not depend on the engine): hexadecimal, CRCs (ISA-L's), chunk
+        // sets and JSON string literals, written once.
+        .target(name: "XferPrimitives", dependencies: ["CISAL"], path: "Sources/XferPrimitives"),
 
         // The engine.
         .target(

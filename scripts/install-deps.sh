@@ -8,7 +8,7 @@ need=()
 have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/include/x86_64-linux-gnu/$1" ] || [ -f "/usr/include/aarch64-linux-gnu/$1" ]; }
 have_header lmdb.h || need+=(liblmdb-dev)
 have_header curl/curl.h || need+=(libcurl4-openssl-dev)
-have_header zlib.h || need+=(zlib1g-dev)
+have_header isa-l/crc.h || need+=(libisal-dev)
 have_header sqlite3.h || need+=(libsqlite3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v curl >/dev/null || need+=(curl)

@@ -42,7 +42,7 @@ final class BackendConformanceTests: XCTestCase {
             "-I", products.appendingPathComponent("Modules").path,
             "-Xcc", "-fmodule-map-file=" + products.appendingPathComponent("CCurlShim.build/module.modulemap").path,
             "-I", sources.appendingPathComponent("CCurlShim/include").path,
-        ] + ["CZlib", "CLMDB", "CCurl", "CMalloc"].flatMap { ["-I", sources.appendingPathComponent($0).path] }
+        ] + ["CISAL", "CLMDB", "CCurl", "CMalloc"].flatMap { ["-I", sources.appendingPathComponent($0).path] }
     }
 
     func testACapabilitySpelledRightCompiles() throws {

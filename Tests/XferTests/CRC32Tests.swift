@@ -25,3 +25,45 @@ import XferPrimitives
         #expect(fromBuffer.value == CRC32.of(bytes))
     }
 }
+
+/// `CRC32C` (ISA-L's iSCSI CRC) and the combination of CRCs of parts.
+@Suite struct CRC32CTests {
+    @Test func matchesTheCheckValue() {
+        // The CRC-32C (Castagnoli) check value of "123456789".
+        #expect(CRC32C.of(Array("123456789".utf8)) == 0xE306_9283)
+        #expect(CRC32C.of([UInt8]()) == 0)
+    }
+
+    @Test func feedingInPiecesEqualsFeedingWhole() {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<10_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var crc = CRC32C()
+        crc.update(bytes[..<3_333])
+        crc.update(bytes[3_333...])
+        #expect(crc.value == CRC32C.of(bytes))
+    }
+
+    @Test func combiningThePartsOfEverySplitGivesTheWhole() {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<1_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let whole32C = CRC32C.of(bytes)
+        let whole32 = CRC32.of(bytes)
+        for split in 0...bytes.count {
+            let head = bytes[..<split]
+            let tail = bytes[split...]
+            #expect(CRC32C.combine(CRC32C.of(head), CRC32C.of(tail), lengthOfSecond: Int64(tail.count)) == whole32C, "split at \(split)")
+            #expect(CRC32.combine(CRC32.of(head), CRC32.of(tail), lengthOfSecond: Int64(tail.count)) == whole32, "split at \(split)")
+        }
+    }
+
+    @Test func combiningManyChunksGivesTheWhole() {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<100_000).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var combined = CRC32C.of([UInt8]())
+        for start in stride(from: 0, to: bytes.count, by: 7_919) {
+            let chunk = bytes[start..<min(start + 7_919, bytes.count)]
+            combined = CRC32C.combine(combined, CRC32C.of(chunk), lengthOfSecond: Int64(chunk.count))
+        }
+        #expect(combined == CRC32C.of(bytes))
+    }
+}

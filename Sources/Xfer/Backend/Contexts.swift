@@ -217,9 +217,13 @@ public struct ChunkPayload: Sendable {
     public var sha1: [UInt8] { bytesSource.digest(.sha1) }
     /// The SHA-256 of the chunk's bytes (32 bytes).
     public var sha256: [UInt8] { bytesSource.digest(.sha256) }
-    /// CRC-32 as zlib computes it.
-    public var crc32: UInt32 {
-        let bytes = bytesSource.digest(.crc32)
+    /// CRC-32 (the zlib/gzip polynomial).
+    public var crc32: UInt32 { Self.integer(bytesSource.digest(.crc32)) }
+    /// CRC-32C (Castagnoli), e.g. for RFC 9530's `crc32c` or S3's
+    /// `x-amz-checksum-crc32c`.
+    public var crc32c: UInt32 { Self.integer(bytesSource.digest(.crc32c)) }
+
+    private static func integer(_ bytes: [UInt8]) -> UInt32 {
         guard bytes.count == 4 else { return 0 }
         return UInt32(bytes[0]) << 24 | UInt32(bytes[1]) << 16 | UInt32(bytes[2]) << 8 | UInt32(bytes[3])
     }
@@ -236,7 +240,7 @@ public struct ChunkPayload: Sendable {
 
 /// Checksums backends commonly send.
 public enum Checksums {
-    /// The CRC-32 of `bytes` as zlib computes it.
+    /// The CRC-32 (zlib/gzip polynomial) of `bytes`.
     public static func crc32(_ bytes: [UInt8]) -> UInt32 {
         CRC32.of(bytes)
     }

@@ -42,7 +42,7 @@ package final class ChunkBytes: Sendable, Hashable {
 
     /// The digests a chunk can give.
     package enum Digest: Sendable, Hashable {
-        case md5, sha1, sha256, crc32
+        case md5, sha1, sha256, crc32, crc32c
     }
 
     /// Bytes read per step of a digest pass: small enough that passes of
@@ -168,6 +168,7 @@ package final class ChunkBytes: Sendable, Hashable {
         var sha1 = Insecure.SHA1()
         var sha256 = SHA256()
         var crc = CRC32()
+        var crcC = CRC32C()
         var position = offset
         try forEachBlock { block throws(XferError) in
             switch digest {
@@ -175,6 +176,7 @@ package final class ChunkBytes: Sendable, Hashable {
             case .sha1: sha1.update(data: block)
             case .sha256: sha256.update(data: block)
             case .crc32: crc.update(block)
+            case .crc32c: crcC.update(block)
             }
             if feeds { try observer?(position, block) }
             position += Int64(block.count)
@@ -184,9 +186,8 @@ package final class ChunkBytes: Sendable, Hashable {
         case .md5: return Array(md5.finalize())
         case .sha1: return Array(sha1.finalize())
         case .sha256: return Array(sha256.finalize())
-        case .crc32:
-            let c = crc.value
-            return [UInt8(c >> 24), UInt8(truncatingIfNeeded: c >> 16), UInt8(truncatingIfNeeded: c >> 8), UInt8(truncatingIfNeeded: c)]
+        case .crc32: return CRC32.bigEndianBytes(crc.value)
+        case .crc32c: return CRC32.bigEndianBytes(crcC.value)
         }
     }
 
