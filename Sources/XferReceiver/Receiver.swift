@@ -99,6 +99,7 @@ public struct Receiver: Sendable {
             router.add(middleware: AuthMiddleware(
                 token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential, open: TusRoutes.isDiscovery))
         }
+        // Test hooks, all wired here: holds and stalls, injected HTTP faults, failed merges.
         if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
             let rules = try configuration.holds.map { text in
                 guard let rule = HoldRule(text) else { throw ReceiverSetupError("--hold expects /PATH or /PATH@N, not '\(text)'") }
@@ -114,9 +115,13 @@ public struct Receiver: Sendable {
         if let faults = configuration.faults {
             router.add(middleware: FaultMiddleware(plan: faults))
         }
-        // Each protocol registers its own routes on the shared store; downloads are common to all.
+        let mergeFailures = configuration.failMerge.map { MergeFailures(plan: $0, store: store) }
+
+        // Each protocol registers its own routes on the shared store, in a group that answers
+        // what its handlers throw (`RefusalMiddleware`); downloads are common to all.
         PatchRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
-        MultipartRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        MultipartRoutes(store: store, mergeFailures: mergeFailures, baseURL: baseURL, configuration: configuration, logger: logger)
+            .register(on: router)
         SequenceRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         TusRoutes(store: store, threadPool: threadPool, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)

@@ -310,3 +310,25 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
         }
     }
 }
+
+extension StreamingFormReader {
+    /// The current part's content as the byte stream `BodyWriter` consumes; its errors are
+    /// `FormFailure`s.
+    var content: PartContent { PartContent(reader: self) }
+
+    struct PartContent: AsyncSequence {
+        typealias Element = ByteBuffer
+
+        let reader: StreamingFormReader
+
+        struct AsyncIterator: AsyncIteratorProtocol {
+            let reader: StreamingFormReader
+
+            mutating func next() async throws -> ByteBuffer? {
+                try await reader.nextContent()
+            }
+        }
+
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: reader) }
+    }
+}

@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Logging
 import NIOCore
@@ -43,88 +42,15 @@ struct TusInfo: Codable, Sendable, Equatable {
     var partials: [String]
 }
 
-/// The checksum extension: `Upload-Checksum: ALGORITHM BASE64(DIGEST)` of one request's body.
-struct TusChecksum: Sendable, Equatable {
-    enum Algorithm: String, Sendable, CaseIterable {
-        case sha1, sha256, md5
-
-        var digestLength: Int {
-            switch self {
-            case .sha1: 20
-            case .sha256: 32
-            case .md5: 16
-            }
-        }
-    }
-
-    /// `Tus-Checksum-Algorithm`.
-    static let advertised = Algorithm.allCases.map(\.rawValue).joined(separator: ",")
-
-    enum Problem: Error, Equatable {
-        /// 400 by the spec, like a malformed header.
-        case unsupportedAlgorithm
-        case malformed
-    }
-
-    let algorithm: Algorithm
-    let digest: [UInt8]
-
-    static func parse(_ header: String) -> Result<TusChecksum, Problem> {
-        let parts = header.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 2 else { return .failure(.malformed) }
-        guard let algorithm = Algorithm(rawValue: String(parts[0])) else { return .failure(.unsupportedAlgorithm) }
-        guard let digest = Data(base64Encoded: String(parts[1])), digest.count == algorithm.digestLength else {
-            return .failure(.malformed)
-        }
-        return .success(TusChecksum(algorithm: algorithm, digest: Array(digest)))
-    }
-}
-
-/// Hashes a body as it streams past, with the algorithm its `Upload-Checksum` names.
-struct TusHasher {
-    private enum State {
-        case sha1(Insecure.SHA1)
-        case sha256(SHA256)
-        case md5(Insecure.MD5)
-    }
-
-    private var state: State
-
-    init(_ algorithm: TusChecksum.Algorithm) {
-        switch algorithm {
-        case .sha1: state = .sha1(Insecure.SHA1())
-        case .sha256: state = .sha256(SHA256())
-        case .md5: state = .md5(Insecure.MD5())
-        }
-    }
-
-    mutating func update(_ bytes: UnsafeRawBufferPointer) {
-        switch state {
-        case .sha1(var hasher):
-            hasher.update(bufferPointer: bytes)
-            state = .sha1(hasher)
-        case .sha256(var hasher):
-            hasher.update(bufferPointer: bytes)
-            state = .sha256(hasher)
-        case .md5(var hasher):
-            hasher.update(bufferPointer: bytes)
-            state = .md5(hasher)
-        }
-    }
-
-    func finalize() -> [UInt8] {
-        switch state {
-        case .sha1(let hasher): Array(hasher.finalize())
-        case .sha256(let hasher): Array(hasher.finalize())
-        case .md5(let hasher): Array(hasher.finalize())
-        }
-    }
-}
-
 /// What became of one request body (a PATCH, or the data of a creation-with-upload POST).
 enum TusWriteResult: Sendable, Equatable {
     /// The whole body is durable and the upload's offset is now this.
     case stored(offset: Int)
+    case failed(TusWriteFailure)
+}
+
+/// Why a request body was not stored whole.
+enum TusWriteFailure: Sendable, Equatable {
     /// The body was cut (the client went away mid-body). Without a checksum what arrived is kept,
     /// durably, and the offset is now this; with one nothing is kept and it is unchanged.
     case interrupted(offset: Int)
@@ -180,54 +106,34 @@ actor TusUpload: TakesTurns {
     /// inside `exclusively`), makes it durable and records the new offset.
     ///
     /// At most `limit` bytes are taken (the caller passes what is left of the upload, bounded by
-    /// `--max-chunk-size`); a longer body is refused whole. Memory: one network read at a time.
+    /// `--max-chunk-size`); a longer body is refused whole. A body with a `check` (its
+    /// `Upload-Checksum`) counts whole or not at all; one without keeps what arrived of it when cut.
     nonisolated func write<Body: AsyncSequence>(
-        _ body: Body, at start: Int, limit: Int, checksum: TusChecksum?
+        _ body: Body, at start: Int, limit: Int, check: BodyWriter.Check?
     ) async throws -> TusWriteResult where Body.Element == ByteBuffer {
         let room = min(limit, length - start)
-        var hasher = checksum.map { TusHasher($0.algorithm) }
-        var file: POSIXFile?
-        defer { file?.close() }
-        var written = 0
-        var cut = false
-        var iterator = body.makeAsyncIterator()
-        while true {
-            let next: ByteBuffer?
-            do {
-                next = try await iterator.next()
-            } catch {
-                cut = true
-                break
+        let writer = BodyWriter(
+            limit: room, check: check, keepsCutBody: check == nil, sync: .round(durability),
+            counted: { count in
+                self.upload.bytesReceived.add(count, ordering: .relaxed)
+                self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+            })
+        let written: BodyWriter.Written
+        do {
+            written = try await writer.write(body, to: .path(upload.layout.data), at: start)
+        } catch let failure as BodyWriter.Failure {
+            switch failure {
+            case .tooLarge(let limit): return .failed(.tooLarge(limit: limit))
+            case .digestMismatch: return .failed(.checksumMismatch)
+            // Only a checked body is refused when cut: its checksum cannot be verified.
+            case .interrupted: return .failed(.interrupted(offset: start))
+            // Not asked for: a tus body has no fixed length.
+            case .tooShort: preconditionFailure("a tus body has no length to fall short of")
             }
-            guard let buffer = next else { break }
-            let count = buffer.readableBytes
-            upload.bytesReceived.add(count, ordering: .relaxed)
-            statistics.payloadBytesReceived.add(count, ordering: .relaxed)
-            guard count <= room - written else { return .tooLarge(limit: room) }
-            guard count > 0 else { continue }
-            // Opened only for real bytes: a completed upload's data file has moved to downloads/.
-            if file == nil { file = try POSIXFile.open(upload.layout.data, O_WRONLY) }
-            let output = file!
-            // pwrite into the page cache is a memcpy, cheaper inline than a thread hop; the sync
-            // below goes to the blocking pool.
-            try buffer.withUnsafeReadableBytes { bytes in
-                try output.pwriteAll(bytes, at: start + written)
-                hasher?.update(bytes)
-            }
-            written += count
         }
-        if checksum != nil {
-            // A checksum covers the whole body: a cut one cannot be verified, so none of it counts.
-            if cut { return .interrupted(offset: start) }
-            if let checksum, let hasher, hasher.finalize() != checksum.digest { return .checksumMismatch }
-        }
-        if file != nil {
-            // The bytes, in the store's next sync round, before the record that counts them.
-            try await durability.sync()
-        }
-        let reached = start + written
+        let reached = start + written.count
         try await record(reached)
-        return cut ? .interrupted(offset: reached) : .stored(offset: reached)
+        return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
     }
 
     /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded

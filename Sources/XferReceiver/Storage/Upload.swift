@@ -80,11 +80,6 @@ enum UploadError: Error, CustomStringConvertible {
     case deleted
     /// The upload is completed (or completing): its data file is no longer writable.
     case completed
-    case bodyTooLarge(limit: Int)
-    case bodyTooShort(received: Int, expected: Int)
-    case digestMismatch
-    /// The client's body stopped mid-way (connection reset, malformed chunked encoding...).
-    case bodyInterrupted(String)
     /// On-disk state contradicts itself; never expected outside of tampering or disk corruption.
     case corrupt(String)
 
@@ -92,10 +87,6 @@ enum UploadError: Error, CustomStringConvertible {
         switch self {
         case .deleted: "upload was deleted"
         case .completed: "upload is already completed"
-        case .bodyTooLarge(let limit): "body is larger than the chunk (\(limit) bytes)"
-        case .bodyTooShort(let received, let expected): "body has \(received) bytes, the chunk has \(expected)"
-        case .digestMismatch: "Content-MD5 does not match the body"
-        case .bodyInterrupted(let reason): "request body was cut: \(reason)"
         case .corrupt(let reason): "upload state is corrupt: \(reason)"
         }
     }
@@ -169,24 +160,35 @@ actor Upload {
 
     /// Streams one chunk's body to its place in the data file and acknowledges it durably.
     ///
-    /// Returns only after the bytes are fdatasync'd and `+chunk` is in the log (see `commitWrite`). Throws (leaving the chunk
-    /// not received) on any mismatch or a cut body. `chunk` must be in `1...meta.chunkCount`.
+    /// Returns only after the bytes are durable and `+chunk` is in the log (see `commitWrite`).
+    /// Throws, leaving the chunk not received, a `BodyWriter.Failure` when the body is not the
+    /// chunk (its length, `check`, or `trailer`: see `BodyWriter.write`), `UploadError` when
+    /// the upload cannot take it, any other error for storage. `chunk` must be in
+    /// `1...meta.chunkCount`.
     nonisolated func writeChunk<Body: AsyncSequence>(
         _ chunk: Int,
         body: Body,
-        expectedMD5: [UInt8]?
+        check: BodyWriter.Check?,
+        trailer: (() async throws -> Void)? = nil
     ) async throws where Body.Element == ByteBuffer {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         try await beginWrite(chunk)
+        let range = meta.byteRange(ofChunk: chunk)
+        // Runs on the caller's task, not the actor: this is where the bytes and the CPU time go.
+        let writer = BodyWriter(
+            limit: range.count, exactLength: true, check: check,
+            hashing: Self.isSingleSmallChunk(meta, layout) ? .sha256 : nil, sync: .byCaller,
+            counted: { count in
+                self.bytesReceived.add(count, ordering: .relaxed)
+                self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+            })
         let sha256: String?
         do {
-            sha256 = try await Self.receive(
-                body, into: layout.data, range: meta.byteRange(ofChunk: chunk), expectedMD5: expectedMD5,
-                hashing: Self.isSingleSmallChunk(meta, layout), io: io,
-                counted: { count in
-                    self.bytesReceived.add(count, ordering: .relaxed)
-                    self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
-                })
+            // Opened before the body is read: a file that is gone (the upload deleted meanwhile)
+            // fails the request before any byte of it is taken.
+            let file = try POSIXFile.open(layout.data, O_WRONLY)
+            defer { file.close() }
+            sha256 = try await writer.write(body, to: .file(file), at: range.lowerBound, trailer: trailer).digest.map(Hex.lowercase)
         } catch {
             await endWrite(chunk)
             // A delete that lands mid-body removes the data file; that's the client's 404, not a storage failure.
@@ -202,11 +204,11 @@ actor Upload {
             if writers.take(chunk) { break }
             await withCheckedContinuation { writers.queue(chunk, $0) }
         }
-        if received.contains(chunk) {
+        if received.contains(number: chunk) {
             // This request is about to overwrite acknowledged bytes. Unmark them durably first, so
             // neither a bad body nor a crash mid-write can leave the region marked received. If the
             // append fails the chunk simply reads as missing, which costs a resend and nothing else.
-            received.remove(chunk)
+            received.remove(number: chunk)
             digest = nil
             do {
                 try await log.append("-\(chunk)")
@@ -243,7 +245,7 @@ actor Upload {
             throw UploadError.deleted
         }
         guard !deleted else { throw UploadError.deleted }
-        received.insert(chunk)
+        received.insert(number: chunk)
         digest = sha256
     }
 
@@ -256,54 +258,6 @@ actor Upload {
         if completion != nil || completionTask != nil { throw UploadError.completed }
     }
 
-    /// Runs on the caller's task, not the actor: this is where the bytes and the CPU time go.
-    private static func receive<Body: AsyncSequence>(
-        _ body: Body,
-        into path: String,
-        range: Range<Int>,
-        expectedMD5: [UInt8]?,
-        hashing: Bool,
-        io: BlockingIO,
-        counted: (Int) -> Void
-    ) async throws -> String? where Body.Element == ByteBuffer {
-        let file = try POSIXFile.open(path, O_WRONLY)
-        defer { file.close() }
-        // MD5 is the most expensive thing done per byte (one core hashes ~600 MB/s here): only pay for it when checked.
-        var md5: Insecure.MD5? = expectedMD5 == nil ? nil : Insecure.MD5()
-        var sha256: SHA256? = hashing ? SHA256() : nil
-        var written = 0
-        var iterator = body.makeAsyncIterator()
-        while true {
-            let next: ByteBuffer?
-            do {
-                next = try await iterator.next()
-            } catch {
-                throw UploadError.bodyInterrupted(String(describing: error))
-            }
-            guard let buffer = next else { break }
-            counted(buffer.readableBytes)
-            guard buffer.readableBytes <= range.count - written else {
-                throw UploadError.bodyTooLarge(limit: range.count)
-            }
-            // pwrite into the page cache is a memcpy; doing it inline beats a thread hop per buffer.
-            // The slow part, the sync, goes to the blocking pool below.
-            try buffer.withUnsafeReadableBytes { bytes in
-                try file.pwriteAll(bytes, at: range.lowerBound + written)
-                md5?.update(bufferPointer: bytes)
-                sha256?.update(bufferPointer: bytes)
-            }
-            written += buffer.readableBytes
-        }
-        guard written == range.count else {
-            throw UploadError.bodyTooShort(received: written, expected: range.count)
-        }
-        if let expectedMD5, let md5, !md5.finalize().elementsEqual(expectedMD5) {
-            throw UploadError.digestMismatch
-        }
-        // Not synced here: `commitWrite` syncs the data file once for every chunk of its round.
-        return sha256.map { Hex.lowercase($0.finalize()) }
-    }
-
     // MARK: Queries
 
     /// Received chunks, ascending. A completed upload reports every chunk so that a client killed
@@ -311,7 +265,7 @@ actor Upload {
     func receivedChunks() throws -> [Int] {
         if deleted { throw UploadError.deleted }
         if completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
-        return received.members
+        return received.memberNumbers
     }
 
     /// Nil until completed.
@@ -328,7 +282,7 @@ actor Upload {
         if let completion { return .completed(completion) }
         if let completionTask { return .completed(try await completionTask.value) }
         // Chunks being (re)written are never in `received`, so this also waits out in-flight writes.
-        let missing = received.missing
+        let missing = received.missingNumbers
         guard missing.isEmpty else { return .missing(missing) }
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
@@ -355,11 +309,11 @@ actor Upload {
     func completeWritten() async throws -> CompletionRecord {
         if deleted { throw UploadError.deleted }
         if completion == nil, completionTask == nil {
-            let missing = received.missing
+            let missing = received.missingNumbers
             if !missing.isEmpty {
                 try await log.append(missing.map { "+\($0)" })
                 if deleted { throw UploadError.deleted }
-                for chunk in missing { received.insert(chunk) }
+                for chunk in missing { received.insert(number: chunk) }
             }
         }
         switch try await complete() {

@@ -374,7 +374,7 @@ actor UploadStore {
                 logger.warning("Ignoring malformed record in the upload's log", metadata: ["upload": "\(id)"])
                 continue
             }
-            if sign == "+" { received.insert(chunk) } else { received.remove(chunk) }
+            if sign == "+" { received.insert(number: chunk) } else { received.remove(number: chunk) }
             if recordDigest != nil || digest != nil { digest = sign == "+" ? recordDigest.map(String.init) : nil }
         }
 
@@ -404,7 +404,7 @@ actor UploadStore {
             // record without them, and then they no longer match.
             let actual = try? Upload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.data)
             if actual?.sha256 != expected {
-                received.remove(1)
+                received.remove(number: 1)
                 digest = nil
             }
         }

@@ -1,0 +1,56 @@
+/// `xfer serve --fail-merge N[@INDEX]`: the first N merge checks (`isFinish.do`) of each file fail
+/// as if the server could not assemble it, for every file or only for the file at INDEX (0-based,
+/// in its source). Only complete files count: a file still missing fragments fails on its own.
+/// The failed file's fragments are discarded, so the client must truly send them again.
+/// Counts live in memory and start over when the receiver restarts.
+public struct MergeFailurePlan: Sendable, Hashable {
+    /// How many checks of each file fail, at least 1.
+    public var count: Int
+    /// The file's position in its source; nil for every file.
+    public var fileIndex: Int?
+
+    public init(count: Int, fileIndex: Int? = nil) {
+        precondition(count >= 1 && (fileIndex ?? 0) >= 0, "a merge failure plan needs count >= 1 and index >= 0")
+        self.count = count
+        self.fileIndex = fileIndex
+    }
+
+    /// Parses `N` or `N@INDEX`; nil for anything else.
+    public init?(_ text: String) {
+        let parts = text.split(separator: "@", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let count = Int(parts[0]), count >= 1 else { return nil }
+        var index: Int?
+        if parts.count == 2 {
+            guard let parsed = Int(parts[1]), parsed >= 0 else { return nil }
+            index = parsed
+        }
+        self.init(count: count, fileIndex: index)
+    }
+}
+
+/// Fails merges under a `MergeFailurePlan`, counting per file. The receiver builds it with its
+/// other test hooks (`Receiver.serve`); `MultipartRoutes` asks it before each merge.
+actor MergeFailures {
+    private let plan: MergeFailurePlan
+    private let store: UploadStore
+    private var failures: [String: Int] = [:]
+
+    init(plan: MergeFailurePlan, store: UploadStore) {
+        self.plan = plan
+        self.store = store
+    }
+
+    /// Whether this merge of `upload`, the file at `index` of its source, is to fail. When it is,
+    /// the file's fragments are discarded first, as a real failed merge leaves them: unusable.
+    func discards(_ upload: Upload, index: Int) async throws -> Bool {
+        let id = upload.meta.uploadId
+        guard try await upload.receivedChunks().count == upload.meta.chunkCount, plan.fileIndex == nil || plan.fileIndex == index else {
+            return false
+        }
+        let done = failures[id, default: 0]
+        guard done < plan.count else { return false }
+        failures[id] = done + 1
+        _ = try await store.delete(id: id)
+        return true
+    }
+}

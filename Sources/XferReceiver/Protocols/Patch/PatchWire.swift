@@ -1,0 +1,182 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+// What the `patch` protocol's requests carry and its answers say (see `PatchRoutes`).
+
+/// `POST /uploads`'s body: `{"fileName","size","chunkSize"}`.
+struct PatchCreateRequest: Decodable {
+    var fileName: String
+    var size: Int
+    var chunkSize: Int
+
+    /// The request's body, decoded; refused when it is not such an object.
+    static func read(_ request: Request) async throws(Refusal) -> PatchCreateRequest {
+        let body: ByteBuffer
+        do {
+            body = try await SmallBody.collect(request)
+        } catch .tooLarge {
+            throw .error(.contentTooLarge, "request body is larger than \(SmallBody.limit) bytes")
+        } catch {
+            throw .error(.badRequest, "request body could not be read")
+        }
+        guard let create = PatchCreateRequest(fast: body) ?? (try? JSONResponse.decode(PatchCreateRequest.self, from: body)) else {
+            throw .error(.badRequest, "body must be JSON {\"fileName\": string, \"size\": integer, \"chunkSize\": integer}")
+        }
+        return create
+    }
+
+    /// Without `JSONDecoder`, for the plain bodies clients send; nil for anything else, which
+    /// then goes through `JSONDecoder`.
+    private init?(fast body: ByteBuffer) {
+        guard let object = FlatJSONObject(body), let fileName = object.string("fileName"), let size = object.integer("size"),
+            let chunkSize = object.integer("chunkSize")
+        else { return nil }
+        self.fileName = fileName
+        self.size = size
+        self.chunkSize = chunkSize
+    }
+}
+
+/// The answers that carry something.
+enum PatchAnswer {
+    /// 201 `{"chunkSize","uploadId"}`, as `JSONResponse.make` would write it, without `JSONEncoder`.
+    static func created(uploadId: String, chunkSize: Int, location: String) -> Response {
+        var answer = JSONText()
+        answer.raw("{\"chunkSize\":" + String(chunkSize) + ",\"uploadId\":")
+        answer.string(uploadId)
+        answer.raw("}")
+        return answer.response(.created, headers: [.location: location])
+    }
+
+    /// `GET /uploads/{id}`; `received` is filled in by `JSONResponse.make(_:_:filling:with:)`.
+    struct Status: Encodable {
+        var uploadId: String
+        var fileName: String
+        var size: Int
+        var chunkSize: Int
+        var received: [Int]
+        var bytesReceived: Int
+    }
+
+    /// 200 `{"sha256","url"}`, without `JSONEncoder`.
+    static func completed(sha256: String, url: String) -> Response {
+        var answer = JSONText()
+        answer.raw("{\"sha256\":")
+        answer.string(sha256)
+        answer.raw(",\"url\":")
+        answer.string(url)
+        answer.raw("}")
+        return answer.response(.ok)
+    }
+
+    /// 409: the chunks to send before completing again.
+    struct Missing: Encodable {
+        var missing: [Int]
+    }
+}
+
+extension Refusal {
+    /// A chunk body that is not the chunk.
+    static func patchChunk(_ failure: BodyWriter.Failure) -> Refusal {
+        switch failure {
+        case .tooLarge(let limit): .error(.contentTooLarge, "body is larger than the chunk (\(limit) bytes)")
+        case .tooShort(let received, let expected): .error(.badRequest, "body has \(received) bytes, the chunk has \(expected)")
+        case .digestMismatch: .error(.badRequest, "Content-MD5 does not match the body")
+        case .interrupted(let error): .error(.badRequest, "request body was cut: \(error)")
+        }
+    }
+}
+
+/// `Content-Range: bytes first-last/total`, as sent with a chunk.
+struct ContentRange: Equatable {
+    var first: Int
+    var last: Int
+    var total: Int
+
+    init(first: Int, last: Int, total: Int) {
+        self.first = first
+        self.last = last
+        self.total = total
+    }
+
+    /// Nil for anything but the complete form: unknown totals (`*`) and unsatisfied ranges have no
+    /// meaning for a chunk.
+    init?(header: String) {
+        if let parsed = Self.parseASCII(header) {
+            self = parsed
+            return
+        }
+        // Anything but plain ASCII digits and spaces: Foundation's trimming and lowercasing.
+        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = trimmed.dropFirst("bytes ".count).trimmingCharacters(in: .whitespaces)
+        let parts = spec.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return nil }
+        let bounds = parts[0].split(separator: "-", omittingEmptySubsequences: false)
+        guard bounds.count == 2,
+            let first = Self.number(bounds[0]), let last = Self.number(bounds[1]), let total = Self.number(parts[1]),
+            first <= last, last < total
+        else { return nil }
+        self.init(first: first, last: last, total: total)
+    }
+
+    /// `bytes a-b/total` with ASCII spaces or tabs around, read byte by byte (this header comes
+    /// with every chunk); nil for anything else, which the general parser then reads.
+    private static func parseASCII(_ header: String) -> ContentRange? {
+        var utf8 = Substring(header).utf8[...]
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        while let first = utf8.first, isSpace(first) { utf8 = utf8.dropFirst() }
+        while let last = utf8.last, isSpace(last) { utf8 = utf8.dropLast() }
+        let unit = Array("bytes".utf8)
+        guard utf8.count > unit.count, zip(utf8.prefix(unit.count), unit).allSatisfy({ $0 | 0x20 == $1 }),
+            utf8[utf8.index(utf8.startIndex, offsetBy: unit.count)] == 0x20
+        else { return nil }
+        utf8 = utf8.dropFirst(unit.count)
+        while let first = utf8.first, isSpace(first) { utf8 = utf8.dropFirst() }
+        var numbers: [Int] = []
+        var current: Int?
+        var separators: [UInt8] = []
+        for byte in utf8 {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                let (times, overflow1) = (current ?? 0).multipliedReportingOverflow(by: 10)
+                let (sum, overflow2) = times.addingReportingOverflow(Int(byte - UInt8(ascii: "0")))
+                guard !overflow1, !overflow2 else { return nil }
+                current = sum
+            case UInt8(ascii: "-"), UInt8(ascii: "/"):
+                guard let value = current else { return nil }
+                numbers.append(value)
+                separators.append(byte)
+                current = nil
+            default:
+                return nil
+            }
+        }
+        guard let total = current, separators == [UInt8(ascii: "-"), UInt8(ascii: "/")] else { return nil }
+        let (first, last) = (numbers[0], numbers[1])
+        guard first <= last, last < total else { return nil }
+        return ContentRange(first: first, last: last, total: total)
+    }
+
+    private static func number(_ text: Substring) -> Int? {
+        guard !text.isEmpty, text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return Int(text)
+    }
+}
+
+extension HTTPField.Name {
+    static let contentMD5 = HTTPField.Name("Content-MD5")!
+}
+
+/// Decodes `Content-MD5` (base64 of the 16-byte digest); nil when malformed.
+func decodeContentMD5(_ header: String) -> [UInt8]? {
+    // ASCII spaces trimmed without Foundation's general trimming (this runs for every chunk).
+    var utf8 = Substring(header).utf8[...]
+    while let first = utf8.first, first == 0x20 || first == 0x09 { utf8 = utf8.dropFirst() }
+    while let last = utf8.last, last == 0x20 || last == 0x09 { utf8 = utf8.dropLast() }
+    let trimmed = utf8.allSatisfy({ $0 < 0x80 }) ? String(Substring(utf8)) : header.trimmingCharacters(in: .whitespaces)
+    guard let data = Data(base64Encoded: trimmed), data.count == 16 else { return nil }
+    return Array(data)
+}
