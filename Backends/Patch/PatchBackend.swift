@@ -1,21 +1,29 @@
 import Xfer
 
 /// The `patch` protocol (from the JJUploadFile write-up): create an upload,
-/// PATCH raw octet-stream chunks with `Content-Range` and `Content-MD5`,
-/// ask which chunks the server holds on resume, then complete and check the
-/// server's SHA-256 of the assembled file. See Docs/protocols.md.
-public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFinishing, UploadCancelling {
+/// PATCH raw octet-stream chunks with `Content-Range` and a digest, ask which
+/// chunks the server holds on resume, then complete and check the server's
+/// digest of the assembled file. See Docs/protocols.md.
+///
+/// The digest is negotiated (RFC 9530): a server that answers the create
+/// with `Want-Content-Digest` gets `Content-Digest` in the best algorithm
+/// both sides have (CRC-32C first: hardware speed), and its completion's
+/// CRC-32C is checked against one combined from the chunks' CRCs, with no
+/// second pass over the file. A server that asks for nothing gets
+/// `Content-MD5`, and its completion's SHA-256 is checked, as always.
+public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256Reporting, UploadCancelling {
     public let name = "patch"
 
     public let traits = BackendTraits(
         defaultChunkSize: 1 << 20,
         defaultConcurrency: 5,
         authentication: .authorizationHeader,
-        emptyFileHasOneChunk: false,
-        reportsWholeFileSHA256: true)
+        emptyFileHasOneChunk: false)
 
     /// The id `POST /uploads` hands out, in every later URL.
     public static let uploadID = HandleKey("uploadId")
+    /// The `Content-Digest` algorithm agreed for the file; absent: `Content-MD5`.
+    public static let digestAlgorithm = HandleKey("digest")
 
     public init() {}
 
@@ -33,7 +41,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFin
             guard let id = json["uploadId"]?.stringValue, !id.isEmpty else {
                 throw .transient("create the upload of \(file.name): the answer has no uploadId")
             }
-            return OpenedFile(handles: [Self.uploadID: id], chunkSize: json["chunkSize"]?.intValue)
+            var handles: ServerHandles = [Self.uploadID: id]
+            if let wanted = response.headers["Want-Content-Digest"], let algorithm = ChunkDigest.preferred(in: wanted) {
+                handles.set(Self.digestAlgorithm, algorithm.rawValue)
+            }
+            return OpenedFile(handles: handles, chunkSize: json["chunkSize"]?.intValue)
         }
     }
 
@@ -69,18 +81,41 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFin
             method: .patch, url: try uploadURL(job, file) + "/chunks/\(chunk.number)", body: RequestBody(chunk: chunk))
         request.headers.set("Content-Type", "application/octet-stream")
         request.headers.set("Content-Range", "bytes \(chunk.offset)-\(chunk.lastOffset)/\(file.size)")
-        request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+        let digest = file.handles[Self.digestAlgorithm].flatMap(ChunkDigest.init(rawValue:))
+        var receipt: String?
+        switch digest {
+        case .crc32c?:
+            let crc = chunk.crc32c
+            request.headers.set("Content-Digest", "crc32c=:\(Checksums.base64(CRC32.bigEndianBytes(crc))):")
+            // Kept with the chunk, so the completion's CRC-32C is checked
+            // against the chunks' combined, without reading the file again.
+            receipt = ChunkDigest.receipt(crc32c: crc, length: chunk.count)
+        case .sha256?:
+            request.headers.set("Content-Digest", "sha-256=:\(Checksums.base64(chunk.sha256)):")
+        case nil:
+            request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+        }
         let operation = "send chunk \(chunk.number) of \(file.name)"
+        let stored = ChunkOutcome.stored(receipt: receipt)
         return Exchange(request) { response throws(BackendError) in
             if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
+            // The bytes arrived other than they left: send them again.
+            if response.status == 422 { throw .transient("\(operation): the server received other bytes than were sent (422)") }
             try response.require(204, 200, for: operation)
-            return .stored()
+            return stored
         }
+    }
+
+    /// The engine hashes a file for the server's SHA-256 only when no
+    /// CRC-32C was agreed for it.
+    public func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool {
+        file.handles[Self.digestAlgorithm] != ChunkDigest.crc32c.rawValue
     }
 
     public func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
         let request = HTTPRequest(method: .post, url: try uploadURL(job, file) + "/complete")
         let operation = "complete the upload of \(file.name)"
+        let combined = file.handles[Self.digestAlgorithm] == ChunkDigest.crc32c.rawValue ? ChunkDigest.combinedCRC32C(file) : nil
         return .send(request) { response throws(BackendError) in
             switch response.status {
             case 404:
@@ -95,6 +130,16 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFin
                 guard let url = json["url"]?.stringValue, !url.isEmpty else {
                     throw .transient("\(operation): the answer has no url")
                 }
+                if let combined, let reported = json["crc32c"]?.stringValue {
+                    guard reported.lowercased() == CRC32.hex(combined) else {
+                        throw .mismatch(
+                            "the server's CRC-32C of \(file.name) is \(reported.prefix(8)), the chunks sent make \(CRC32.hex(combined)); the server holds different bytes",
+                            remedy: .startOver)
+                    }
+                    return .completed(url: url)
+                }
+                // No CRC to combine (chunks a resume found on the server carry
+                // none): the engine checks the SHA-256 by reading the file.
                 return .completed(url: url, sha256: json["sha256"]?.stringValue)
             }
         }
@@ -108,5 +153,47 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, FileFin
 
     private func uploadURL(_ job: JobContext, _ file: FileContext) throws(BackendError) -> String {
         job.url("/uploads/\(try file.handles.require(Self.uploadID).percentEncodedPathSegment)")
+    }
+}
+
+/// The `Content-Digest` algorithms the client can send (RFC 9530 names),
+/// and what a chunk's receipt keeps of its CRC-32C.
+enum ChunkDigest: String, CaseIterable {
+    case crc32c = "crc32c"
+    case sha256 = "sha-256"
+
+    /// The algorithm to use from a `Want-Content-Digest` value (a dictionary
+    /// of algorithm = preference 0–10, 0 meaning "not acceptable"): the most
+    /// preferred the client has, CRC-32C on a tie. Nil when none fits.
+    static func preferred(in header: String) -> ChunkDigest? {
+        var best: (digest: ChunkDigest, weight: Int)?
+        for member in header.split(separator: ",") {
+            let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard let name = parts.first?.lowercased(), let digest = ChunkDigest(rawValue: name) else { continue }
+            let weight = parts.count == 2 ? Int(parts[1]) ?? 0 : 1
+            guard weight > 0 else { continue }
+            if best == nil || weight > best!.weight || (weight == best!.weight && digest == .crc32c) { best = (digest, weight) }
+        }
+        return best?.digest
+    }
+
+    /// `crc32c=HEX8:LENGTH`.
+    static func receipt(crc32c: UInt32, length: Int) -> String {
+        "crc32c=\(CRC32.hex(crc32c)):\(length)"
+    }
+
+    /// The file's CRC-32C combined from its chunks' receipts, or nil when a
+    /// chunk has none (e.g. the server reported holding it on resume).
+    static func combinedCRC32C(_ file: FileContext) -> UInt32? {
+        var combined: UInt32 = 0
+        for chunk in 0..<file.chunkCount {
+            guard let receipt = file.receipts[chunk], receipt.hasPrefix("crc32c=") else { return nil }
+            let fields = receipt.dropFirst("crc32c=".count).split(separator: ":")
+            guard fields.count == 2, let crc = UInt32(fields[0], radix: 16), let length = Int64(fields[1]),
+                length == Int64(file.plan.length(of: chunk))
+            else { return nil }
+            combined = CRC32C.combine(combined, crc, lengthOfSecond: length)
+        }
+        return combined
     }
 }

@@ -46,7 +46,7 @@ struct ServeCommand: AsyncParsableCommand {
     var authToken: String?
 
     @Option(name: .customLong("faults"), help: ArgumentHelp(
-        "Test hook: misbehave on a share of non-GET requests, e.g. 503=0.1,429=0.05,reset=0.05,stall=0.02,truncate=0.05,garble=0.05,digest=0.01.",
+        "Test hook: misbehave on a share of non-GET requests, e.g. 503=0.1,429=0.05,reset=0.05,stall=0.02,truncate=0.05,garble=0.05,digest=0.01,damage=0.05.",
         valueName: "KIND=P,..."))
     var faults: String?
 

@@ -4,7 +4,7 @@ import CISAL
 /// on this project's machines, zlib's took 4): for the engine (chunk
 /// checksums, the state store's value seals), the backends (S3's
 /// `x-amz-checksum-crc32`, sequence's `crc`) and the receiver.
-public struct CRC32: Sendable, Hashable {
+public struct CRC32: IncrementalCRC {
     /// The checksum of everything fed so far.
     public private(set) var value: UInt32 = 0
 
@@ -17,23 +17,6 @@ public struct CRC32: Sendable, Hashable {
         // ISA-L's reflected gzip CRC takes and returns the finished value (it
         // conditions the register itself), so it continues from `value`.
         value = crc32_gzip_refl(value, base, UInt64(bytes.count))
-    }
-
-    /// Feeds `bytes` (an array or a slice of one is read in place). Inlinable,
-    /// so callers in other modules get it specialized (the state store seals
-    /// every value it writes with one).
-    @inlinable
-    public mutating func update(_ bytes: some Collection<UInt8>) {
-        let done: Void? = bytes.withContiguousStorageIfAvailable { update(UnsafeRawBufferPointer($0)) }
-        if done == nil { Array(bytes).withUnsafeBytes { update($0) } }
-    }
-
-    /// The checksum of `bytes`.
-    @inlinable
-    public static func of(_ bytes: some Collection<UInt8>) -> UInt32 {
-        var crc = CRC32()
-        crc.update(bytes)
-        return crc.value
     }
 
     /// The checksum of `a` followed by `b`, from theirs and `b`'s length.
@@ -54,7 +37,7 @@ public struct CRC32: Sendable, Hashable {
 
 /// CRC-32C (Castagnoli: iSCSI, ext4, S3's `x-amz-checksum-crc32c`, RFC 9530's
 /// `crc32c`), computed by ISA-L with the CPU's CRC instruction.
-public struct CRC32C: Sendable, Hashable {
+public struct CRC32C: IncrementalCRC {
     /// The checksum of everything fed so far.
     public var value: UInt32 { ~register }
     /// ISA-L's iSCSI CRC works on the raw register: conditioned here.
@@ -76,7 +59,27 @@ public struct CRC32C: Sendable, Hashable {
         }
     }
 
-    /// Feeds `bytes` (an array or a slice of one is read in place).
+
+    /// The checksum of `a` followed by `b`, from theirs and `b`'s length.
+    public static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64) -> UInt32 {
+        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: 0x82F6_3B78)
+    }
+}
+
+/// A 32-bit CRC fed a piece at a time.
+public protocol IncrementalCRC: Sendable, Hashable {
+    /// An empty checksum.
+    init()
+    /// The checksum of everything fed so far.
+    var value: UInt32 { get }
+    /// Feeds `bytes`.
+    mutating func update(_ bytes: UnsafeRawBufferPointer)
+}
+
+extension IncrementalCRC {
+    /// Feeds `bytes` (an array or a slice of one is read in place). Inlinable,
+    /// so callers in other modules get it specialized (the state store seals
+    /// every value it writes with one).
     @inlinable
     public mutating func update(_ bytes: some Collection<UInt8>) {
         let done: Void? = bytes.withContiguousStorageIfAvailable { update(UnsafeRawBufferPointer($0)) }
@@ -86,14 +89,9 @@ public struct CRC32C: Sendable, Hashable {
     /// The checksum of `bytes`.
     @inlinable
     public static func of(_ bytes: some Collection<UInt8>) -> UInt32 {
-        var crc = CRC32C()
+        var crc = Self()
         crc.update(bytes)
         return crc.value
-    }
-
-    /// The checksum of `a` followed by `b`, from theirs and `b`'s length.
-    public static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64) -> UInt32 {
-        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: 0x82F6_3B78)
     }
 }
 

@@ -132,4 +132,83 @@ final class PatchBackendTests: XCTestCase {
         XCTAssertEqual(requests.map(\.url), ["http://127.0.0.1:9/uploads/u1"])
         XCTAssertEqual(requests.map { backend.requestAsSent($0, in: job).headers["Authorization"] }, ["Bearer t0k"])
     }
+
+    // MARK: Digest negotiation (RFC 9530)
+
+    private func negotiated(_ wanted: String?) throws -> String? {
+        let job = job()
+        var headers: HTTPHeaders = [:]
+        if let wanted { headers.set("Want-Content-Digest", wanted) }
+        let opened = try backend.openFile(job.files[0], in: job).outcome(for: .json(201, #"{"uploadId":"u1"}"#, headers: headers))
+        return opened.handles[PatchBackend.digestAlgorithm]
+    }
+
+    func testTheDigestIsTheBestOfferedThatTheClientHasAndNoneWithoutAnOffer() throws {
+        XCTAssertNil(try negotiated(nil), "a server that asks for nothing gets Content-MD5")
+        XCTAssertEqual(try negotiated("crc32c=10, sha-256=5"), "crc32c")
+        XCTAssertEqual(try negotiated("sha-256=9, crc32c=3"), "sha-256")
+        XCTAssertEqual(try negotiated("sha-256=5, crc32c=5"), "crc32c", "a tie goes to the cheaper")
+        XCTAssertEqual(try negotiated("crc32c=0, sha-256=1"), "sha-256", "0 means not acceptable")
+        XCTAssertNil(try negotiated("sha-512=10, unixsum=3"), "nothing the client has: Content-MD5")
+    }
+
+    func testChunksCarryTheAgreedDigestOrContentMD5() throws {
+        let bytes: [UInt8] = [1, 2, 3, 4]
+        func headers(_ algorithm: String?) throws -> HTTPHeaders {
+            var handles = opened
+            if let algorithm { handles.set(PatchBackend.digestAlgorithm, algorithm) }
+            let job = job(handles: handles)
+            let chunk = BackendTesting.chunk(0, of: job.files[0], bytes: bytes)
+            return try backend.uploadChunk(chunk, of: job.files[0], in: job).request.headers
+        }
+        let crc = try headers("crc32c")
+        XCTAssertEqual(crc["Content-Digest"], "crc32c=:\(Checksums.base64(CRC32.bigEndianBytes(CRC32C.of(bytes)))):")
+        XCTAssertNil(crc["Content-MD5"])
+        let sha = try headers("sha-256")
+        XCTAssertEqual(sha["Content-Digest"], "sha-256=:\(Checksums.base64(BackendTesting.chunk(0, of: job().files[0], bytes: bytes).sha256)):")
+        let md5 = try headers(nil)
+        XCTAssertNil(md5["Content-Digest"])
+        XCTAssertNotNil(md5["Content-MD5"])
+    }
+
+    func testADamagedChunkIsSentAgainAndACRCChunkKeepsItsCRCAsItsReceipt() throws {
+        var handles = opened
+        handles.set(PatchBackend.digestAlgorithm, "crc32c")
+        let job = job(handles: handles)
+        let chunk = BackendTesting.chunk(0, of: job.files[0], bytes: [9, 9, 9, 9])
+        let exchange = try backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertThrowsError(try exchange.interpret(.json(422, #"{"error":"the body does not match its digest"}"#))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 204)), .stored(receipt: "crc32c=\(CRC32.hex(CRC32C.of([9, 9, 9, 9]))):4"))
+    }
+
+    func testTheCompletionsCRC32CIsCheckedAgainstTheChunksCombined() throws {
+        // 10 bytes in chunks of 4: the receipts of a run that sent them all.
+        let data: [UInt8] = Array(0..<10)
+        let parts = [Array(data[0..<4]), Array(data[4..<8]), Array(data[8..<10])]
+        var receipts: [Int: String] = [:]
+        for (index, part) in parts.enumerated() { receipts[index] = "crc32c=\(CRC32.hex(CRC32C.of(part))):\(part.count)" }
+        var handles = opened
+        handles.set(PatchBackend.digestAlgorithm, "crc32c")
+        let file = BackendTesting.file(name: "a.bin", size: 10, chunkSize: 4, handles: handles, receipts: receipts)
+        let job = BackendTesting.job(files: [file])
+        XCTAssertFalse(backend.reportsSHA256(of: file, in: job), "no whole-file SHA-256 when CRCs are combined")
+        let step = try backend.finishFile(file, in: job)
+        let right = CRC32.hex(CRC32C.of(data))
+        XCTAssertEqual(
+            try step.outcome(for: .json(200, #"{"crc32c":"\#(right)","sha256":"ab","url":"http://x/d"}"#)),
+            .completed(url: "http://x/d", sha256: nil))
+        XCTAssertThrowsError(try step.outcome(for: .json(200, #"{"crc32c":"00000000","sha256":"ab","url":"http://x/d"}"#))) { error in
+            guard case BackendError.mismatch = error else { return XCTFail("\(error)") }
+        }
+        // A chunk without a receipt (found on the server by a resume): the SHA-256 decides.
+        var partial = receipts
+        partial[1] = nil
+        let resumed = BackendTesting.file(name: "a.bin", size: 10, chunkSize: 4, handles: handles, receipts: partial)
+        XCTAssertEqual(
+            try backend.finishFile(resumed, in: job).outcome(for: .json(200, #"{"crc32c":"\#(right)","sha256":"ab","url":"http://x/d"}"#)),
+            .completed(url: "http://x/d", sha256: "ab"))
+        XCTAssertTrue(backend.reportsSHA256(of: BackendTesting.file(size: 10, chunkSize: 4, handles: opened), in: job))
+    }
 }

@@ -47,6 +47,21 @@ final class FaultTests: XCTestCase {
         }
     }
 
+    /// A chunk damaged on the way (one byte of its body changed) is refused by
+    /// its digest and sent again, with the patch protocol's negotiated
+    /// CRC-32C; the file arrives byte-identical.
+    func testADamagedChunkIsRefusedByItsDigestAndSentAgain() throws {
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 30 * Self.chunk + 5, seed: 8)
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--faults", "damage=0.2", "--fault-seed", "2"])
+        let result = try runXfer(arguments(file, backend: "patch", server: server, state: work.file("state"), ["--max-attempts", "20"]))
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let reasons = result.events.filter { $0["event"] as? String == "retry" }.compactMap { $0["reason"] as? String }
+        XCTAssertTrue(reasons.contains { $0.contains("other bytes than were sent (422)") }, "\(reasons)")
+        let url = try XCTUnwrap(completedURL(result))
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
     /// A stalled request is abandoned after --low-speed-time and retried,
     /// instead of hanging the push.
     func testStallsAreAbandonedAndRetried() throws {

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 import XferReceiver
+import Xfer
 
 #if canImport(Glibc)
 import Glibc
@@ -111,8 +112,9 @@ struct ReceiverPatchTests {
             let wrongBytes = testBytes(100, seed: 99)
             let bad = try await client.patchRaw(
                 id: id, chunk: 2, body: wrongBytes, range: "bytes 100-199/300", md5: md5Base64(data[100..<200]))
-            #expect(bad.status == 400)
-            #expect(try bad.decode(ErrorBody.self).error.contains("MD5"))
+            // 422: damaged on the way, so the client sends the chunk again.
+            #expect(bad.status == 422)
+            #expect(try bad.decode(ErrorBody.self).error.contains("does not match its digest"))
             #expect(try await client.status(id: id).received == [1, 3])
             #expect(try await client.complete(id: id).reply.decode(MissingBody.self).missing == [2])
 
@@ -412,7 +414,10 @@ struct ReceiverPatchTests {
             #expect(again.sha256 == answer.sha256 && URL(string: again.url)?.path == URL(string: answer.url)?.path)
             #expect(try await curl("GET", again.url).body == data)
         }
-        #expect(try String(contentsOfFile: log, encoding: .utf8).contains("\n=" + answers[1].sha256 + ".500;"))
+        // The record holds the file's SHA-256, size and CRC-32C (read back by the recovery too).
+        let crc32c = try #require(answers[1].crc32c)
+        #expect(crc32c == CRC32.hex(CRC32C.of(Array(data))))
+        #expect(try String(contentsOfFile: log, encoding: .utf8).contains("\n=" + answers[1].sha256 + ".500." + crc32c + ";"))
         #expect(!FileManager.default.fileExists(atPath: root + "/uploads/\(ids[0]).data"))
         try await server.stop()
     }
@@ -502,6 +507,43 @@ struct ReceiverPatchTests {
             #expect(try await curl("DELETE", server.baseURL + "/uploads/" + done).status == 204)
             #expect(try await curl("GET", url).status == 404)
             #expect(!FileManager.default.fileExists(atPath: server.root + "/downloads/" + done))
+        }
+    }
+
+    @Test("the create answer asks for Content-Digest; crc32c and sha-256 digests are checked, and the completion reports the file's CRC-32C")
+    func contentDigestNegotiation() async throws {
+        try await withReceiver { server in
+            let client = PatchTestClient(base: server.baseURL)
+            let data = testBytes(300, seed: 21)
+            let created = try await client.create(fileName: "d.bin", size: data.count, chunkSize: 100)
+            #expect(created.reply.headers["want-content-digest"] == "crc32c=10, sha-256=5")
+            let id = created.answer.uploadId
+            func crc32c(_ bytes: Data) -> String {
+                Data(CRC32.bigEndianBytes(CRC32C.of(Array(bytes)))).base64EncodedString()
+            }
+            func sha256(_ bytes: Data) -> String { Data(SHA256.hash(data: bytes)).base64EncodedString() }
+            let first = data[0..<100], second = data[100..<200], third = data[200..<300]
+            // Right digests are accepted, in either algorithm, and an unknown one is ignored.
+            #expect(try await client.patchRaw(
+                id: id, chunk: 1, body: first, range: "bytes 0-99/300",
+                extraHeaders: ["Content-Digest: unknown-algo=:AAAA:, crc32c=:\(crc32c(first)):"]).status == 204)
+            #expect(try await client.patchRaw(
+                id: id, chunk: 2, body: second, range: "bytes 100-199/300",
+                extraHeaders: ["Content-Digest: sha-256=:\(sha256(second)):"]).status == 204)
+            // A wrong one is refused with 422 and leaves the chunk missing; a malformed one with 400.
+            let wrong = try await client.patchRaw(
+                id: id, chunk: 3, body: third, range: "bytes 200-299/300",
+                extraHeaders: ["Content-Digest: crc32c=:\(crc32c(first)):"])
+            #expect(wrong.status == 422)
+            let malformed = try await client.patchRaw(
+                id: id, chunk: 3, body: third, range: "bytes 200-299/300", extraHeaders: ["Content-Digest: crc32c=AAAA"])
+            #expect(malformed.status == 400)
+            #expect(try await client.status(id: id).received == [1, 2])
+            #expect(try await client.patchRaw(
+                id: id, chunk: 3, body: third, range: "bytes 200-299/300",
+                extraHeaders: ["Content-Digest: crc32c=:\(crc32c(third)):"]).status == 204)
+            let completed = try await client.complete(id: id)
+            #expect(completed.answer?.crc32c == CRC32.hex(CRC32C.of(Array(data))))
         }
     }
 
@@ -606,7 +648,7 @@ private struct TestError: Error, CustomStringConvertible {
 
 private struct CreateBody: Decodable { var uploadId: String; var chunkSize: Int }
 private struct StatusBody: Decodable { var uploadId: String; var fileName: String; var size: Int; var chunkSize: Int; var received: [Int] }
-private struct CompleteBody: Decodable { var url: String; var sha256: String }
+private struct CompleteBody: Decodable { var url: String; var sha256: String; var crc32c: String? }
 private struct MissingBody: Decodable { var missing: [Int] }
 private struct ErrorBody: Decodable { var error: String }
 

@@ -28,6 +28,7 @@
 /// | `FileOpening` | `openFile` once per file | no such call |
 /// | `FileReconciling` | asks the server on resume | the state store is trusted |
 /// | `FileFinishing` | `finishFile` after a file's chunks | the last chunk's answer completes it |
+/// | `SHA256Reporting` | hashes files as they are sent, for the server's SHA-256 | no whole-file hash |
 /// | `JobFinishing` | `finishJob` after every file | no such call |
 /// | `UploadCancelling` | `xfer cancel` drops the upload | only local state is removed |
 /// | `RequestSigning` | signs each request last | not signed |
@@ -127,6 +128,19 @@ extension FileReconciling where ReconcileCursor == Never {
 public protocol FileFinishing: UploadBackend {
     /// `.skip` when this file needs none (its last chunk's answer carried the URL).
     func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish>
+}
+
+/// A protocol whose completion reports the server's SHA-256 of the file
+/// (`FileFinish.completed(url:sha256:)`) for the engine to check against
+/// the local file.
+public protocol SHA256Reporting: FileFinishing {
+    /// Whether `finishFile` will report it for `file` (asked before each
+    /// chunk is sent). The engine then hashes the file as its chunks are
+    /// read, so the check costs no second pass over the file; for a file
+    /// where it says no (say, a server that checks CRCs instead), nothing is
+    /// hashed, and a SHA-256 reported all the same is checked by reading
+    /// the file once.
+    func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool
 }
 
 /// A protocol with a call once every file is finished (e.g. a merge check
@@ -231,10 +245,6 @@ public struct BackendTraits: Sendable, Hashable {
     /// Whole-file digests the backend needs in `FileContext.digests` before
     /// `openFile` (costs one extra read of each file).
     public var digestsBeforeOpen: Set<DigestAlgorithm>
-    /// Whether `finishFile` reports the file's SHA-256 for the engine to
-    /// check. The engine then hashes each file as its chunks are read, so the
-    /// check costs no second pass over the file.
-    public var reportsWholeFileSHA256: Bool
     /// How many rounds of `finishFile` (or `finishJob`) a run makes at
     /// most: after this many `.missing` (or `.rollback`) answers in a row the
     /// job fails, its state kept. A re-run gets fresh rounds.
@@ -253,12 +263,10 @@ public struct BackendTraits: Sendable, Hashable {
         authentication: Authentication,
         emptyFileHasOneChunk: Bool = false,
         digestsBeforeOpen: Set<DigestAlgorithm> = [],
-        reportsWholeFileSHA256: Bool = false,
         maximumFinishRounds: Int = 3,
         filesFixedAtStart: Bool = false
     ) {
         self.filesFixedAtStart = filesFixedAtStart
-        self.reportsWholeFileSHA256 = reportsWholeFileSHA256
         self.defaultChunkSize = defaultChunkSize
         self.defaultConcurrency = defaultConcurrency
         self.authentication = authentication

@@ -28,6 +28,12 @@ extension UploadBackend {
         (self as? any UploadCancelling)?.cancelRequests(for: job) ?? []
     }
 
+    /// Whether the completion of `file` will report the server's SHA-256
+    /// (never without the capability).
+    func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool {
+        (self as? any SHA256Reporting)?.reportsSHA256(of: file, in: job) ?? false
+    }
+
     /// Whether the backend completes a file in a step of its own and can
     /// be asked what it holds of it. A bare acknowledgement of a file's last
     /// chunk is then not committed alone: the completion's commit, moments

@@ -202,7 +202,7 @@ final class JobRunner: Sendable {
         }
         do {
             let local = try LocalFile(path: record.path)
-            let hash = backend.traits.reportsWholeFileSHA256 ? StreamingFileHash(file: local) : nil
+            let hash = backend is any SHA256Reporting ? StreamingFileHash(file: local) : nil
             return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), OpenFile(local: local, hash: hash))
         } catch {
             guard case .fileUnreadable(_, let why) = error else { return (.failed(.loadFile(index), error), nil) }
@@ -255,9 +255,10 @@ final class JobRunner: Sendable {
             case .chunk(_, let chunk):
                 let start = state.partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
                 let commits = !isLastChunk(state) || !backend.completesFilesAndReconciles
+                let hash = backend.reportsSHA256(of: file, in: job) ? opened.hash : nil
                 return {
                     await worker.uploadChunk(
-                        chunk, of: file, record: record, local: opened.local, from: start, hash: opened.hash, job: job,
+                        chunk, of: file, record: record, local: opened.local, from: start, hash: hash, job: job,
                         commitsAcknowledgement: commits)
                 }
             default:

@@ -22,10 +22,15 @@ public enum FaultKind: String, Sendable, CaseIterable, Hashable {
     /// The request is processed, then its JSON answer is replaced by HTML of
     /// the same length (a proxy error page).
     case garble
-    /// The request is processed; a `"sha256"` in its JSON answer is reported
-    /// wrong, as by a server that stored different bytes. Answers without one
-    /// pass unchanged.
+    /// The request is processed; a `"sha256"` and a `"crc32c"` in its JSON
+    /// answer are reported wrong, as by a server that stored different bytes.
+    /// Answers without one pass unchanged.
     case digest
+    /// A PATCH or PUT body (a chunk of patch or tus, a raw PUT) arrives
+    /// with its first byte changed, as through a faulty link or proxy: a
+    /// protocol that carries a digest of the body refuses it (the client
+    /// sends it again); one without cannot tell. Other requests pass.
+    case damage
 }
 
 /// Which faults to inject and how often, parsed from `KIND=P[,KIND=P...]`
@@ -101,6 +106,11 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
         switch fault {
         case .unavailable:
             return JSONResponse.error(.serviceUnavailable, "injected fault: unavailable")
+        case .damage:
+            guard request.method == .patch || request.method == .put else { return try await next(request, context) }
+            var damaged = request
+            damaged.body = RequestBody(asyncSequence: FirstByteFlipped(base: request.body))
+            return try await next(damaged, context)
         case .throttled:
             var response = JSONResponse.error(.tooManyRequests, "injected fault: slow down")
             response.headers[.retryAfter] = "1"
@@ -135,10 +145,12 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
             let response = try await next(request, context)
             guard response.headers[.contentType]?.contains("json") == true else { return response }
             var text = String(buffer: try await collect(response.body))
-            // Flip the first hex digit of the value: still well-formed, no longer the file's.
-            if let key = text.range(of: "\"sha256\":\""), key.upperBound < text.endIndex {
-                let digit = text[key.upperBound]
-                text.replaceSubrange(key.upperBound...key.upperBound, with: digit == "0" ? "1" : "0")
+            // Flip the first hex digit of each value: still well-formed, no longer the file's.
+            for name in ["sha256", "crc32c"] {
+                if let key = text.range(of: "\"\(name)\":\""), key.upperBound < text.endIndex {
+                    let digit = text[key.upperBound]
+                    text.replaceSubrange(key.upperBound...key.upperBound, with: digit == "0" ? "1" : "0")
+                }
             }
             var headers = response.headers
             headers[.contentLength] = nil
@@ -195,4 +207,26 @@ extension String {
     fileprivate var trimmingSpaces: String {
         String(drop(while: { $0 == " " }).reversed().drop(while: { $0 == " " }).reversed())
     }
+}
+
+/// A body whose first byte is changed (its lowest bit flipped), the rest as sent.
+private struct FirstByteFlipped: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let base: RequestBody
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var base: RequestBody.AsyncIterator
+        var flipped = false
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard var buffer = try await base.next() else { return nil }
+            if !flipped, buffer.readableBytes > 0, let first = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) {
+                buffer.setInteger(first ^ 1, at: buffer.readerIndex)
+                flipped = true
+            }
+            return buffer
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: base.makeAsyncIterator()) }
 }

@@ -15,7 +15,7 @@ import Darwin
 /// store keeps of it (a single small chunk's SHA-256).
 struct StreamingDigest {
     enum Algorithm: Sendable, Equatable {
-        case md5, sha1, sha256, crc32
+        case md5, sha1, sha256, crc32, crc32c
     }
 
     private enum State {
@@ -23,6 +23,7 @@ struct StreamingDigest {
         case sha1(Insecure.SHA1)
         case sha256(SHA256)
         case crc32(CRC32)
+        case crc32c(CRC32C)
     }
 
     private var state: State
@@ -33,6 +34,7 @@ struct StreamingDigest {
         case .sha1: state = .sha1(Insecure.SHA1())
         case .sha256: state = .sha256(SHA256())
         case .crc32: state = .crc32(CRC32())
+        case .crc32c: state = .crc32c(CRC32C())
         }
     }
 
@@ -50,6 +52,9 @@ struct StreamingDigest {
         case .crc32(var crc):
             crc.update(bytes)
             state = .crc32(crc)
+        case .crc32c(var crc):
+            crc.update(bytes)
+            state = .crc32c(crc)
         }
     }
 
@@ -60,12 +65,11 @@ struct StreamingDigest {
         case .sha1(let hasher): Array(hasher.finalize())
         case .sha256(let hasher): Array(hasher.finalize())
         case .crc32(let crc): Self.bytes(crc32: crc.value)
+        case .crc32c(let crc): Self.bytes(crc32: crc.value)
         }
     }
 
-    static func bytes(crc32 value: UInt32) -> [UInt8] {
-        [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
-    }
+    static func bytes(crc32 value: UInt32) -> [UInt8] { CRC32.bigEndianBytes(value) }
 
     static func crc32(bytes: [UInt8]) -> UInt32 {
         bytes.reduce(0) { $0 << 8 | UInt32($1) }

@@ -68,9 +68,13 @@ struct PatchRoutes: Sendable {
         guard contentRange == expected else {
             throw Refusal.error(.badRequest, "Content-Range of chunk \(chunk) must be \"bytes \(expected.first)-\(expected.last)/\(expected.total)\"")
         }
-        // Content-MD5 is optional so a plain curl can drive the protocol; when present it is enforced.
+        // A digest is optional so a plain curl can drive the protocol; when present it is enforced:
+        // Content-Digest (negotiated by the create answer's Want-Content-Digest) or Content-MD5.
         var check: BodyWriter.Check?
-        if let header = request.headers[.contentMD5] {
+        if let header = request.headers[.contentDigest] {
+            check = try ContentDigest.check(header)
+        }
+        if check == nil, let header = request.headers[.contentMD5] {
             guard let digest = decodeContentMD5(header) else {
                 throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
             }
@@ -121,7 +125,8 @@ struct PatchRoutes: Sendable {
         }
         switch outcome {
         case .completed(let record):
-            return PatchAnswer.completed(sha256: record.sha256, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
+            return PatchAnswer.completed(
+                sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
         case .missing(let missing):
             return JSONResponse.make(.conflict, PatchAnswer.Missing(missing: missing))
         }

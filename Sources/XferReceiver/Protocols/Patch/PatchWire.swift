@@ -47,7 +47,7 @@ enum PatchAnswer {
         answer.raw("{\"chunkSize\":" + String(chunkSize) + ",\"uploadId\":")
         answer.string(uploadId)
         answer.raw("}")
-        return answer.response(.created, headers: [.location: location])
+        return answer.response(.created, headers: [.location: location, .wantContentDigest: ContentDigest.wanted])
     }
 
     /// `GET /uploads/{id}`; `received` is filled in by `JSONResponse.make(_:_:filling:with:)`.
@@ -60,10 +60,16 @@ enum PatchAnswer {
         var bytesReceived: Int
     }
 
-    /// 200 `{"sha256","url"}`, without `JSONEncoder`.
-    static func completed(sha256: String, url: String) -> Response {
+    /// 200 `{"crc32c","sha256","url"}` (`crc32c` when the file was read back), without `JSONEncoder`.
+    static func completed(sha256: String, crc32c: String?, url: String) -> Response {
         var answer = JSONText()
-        answer.raw("{\"sha256\":")
+        if let crc32c {
+            answer.raw("{\"crc32c\":")
+            answer.string(crc32c)
+            answer.raw(",\"sha256\":")
+        } else {
+            answer.raw("{\"sha256\":")
+        }
         answer.string(sha256)
         answer.raw(",\"url\":")
         answer.string(url)
@@ -83,7 +89,9 @@ extension Refusal {
         switch failure {
         case .tooLarge(let limit): .error(.contentTooLarge, "body is larger than the chunk (\(limit) bytes)")
         case .tooShort(let received, let expected): .error(.badRequest, "body has \(received) bytes, the chunk has \(expected)")
-        case .digestMismatch: .error(.badRequest, "Content-MD5 does not match the body")
+        // 422, not 400: the request was right and its bytes were damaged on the way, so the
+        // client sends them again.
+        case .digestMismatch: .error(.unprocessableContent, "the body does not match its digest")
         case .interrupted(let error): .error(.badRequest, "request body was cut: \(error)")
         }
     }
@@ -168,6 +176,42 @@ struct ContentRange: Equatable {
 
 extension HTTPField.Name {
     static let contentMD5 = HTTPField.Name("Content-MD5")!
+    static let contentDigest = HTTPField.Name("Content-Digest")!
+    static let wantContentDigest = HTTPField.Name("Want-Content-Digest")!
+}
+
+/// RFC 9530's `Content-Digest` of a chunk, in the algorithms this receiver verifies.
+enum ContentDigest {
+    /// What the create answer asks for (`Want-Content-Digest`): CRC-32C first, at hardware
+    /// speed on both ends; SHA-256 for a client without it. A client that knows neither header
+    /// sends `Content-MD5`, which is still checked.
+    static let wanted = "crc32c=10, sha-256=5"
+
+    /// The check of the first member of `header` in an algorithm this receiver verifies; nil
+    /// when it names none (a recipient may ignore digests it does not know). Throws when a
+    /// member it verifies is malformed.
+    static func check(_ header: String) throws(Refusal) -> BodyWriter.Check? {
+        for member in header.split(separator: ",") {
+            guard let equals = member.firstIndex(of: "=") else { continue }
+            let name = member[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
+            let value = member[member.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let algorithm: StreamingDigest.Algorithm
+            let length: Int
+            switch name {
+            case "crc32c": (algorithm, length) = (.crc32c, 4)
+            case "sha-256": (algorithm, length) = (.sha256, 32)
+            default: continue
+            }
+            // A byte sequence: the base64 between colons.
+            guard value.count >= 2, value.hasPrefix(":"), value.hasSuffix(":"),
+                let bytes = Data(base64Encoded: String(value.dropFirst().dropLast())), bytes.count == length
+            else {
+                throw Refusal.error(.badRequest, "Content-Digest \(name) must be :BASE64: of a \(length)-byte digest")
+            }
+            return BodyWriter.Check(algorithm: algorithm, expected: Array(bytes))
+        }
+        return nil
+    }
 }
 
 /// Decodes `Content-MD5` (base64 of the 16-byte digest); nil when malformed.
