@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Python programs the end-to-end tests talk to, each in a virtual
 # environment of its own under .tools/ (gitignored), if missing:
-#   .tools/venv-s3   moto[server] (an S3 server on 127.0.0.1) and boto3 (reads objects back)
+#   .tools/venv-s3   moto[server] (an S3 server on 127.0.0.1, with crc32c so its CRC-32C
+#                    checksums are right) and boto3 (reads objects back)
 #   .tools/venv-tus  resumable-upload (a tus 1.0 server) and tuspy (the official tus client)
 # The S3 one sees the system's site-packages, so a machine that already has
 # moto and boto3 installs nothing. Tests that need a tool skip nothing: they
@@ -21,5 +22,5 @@ ensure_venv() { # DIR SYSTEM_SITE CHECK_IMPORTS PACKAGES...
   "$dir/bin/python" -c "$check"
 }
 
-ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors" "moto[server]>=5.0" "boto3"
+ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors, crc32c" "moto[server,s3crc32c]>=5.0" "boto3" "crc32c"
 ensure_venv .tools/venv-tus no "import resumable_upload, tusclient" "resumable-upload==0.3.0" "tuspy"

@@ -133,7 +133,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let key = session.location.key(forFileNamed: file.relativePath)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", "application/octet-stream")
-        if session.partChecksum == .crc32 { request.headers.set("x-amz-checksum-algorithm", "CRC32") }
+        if let algorithm = session.partChecksum.algorithmName { request.headers.set("x-amz-checksum-algorithm", algorithm) }
         let operation = "start the multipart upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
@@ -166,16 +166,17 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             objectURL = session.s3URL(file)
         }
         for header in session.partChecksum.headers(for: chunk) { request.headers.set(header.name, header.value) }
-        let crc32 = request.headers["x-amz-checksum-crc32"]
+        let crcHeader = session.partChecksum.crcHeader
+        let crc = crcHeader.flatMap { request.headers[$0] }
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 200 else { throw session.failure(response, operation) }
             guard let etag = response.headers["ETag"], !etag.isEmpty else {
                 throw .transient("\(operation): the answer has no ETag")
             }
-            if let crc32, let echoed = response.headers["x-amz-checksum-crc32"], echoed != crc32 {
-                throw .transient("\(operation): S3 reports CRC-32 \(echoed.prefix(16)), not the \(crc32) sent")
+            if let crc, let crcHeader, let echoed = response.headers[crcHeader], echoed != crc {
+                throw .transient("\(operation): S3 reports \(crcHeader) \(echoed.prefix(16)), not the \(crc) sent")
             }
-            return .stored(receipt: S3PartReceipt(etag: etag, crc32: crc32).stored, fileURL: objectURL)
+            return .stored(receipt: S3PartReceipt(etag: etag, crc: crc).stored, fileURL: objectURL)
         }
     }
 
@@ -215,7 +216,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let receipts = (0..<file.chunkCount).map { file.receipts[$0].map(S3PartReceipt.init(stored:)) }
         let unreceipted = (0..<file.chunkCount).filter {
             guard let receipt = receipts[$0] else { return true }
-            return session.partChecksum == .crc32 && receipt.crc32 == nil
+            return session.partChecksum != .md5 && receipt.crc == nil
         }
         // A part acknowledged without its ETag (or CRC-32) cannot be listed
         // in the completion: send those again (their answers carry it).
@@ -223,7 +224,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for (chunk, receipt) in receipts.compactMap({ $0 }).enumerated() {
             xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt.etag))</ETag>"
-            if let crc32 = receipt.crc32 { xml += "<ChecksumCRC32>\(S3XML.escaped(crc32))</ChecksumCRC32>" }
+            if let crc = receipt.crc, let element = session.partChecksum.crcElement {
+                xml += "<\(element)>\(S3XML.escaped(crc))</\(element)>"
+            }
             xml += "</Part>"
         }
         xml += "</CompleteMultipartUpload>"
@@ -303,13 +306,13 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
                 // (or CRC-32) than recorded, other bytes. Either way: send it again.
                 guard size == file.plan.length(of: chunk) else { continue }
                 let recorded = file.receipts[chunk].map(S3PartReceipt.init(stored:))
-                let listedCRC = part["ChecksumCRC32"].flatMap { $0.isEmpty ? nil : $0 }
+                let listedCRC = session.partChecksum.crcElement.flatMap { part[$0] }.flatMap { $0.isEmpty ? nil : $0 }
                 if let recorded, !Self.sameETag(recorded.etag, etag) { continue }
-                if let listedCRC, let recordedCRC = recorded?.crc32, listedCRC != recordedCRC { continue }
-                let receipt = S3PartReceipt(etag: etag, crc32: listedCRC ?? recorded?.crc32)
+                if let listedCRC, let recordedCRC = recorded?.crc, listedCRC != recordedCRC { continue }
+                let receipt = S3PartReceipt(etag: etag, crc: listedCRC ?? recorded?.crc)
                 // The completion must name each part's CRC-32; a part whose
                 // CRC-32 neither S3 nor this job knows is sent again.
-                if session.partChecksum == .crc32, receipt.crc32 == nil { continue }
+                if session.partChecksum != .md5, receipt.crc == nil { continue }
                 chunks.insert(chunk)
                 receipts[chunk] = receipt.stored
             }

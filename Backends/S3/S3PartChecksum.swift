@@ -12,10 +12,28 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
     /// store that would otherwise compute a full-object checksum when the
     /// parts are joined (moto does) has none to compute.
     case crc32
+    /// `x-amz-checksum-crc32c`, likewise: CRC-32C, which the CPU computes
+    /// about six times faster than CRC-32 (both by ISA-L here).
+    case crc32c
 
     /// The job handle that keeps a job's choice, so a resumed job sends
     /// what its upload was created for.
     static let handleKey = HandleKey("partChecksum")
+
+    /// The algorithm's name in `x-amz-checksum-algorithm`; nil for MD5.
+    var algorithmName: String? {
+        switch self {
+        case .md5: return nil
+        case .crc32: return "CRC32"
+        case .crc32c: return "CRC32C"
+        }
+    }
+
+    /// The header a part's CRC goes in, and S3 echoes; nil for MD5.
+    var crcHeader: String? { algorithmName.map { "x-amz-checksum-" + $0.lowercased() } }
+
+    /// The element of `CompleteMultipartUpload` and ListParts that names a part's CRC.
+    var crcElement: String? { algorithmName.map { "Checksum" + $0 } }
 
     /// The headers that carry `chunk`'s checksum.
     func headers(for chunk: ChunkPayload) -> [(name: String, value: String)] {
@@ -23,43 +41,47 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
         case .md5:
             return [("Content-MD5", Checksums.base64(chunk.md5))]
         case .crc32:
-            return [("x-amz-checksum-crc32", Self.crc32Text(chunk.crc32)), ("x-amz-sdk-checksum-algorithm", "CRC32")]
+            return [("x-amz-checksum-crc32", Self.crcText(chunk.crc32)), ("x-amz-sdk-checksum-algorithm", "CRC32")]
+        case .crc32c:
+            return [("x-amz-checksum-crc32c", Self.crcText(chunk.crc32c)), ("x-amz-sdk-checksum-algorithm", "CRC32C")]
         }
     }
 
-    /// S3's spelling of a CRC-32: its four bytes, big-endian, in base64.
-    static func crc32Text(_ crc: UInt32) -> String {
-        Checksums.base64([UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)])
+    /// S3's spelling of a CRC: its four bytes, big-endian, in base64.
+    static func crcText(_ crc: UInt32) -> String {
+        Checksums.base64(CRC32.bigEndianBytes(crc))
     }
 }
 
 /// What a job records of a part S3 stored: its ETag and, for a job that
-/// sends CRC-32s, the part's CRC-32, because `CompleteMultipartUpload` must
-/// repeat both. Stored as the chunk's receipt: `ETAG` or `ETAG crc32=BASE64`.
+/// sends CRCs, the part's CRC (in the job's algorithm), because
+/// `CompleteMultipartUpload` must repeat both. Stored as the chunk's
+/// receipt: `ETAG` or `ETAG crc32=BASE64` (the name from when CRC-32 was the
+/// only CRC; the job's handle says which CRC it is).
 struct S3PartReceipt: Equatable {
     var etag: String
-    var crc32: String?
+    var crc: String?
 
     private static let separator = " crc32="
 
-    init(etag: String, crc32: String? = nil) {
+    init(etag: String, crc: String? = nil) {
         self.etag = etag
-        self.crc32 = crc32
+        self.crc = crc
     }
 
-    /// Reads a stored receipt; one without a CRC-32 is an ETag alone.
+    /// Reads a stored receipt; one without a CRC is an ETag alone.
     init(stored: String) {
         if let range = stored.range(of: Self.separator, options: .backwards) {
             etag = String(stored[..<range.lowerBound])
-            crc32 = String(stored[range.upperBound...])
+            crc = String(stored[range.upperBound...])
         } else {
             etag = stored
-            crc32 = nil
+            crc = nil
         }
     }
 
     var stored: String {
-        guard let crc32 else { return etag }
-        return etag + Self.separator + crc32
+        guard let crc else { return etag }
+        return etag + Self.separator + crc
     }
 }

@@ -71,7 +71,7 @@ struct S3Arguments: ParsableArguments {
     @Option(help: "s3: bucket addressing, path or virtual (default: virtual on AWS, path on --endpoint).")
     var addressing: String?
 
-    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5) or crc32 (x-amz-checksum-crc32) (default: md5).")
+    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
     var partChecksum: String?
 
     var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil }
@@ -79,7 +79,7 @@ struct S3Arguments: ParsableArguments {
     func checksum() throws(XferError) -> S3PartChecksum {
         guard let partChecksum else { return .md5 }
         guard let parsed = S3PartChecksum(rawValue: partChecksum) else {
-            throw .invalidInput("--part-checksum must be md5 or crc32, not '\(partChecksum.prefix(40))'")
+            throw .invalidInput("--part-checksum must be md5, crc32 or crc32c, not '\(partChecksum.prefix(40))'")
         }
         return parsed
     }

@@ -106,11 +106,12 @@ def main(argv):
         s3 = client(argv[2])
         s3.download_file(argv[3], argv[4], argv[5])
         print(s3.head_object(Bucket=argv[3], Key=argv[4])["ETag"])
-    elif command == "crc32":
-        # The object's CRC-32 as S3 reports it ("none" when it keeps none).
+    elif command in ("crc32", "crc32c"):
+        # The object's CRC-32 (or CRC-32C) as S3 reports it ("none" when it keeps none).
         head = client(argv[2]).head_object(Bucket=argv[3], Key=argv[4], ChecksumMode="ENABLED")
         # AWS writes a composite one "BASE64-PARTS"; moto's HEAD leaves the count off.
-        print((head.get("ChecksumCRC32") or "none").split("-")[0])
+        name = "ChecksumCRC32" if command == "crc32" else "ChecksumCRC32C"
+        print((head.get(name) or "none").split("-")[0])
     elif command == "meta":
         print(json.dumps(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["Metadata"], sort_keys=True))
     elif command == "uploads":

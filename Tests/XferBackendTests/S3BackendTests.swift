@@ -327,10 +327,34 @@ final class S3BackendTests: XCTestCase {
 
     func testCRC32IsSentAsS3SpellsItAndKeptInTheReceipt() {
         // CRC-32's check value: "123456789" gives 0xCBF43926, big-endian in base64.
-        XCTAssertEqual(S3PartChecksum.crc32Text(Checksums.crc32(Array("123456789".utf8))), "y/Q5Jg==")
+        XCTAssertEqual(S3PartChecksum.crcText(Checksums.crc32(Array("123456789".utf8))), "y/Q5Jg==")
         XCTAssertEqual(S3PartReceipt(stored: "\"e1\""), S3PartReceipt(etag: "\"e1\""))
-        XCTAssertEqual(S3PartReceipt(stored: "\"e1\" crc32=y/Q5Jg=="), S3PartReceipt(etag: "\"e1\"", crc32: "y/Q5Jg=="))
-        XCTAssertEqual(S3PartReceipt(etag: "\"e1\"", crc32: "y/Q5Jg==").stored, "\"e1\" crc32=y/Q5Jg==")
+        XCTAssertEqual(S3PartReceipt(stored: "\"e1\" crc32=y/Q5Jg=="), S3PartReceipt(etag: "\"e1\"", crc: "y/Q5Jg=="))
+        XCTAssertEqual(S3PartReceipt(etag: "\"e1\"", crc: "y/Q5Jg==").stored, "\"e1\" crc32=y/Q5Jg==")
+    }
+
+    func testACRC32CJobDeclaresItSendsEachPartsCRC32CAndCompletesWithThem() throws {
+        let handles = S3Backend(
+            configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path), partChecksum: .crc32c
+        ).makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
+        XCTAssertEqual(handles[S3PartChecksum.handleKey], "crc32c")
+        let job = job(handles: uploadHandles, jobHandles: handles)
+        XCTAssertEqual(try XCTUnwrap(backend.openFile(job.files[0], in: job).request).headers["x-amz-checksum-algorithm"], "CRC32C")
+        // CRC-32C's check value: "123456789" gives 0xE3069283.
+        XCTAssertEqual(S3PartChecksum.crcText(CRC32C.of(Array("123456789".utf8))), "4waSgw==")
+        let chunk = ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 7, count: 5 << 20))
+        let crc = S3PartChecksum.crcText(chunk.crc32c)
+        let part = try backend.uploadChunk(chunk, of: job.files[0], in: job)
+        XCTAssertEqual(part.request.headers["x-amz-checksum-crc32c"], crc)
+        XCTAssertNil(part.request.headers["x-amz-checksum-crc32"])
+        XCTAssertEqual(
+            try part.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e1\"", "x-amz-checksum-crc32c": crc])),
+            .stored(receipt: "\"e1\" crc32=\(crc)"))
+        var receipts: [Int: String] = [:]
+        for index in 0..<3 { receipts[index] = "\"e\(index + 1)\" crc32=C\(index)==" }
+        let file = BackendTesting.file(name: "a b.bin", size: 12 << 20, chunkSize: 5 << 20, handles: uploadHandles, receipts: receipts)
+        let completion = try XCTUnwrap(try backend.finishFile(file, in: job).request)
+        XCTAssertTrue(completion.bodyText.contains("<ChecksumCRC32C>C1==</ChecksumCRC32C>"), completion.bodyText)
     }
 
     private var crc32JobHandles: ServerHandles {
@@ -348,7 +372,7 @@ final class S3BackendTests: XCTestCase {
         XCTAssertTrue(backend.requestAsSent(open, in: job).headers["Authorization"]!.contains("x-amz-checksum-algorithm"))
 
         let chunk = ChunkPayload(index: 1, offset: 5 << 20, bytes: Array(repeating: 9, count: 5 << 20))
-        let crc = S3PartChecksum.crc32Text(chunk.crc32)
+        let crc = S3PartChecksum.crcText(chunk.crc32)
         let part = try backend.uploadChunk(chunk, of: job.files[0], in: job)
         XCTAssertEqual(part.request.headers["x-amz-checksum-crc32"], crc)
         XCTAssertNil(part.request.headers["Content-MD5"])

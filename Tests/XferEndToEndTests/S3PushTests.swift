@@ -212,6 +212,23 @@ final class S3PushTests: XCTestCase {
         XCTAssertEqual(try s3.crc32(bucket: "bucket-a", key: "in/plain.bin"), "none")
     }
 
+    func testPartChecksumCRC32CGivesTheObjectItsCompositeCRC32C() throws {
+        let file = work.file("crcc.bin")
+        let size = 3 * partSize + 11
+        try makeTestFile(at: file, size: size, seed: 14)
+        let result = try push(pushArguments([file]) + ["--part-checksum", "crc32c"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        try assertObject("in/crcc.bin", equals: file, parts: 4)
+        // The composite CRC-32C: the CRC-32C of the parts' big-endian CRC-32Cs.
+        var partCRCs: [UInt8] = []
+        let handle = try XCTUnwrap(FileHandle(forReadingAtPath: file))
+        while let part = try handle.read(upToCount: partSize), !part.isEmpty {
+            partCRCs += CRC32.bigEndianBytes(CRC32C.of(Array(part)))
+        }
+        let expected = Checksums.base64(CRC32.bigEndianBytes(CRC32C.of(partCRCs)))
+        XCTAssertEqual(try s3.crc32c(bucket: "bucket-a", key: "in/crcc.bin"), expected)
+    }
+
     func testCancelAbortsTheMultipartUpload() throws {
         let file = work.file("c.bin")
         try makeTestFile(at: file, size: 4 * partSize, seed: 7)
@@ -234,7 +251,7 @@ final class S3PushTests: XCTestCase {
             (pushArguments([file]).filter { $0 != "--endpoint" && $0 != s3.url } + ["--endpoint", "ftp://x"],
              S3Server.environment, 2, "not a usable URL"),
             (pushArguments([file]) + ["--addressing", "sideways"], S3Server.environment, 2, "--addressing must be path or virtual"),
-            (pushArguments([file]) + ["--part-checksum", "sha1"], S3Server.environment, 2, "--part-checksum must be md5 or crc32"),
+            (pushArguments([file]) + ["--part-checksum", "sha1"], S3Server.environment, 2, "--part-checksum must be md5, crc32 or crc32c"),
             (pushArguments([file]),
              S3Server.environment.merging(["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""]) { $1 }, 2, "no AWS credentials"),
             (pushArguments([file]) + ["--profile", "nope"], S3Server.environment, 2, "profile 'nope'"),

@@ -74,6 +74,11 @@ final class S3Server {
         try run(["crc32", url, bucket, key]).last ?? ""
     }
 
+    /// The object's CRC-32C as S3 reports it ("none" when it keeps none).
+    func crc32c(bucket: String, key: String) throws -> String {
+        try run(["crc32c", url, bucket, key]).last ?? ""
+    }
+
     /// The object's user metadata (`x-amz-meta-NAME` headers it was created with), by name.
     func metadata(bucket: String, key: String) throws -> [String: String] {
         let text = try run(["meta", url, bucket, key]).joined()

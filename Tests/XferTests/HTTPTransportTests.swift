@@ -100,6 +100,38 @@ import Testing
         #expect(transport.bodyBytesSent == expected.count)
     }
 
+    /// A chunk's body is read from its file as it is sent. A file cut short
+    /// or written to while its range is read fails the request before its
+    /// body is complete (the server never gets a whole body of mixed bytes),
+    /// and says so as the file's problem, not the network's.
+    @Test(arguments: [FileMischief.truncate, .overwrite])
+    func aFileChangedMidRequestFailsTheRequest(_ mischief: FileMischief) async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.maximumResponseBodySize = 8 << 20 }
+        defer { transport.shutdown() }
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("xfer-midrequest-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let size = 3 << 20
+        FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x5A, count: size))
+        let file = MeddledFile(try LocalFile(path: path), mischief: mischief)
+        let chunk = ChunkPayload(index: 0, source: ChunkBytes(file: file, offset: 0, length: size))
+        let request = HTTPRequest(method: .patch, url: server.url("/mirror"), body: RequestBody(chunk: chunk))
+        let failure: TransportError
+        do {
+            let response = try await transport.send(request)
+            Issue.record("expected the file's change, got HTTP \(response.status)")
+            return
+        } catch let error as TransportError {
+            failure = error
+        }
+        guard case .localFile(.fileChanged(let changed, _)) = failure else {
+            Issue.record("expected the file's change, got \(failure)")
+            return
+        }
+        #expect(changed == path)
+        #expect(transport.bodyBytesSent < size, "the body was not sent whole")
+    }
+
     @Test func putWithEmptyBodySendsZeroContentLength() async throws {
         let server = try Fixtures.http.get()
         let transport = try makeTransport()
@@ -544,6 +576,45 @@ import Testing
 }
 
 // MARK: - Helpers
+
+enum FileMischief: Sendable, CustomStringConvertible {
+    case truncate, overwrite
+    var description: String { self == .truncate ? "truncated" : "overwritten" }
+}
+
+/// A real file whose bytes are changed on disk right after its first read,
+/// as by another program while a chunk of it is sent.
+private final class MeddledFile: BodyFile, @unchecked Sendable {
+    // @unchecked: `done` is only touched on the transport's loop thread.
+    private let file: LocalFile
+    private let mischief: FileMischief
+    private var done = false
+
+    init(_ file: LocalFile, mischief: FileMischief) {
+        self.file = file
+        self.mischief = mischief
+    }
+
+    var path: String { file.path }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(XferError) -> Int {
+        let count = try file.read(into: buffer, at: offset)
+        if !done {
+            done = true
+            let handle = FileHandle(forWritingAtPath: file.path)!
+            switch mischief {
+            case .truncate: try? handle.truncate(atOffset: 4096)
+            case .overwrite:
+                try? handle.seek(toOffset: UInt64(1 << 20))
+                handle.write(Data(repeating: 0x00, count: 16))
+            }
+            try? handle.close()
+        }
+        return count
+    }
+
+    func checkUnchanged() throws(XferError) { try file.checkUnchanged() }
+}
 
 private func makeTransport(_ configure: (inout TransportOptions) -> Void = { _ in }) throws -> HTTPTransport {
     var options = TransportOptions()
