@@ -125,7 +125,7 @@ actor SequenceUploads {
 
     private let store: UploadStore
     private let logger: Logger
-    private var entries: [String: Task<SequenceUpload?, any Error>] = [:]
+    private let uploads = KeyedLoads<String, SequenceUpload>()
 
     init(store: UploadStore, logger: Logger) {
         self.store = store
@@ -149,24 +149,18 @@ actor SequenceUploads {
         let files = SequenceFiles(upload.layout)
         let sequenceUpload = SequenceUpload(
             upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: [])
-        entries[upload.meta.uploadId] = Task { sequenceUpload }
+        uploads.insert(sequenceUpload, for: upload.meta.uploadId)
         return (sequenceUpload, UpToken.make(uploadId: upload.meta.uploadId, secret: secret))
     }
 
     /// The upload `token` unlocks; nil for a token this store never handed out.
     func upload(forToken token: String) async throws -> SequenceUpload? {
-        guard case let (id, secret)? = UpToken.split(token), let upload = try await load(id: id) else { return nil }
+        guard case let (id, secret)? = UpToken.split(token),
+            let upload = try await uploads.value(for: id, loading: { [store, logger] in
+                try await Self.read(id: id, store: store, logger: logger)
+            })
+        else { return nil }
         return UpToken.matches(secret, digest: upload.meta.tokenDigest) ? upload : nil
-    }
-
-    private func load(id: String) async throws -> SequenceUpload? {
-        if let task = entries[id] { return try await task.value }
-        let task = Task { [store, logger] in try await Self.read(id: id, store: store, logger: logger) }
-        entries[id] = task
-        let result = await task.result
-        // Unknown ids are not remembered: clients probing tokens must not grow the registry.
-        if (try? result.get()) == nil, entries[id] == task { entries[id] = nil }
-        return try result.get()
     }
 
     private static func read(id: String, store: UploadStore, logger: Logger) async throws -> SequenceUpload? {

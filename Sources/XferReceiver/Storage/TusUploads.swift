@@ -200,7 +200,7 @@ actor TusUploads {
 
     private let store: UploadStore
     private let logger: Logger
-    private var entries: [String: Task<TusUpload?, any Error>] = [:]
+    private let uploads = KeyedLoads<String, TusUpload>()
 
     init(store: UploadStore, logger: Logger) {
         self.store = store
@@ -220,20 +220,14 @@ actor TusUploads {
         let tusUpload = TusUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
             durability: store.durability, statistics: store.statistics, offset: 0)
-        entries[upload.meta.uploadId] = Task { tusUpload }
+        uploads.insert(tusUpload, for: upload.meta.uploadId)
         return tusUpload
     }
 
     /// Nil for ids that are malformed, unknown, terminated or of another protocol.
     func upload(id: String) async throws -> TusUpload? {
         guard UploadID.isValid(id) else { return nil }
-        if let task = entries[id] { return try await task.value }
-        let task = Task { [store, logger] in try await Self.read(id: id, store: store, logger: logger) }
-        entries[id] = task
-        let result = await task.result
-        // Unknown ids are not remembered: clients probing ids must not grow the registry.
-        if (try? result.get()) == nil, entries[id] == task { entries[id] = nil }
-        return try result.get()
+        return try await uploads.value(for: id) { [store, logger] in try await Self.read(id: id, store: store, logger: logger) }
     }
 
     /// Termination: false when the upload is unknown or already gone.
@@ -241,7 +235,7 @@ actor TusUploads {
         guard let upload = try await upload(id: id), await upload.currentOffset != nil else { return false }
         await upload.markTerminated()
         let deleted = try await store.delete(id: id)
-        entries[id] = nil
+        uploads.remove(id)
         return deleted
     }
 

@@ -94,11 +94,7 @@ actor UploadStore {
     nonisolated let statistics = ReceiverStatistics()
     private let logger: Logger
 
-    private enum Entry {
-        case loading(Task<Upload?, any Error>)
-        case ready(Upload)
-    }
-    private var entries: [String: Entry] = [:]
+    private let uploads = KeyedLoads<String, Upload>()
 
     private init(layout: StoreLayout, io: BlockingIO, durability: Durability, logger: Logger) {
         self.layout = layout
@@ -161,7 +157,7 @@ actor UploadStore {
         let upload = Upload(
             meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
             received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
-        entries[meta.uploadId] = .ready(upload)
+        uploads.insert(upload, for: meta.uploadId)
         return upload
     }
 
@@ -172,74 +168,46 @@ actor UploadStore {
     /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
     func upload(id: String, creatingIfAbsent protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> Upload {
         precondition(UploadID.isValid(id), "upload ids name directories")
-        while true {
-            switch entries[id] {
-            case .ready(let upload):
-                return upload
-            case .loading(let task):
-                if let upload = try await task.value { return upload }
-                // That lookup found nothing; stop it standing for the id so the next pass creates it.
-                if case .loading(let current) = entries[id], current == task { entries[id] = nil }
-            case nil:
-                let task = Task { [layout, io, durability, statistics, logger] () throws -> Upload? in
-                    let (upload, created) = try await io.run { () throws -> (Upload, Bool) in
-                        if let existing = try Self.load(
-                            id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
-                        {
-                            return (existing, false)
-                        }
-                        let meta = UploadMeta(
-                            formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
-                            fileName: path.text, size: size, chunkSize: chunkSize)
-                        let uploadLayout = layout.upload(id, path: path)
-                        // Files that do not load are a creation a crash cut short: nothing in them
-                        // was ever acknowledged, and their names are needed again.
-                        try Self.moveToTrash(id: id, layout: layout, suffix: ".partial")
-                        guard try Self.initialize(meta, in: uploadLayout) else {
-                            throw UploadError.corrupt("upload \(id) reappeared during its creation")
-                        }
-                        let upload = Upload(
-                            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
-                            received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
-                        return (upload, true)
-                    }
-                    // Durable before anyone writes a chunk into it.
-                    if created { try await durability.sync() }
-                    return upload
+        let loadOrCreate: @Sendable () async throws -> Upload = { [layout, io, durability, statistics, logger] in
+            let (upload, created) = try await io.run { () throws -> (Upload, Bool) in
+                if let existing = try Self.load(
+                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                {
+                    return (existing, false)
                 }
-                entries[id] = .loading(task)
-                let result = await task.result
-                if case .loading(let current) = entries[id], current == task {
-                    entries[id] = (try? result.get())?.map { .ready($0) }
+                let meta = UploadMeta(
+                    formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
+                    fileName: path.text, size: size, chunkSize: chunkSize)
+                let uploadLayout = layout.upload(id, path: path)
+                // Files that do not load are a creation a crash cut short: nothing in them
+                // was ever acknowledged, and their names are needed again.
+                try Self.moveToTrash(id: id, layout: layout, suffix: ".partial")
+                guard try Self.initialize(meta, in: uploadLayout) else {
+                    throw UploadError.corrupt("upload \(id) reappeared during its creation")
                 }
-                guard let upload = try result.get() else { throw UploadError.corrupt("upload \(id) could not be created") }
-                return upload
+                let upload = Upload(
+                    meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
+                    received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                return (upload, true)
             }
+            // Durable before anyone writes a chunk into it.
+            if created { try await durability.sync() }
+            return upload
+        }
+        while true {
+            if let upload = try await uploads.value(for: id, loading: loadOrCreate) { return upload }
+            // Nil only from a plain lookup (`upload(id:)`) that was under way and found nothing
+            // (`loadOrCreate` always gives one). That lookup is forgotten now: the next pass creates.
         }
     }
 
     /// Nil for ids that are malformed or unknown.
     func upload(id: String) async throws -> Upload? {
         guard UploadID.isValid(id) else { return nil }
-        switch entries[id] {
-        case .ready(let upload):
-            return upload
-        case .loading(let task):
-            return try await task.value
-        case nil:
-            let task = Task { [layout, io, durability, statistics, logger] in
-                try await io.run {
-                    try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
-                }
+        return try await uploads.value(for: id) { [layout, io, durability, statistics, logger] in
+            try await io.run {
+                try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
             }
-            entries[id] = .loading(task)
-            let result = await task.result
-            // Another caller (a delete) may have replaced the entry while this one waited.
-            if case .loading(let current) = entries[id], current == task {
-                // Unknown ids are not remembered: clients probing ids must not grow the registry.
-                entries[id] = (try? result.get())?.map { .ready($0) }
-            }
-            return try result.get()
         }
     }
 
@@ -262,7 +230,7 @@ actor UploadStore {
         }
         try await durability.sync()
         // Only now: until the renames are done a fresh load could still find the files on disk.
-        entries[id] = nil
+        uploads.remove(id)
         _ = try? await io.run {
             for path in trashed where FileSystemOps.exists(path) {
                 try FileManager.default.removeItem(atPath: path)
