@@ -139,7 +139,12 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
                     return .completed(url: url)
                 }
                 // No CRC to combine (chunks a resume found on the server carry
-                // none): the engine checks the SHA-256 by reading the file.
+                // none): the engine checks what the server reports by reading the
+                // file (the CRC-32C at ISA-L's speed when there is one).
+                let reportedCRC = json["crc32c"]?.stringValue.flatMap { $0.count == 8 ? UInt32($0, radix: 16) : nil }
+                if let reportedCRC, combined == nil, file.handles[Self.digestAlgorithm] == ChunkDigest.crc32c.rawValue {
+                    return .completed(url: url, crc32c: reportedCRC)
+                }
                 return .completed(url: url, sha256: json["sha256"]?.stringValue)
             }
         }

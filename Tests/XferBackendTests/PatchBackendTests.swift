@@ -202,12 +202,16 @@ final class PatchBackendTests: XCTestCase {
         XCTAssertThrowsError(try step.outcome(for: .json(200, #"{"crc32c":"00000000","sha256":"ab","url":"http://x/d"}"#))) { error in
             guard case BackendError.mismatch = error else { return XCTFail("\(error)") }
         }
-        // A chunk without a receipt (found on the server by a resume): the SHA-256 decides.
+        // A chunk without a receipt (found on the server by a resume): the engine checks the
+        // server's CRC-32C by reading the file, or its SHA-256 when it gave no CRC.
         var partial = receipts
         partial[1] = nil
         let resumed = BackendTesting.file(name: "a.bin", size: 10, chunkSize: 4, handles: handles, receipts: partial)
         XCTAssertEqual(
-            try backend.finishFile(resumed, in: job).outcome(for: .json(200, #"{"crc32c":"\#(right)","sha256":"ab","url":"http://x/d"}"#)),
+            try backend.finishFile(resumed, in: job).outcome(for: .json(200, #"{"crc32c":"\#(right)","url":"http://x/d"}"#)),
+            .completed(url: "http://x/d", crc32c: CRC32C.of(data)))
+        XCTAssertEqual(
+            try backend.finishFile(resumed, in: job).outcome(for: .json(200, #"{"sha256":"ab","url":"http://x/d"}"#)),
             .completed(url: "http://x/d", sha256: "ab"))
         XCTAssertTrue(backend.reportsSHA256(of: BackendTesting.file(size: 10, chunkSize: 4, handles: opened), in: job))
     }

@@ -417,7 +417,9 @@ struct ReceiverPatchTests {
         // The record holds the file's SHA-256, size and CRC-32C (read back by the recovery too).
         let crc32c = try #require(answers[1].crc32c)
         #expect(crc32c == CRC32.hex(CRC32C.of(Array(data))))
-        #expect(try String(contentsOfFile: log, encoding: .utf8).contains("\n=" + answers[1].sha256 + ".500." + crc32c + ";"))
+        let sha256 = try #require(answers[1].sha256, "chunks sent with Content-MD5: the file is read back")
+        let expectedRecord = "\n=" + sha256 + ".500." + crc32c + ";"
+        #expect(try String(contentsOfFile: log, encoding: .utf8).contains(expectedRecord))
         #expect(!FileManager.default.fileExists(atPath: root + "/uploads/\(ids[0]).data"))
         try await server.stop()
     }
@@ -547,6 +549,39 @@ struct ReceiverPatchTests {
         }
     }
 
+    @Test("a file whose every chunk came with its CRC-32C completes from their combination, without a SHA-256, also after a restart")
+    func completionFromChunkCRCs() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let data = testBytes(250, seed: 22)
+        func crc32c(_ bytes: Data) -> String { Data(CRC32.bigEndianBytes(CRC32C.of(Array(bytes)))).base64EncodedString() }
+        var id = ""
+        do {
+            let server = try await RunningReceiver.start(root: root)
+            let client = PatchTestClient(base: server.baseURL)
+            id = try await client.create(fileName: "c.bin", size: data.count, chunkSize: 100).answer.uploadId
+            for (chunk, range) in [(1, 0..<100), (2, 100..<200), (3, 200..<250)] {
+                #expect(try await client.patchRaw(
+                    id: id, chunk: chunk, body: data[range], range: "bytes \(range.lowerBound)-\(range.upperBound - 1)/250",
+                    extraHeaders: ["Content-Digest: crc32c=:\(crc32c(data[range])):"]).status == 204)
+            }
+            try await server.stop()
+        }
+        // Restarted before completing: the chunks' CRCs come back from the log.
+        let server = try await RunningReceiver.start(root: root)
+        let client = PatchTestClient(base: server.baseURL)
+        let completed = try #require(try await client.complete(id: id).reply)
+        #expect(completed.status == 200)
+        let body = try JSONSerialization.jsonObject(with: completed.body) as? [String: String]
+        #expect(body?["crc32c"] == CRC32.hex(CRC32C.of(Array(data))))
+        #expect(body?["sha256"] == nil, "the file was not read back")
+        #expect(try await curl("GET", try #require(body?["url"])).body == data)
+        // Completing again answers the same.
+        let again = try JSONSerialization.jsonObject(with: try await client.complete(id: id).reply.body) as? [String: String]
+        #expect(again == body)
+        try await server.stop()
+    }
+
     @Test("Expect: 100-continue is answered")
     func expectContinue() async throws {
         try await withReceiver { server in
@@ -648,7 +683,7 @@ private struct TestError: Error, CustomStringConvertible {
 
 private struct CreateBody: Decodable { var uploadId: String; var chunkSize: Int }
 private struct StatusBody: Decodable { var uploadId: String; var fileName: String; var size: Int; var chunkSize: Int; var received: [Int] }
-private struct CompleteBody: Decodable { var url: String; var sha256: String; var crc32c: String? }
+private struct CompleteBody: Decodable { var url: String; var sha256: String?; var crc32c: String? }
 private struct MissingBody: Decodable { var missing: [Int] }
 private struct ErrorBody: Decodable { var error: String }
 

@@ -398,9 +398,11 @@ public enum ChunkOutcome: Sendable, Hashable {
 
 /// The answer to `finishFile`.
 public enum FileFinish: Sendable, Hashable {
-    /// The file is complete. When the server reports its SHA-256, the
-    /// engine checks it against the local file.
-    case completed(url: String, sha256: String? = nil)
+    /// The file is complete. When the server reports its SHA-256 (hex) or
+    /// its CRC-32C, the engine checks it against the local file (the
+    /// SHA-256 fed as the chunks were read, see `SHA256Reporting`; the
+    /// CRC-32C by one read of the file, at ISA-L's speed).
+    case completed(url: String, sha256: String? = nil, crc32c: UInt32? = nil)
     /// The server lacks these chunks (0-based indexes); they are sent again.
     case missing([Int])
 }

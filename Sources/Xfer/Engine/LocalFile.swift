@@ -125,6 +125,19 @@ final class LocalFile: BodyFile {
         return result
     }
 
+    /// The whole file's CRC-32C, by one read with a bounded buffer.
+    func crc32c() throws(XferError) -> UInt32 {
+        var crc = CRC32C()
+        let step = 1 << 20
+        var offset: Int64 = 0
+        while offset < identity.size {
+            let length = Int(min(Int64(step), identity.size - offset))
+            crc.update(try read(offset: offset, length: length))
+            offset += Int64(length)
+        }
+        return crc.value
+    }
+
     static func identity(of info: stat) -> FileIdentity {
         FileIdentity(
             size: Int64(info.st_size),

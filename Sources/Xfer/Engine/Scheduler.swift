@@ -368,7 +368,7 @@ struct Scheduler {
             case nil:
                 files[index] = file
                 complete(index, effects: &effects)
-            case .completed(let url, _)?:
+            case .completed(let url, _, _)?:
                 file.record.url = url
                 files[index] = file
                 complete(index, effects: &effects)

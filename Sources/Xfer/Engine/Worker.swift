@@ -215,7 +215,15 @@ struct Worker: Sendable {
                     try finishing.finishFile(file, in: job)
                 }
             }
-            if case .completed(let url, let reported) = finish {
+            if case .completed(let url, let reported, let reportedCRC) = finish {
+                if let reportedCRC {
+                    let crc = try local.crc32c()
+                    guard crc == reportedCRC else {
+                        throw StepError.failed(
+                            .verificationFailed(
+                                "the server's CRC-32C of \(record.path) is \(CRC32.hex(reportedCRC)), the local file's is \(CRC32.hex(crc)); the server holds different bytes"))
+                    }
+                }
                 if let reported {
                     let digest: String
                     if let hash { digest = try await hash.finish() } else { digest = try local.digests([.sha256])[.sha256] ?? "" }

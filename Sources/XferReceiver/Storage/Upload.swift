@@ -53,26 +53,29 @@ struct UploadMeta: Codable, Sendable {
 /// Written (atomically) once the file is assembled, before it is published; its presence is what
 /// makes completion idempotent across restarts.
 struct CompletionRecord: Codable, Sendable, Equatable {
-    var sha256: String
+    /// The file's SHA-256 (64 lowercase hex digits); nil when its chunks' CRC-32Cs stood for
+    /// reading it back (`ChunkCRCs`).
+    var sha256: String?
     var size: Int
     /// The file's CRC-32C (8 lowercase hex digits), for a client that combines its chunks'
     /// CRCs instead of hashing the file again; nil where the file was not read back (a single
     /// small chunk's SHA-256 stands for it) and in records written before it existed.
     var crc32c: String?
 
-    init(sha256: String, size: Int, crc32c: String? = nil) {
+    init(sha256: String?, size: Int, crc32c: String? = nil) {
         self.sha256 = sha256
         self.size = size
         self.crc32c = crc32c
     }
 
-    /// As a record of the upload's log: `=<sha256 hex>.<size>[.<crc32c hex>]`.
-    var logRecord: String { "=" + sha256 + "." + String(size) + (crc32c.map { "." + $0 } ?? "") }
+    /// As a record of the upload's log: `=<sha256 hex>.<size>[.<crc32c hex>]` (the SHA-256
+    /// empty when there is none).
+    var logRecord: String { "=" + (sha256 ?? "") + "." + String(size) + (crc32c.map { "." + $0 } ?? "") }
 
     init?(logRecord record: Substring) {
         guard record.first == "=" else { return nil }
         let parts = record.dropFirst().split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2 || parts.count == 3, parts[0].utf8.count == 64,
+        guard parts.count == 2 || parts.count == 3, parts[0].isEmpty || parts[0].utf8.count == 64,
             parts[0].utf8.allSatisfy(Hex.isLowercaseDigit),
             let size = Int(parts[1]), size >= 0
         else { return nil }
@@ -81,7 +84,9 @@ struct CompletionRecord: Codable, Sendable, Equatable {
             guard parts[2].utf8.count == 8, parts[2].utf8.allSatisfy(Hex.isLowercaseDigit) else { return nil }
             crc32c = String(parts[2])
         }
-        self.init(sha256: String(parts[0]), size: size, crc32c: crc32c)
+        // A record must say something of the file's bytes.
+        guard !parts[0].isEmpty || crc32c != nil else { return nil }
+        self.init(sha256: parts[0].isEmpty ? nil : String(parts[0]), size: size, crc32c: crc32c)
     }
 }
 
@@ -124,6 +129,8 @@ actor Upload {
     private let log: DurableLog
 
     private var received: ChunkSet
+    /// The CRC-32C each received chunk was checked against, where it came with one.
+    private var crcs: ChunkCRCs
     /// Chunks being written right now. A second request for the same chunk waits: if both wrote at
     /// once, a good one could be acknowledged over bytes a bad one was still overwriting.
     private var writers = KeyedTurns<Int>()
@@ -136,9 +143,10 @@ actor Upload {
 
     init(
         meta: UploadMeta, layout: UploadLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        received: ChunkSet, completion: CompletionRecord?, digest: String? = nil
+        received: ChunkSet, crcs: ChunkCRCs? = nil, completion: CompletionRecord?, digest: String? = nil
     ) {
         self.digest = digest
+        self.crcs = crcs ?? ChunkCRCs(chunkCount: meta.chunkCount)
         self.meta = meta
         self.statistics = statistics
         self.layout = layout
@@ -205,7 +213,9 @@ actor Upload {
             if await deleted { throw UploadError.deleted }
             throw error
         }
-        try await commitWrite(chunk, sha256: sha256)
+        // A CRC-32C the body was checked against is the chunk's, for the completion to combine.
+        let crc = check.flatMap { $0.algorithm == .crc32c ? StreamingDigest.crc32(bytes: $0.expected) : nil }
+        try await commitWrite(chunk, sha256: sha256, crc32c: crc)
     }
 
     private func beginWrite(_ chunk: Int) async throws {
@@ -219,6 +229,7 @@ actor Upload {
             // neither a bad body nor a crash mid-write can leave the region marked received. If the
             // append fails the chunk simply reads as missing, which costs a resend and nothing else.
             received.remove(number: chunk)
+            crcs.set(number: chunk, nil)
             digest = nil
             do {
                 try await log.append("-\(chunk)")
@@ -237,7 +248,7 @@ actor Upload {
     /// are not there. Chunks that finish together share both rounds. A single small chunk
     /// (`sha256` given, see `isSingleSmallChunk`) writes its digest record at once and waits
     /// for one round.
-    private func commitWrite(_ chunk: Int, sha256: String?) async throws {
+    private func commitWrite(_ chunk: Int, sha256: String?, crc32c: UInt32?) async throws {
         defer { endWrite(chunk) }
         guard !deleted else { throw UploadError.deleted }
         let log = self.log
@@ -248,7 +259,8 @@ actor Upload {
             } else {
                 // The record is appended by the sync thread right after the round that made the
                 // bytes durable, and made durable by the next round.
-                try await durability.sync(then: { try log.appendUnsynced(["+\(chunk)"], creating: false) })
+                let record = crc32c.map { ChunkCRCs.record(chunk: chunk, crc: $0) } ?? "+\(chunk)"
+                try await durability.sync(then: { try log.appendUnsynced([record], creating: false) })
             }
         } catch let error as IOError where error.code == ENOENT && deleted {
             // A delete during the round moved the log away; the record had nowhere to go.
@@ -256,6 +268,7 @@ actor Upload {
         }
         guard !deleted else { throw UploadError.deleted }
         received.insert(number: chunk)
+        crcs.set(number: chunk, sha256 == nil ? crc32c : nil)
         digest = sha256
     }
 
@@ -297,8 +310,9 @@ actor Upload {
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
         // On the request's event loop, like the request itself: a small file is finished inline.
+        let combined = crcs.combined(meta)
         let task = unstructuredTask { [meta, layout, io, durability, digest] in
-            try await Self.finalize(meta: meta, layout: layout, digest: digest, io: io, durability: durability)
+            try await Self.finalize(meta: meta, layout: layout, digest: digest, combined: combined, io: io, durability: durability)
         }
         completionTask = task
         do {
@@ -343,11 +357,20 @@ actor Upload {
     ///
     /// `digest`, the SHA-256 of a single small chunk, stands for hashing the file.
     private static func finalize(
-        meta: UploadMeta, layout: UploadLayout, digest: String?, io: BlockingIO, durability: Durability
+        meta: UploadMeta, layout: UploadLayout, digest: String?, combined: UInt32?, io: BlockingIO, durability: Durability
     ) async throws -> CompletionRecord {
         let finish: @Sendable () throws -> CompletionRecord = {
-            let record = try digest.map { CompletionRecord(sha256: $0, size: meta.size) }
-                ?? hash(meta: meta, layout: layout, file: layout.data)
+            let record: CompletionRecord
+            if let digest {
+                record = CompletionRecord(sha256: digest, size: meta.size)
+            } else if let combined {
+                // Every chunk was checked against its CRC-32C as it arrived: their combination is
+                // the file's, and the file is not read back (no SHA-256 then).
+                try checkSize(meta: meta, file: layout.data)
+                record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(combined))
+            } else {
+                record = try hash(meta: meta, layout: layout, file: layout.data)
+            }
             try write(record, for: layout)
             try publish(layout)
             return record
@@ -372,6 +395,14 @@ actor Upload {
         case .directory:
             try FileSystemOps.writeAtomically(Array(try JSONEncoder().encode(record)), to: layout.completion, directory: layout.directory)
         }
+    }
+
+    /// Throws when `file` is not the size the meta says. Blocking.
+    static func checkSize(meta: UploadMeta, file: String) throws {
+        let data = try POSIXFile.open(file, O_RDONLY)
+        defer { data.close() }
+        let size = try data.size()
+        guard size == meta.size else { throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)") }
     }
 
     /// SHA-256 and size of the upload's bytes in `file`, checked against the meta. Blocking.

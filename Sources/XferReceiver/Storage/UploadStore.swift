@@ -322,6 +322,7 @@ actor UploadStore {
         let uploadLayout = layout.upload(id, path: path, format: format)
 
         var received = ChunkSet(chunkCount: meta.chunkCount)
+        var crcs = ChunkCRCs(chunkCount: meta.chunkCount)
         // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
         // checked against the data below.
         var digest: String?
@@ -334,7 +335,7 @@ actor UploadStore {
                 completion = parsed
                 continue
             }
-            let (number, recordDigest) = Self.splitChunkRecord(record.dropFirst())
+            let (number, recordDigest, recordCRC) = Self.splitChunkRecord(record.dropFirst())
             guard let sign = record.first, sign == "+" || sign == "-", let chunk = Int(number),
                 chunk >= 1, chunk <= meta.chunkCount,
                 recordDigest == nil || (sign == "+" && Upload.isSingleSmallChunk(meta, uploadLayout))
@@ -343,6 +344,7 @@ actor UploadStore {
                 continue
             }
             if sign == "+" { received.insert(number: chunk) } else { received.remove(number: chunk) }
+            crcs.set(number: chunk, sign == "+" ? recordCRC : nil)
             if recordDigest != nil || digest != nil { digest = sign == "+" ? recordDigest.map(String.init) : nil }
         }
 
@@ -378,16 +380,23 @@ actor UploadStore {
         }
         return Upload(
             meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, received: received,
-            completion: completion, digest: digest)
+            crcs: crcs, completion: completion, digest: digest)
     }
 
-    /// `n` or `n.<sha256 hex>` (after the sign of a chunk record) as the number and the digest.
-    private static func splitChunkRecord(_ text: Substring) -> (number: Substring, digest: Substring?) {
+    /// `n`, `n.<sha256 hex>` or `n~<crc32c hex>` (after the sign of a chunk record) as the
+    /// number, the digest and the CRC-32C.
+    private static func splitChunkRecord(_ text: Substring) -> (number: Substring, digest: Substring?, crc: UInt32?) {
         // Searched in the bytes: a log holds a record per chunk (a million for a large file), and a
         // Character search of each doubled the time to load one.
-        guard let dot = text.utf8.firstIndex(of: UInt8(ascii: ".")) else { return (text, nil) }
+        if let tilde = text.utf8.firstIndex(of: UInt8(ascii: "~")) {
+            let hex = text[text.index(after: tilde)...]
+            guard hex.utf8.count == 8, hex.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }), let crc = UInt32(hex, radix: 16)
+            else { return ("", nil, nil) }
+            return (text[..<tilde], nil, crc)
+        }
+        guard let dot = text.utf8.firstIndex(of: UInt8(ascii: ".")) else { return (text, nil, nil) }
         let digest = text[text.index(after: dot)...]
-        guard digest.utf8.count == 64, digest.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }) else { return ("", nil) }
-        return (text[..<dot], digest)
+        guard digest.utf8.count == 64, digest.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }) else { return ("", nil, nil) }
+        return (text[..<dot], digest, nil)
     }
 }

@@ -60,18 +60,23 @@ enum PatchAnswer {
         var bytesReceived: Int
     }
 
-    /// 200 `{"crc32c","sha256","url"}` (`crc32c` when the file was read back), without `JSONEncoder`.
-    static func completed(sha256: String, crc32c: String?, url: String) -> Response {
+    /// 200 `{"crc32c","sha256","url"}`, without `JSONEncoder`: `crc32c` when the receiver has
+    /// it (read back, or combined from every chunk's checked CRC-32C), `sha256` when the file
+    /// was read back (always, for a client that did not send CRC-32C digests).
+    static func completed(sha256: String?, crc32c: String?, url: String) -> Response {
         var answer = JSONText()
+        var separator = "{"
         if let crc32c {
-            answer.raw("{\"crc32c\":")
+            answer.raw(separator + "\"crc32c\":")
             answer.string(crc32c)
-            answer.raw(",\"sha256\":")
-        } else {
-            answer.raw("{\"sha256\":")
+            separator = ","
         }
-        answer.string(sha256)
-        answer.raw(",\"url\":")
+        if let sha256 {
+            answer.raw(separator + "\"sha256\":")
+            answer.string(sha256)
+            separator = ","
+        }
+        answer.raw(separator + "\"url\":")
         answer.string(url)
         answer.raw("}")
         return answer.response(.ok)
