@@ -118,6 +118,8 @@ struct Worker: Sendable {
             case nil:
                 return nil
             case .serverHas(let last, let lastReceipts)?:
+                // An answer in one part is taken as it is: a union would copy a million-chunk set.
+                if pages == 0 { return .serverHas(chunks: last, receipts: lastReceipts) }
                 return .serverHas(chunks: chunks.union(last), receipts: found.merging(lastReceipts) { $1 })
             case .serverHasPrefix(let bytes)?:
                 return .serverHasPrefix(bytes: bytes)
