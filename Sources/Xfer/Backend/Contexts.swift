@@ -157,8 +157,10 @@ public struct FileContext: Sendable {
 
     /// The 0-based indexes (`ChunkPayload.index`) of a wire's 1-based chunk
     /// numbers (`ChunkPayload.number`); numbers outside the file are dropped.
-    public func chunkIndexes<Numbers: Sequence<Int>>(fromNumbers numbers: Numbers) -> [Int] {
-        numbers.compactMap { $0 >= 1 && $0 <= chunkCount ? $0 - 1 : nil }
+    /// Lazy, so a set of a million indexes is built without an array in between.
+    public func chunkIndexes<Numbers: Sequence<Int>>(fromNumbers numbers: Numbers) -> some Sequence<Int> {
+        let count = chunkCount
+        return numbers.lazy.compactMap { $0 >= 1 && $0 <= count ? $0 - 1 : nil }
     }
 
     /// The extension of `name` without the dot, or "" when it has none.

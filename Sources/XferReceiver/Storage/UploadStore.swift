@@ -388,13 +388,17 @@ actor UploadStore {
     private static func splitChunkRecord(_ text: Substring) -> (number: Substring, digest: Substring?, crc: UInt32?) {
         // Searched in the bytes: a log holds a record per chunk (a million for a large file), and a
         // Character search of each doubled the time to load one.
-        if let tilde = text.utf8.firstIndex(of: UInt8(ascii: "~")) {
-            let hex = text[text.index(after: tilde)...]
+        // One scan for either separator: most records have neither.
+        guard let separator = text.utf8.firstIndex(where: { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "~") }) else {
+            return (text, nil, nil)
+        }
+        if text.utf8[separator] == UInt8(ascii: "~") {
+            let hex = text[text.index(after: separator)...]
             guard hex.utf8.count == 8, hex.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }), let crc = UInt32(hex, radix: 16)
             else { return ("", nil, nil) }
-            return (text[..<tilde], nil, crc)
+            return (text[..<separator], nil, crc)
         }
-        guard let dot = text.utf8.firstIndex(of: UInt8(ascii: ".")) else { return (text, nil, nil) }
+        let dot = separator
         let digest = text[text.index(after: dot)...]
         guard digest.utf8.count == 64, digest.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }) else { return ("", nil, nil) }
         return (text[..<dot], digest, nil)
