@@ -60,6 +60,17 @@ def pump_responses(src, dst):
             raise EOFError
         buf += data
 
+    def forward(left):
+        """Sends the next `left` bytes of the stream on, unread."""
+        nonlocal buf
+        while left:
+            if not buf:
+                fill()
+            piece = buf[:left]
+            buf = buf[len(piece):]
+            dst.sendall(piece)
+            left -= len(piece)
+
     try:
         while True:
             while b"\r\n\r\n" not in buf:
@@ -80,14 +91,7 @@ def pump_responses(src, dst):
             if status < 200 or status in (204, 304):
                 continue
             if b"content-length" in headers:
-                left = int(headers[b"content-length"])
-                while left:
-                    if not buf:
-                        fill()
-                    piece = buf[:left]
-                    buf = buf[len(piece):]
-                    dst.sendall(piece)
-                    left -= len(piece)
+                forward(int(headers[b"content-length"]))
             elif headers.get(b"transfer-encoding", b"").lower() == b"chunked":
                 while True:
                     while b"\r\n" not in buf:
@@ -108,14 +112,7 @@ def pump_responses(src, dst):
                             if done:
                                 break
                         break
-                    left = size + 2  # the data and its CRLF
-                    while left:
-                        if not buf:
-                            fill()
-                        piece = buf[:left]
-                        buf = buf[len(piece):]
-                        dst.sendall(piece)
-                        left -= len(piece)
+                    forward(size + 2)  # the data and its CRLF
             else:
                 # Delimited by the connection's end.
                 dst.sendall(buf)

@@ -152,20 +152,13 @@ public struct ScriptedServer {
         _ file: FileContext, with backend: Backend, in job: JobContext
     ) throws -> Reconciliation<Never>? {
         var answer = try take(try backend.reconcileFile(file, in: job), of: backend, in: job)
-        var chunks = Set<Int>()
-        var receipts: [Int: String] = [:]
-        while true {
-            switch answer {
-            case nil: return nil
-            case .serverHas(let last, let lastReceipts)?:
-                return .serverHas(chunks: chunks.union(last), receipts: receipts.merging(lastReceipts) { $1 })
-            case .serverHasPrefix(let bytes)?: return .serverHasPrefix(bytes: bytes)
-            case .complete(let url)?: return .complete(url: url)
-            case .serverHasMore(let more, let moreReceipts, let next)?:
-                chunks.formUnion(more)
-                receipts.merge(moreReceipts) { $1 }
-                answer = try take(try backend.continueReconciling(file, in: job, from: next), of: backend, in: job)
+        var parts = ReconciliationParts<Backend.ReconcileCursor>()
+        while let current = answer {
+            switch parts.take(current) {
+            case .done(let united): return united
+            case .ask(let next): answer = try take(try backend.continueReconciling(file, in: job, from: next), of: backend, in: job)
             }
         }
+        return nil
     }
 }

@@ -382,6 +382,43 @@ public enum Reconciliation<Cursor: Sendable>: Sendable {
     case complete(url: String)
 }
 
+/// The parts of an answer given in parts, united: the engine's reconciling
+/// and `XferBackendTesting`'s follow one answer the same way.
+package struct ReconciliationParts<Cursor: Sendable> {
+    /// What to do after an answer.
+    package enum Next {
+        /// The final answer, the parts before it united into it.
+        case done(Reconciliation<Never>)
+        /// Ask again from this cursor.
+        case ask(Cursor)
+    }
+
+    private var chunks = Set<Int>()
+    private var receipts: [Int: String] = [:]
+    /// How many parts came before the final answer.
+    package private(set) var pages = 0
+
+    package init() {}
+
+    package mutating func take(_ answer: Reconciliation<Cursor>) -> Next {
+        switch answer {
+        case .serverHas(let last, let lastReceipts):
+            // An answer in one part is taken as it is: a union would copy a million-chunk set.
+            if pages == 0 { return .done(.serverHas(chunks: last, receipts: lastReceipts)) }
+            return .done(.serverHas(chunks: chunks.union(last), receipts: receipts.merging(lastReceipts) { $1 }))
+        case .serverHasPrefix(let bytes):
+            return .done(.serverHasPrefix(bytes: bytes))
+        case .complete(let url):
+            return .done(.complete(url: url))
+        case .serverHasMore(let more, let moreReceipts, let next):
+            pages += 1
+            chunks.formUnion(more)
+            receipts.merge(moreReceipts) { $1 }
+            return .ask(next)
+        }
+    }
+}
+
 extension Reconciliation: Equatable where Cursor: Equatable {}
 extension Reconciliation: Hashable where Cursor: Hashable {}
 

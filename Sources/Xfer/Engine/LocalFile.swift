@@ -110,14 +110,9 @@ final class LocalFile: BodyFile {
         guard !algorithms.isEmpty else { return [:] }
         var md5 = Insecure.MD5()
         var sha = SHA256()
-        let step = 1 << 20
-        var offset: Int64 = 0
-        while offset < identity.size {
-            let length = Int(min(Int64(step), identity.size - offset))
-            let bytes = try read(offset: offset, length: length)
+        try forEachBlock(from: 0, to: identity.size) { bytes throws(XferError) in
             if algorithms.contains(.md5) { md5.update(data: bytes) }
             if algorithms.contains(.sha256) { sha.update(data: bytes) }
-            offset += Int64(length)
         }
         var result: [DigestAlgorithm: String] = [:]
         if algorithms.contains(.md5) { result[.md5] = Checksums.hex(Array(md5.finalize())) }
@@ -128,14 +123,23 @@ final class LocalFile: BodyFile {
     /// The whole file's CRC-32C, by one read with a bounded buffer.
     func crc32c() throws(XferError) -> UInt32 {
         var crc = CRC32C()
-        let step = 1 << 20
-        var offset: Int64 = 0
-        while offset < identity.size {
-            let length = Int(min(Int64(step), identity.size - offset))
-            crc.update(try read(offset: offset, length: length))
+        try forEachBlock(from: 0, to: identity.size) { bytes throws(XferError) in crc.update(bytes) }
+        return crc.value
+    }
+
+    /// Calls `body` with the bytes from `start` to `end`, 1 MiB at a time
+    /// (the one bounded read of whole-file digests and catch-up hashing).
+    func forEachBlock(
+        from start: Int64, to end: Int64, cancellable: Bool = false, _ body: ([UInt8]) throws(XferError) -> Void
+    ) throws(XferError) {
+        let step: Int64 = 1 << 20
+        var offset = start
+        while offset < end {
+            if cancellable, Task.isCancelled { throw .interrupted }
+            let length = Int(min(step, end - offset))
+            try body(try read(offset: offset, length: length))
             offset += Int64(length)
         }
-        return crc.value
     }
 
     static func identity(of info: stat) -> FileIdentity {
@@ -255,13 +259,11 @@ final class StreamingFileHash: Sendable {
     private static func hash(
         _ file: LocalFile, into hash: inout SHA256, from position: inout Int64, to target: Int64, cancellable: Bool
     ) throws(XferError) {
-        let step = 1 << 20
-        while position < target {
-            if cancellable, Task.isCancelled { throw .interrupted }
-            let length = Int(min(Int64(step), target - position))
-            let bytes = try file.read(offset: position, length: length)
+        var hashed = position
+        defer { position = hashed }
+        try file.forEachBlock(from: position, to: target, cancellable: cancellable) { bytes throws(XferError) in
             hash.update(data: bytes)
-            position += Int64(length)
+            hashed += Int64(bytes.count)
         }
     }
 }

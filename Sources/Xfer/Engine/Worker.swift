@@ -110,28 +110,16 @@ struct Worker: Sendable {
         var answer = try await perform("ask the server what it holds of \(file.path)", in: job, countBytes: false) {
             () throws(BackendError) in try backend.reconcileFile(file, in: job)
         }
-        var chunks = Set<Int>()
-        var found = [Int: String]()
-        var pages = 0
+        var parts = ReconciliationParts<Backend.ReconcileCursor>()
         while true {
-            switch answer {
-            case nil:
-                return nil
-            case .serverHas(let last, let lastReceipts)?:
-                // An answer in one part is taken as it is: a union would copy a million-chunk set.
-                if pages == 0 { return .serverHas(chunks: last, receipts: lastReceipts) }
-                return .serverHas(chunks: chunks.union(last), receipts: found.merging(lastReceipts) { $1 })
-            case .serverHasPrefix(let bytes)?:
-                return .serverHasPrefix(bytes: bytes)
-            case .complete(let url)?:
-                return .complete(url: url)
-            case .serverHasMore(let more, let moreReceipts, let next)?:
-                pages += 1
-                guard pages < Self.maximumReconcilePages else {
+            guard let current = answer else { return nil }
+            switch parts.take(current) {
+            case .done(let united):
+                return united
+            case .ask(let next):
+                guard parts.pages < Self.maximumReconcilePages else {
                     throw .failed(.transferFailed("the server's list of what it holds of \(file.path) never ends"))
                 }
-                chunks.formUnion(more)
-                found.merge(moreReceipts) { $1 }
                 answer = try await perform("ask the server what else it holds of \(file.path)", in: job, countBytes: false) {
                     () throws(BackendError) in try backend.continueReconciling(file, in: job, from: next)
                 }
