@@ -38,4 +38,40 @@ final class StreamingFileHashTests: XCTestCase {
         let digest = try await hash.finish()
         XCTAssertEqual(digest, try sha256sum(path))
     }
+
+    /// Chunks' passes feed from several threads at once, in blocks, out of
+    /// order and with repeats (retries): whoever holds the turn hashes, the
+    /// others skip, and every skipped byte is read back — the digest is the
+    /// file's.
+    func testConcurrentFeedersInAnyOrderGiveTheFilesDigest() async throws {
+        let dir = TemporaryDirectory()
+        let path = dir.file("c.bin")
+        let chunk = 1 << 20
+        let block = 64 << 10
+        try makeTestFile(at: path, size: 24 * chunk + 12_345)
+        let file = try LocalFile(path: path)
+        for round in 0..<4 {
+            let hash = StreamingFileHash(file: file)
+            var chunks = Array(0..<25)
+            chunks.shuffle()
+            chunks += chunks.prefix(round * 3)  // a few retried chunks
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in chunks {
+                    group.addTask {
+                        let start = Int64(index * chunk)
+                        let length = Int(min(Int64(chunk), file.identity.size - start))
+                        var at = 0
+                        while at < length {
+                            let n = min(block, length - at)
+                            try hash.feed(offset: start + Int64(at), bytes: try file.read(offset: start + Int64(at), length: n))
+                            at += n
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let digest = try await hash.finish()
+            XCTAssertEqual(digest, try sha256sum(path), "round \(round)")
+        }
+    }
 }

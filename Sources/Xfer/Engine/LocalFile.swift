@@ -111,8 +111,8 @@ final class LocalFile: BodyFile {
         var md5 = Insecure.MD5()
         var sha = SHA256()
         try forEachBlock(from: 0, to: identity.size) { bytes throws(XferError) in
-            if algorithms.contains(.md5) { md5.update(data: bytes) }
-            if algorithms.contains(.sha256) { sha.update(data: bytes) }
+            if algorithms.contains(.md5) { md5.update(bufferPointer: bytes) }
+            if algorithms.contains(.sha256) { sha.update(bufferPointer: bytes) }
         }
         var result: [DigestAlgorithm: String] = [:]
         if algorithms.contains(.md5) { result[.md5] = Checksums.hex(Array(md5.finalize())) }
@@ -127,18 +127,28 @@ final class LocalFile: BodyFile {
         return crc.value
     }
 
-    /// Calls `body` with the bytes from `start` to `end`, 1 MiB at a time
+    /// Calls `body` with the bytes from `start` to `end`, a buffer at a time
     /// (the one bounded read of whole-file digests and catch-up hashing).
+    /// `buffer` is reused when given; otherwise one of 1 MiB is allocated for
+    /// the call. Either way the bytes are read into the same pages over and
+    /// over: a fresh allocation per block is a fresh mapping the kernel
+    /// faults in and zeroes, which showed in the profile.
     func forEachBlock(
-        from start: Int64, to end: Int64, cancellable: Bool = false, _ body: ([UInt8]) throws(XferError) -> Void
+        from start: Int64, to end: Int64, cancellable: Bool = false, using buffer: UnsafeMutableRawBufferPointer? = nil,
+        _ body: (UnsafeRawBufferPointer) throws(XferError) -> Void
     ) throws(XferError) {
-        let step: Int64 = 1 << 20
+        guard start < end else { return }
+        let owned = buffer == nil ? UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 64) : nil
+        defer { owned?.deallocate() }
+        guard let block = buffer ?? owned, block.count > 0 else { return }
         var offset = start
         while offset < end {
             if cancellable, Task.isCancelled { throw .interrupted }
-            let length = Int(min(step, end - offset))
-            try body(try read(offset: offset, length: length))
-            offset += Int64(length)
+            let want = Int(min(Int64(block.count), end - offset))
+            let got = try read(into: UnsafeMutableRawBufferPointer(rebasing: block[0..<want]), at: offset)
+            guard got == want else { throw .fileChanged(path: path, detail: "it is shorter than when the job began") }
+            try body(UnsafeRawBufferPointer(rebasing: block[0..<want]))
+            offset += Int64(want)
         }
     }
 
@@ -166,29 +176,49 @@ final class LocalFile: BodyFile {
 /// push needs no second pass over the file.
 ///
 /// Chunks are read in ascending order but by concurrent tasks, so one can
-/// arrive ahead of a gap; a small gap is then read from disk (from the page
+/// arrive ahead of a gap; the gap is then read from disk (from the page
 /// cache, usually). Chunks behind the hashed prefix are ignored: retries and
 /// rollbacks re-read bytes already hashed.
+///
+/// The hashing runs outside the lock: one feeder at a time holds the hash
+/// (`busy`), and a feeder that finds it held goes on without feeding — its
+/// bytes are a gap the next feeder reads back. Hashing under the lock made
+/// the other chunks' passes wait in the kernel's spinning mutex for as long
+/// as a gap took to hash (3 % of a Content-MD5 push's CPU in `perf`).
 ///
 /// A large gap means a resumed job: the acknowledged part was never fed in
 /// this process. Reading it inline would hold the first new chunk back until
 /// all of it was hashed (64 s for 32 GiB), so the file is hashed in one
 /// background pass instead, while the upload goes on, and `finish` waits for it.
-final class StreamingFileHash: Sendable {
+final class StreamingFileHash: @unchecked Sendable {
     /// Gaps up to this are read inline: chunks in flight at once are never further apart.
     static let largestInlineGap: Int64 = 256 << 20
+    /// The catch-up read's buffer, allocated once per file.
+    static let catchUpBlock = 256 << 10
 
     private struct State {
         var hash = SHA256()
         var hashedUpTo: Int64 = 0
+        /// A feeder holds `hash` (and `buffer`) outside the lock.
+        var busy = false
         var digest: String?
         /// Set once a large gap handed the rest of the file to `background`.
         var backgrounded = false
         var background: Task<String, any Error>?
     }
 
+    /// What a feeder takes out of the lock to work on. `SHA256` is a plain
+    /// value with no shared storage, so a copy moved between tasks is safe.
+    private struct Turn: @unchecked Sendable {
+        var hash: SHA256
+        var position: Int64
+    }
+
     private let file: LocalFile
     private let state = LockedValue(State())
+    /// Used only by the feeder holding the turn (`busy`): that is what makes
+    /// the class `@unchecked Sendable`.
+    private let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: catchUpBlock, alignment: 64)
 
     init(file: LocalFile) {
         self.file = file
@@ -196,37 +226,55 @@ final class StreamingFileHash: Sendable {
 
     deinit {
         state.withLock { $0.background?.cancel() }
+        buffer.deallocate()
     }
 
     func feed(offset: Int64, bytes: [UInt8]) throws(XferError) {
-        let handOff = try state.withLock { state throws(XferError) -> (hash: SHA256, position: Int64)? in
-            guard state.digest == nil, !state.backgrounded else { return nil }
-            let end = offset + Int64(bytes.count)
-            guard end > state.hashedUpTo else { return nil }
+        let end = offset + Int64(bytes.count)
+        enum Claim { case none, turn(Turn), background(Turn) }
+        let claim = state.withLock { state -> Claim in
+            guard state.digest == nil, !state.backgrounded, !state.busy, end > state.hashedUpTo else { return .none }
+            let turn = Turn(hash: state.hash, position: state.hashedUpTo)
             if offset - state.hashedUpTo > Self.largestInlineGap {
                 state.backgrounded = true
-                return (state.hash, state.hashedUpTo)
+                return .background(turn)
             }
-            if offset > state.hashedUpTo {
-                try Self.catchUp(&state, file: self.file, to: offset)
-            }
-            let skip = Int(state.hashedUpTo - offset)
-            if skip == 0 {
-                state.hash.update(data: bytes)
-            } else {
-                state.hash.update(data: bytes[skip...])
-            }
-            state.hashedUpTo = end
-            return nil
+            state.busy = true
+            return .turn(turn)
         }
-        guard let handOff else { return }
-        let whole = self.file
-        // SHA256 is a plain value; this copy is the task's alone.
-        nonisolated(unsafe) let start = handOff
+        switch claim {
+        case .none:
+            return
+        case .background(let start):
+            startBackground(from: start)
+        case .turn(var turn):
+            do {
+                if offset > turn.position { try catchUp(&turn, to: offset) }
+                let skip = Int(turn.position - offset)
+                bytes.withUnsafeBytes { turn.hash.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[skip...])) }
+                turn.position = end
+            } catch {
+                state.withLock { $0.busy = false }
+                throw error
+            }
+            state.withLock { state in
+                state.hash = turn.hash
+                state.hashedUpTo = turn.position
+                state.busy = false
+            }
+        }
+    }
+
+    /// Hashes the rest of the file in a task of its own (a resumed job's large gap).
+    private func startBackground(from start: Turn) {
+        let whole = file
         let task = Task.detached(priority: .utility) { () throws -> String in
             var hash = start.hash
             var position = start.position
-            try Self.hash(whole, into: &hash, from: &position, to: whole.identity.size, cancellable: true)
+            try whole.forEachBlock(from: position, to: whole.identity.size, cancellable: true) { bytes throws(XferError) in
+                hash.update(bufferPointer: bytes)
+                position += Int64(bytes.count)
+            }
             return Checksums.hex(Array(hash.finalize()))
         }
         state.withLock { $0.background = task }
@@ -234,36 +282,60 @@ final class StreamingFileHash: Sendable {
 
     /// The file's SHA-256 (lowercase hex), reading whatever was not fed.
     func finish() async throws(XferError) -> String {
-        if let background = state.withLock({ $0.background }) {
-            do {
-                return try await background.value
-            } catch let error as XferError {
-                throw error
-            } catch {
-                throw .interrupted
+        while true {
+            if let background = state.withLock({ $0.background }) {
+                do {
+                    return try await background.value
+                } catch let error as XferError {
+                    throw error
+                } catch {
+                    throw .interrupted
+                }
+            }
+            enum Claim { case done(String), turn(Turn), wait }
+            let claim = state.withLock { state -> Claim in
+                if let digest = state.digest { return .done(digest) }
+                // Every chunk's pass is over when the file finishes; a feeder
+                // still holding the turn is one of a retried chunk's, nearly done.
+                guard !state.busy else { return .wait }
+                state.busy = true
+                return .turn(Turn(hash: state.hash, position: state.hashedUpTo))
+            }
+            switch claim {
+            case .done(let digest):
+                return digest
+            case .wait:
+                await Task.yield()
+            case .turn(var turn):
+                do {
+                    try catchUp(&turn, to: file.identity.size)
+                } catch {
+                    state.withLock { $0.busy = false }
+                    throw error
+                }
+                let digest = Checksums.hex(Array(turn.hash.finalize()))
+                state.withLock { state in
+                    state.hash = turn.hash
+                    state.hashedUpTo = turn.position
+                    state.digest = digest
+                    state.busy = false
+                }
+                return digest
             }
         }
-        return try state.withLock { state throws(XferError) -> String in
-            if let digest = state.digest { return digest }
-            try Self.catchUp(&state, file: file, to: file.identity.size)
-            let digest = Checksums.hex(Array(state.hash.finalize()))
-            state.digest = digest
-            return digest
+    }
+
+    /// Reads and hashes the gap up to `target`; only the turn's holder calls it.
+    private func catchUp(_ turn: inout Turn, to target: Int64) throws(XferError) {
+        var hash = turn.hash
+        var position = turn.position
+        defer {
+            turn.hash = hash
+            turn.position = position
         }
-    }
-
-    private static func catchUp(_ state: inout State, file: LocalFile, to target: Int64) throws(XferError) {
-        try hash(file, into: &state.hash, from: &state.hashedUpTo, to: target, cancellable: false)
-    }
-
-    private static func hash(
-        _ file: LocalFile, into hash: inout SHA256, from position: inout Int64, to target: Int64, cancellable: Bool
-    ) throws(XferError) {
-        var hashed = position
-        defer { position = hashed }
-        try file.forEachBlock(from: position, to: target, cancellable: cancellable) { bytes throws(XferError) in
-            hash.update(data: bytes)
-            hashed += Int64(bytes.count)
+        try file.forEachBlock(from: position, to: target, using: buffer) { bytes throws(XferError) in
+            hash.update(bufferPointer: bytes)
+            position += Int64(bytes.count)
         }
     }
 }
