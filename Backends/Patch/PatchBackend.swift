@@ -123,7 +123,7 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
             case 409:
                 let json = try response.json(for: operation)
                 let numbers = json["missing"]?.arrayValue?.compactMap(\.intValue) ?? []
-                return .missing(Array(file.chunkIndexes(fromNumbers: numbers)))
+                return .missing(file.chunkIndexes(fromNumbers: numbers))
             default:
                 try response.require(200, for: operation)
                 let json = try response.json(for: operation)

@@ -37,15 +37,30 @@ enum JSONResponse {
         let marker = Array("\"\(key)\":[]".utf8)
         let bytes = [UInt8](data)
         guard let at = bytes.firstRange(of: marker) else { return Response(status: .internalServerError) }
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(bytes.count + integers.count * 8)
-        buffer.writeBytes(bytes[..<(at.upperBound - 1)])
+        var text: [UInt8] = []
+        text.reserveCapacity(bytes.count + integers.count * 8)
+        text += bytes[..<(at.upperBound - 1)]
         for (index, integer) in integers.enumerated() {
-            if index > 0 { buffer.writeInteger(UInt8(ascii: ",")) }
-            buffer.writeString(String(integer))
+            if index > 0 { text.append(UInt8(ascii: ",")) }
+            Self.appendDecimal(integer, to: &text)
         }
-        buffer.writeBytes(bytes[(at.upperBound - 1)...])
+        text += bytes[(at.upperBound - 1)...]
+        let buffer = ByteBuffer(bytes: text)
         return Response(status: status, headers: [.contentType: "application/json; charset=utf-8"], body: ResponseBody(byteBuffer: buffer))
+    }
+
+    /// `value`'s decimal digits appended to `text`, with no String made per number.
+    static func appendDecimal(_ value: Int, to text: inout [UInt8]) {
+        if value < 0 { text.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var divisor: UInt = 1
+        while divisor <= magnitude / 10 { divisor *= 10 }
+        while true {
+            text.append(UInt8(ascii: "0") + UInt8(magnitude / divisor))
+            magnitude %= divisor
+            if divisor == 1 { return }
+            divisor /= 10
+        }
     }
 
     static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {

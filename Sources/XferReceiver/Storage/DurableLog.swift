@@ -49,25 +49,30 @@ struct DurableLog: Sendable {
 
     /// The complete records in `bytes` (a log's content, or what follows its header line).
     static func parseRecords(_ bytes: ArraySlice<UInt8>) -> [Substring] {
-        let text = String(decoding: bytes, as: UTF8.self)
         var records: [Substring] = []
-        // Bytes, not Characters: records are ASCII, and walking grapheme clusters made loading a
-        // million-record log take most of a second.
-        let utf8 = text.utf8
-        var start = utf8.startIndex
-        var index = utf8.startIndex
-        while index < utf8.endIndex {
-            let byte = utf8[index]
-            if byte == UInt8(ascii: ";") {
-                if start < index { records.append(Substring(utf8[start..<index])) }
-                start = utf8.index(after: index)
-            } else if byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\r") || byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") {
-                // A newline inside a token means the token before it was torn: drop it.
-                start = utf8.index(after: index)
-            }
-            index = utf8.index(after: index)
-        }
+        forEachRecord(in: bytes) { records.append(Substring(decoding: $0, as: UTF8.self)) }
         return records
+    }
+
+    /// Calls `body` with each complete record's bytes, in order, with no string made: an
+    /// upload's log holds a record per chunk, and loading a million of them as Substrings
+    /// (each retaining the log's text) was most of the receiver's answer to a resume.
+    static func forEachRecord(in bytes: ArraySlice<UInt8>, _ body: (ArraySlice<UInt8>) throws -> Void) rethrows {
+        var start = bytes.startIndex
+        var index = bytes.startIndex
+        while index < bytes.endIndex {
+            switch bytes[index] {
+            case UInt8(ascii: ";"):
+                if start < index { try body(bytes[start..<index]) }
+                start = index + 1
+            case UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: " "), UInt8(ascii: "\t"):
+                // A newline inside a token means the token before it was torn: drop it.
+                start = index + 1
+            default:
+                break
+            }
+            index += 1
+        }
     }
 
     /// Printable ASCII without `;` (bytes, not Characters: this runs on every append).

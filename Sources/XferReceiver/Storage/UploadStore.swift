@@ -289,7 +289,7 @@ actor UploadStore {
     ) throws -> Upload? {
         let directory = layout.uploads + "/" + id
         let meta: UploadMeta
-        let records: [Substring]
+        let records: ArraySlice<UInt8>
         let format: UploadLayout.Format
         var completion: CompletionRecord?
         if let bytes = try FileSystemOps.readAll(layout.uploads + "/" + id + ".log") {
@@ -299,13 +299,13 @@ actor UploadStore {
             // a crash cut short, unknown like a directory without the file.
             guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(bytes[..<newline])) else { return nil }
             meta = decoded
-            records = DurableLog.parseRecords(bytes[newline...])
+            records = bytes[newline...]
         } else if let metaBytes = try FileSystemOps.readAll(directory + "/meta.json") {
             format = .directory
             // Torn only if its creation's sync round never ended (so never answered), as above.
             guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(metaBytes)) else { return nil }
             meta = decoded
-            records = try DurableLog.readRecords(path: directory + "/received.log")
+            records = try FileSystemOps.readAll(directory + "/received.log")?[...] ?? []
             if let bytes = try FileSystemOps.readAll(directory + "/complete.json") {
                 completion = try JSONDecoder().decode(CompletionRecord.self, from: Data(bytes))
             }
@@ -326,26 +326,29 @@ actor UploadStore {
         // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
         // checked against the data below.
         var digest: String?
-        for record in records {
-            if record.first == "=", format == .flat {
-                guard let parsed = CompletionRecord(logRecord: record) else {
+        var malformed = 0
+        DurableLog.forEachRecord(in: records) { record in
+            if record.first == UInt8(ascii: "="), format == .flat {
+                guard let parsed = CompletionRecord(logRecord: Substring(decoding: record, as: UTF8.self)) else {
                     logger.warning("Ignoring malformed completion record in the upload's log", metadata: ["upload": "\(id)"])
-                    continue
+                    return
                 }
                 completion = parsed
-                continue
+                return
             }
-            let (number, recordDigest, recordCRC) = Self.splitChunkRecord(record.dropFirst())
-            guard let sign = record.first, sign == "+" || sign == "-", let chunk = Int(number),
-                chunk >= 1, chunk <= meta.chunkCount,
-                recordDigest == nil || (sign == "+" && Upload.isSingleSmallChunk(meta, uploadLayout))
+            guard let chunkRecord = ChunkRecord(record), chunkRecord.number <= meta.chunkCount,
+                chunkRecord.digest == nil || (chunkRecord.received && Upload.isSingleSmallChunk(meta, uploadLayout))
             else {
-                logger.warning("Ignoring malformed record in the upload's log", metadata: ["upload": "\(id)"])
-                continue
+                malformed += 1
+                return
             }
-            if sign == "+" { received.insert(number: chunk) } else { received.remove(number: chunk) }
-            crcs.set(number: chunk, sign == "+" ? recordCRC : nil)
-            if recordDigest != nil || digest != nil { digest = sign == "+" ? recordDigest.map(String.init) : nil }
+            let chunk = chunkRecord.number
+            if chunkRecord.received { received.insert(number: chunk) } else { received.remove(number: chunk) }
+            crcs.set(number: chunk, chunkRecord.received ? chunkRecord.crc : nil)
+            if chunkRecord.digest != nil || digest != nil { digest = chunkRecord.received ? chunkRecord.digest : nil }
+        }
+        if malformed > 0 {
+            logger.warning("Ignoring malformed records in the upload's log", metadata: ["upload": "\(id)", "records": "\(malformed)"])
         }
 
         if completion != nil {
@@ -383,24 +386,61 @@ actor UploadStore {
             crcs: crcs, completion: completion, digest: digest)
     }
 
-    /// `n`, `n.<sha256 hex>` or `n~<crc32c hex>` (after the sign of a chunk record) as the
-    /// number, the digest and the CRC-32C.
-    private static func splitChunkRecord(_ text: Substring) -> (number: Substring, digest: Substring?, crc: UInt32?) {
-        // Searched in the bytes: a log holds a record per chunk (a million for a large file), and a
-        // Character search of each doubled the time to load one.
-        // One scan for either separator: most records have neither.
-        guard let separator = text.utf8.firstIndex(where: { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "~") }) else {
-            return (text, nil, nil)
+}
+
+/// One chunk record of an upload's log, read from its bytes: `+n` or `-n` (chunk n received or
+/// rolled back), `+n.<sha256 hex>` (a single small chunk's digest) or `+n~<crc32c hex>`.
+/// Bytes, not Strings: a log holds a record per chunk, a million for a large file.
+struct ChunkRecord: Equatable {
+    var received: Bool
+    var number: Int
+    var digest: String?
+    var crc: UInt32?
+
+    init(received: Bool, number: Int, digest: String? = nil, crc: UInt32? = nil) {
+        self.received = received
+        self.number = number
+        self.digest = digest
+        self.crc = crc
+    }
+
+    /// nil for anything else (a torn or foreign record).
+    init?(_ bytes: ArraySlice<UInt8>) {
+        guard let sign = bytes.first, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") else { return nil }
+        received = sign == UInt8(ascii: "+")
+        var index = bytes.startIndex + 1
+        var number = 0
+        // 18 digits cannot overflow an Int; no log has that many chunks.
+        while index < bytes.endIndex, index - bytes.startIndex <= 18, let digit = Self.decimal(bytes[index]) {
+            number = number * 10 + digit
+            index += 1
         }
-        if text.utf8[separator] == UInt8(ascii: "~") {
-            let hex = text[text.index(after: separator)...]
-            guard hex.utf8.count == 8, hex.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }), let crc = UInt32(hex, radix: 16)
-            else { return ("", nil, nil) }
-            return (text[..<separator], nil, crc)
+        guard index > bytes.startIndex + 1, number >= 1 else { return nil }
+        self.number = number
+        guard index < bytes.endIndex else { return }
+        let rest = bytes[(index + 1)...]
+        switch bytes[index] {
+        case UInt8(ascii: "~"):
+            guard rest.count == 8, let crc = Self.lowercaseHex(rest) else { return nil }
+            self.crc = UInt32(crc)
+        case UInt8(ascii: "."):
+            guard rest.count == 64, rest.allSatisfy(Hex.isLowercaseDigit) else { return nil }
+            digest = String(decoding: rest, as: UTF8.self)
+        default:
+            return nil
         }
-        let dot = separator
-        let digest = text[text.index(after: dot)...]
-        guard digest.utf8.count == 64, digest.utf8.allSatisfy({ Hex.isLowercaseDigit($0) }) else { return ("", nil, nil) }
-        return (text[..<dot], digest, nil)
+    }
+
+    private static func decimal(_ byte: UInt8) -> Int? {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") ? Int(byte - UInt8(ascii: "0")) : nil
+    }
+
+    private static func lowercaseHex(_ bytes: ArraySlice<UInt8>) -> UInt64? {
+        var value: UInt64 = 0
+        for byte in bytes {
+            guard Hex.isLowercaseDigit(byte), let nibble = Hex.value(of: byte) else { return nil }
+            value = value << 4 | UInt64(nibble)
+        }
+        return value
     }
 }
