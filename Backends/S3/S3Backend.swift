@@ -14,7 +14,7 @@ import XferPrimitives
 /// recorded (or that this job never heard back about) are not sent again.
 /// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
 public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, ChunkSizing, FileOpening, FileReconciling,
-    FileFinishing, UploadCancelling, RequestSigning
+    FileFinishing, UploadCancelling, RequestSigning, StreamUploading
 {
     public let name = "s3"
 
@@ -129,6 +129,11 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         guard isMultipart(file) else { return .skip }  // one PutObject
+        return createMultipartUpload(file, in: job)
+    }
+
+    /// `CreateMultipartUpload`: the UploadId and the key it is for.
+    private func createMultipartUpload(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         let session = Session(self, job)
         let key = session.location.key(forFileNamed: file.relativePath)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
@@ -149,22 +154,29 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
         let session = Session(self, job)
-        let body = RequestBody(chunk: chunk)
-        var request: HTTPRequest
-        let operation: String
-        let objectURL: String?
         if isMultipart(file) {
-            let id = try file.handles.require(Self.uploadID)
-            let query = "partNumber=\(chunk.number)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
-            request = HTTPRequest(method: .put, url: session.objectURL(file, query: query), body: body)
-            operation = "send part \(chunk.number)/\(file.chunkCount) of \(file.name)"
-            objectURL = nil
-        } else {
-            request = HTTPRequest(method: .put, url: session.objectURL(file), body: body)
-            request.headers.set("Content-Type", "application/octet-stream")
-            operation = "send \(file.name)"
-            objectURL = session.s3URL(file)
+            return try uploadPart(chunk, of: file, session: session, operation: "send part \(chunk.number)/\(file.chunkCount) of \(file.name)")
         }
+        var request = HTTPRequest(method: .put, url: session.objectURL(file), body: RequestBody(chunk: chunk))
+        request.headers.set("Content-Type", "application/octet-stream")
+        return exchange(request, chunk, session: session, operation: "send \(file.name)", objectURL: session.s3URL(file))
+    }
+
+    /// `UploadPart` of `chunk` into the file's multipart upload.
+    private func uploadPart(
+        _ chunk: ChunkPayload, of file: FileContext, session: Session, operation: String
+    ) throws(BackendError) -> Exchange<ChunkOutcome> {
+        let id = try file.handles.require(Self.uploadID)
+        let query = "partNumber=\(chunk.number)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
+        let request = HTTPRequest(method: .put, url: session.objectURL(file, query: query), body: RequestBody(chunk: chunk))
+        return exchange(request, chunk, session: session, operation: operation, objectURL: nil)
+    }
+
+    /// A part's or an object's PUT with its checksum, and the reading of its answer.
+    private func exchange(
+        _ request: HTTPRequest, _ chunk: ChunkPayload, session: Session, operation: String, objectURL: String?
+    ) -> Exchange<ChunkOutcome> {
+        var request = request
         for header in session.partChecksum.headers(for: chunk) { request.headers.set(header.name, header.value) }
         let crcHeader = session.partChecksum.crcHeader
         let crc = crcHeader.flatMap { request.headers[$0] }
@@ -210,8 +222,6 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     public func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
         guard isMultipart(file) else { return .skip }  // the PutObject's answer completed it
         let session = Session(self, job)
-        let id = try file.handles.require(Self.uploadID)
-        let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         let operation = "complete the upload of \(file.name)"
         let receipts = (0..<file.chunkCount).map { file.receipts[$0].map(S3PartReceipt.init(stored:)) }
         let unreceipted = (0..<file.chunkCount).filter {
@@ -221,8 +231,17 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         // A part acknowledged without its ETag (or CRC-32) cannot be listed
         // in the completion: send those again (their answers carry it).
         guard unreceipted.isEmpty else { return .answer(.missing(unreceipted)) }
+        return try complete(file, parts: receipts.compactMap { $0 }, session: session, operation: operation)
+    }
+
+    /// `CompleteMultipartUpload` of `parts` (part 1 first).
+    private func complete(_ file: FileContext, parts: [S3PartReceipt], session: Session, operation: String) throws(BackendError)
+        -> Step<FileFinish>
+    {
+        let id = try file.handles.require(Self.uploadID)
+        let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        for (chunk, receipt) in receipts.compactMap({ $0 }).enumerated() {
+        for (chunk, receipt) in parts.enumerated() {
             xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt.etag))</ETag>"
             if let crc = receipt.crc, let element = session.partChecksum.crcElement {
                 xml += "<\(element)>\(S3XML.escaped(crc))</\(element)>"
@@ -238,7 +257,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
                 switch response.s3Error?.code {
                 case "InvalidPart":
                     // S3 lacks a part this job recorded (or holds another one): send them all again.
-                    return .missing(Array(0..<file.chunkCount))
+                    return .missing(Array(0..<parts.count))
                 case "NoSuchUpload":
                     // An earlier attempt may have completed it and lost its answer: let
                     // reconcileFile's HEAD look for the object before anything is sent again.
@@ -257,6 +276,53 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             if let error = response.s3Error { throw session.failure(response, operation, error, okStatus: true) }
             throw .transient("\(operation): unexpected answer <\(document.root)>")
         }
+    }
+
+    // MARK: Streams
+
+    /// Parts of a stream double in size every 1,000 parts from the chunk
+    /// size (at least 6 MiB): 10,000 parts then hold at least 5.8 TiB (S3's
+    /// largest object is 5 TiB), and no part passes S3's 5 GiB. The engine
+    /// holds two parts in memory: 2 × 8 MiB for the first 7.8 GiB of a
+    /// stream at the default size, 2 × 4 GiB at its longest.
+    public func streamPartSize(ofPart number: Int, requested: Int) -> Int {
+        let base = max(requested, Self.minimumStreamPartSize)
+        let doublings = min(max(0, number - 1) / Self.partsPerStreamTier, 9)
+        return min(base << doublings, Self.maximumPartSize)
+    }
+
+    /// The smallest first part of a stream: below it, 10,000 growing parts
+    /// would not reach 5 TiB.
+    public static let minimumStreamPartSize = 6 << 20
+    /// Parts of one size before a stream's parts double.
+    public static let partsPerStreamTier = 1000
+    /// S3 refuses parts above 5 GiB.
+    public static let maximumPartSize = 5 << 30
+
+    public func openStream(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
+        createMultipartUpload(file, in: job)
+    }
+
+    public func uploadStreamPart(_ part: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError)
+        -> Exchange<ChunkOutcome>
+    {
+        guard part.number <= Self.maximumPartCount else {
+            throw .rejected("the stream is longer than S3 takes in \(Self.maximumPartCount) parts (\(file.size) bytes read so far)")
+        }
+        return try uploadPart(part, of: file, session: Session(self, job), operation: "send part \(part.number) of \(file.name)")
+    }
+
+    public func finishStream(_ file: FileContext, receipts: [String?], in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        let session = Session(self, job)
+        let operation = "complete the upload of \(file.name)"
+        var parts: [S3PartReceipt] = []
+        for (index, receipt) in receipts.enumerated() {
+            guard let receipt = receipt.map(S3PartReceipt.init(stored:)) else {
+                throw .rejected("\(operation): part \(index + 1) was acknowledged without its ETag")
+            }
+            parts.append(receipt)
+        }
+        return try complete(file, parts: parts, session: session, operation: operation)
     }
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {

@@ -15,7 +15,7 @@ import Xfer
 /// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
 /// there, mid-chunk if need be. See Docs/protocols.md.
 public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobStarting, FileOpening, FileReconciling,
-    FileFinishing, UploadCancelling
+    FileFinishing, UploadCancelling, StreamUploading
 {
     public let name = "tus"
 
@@ -85,9 +85,15 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     /// (then only an empty file gets one here: there is nothing to concatenate).
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         if Features(job.handles).parallel, file.size > 0 { return .skip }
+        return create(file, in: job, length: ("Upload-Length", String(file.size)))
+    }
+
+    /// The creation `POST` of `file`'s upload, its length given by `length`
+    /// (`Upload-Length`, or `Upload-Defer-Length: 1` for a stream).
+    private func create(_ file: FileContext, in job: JobContext, length: (name: String, value: String)) -> Step<OpenedFile> {
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
-        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set(length.name, length.value)
         request.headers.set("Upload-Metadata", Self.metadata(file))
         let target = job.target
         let operation = "create the tus upload of \(file.name)"
@@ -127,11 +133,13 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     }
 
     public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
-        Features(job.handles).parallel ? partialUpload(chunk, of: file, in: job) : try patch(chunk, of: file, in: job)
+        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
+        return Features(job.handles).parallel
+            ? partialUpload(chunk, in: job, operation: operation) : try patch(chunk, of: file, in: job, operation: operation)
     }
 
     /// A chunk as a partial upload created with its bytes; its URL is the receipt.
-    private func partialUpload(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+    private func partialUpload(_ chunk: ChunkPayload, in job: JobContext, operation: String) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(chunk: chunk))
         prepare(&request, job)
         request.headers.set("Upload-Concat", "partial")
@@ -139,7 +147,6 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let target = job.target
-        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 201 else { throw Self.failure(response, operation) }
             guard let location = Self.location(response, relativeTo: target) else {
@@ -154,14 +161,15 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     }
 
     /// A chunk PATCHed at its offset into the file's upload.
-    private func patch(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+    private func patch(
+        _ chunk: ChunkPayload, of file: FileContext, in job: JobContext, operation: String
+    ) throws(BackendError) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(method: .patch, url: try file.handles.require(Self.uploadURL), body: RequestBody(chunk: chunk))
         prepare(&request, job)
         request.headers.set("Upload-Offset", String(chunk.offset))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let end = chunk.offset + Int64(chunk.count)
-        let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
             let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
@@ -180,12 +188,18 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         // A chunk acknowledged without its partial upload's URL cannot be
         // concatenated: send it again.
         guard missing.isEmpty else { return .answer(.missing(missing)) }
+        return concatenate(all.map { file.receipts[$0]! }, of: file, in: job)
+    }
+
+    /// The final upload of partial uploads `parts` (in order).
+    private func concatenate(_ parts: [String], of file: FileContext, in job: JobContext) -> Step<FileFinish> {
+        let all = Array(parts.indices)
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
-        request.headers.set("Upload-Concat", "final;" + all.map { file.receipts[$0]! }.joined(separator: " "))
+        request.headers.set("Upload-Concat", "final;" + parts.joined(separator: " "))
         request.headers.set("Upload-Metadata", Self.metadata(file))
         let target = job.target
-        let operation = "concatenate the \(file.chunkCount) parts of \(file.name)"
+        let operation = "concatenate the \(parts.count) parts of \(file.name)"
         return .send(request) { response throws(BackendError) in
             switch response.status {
             case 201:
@@ -221,11 +235,71 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     /// Termination of every upload the job created (when the server offers it).
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         guard Features(job.handles).extensions.contains("termination") else { return [] }
-        return job.files.compactMap { file in
-            guard let url = file.handles[Self.uploadURL] else { return nil }
-            var request = HTTPRequest(method: .delete, url: url)
-            prepare(&request, job)
-            return request
+        return job.files.flatMap { file in
+            // The file's upload, or the partial uploads its chunks went as (when the engine knows them).
+            let urls = file.handles[Self.uploadURL].map { [$0] } ?? file.receipts.sorted { $0.key < $1.key }.map(\.value)
+            return urls.map { url in
+                var request = HTTPRequest(method: .delete, url: url)
+                prepare(&request, job)
+                return request
+            }
+        }
+    }
+
+    // MARK: Streams
+
+    /// A stream's parts are the chunk size asked for: tus has no limit on
+    /// the number of requests.
+    public func streamPartSize(ofPart number: Int, requested: Int) -> Int { requested }
+
+    /// Partial uploads, each created with its bytes and concatenated at the
+    /// end, when the server offers `concatenation` and
+    /// `creation-with-upload`: every part is then a complete upload of a
+    /// known length. Otherwise one upload created with
+    /// `Upload-Defer-Length: 1` (`creation-defer-length`), its length given
+    /// by the last request. A server with neither cannot take a stream.
+    public func openStream(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<OpenedFile> {
+        let features = Features(job.handles)
+        if features.takesPartialUploads { return .skip }
+        guard features.extensions.contains("creation-defer-length") else {
+            throw .rejected(
+                "the tus server offers neither concatenation with creation-with-upload nor creation-defer-length, so it cannot take a stream of unknown length")
+        }
+        return create(file, in: job, length: ("Upload-Defer-Length", "1"))
+    }
+
+    public func uploadStreamPart(_ part: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError)
+        -> Exchange<ChunkOutcome>
+    {
+        let operation = "send part \(part.number) of \(file.name)"
+        if file.handles[Self.uploadURL] == nil { return partialUpload(part, in: job, operation: operation) }
+        return try patch(part, of: file, in: job, operation: operation)
+    }
+
+    /// The final upload of the parts, or the deferred length (an empty
+    /// `PATCH` at the end with `Upload-Length`).
+    public func finishStream(_ file: FileContext, receipts: [String?], in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        guard let url = file.handles[Self.uploadURL] else {
+            var parts: [String] = []
+            for (index, receipt) in receipts.enumerated() {
+                guard let receipt else { throw .rejected("part \(index + 1) of \(file.name) was acknowledged without its URL") }
+                parts.append(receipt)
+            }
+            return concatenate(parts, of: file, in: job)
+        }
+        var request = HTTPRequest(method: .patch, url: url)
+        prepare(&request, job)
+        request.headers.set("Upload-Offset", String(file.size))
+        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set("Content-Type", "application/offset+octet-stream")
+        let operation = "end the tus upload of \(file.name) at \(file.size) bytes"
+        return .send(request) { response throws(BackendError) in
+            guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
+            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            guard offset == file.size else {
+                throw .rejected("\(operation): the server's offset is \(offset.map(String.init) ?? "missing"), not \(file.size)")
+            }
+            return .completed(url: url)
         }
     }
 
@@ -242,6 +316,9 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         var checksum: String?
         /// Partial uploads created with their bytes, concatenated at the end.
         var parallel: Bool
+
+        /// What a stream's parts need: each created with its bytes, then concatenated.
+        var takesPartialUploads: Bool { extensions.contains("concatenation") && extensions.contains("creation-with-upload") }
 
         init(_ handles: ServerHandles) {
             extensions = Set((handles[Self.extensionsKey] ?? "").split(separator: ",").map(String.init))

@@ -17,6 +17,16 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
 
     static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
 
+    /// Whether the protocol takes a stream of unknown length (its backend adopts `StreamUploading`).
+    var takesStreams: Bool {
+        switch self {
+        case .s3, .tus: return true
+        case .patch, .multipart, .sequence: return false
+        }
+    }
+
+    static var streamNames: String { allCases.filter(\.takesStreams).map(\.rawValue).joined(separator: " and ") }
+
     /// The backend, configured for a new push (`s3` from `S3Arguments` and
     /// the AWS environment; the others need nothing).
     func makeBackend(s3 arguments: S3Arguments, profile: AWSProfileArgument) throws(XferError) -> any UploadBackend {

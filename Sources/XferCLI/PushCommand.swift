@@ -14,8 +14,14 @@ struct PushCommand: AsyncParsableCommand {
             prints one URL per file on stdout.
             """)
 
-    @Argument(help: "Files and directories to upload.")
+    @Argument(help: "Files and directories to upload; - for standard input (a stream: s3 and tus).")
     var files: [String] = []
+
+    @Option(help: ArgumentHelp("The name a stream gets on the server (required for -; a FIFO's defaults to its own).", valueName: "NAME"))
+    var name: String?
+
+    @Option(help: "The length a stream must have, e.g. 10GiB: one that ends short of it (a producer that died) fails instead of completing.")
+    var expectedSize: ByteSize?
 
     @Option(name: .customLong("include"), help: ArgumentHelp("Only send files matching GLOB (repeatable).", valueName: "GLOB"))
     var includes: [String] = []
@@ -67,12 +73,28 @@ struct PushCommand: AsyncParsableCommand {
     /// the engine's bounds, written once (`TransferOptions.validate()`).
     mutating func validate() throws {
         guard !files.isEmpty else { throw ValidationError("name at least one file or directory to push") }
+        if dryRun, files.contains("-") { throw ValidationError("--dry-run is for files, not a stream: - would be read and lost") }
         if dryRun { return }
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
         if backend != .s3, !s3.isEmpty || aws.profile != nil {
             throw ValidationError("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
         }
         guard target != nil else { throw ValidationError("--to URL is required") }
+        let isStream = files == ["-"] || (files.count == 1 && StreamInput.isPipe(files[0]))
+        if isStream || files.contains("-") || name != nil || expectedSize != nil {
+            guard isStream else {
+                throw ValidationError(
+                    files.contains("-") ? "- (standard input) is pushed alone, not with other paths"
+                        : "--name and --expected-size are for a stream: - (standard input) or one FIFO")
+            }
+            guard backend.takesStreams else {
+                let what = files == ["-"] ? "standard input" : "\(files[0]) is a FIFO, a stream"
+                throw ValidationError(
+                    "\(what): --backend \(backend.rawValue) cannot take a stream of unknown length; \(BuiltInBackend.streamNames) can")
+            }
+            if files == ["-"], name == nil { throw ValidationError("--name NAME is required with - (what the server calls the stream)") }
+            if restart { throw ValidationError("--restart is for files: a stream is always sent from its start") }
+        }
         try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
             .validate()
     }
@@ -94,10 +116,45 @@ struct PushCommand: AsyncParsableCommand {
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
-        let job = try await engine.push(
-            files, to: target, using: backend, options: options, selection: selection, restart: restart)
+        let job: TransferJob
+        if let stream = try StreamInput(files, name: name, expectedSize: expectedSize?.bytes) {
+            job = try await engine.pushStream(stream.source, to: target, using: backend, options: options)
+        } else {
+            job = try await engine.push(files, to: target, using: backend, options: options, selection: selection, restart: restart)
+        }
 
         _ = try await JobWatcher.follow(job, json: json).get()
+    }
+}
+
+/// `xfer push -` or `xfer push FIFO`: a stream, opened for the engine.
+struct StreamInput {
+    let source: StreamSource
+
+    /// Nil for files and directories.
+    init?(_ paths: [String], name: String?, expectedSize: Int?) throws(XferError) {
+        guard paths.count == 1 else { return nil }
+        let path = paths[0]
+        if path == "-" {
+            source = StreamSource(
+                fileDescriptor: STDIN_FILENO, description: "standard input", name: name ?? "", expectedSize: expectedSize.map(Int64.init))
+            return
+        }
+        guard Self.isPipe(path) else { return nil }
+        // Opened blocking: the open waits for a writer, as `cat FIFO` does.
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            throw .fileUnreadable(path: path, reason: String(cString: strerror(errno)))
+        }
+        source = StreamSource(
+            fileDescriptor: descriptor, description: path, name: name ?? URL(fileURLWithPath: path).lastPathComponent,
+            expectedSize: expectedSize.map(Int64.init))
+    }
+
+    /// A FIFO (or another pipe, e.g. /dev/fd/N of a process substitution).
+    static func isPipe(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && info.st_mode & S_IFMT == S_IFIFO
     }
 }
 

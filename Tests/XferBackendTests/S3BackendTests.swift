@@ -457,4 +457,36 @@ final class S3BackendTests: XCTestCase {
             XCTAssertTrue("\(error)".contains("no AWS credentials"), "\(error)")
         }
     }
+
+    /// A stream's parts double every 1,000 from the chunk size (at least
+    /// 6 MiB), never pass S3's 5 GiB, and 10,000 of them hold 5 TiB.
+    func testStreamPartsGrowSoTenThousandHoldFiveTebibytes() {
+        let backend = S3Backend(configuration: configuration)
+        for requested in [1 << 20, 5 << 20, 6 << 20, 8 << 20, 64 << 20, 1 << 30] {
+            var total: Int64 = 0
+            for number in 1...S3Backend.maximumPartCount {
+                let size = backend.streamPartSize(ofPart: number, requested: requested)
+                XCTAssertLessThanOrEqual(size, S3Backend.maximumPartSize)
+                XCTAssertGreaterThanOrEqual(size, S3Backend.minimumPartSize)
+                total += Int64(size)
+            }
+            XCTAssertGreaterThanOrEqual(total, 5 << 40, "requested \(requested)")
+        }
+        XCTAssertEqual(backend.streamPartSize(ofPart: 1, requested: 8 << 20), 8 << 20)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 1000, requested: 8 << 20), 8 << 20)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 1001, requested: 8 << 20), 16 << 20)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 10_000, requested: 8 << 20), 4 << 30)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 1, requested: 1 << 20), 6 << 20)
+    }
+
+    /// Part 10,001 of a stream is refused with the reason, not sent.
+    func testAStreamPastTenThousandPartsIsRefused() {
+        let backend = S3Backend(configuration: configuration)
+        let file = BackendTesting.file(name: "s.bin", size: 1, chunkSize: 1, handles: [S3Backend.uploadID: "u"])
+        let job = BackendTesting.job(target: "s3://b/p", files: [file])
+        XCTAssertThrowsError(try backend.uploadStreamPart(ChunkPayload(index: 10_000, offset: 0, bytes: [1]), of: file, in: job)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("10000 parts"), message)
+        }
+    }
 }

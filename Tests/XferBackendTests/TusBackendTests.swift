@@ -154,4 +154,58 @@ final class TusBackendTests: XCTestCase {
         XCTAssertEqual(backend.cancelRequests(for: opened).map(\.method), [.delete])
         XCTAssertTrue(backend.cancelRequests(for: self.job(extensions: "creation", fileHandles: [TusBackend.uploadURL: "u"])).isEmpty)
     }
+
+    // MARK: Streams
+
+    /// With concatenation and creation-with-upload, a stream's parts are
+    /// partial uploads and its end a final upload of them, in order.
+    func testAStreamGoesAsPartialUploadsConcatenated() throws {
+        let job = self.job(checksum: nil)
+        let file = try XCTUnwrap(job.files.first)
+        XCTAssertNil(try backend.openStream(file, in: job).request, "no upload is opened for partial uploads")
+        let part = try backend.uploadStreamPart(ChunkPayload(index: 1, offset: 4, bytes: [1, 2, 3]), of: file, in: job)
+        XCTAssertEqual(part.request.method, .post)
+        XCTAssertEqual(part.request.headers["Upload-Concat"], "partial")
+        XCTAssertEqual(part.request.headers["Upload-Length"], "3")
+        let finish = try backend.finishStream(file, receipts: ["http://h/files/a", "http://h/files/b"], in: job)
+        XCTAssertEqual(finish.request?.headers["Upload-Concat"], "final;http://h/files/a http://h/files/b")
+        XCTAssertThrowsError(try backend.finishStream(file, receipts: ["http://h/files/a", nil], in: job))
+    }
+
+    /// Without them, one upload with a deferred length; the end is an empty
+    /// PATCH giving it. With neither extension, a clear refusal.
+    func testAStreamGoesAsOneUploadWithADeferredLength() throws {
+        let job = self.job(extensions: "creation,creation-defer-length,termination", checksum: nil)
+        let file = try XCTUnwrap(job.files.first)
+        let open = try backend.openStream(file, in: job)
+        XCTAssertEqual(open.request?.method, .post)
+        XCTAssertEqual(open.request?.headers["Upload-Defer-Length"], "1")
+        XCTAssertNil(open.request?.headers["Upload-Length"])
+        let opened = try XCTUnwrap(open.outcome(for: HTTPResponse(status: 201, headers: ["Location": "/files/u1"])))
+        let url = try XCTUnwrap(opened.handles[TusBackend.uploadURL])
+        let withUpload = BackendTesting.file(name: "s.bin", size: 7, chunkSize: 4, handles: opened.handles)
+        let patch = try backend.uploadStreamPart(ChunkPayload(index: 1, offset: 4, bytes: [1, 2, 3]), of: withUpload, in: job)
+        XCTAssertEqual(patch.request.method, .patch)
+        XCTAssertEqual(patch.request.headers["Upload-Offset"], "4")
+        XCTAssertNil(patch.request.headers["Upload-Length"])
+        let end = try backend.finishStream(withUpload, receipts: [nil, nil], in: job)
+        XCTAssertEqual(end.request?.method, .patch)
+        XCTAssertEqual(end.request?.headers["Upload-Offset"], "7")
+        XCTAssertEqual(end.request?.headers["Upload-Length"], "7")
+        XCTAssertEqual(end.request?.body.count, 0)
+        XCTAssertEqual(try end.outcome(for: HTTPResponse(status: 204, headers: ["Upload-Offset": "7"])), .completed(url: url))
+
+        let neither = self.job(extensions: "creation,termination", checksum: nil)
+        XCTAssertThrowsError(try backend.openStream(try XCTUnwrap(neither.files.first), in: neither)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("creation-defer-length"), message)
+        }
+    }
+
+    /// `cancel` of a stream sent as partial uploads drops each of them.
+    func testCancellingPartialUploadsDropsEachOne() {
+        let job = self.job(receipts: [0: "http://h/files/a", 1: "http://h/files/b"])
+        XCTAssertEqual(backend.cancelRequests(for: job).map(\.url), ["http://h/files/a", "http://h/files/b"])
+        XCTAssertEqual(backend.cancelRequests(for: job).map(\.method), [.delete, .delete])
+    }
 }

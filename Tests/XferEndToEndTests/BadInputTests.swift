@@ -59,7 +59,8 @@ final class BadInputTests: XCTestCase {
         let rows: [(String, [String], Int32, String)] = [
             ("push: missing file", ["push", work.file("nope.bin"), "--backend", "patch", "--to", url], 2, "no such file"),
             ("push: an empty directory", ["push", work.file("dir"), "--backend", "patch", "--to", url], 2, "holds no file to send"),
-            ("push: a FIFO", ["push", fifo, "--backend", "patch", "--to", url], 2, "not a regular file"),
+            ("push: a FIFO to a protocol that takes no stream", ["push", fifo, "--backend", "patch", "--to", url], 2,
+             "is a FIFO, a stream: --backend patch cannot take a stream of unknown length; s3 and tus can"),
             ("push: /dev/zero", ["push", "/dev/zero", "--backend", "patch", "--to", url], 2, "not a regular file"),
             ("push: a symlink loop", ["push", work.file("loop-a"), "--backend", "patch", "--to", url], 2, "symbolic links"),
             ("push: no file", ["push", "--backend", "patch", "--to", url], 2, "at least one file"),

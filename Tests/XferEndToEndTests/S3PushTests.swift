@@ -52,14 +52,7 @@ final class S3PushTests: XCTestCase {
     }
 
     private func assertObject(_ key: String, equals file: String, parts: Int?, line: UInt = #line) throws {
-        let copy = work.file("download-\(UUID().uuidString.prefix(6))")
-        let etag = try s3.download(bucket: "bucket-a", key: key, to: copy)
-        XCTAssertEqual(try sha256sum(copy), try sha256sum(file), "\(key) differs", line: line)
-        if let parts {
-            XCTAssertTrue(etag.hasSuffix("-\(parts)\""), "\(key): ETag \(etag) is not that of \(parts) parts", line: line)
-        } else {
-            XCTAssertFalse(etag.contains("-"), "\(key): ETag \(etag) is a multipart one", line: line)
-        }
+        try s3.assertObject(bucket: "bucket-a", key: key, equals: file, parts: parts, downloadingInto: work, line: line)
     }
 
     private func jobID() throws -> String {

@@ -100,3 +100,21 @@ final class S3Server {
         }
     }
 }
+
+extension S3Server {
+    /// Reads `key` back with boto3 and checks its bytes against `file`, and
+    /// its ETag: that of `parts` parts (a multipart upload), or of a single
+    /// PutObject when `parts` is nil.
+    func assertObject(
+        bucket: String, key: String, equals file: String, parts: Int?, downloadingInto work: TemporaryDirectory, line: UInt = #line
+    ) throws {
+        let copy = work.file("download-\(UUID().uuidString.prefix(6))")
+        let etag = try download(bucket: bucket, key: key, to: copy)
+        XCTAssertEqual(try sha256sum(copy), try sha256sum(file), "\(key) differs", line: line)
+        if let parts {
+            XCTAssertTrue(etag.hasSuffix("-\(parts)\""), "\(key): ETag \(etag) is not that of \(parts) parts", line: line)
+        } else {
+            XCTAssertFalse(etag.contains("-"), "\(key): ETag \(etag) is a multipart one", line: line)
+        }
+    }
+}

@@ -987,6 +987,11 @@ final class StateStoreTests: XCTestCase {
             XCTAssertNil(JobRecord(id: id, decoding: Array(encoded.prefix(length))), "cut to \(length) bytes")
         }
         XCTAssertNil(JobRecord(id: id, decoding: encoded + [0]), "trailing bytes")
+        var stream = full
+        stream.isStream = true
+        XCTAssertEqual(JobRecord(id: id, decoding: stream.encoded), stream)
+        XCTAssertEqual(stream.encoded.count, encoded.count + 1, "a stream's record is a file push's plus its marker")
+        XCTAssertNil(JobRecord(id: id, decoding: stream.encoded + [1]), "trailing bytes after the marker")
         var otherVersion = encoded
         otherVersion[0] = 0
         XCTAssertNil(JobRecord(id: id, decoding: otherVersion))

@@ -156,6 +156,41 @@ public protocol UploadCancelling: UploadBackend {
     func cancelRequests(for job: JobContext) -> [HTTPRequest]
 }
 
+/// A protocol that can take bytes whose length is not known until they end
+/// (`TransferEngine.pushStream`: a pipe, standard input).
+///
+/// A stream no longer than its first part is sent as a file of that length,
+/// through the usual steps (`FileOpening`, `uploadChunk`, `FileFinishing`).
+/// A longer one is opened with `openStream` (its handles committed before
+/// any part), sent a part at a time in order with `uploadStreamPart`, and
+/// completed with `finishStream`. A stream cannot be read twice, so it is
+/// never resumed: a failed one is dropped on the server with
+/// `cancelRequests`, which is why this capability requires `UploadCancelling`.
+public protocol StreamUploading: UploadCancelling {
+    /// The size of part `number` (from 1) of a stream, the chunk size asked
+    /// for being `requested`: a protocol with a limit on the number of parts
+    /// grows them so a long stream fits. The engine holds two parts in memory.
+    func streamPartSize(ofPart number: Int, requested: Int) -> Int
+
+    /// Starts the upload of a stream longer than one part. Throw
+    /// `.rejected` when the server cannot take one (say why).
+    func openStream(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<OpenedFile>
+
+    /// Sends one part: `part.offset` is where it starts in the stream and
+    /// `part.number` counts from 1. `file.size` is the bytes read so far,
+    /// this part included; whether more follow is told by `finishStream`
+    /// (the engine sends a part while it reads the next). A receipt in the
+    /// answer reaches `finishStream`.
+    func uploadStreamPart(_ part: ChunkPayload, of file: FileContext, in job: JobContext)
+        throws(BackendError) -> Exchange<ChunkOutcome>
+
+    /// Completes the upload once every part was acknowledged; `receipts[i]`
+    /// is the receipt of part `i + 1` (nil when its answer gave none), and
+    /// `file.size` the stream's length. Answer `.completed(url:)`;
+    /// `.missing` is a failure here (the parts are gone from memory).
+    func finishStream(_ file: FileContext, receipts: [String?], in job: JobContext) throws(BackendError) -> Step<FileFinish>
+}
+
 /// A backend whose requests carry a signature over their headers (e.g. AWS
 /// Signature V4).
 ///

@@ -234,6 +234,10 @@ extension TransferEngine {
         guard record.phase != .completed else {
             throw .invalidInput("job \(id) is already complete; nothing to resume")
         }
+        guard !record.isStream else {
+            throw .invalidInput(
+                "job \(id) pushed a stream, which cannot be read again; push the stream again (what the job left on the server is dropped first) or cancel the job")
+        }
         let backend = try Self.backend(named: record.backend, in: backends, for: id)
         var options = options
         if options.concurrency == nil { options.concurrency = record.concurrency }
@@ -267,7 +271,14 @@ extension TransferEngine {
         if record.phase == .completed {
             notAsked = "the job is complete; its files stay on the server"
         } else if let backend = backends.first(where: { $0.name == record.backend }) {
-            let context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
+            var context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
+            if record.isStream, let file = context.files.first {
+                // A stream's parts may be uploads of their own (tus's partial uploads): named in its receipts.
+                context = JobContext(
+                    id: context.id, target: context.target, handles: context.handles,
+                    files: [file.with(receipts: try store.receipts(job: id, file: 0))], credentials: context.credentials,
+                    concurrency: context.concurrency)
+            }
             let cancelRequests = backend.requestsToCancel(context)
             if cancelRequests.isEmpty {
                 notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
@@ -308,8 +319,13 @@ extension TransferEngine {
         let counters = listing.counters
         let holder = JobLock.holder(stateDirectory: stateDirectory, job: record.id)
         let state: JobState
+        var lastError = record.phase == .failed ? record.lastError : nil
         if holder != nil {
             state = .running
+        } else if record.isStream, record.phase == .unfinished {
+            // Its process died mid-stream: what it read is gone with it.
+            state = .failed
+            lastError = Self.killedStreamReason
         } else {
             switch record.phase {
             case .unfinished: state = .unfinished
@@ -323,8 +339,12 @@ extension TransferEngine {
             failedFiles: counters.failedFiles, totalBytes: counters.totalBytes,
             doneBytes: record.phase == .completed ? counters.totalBytes : min(counters.doneBytes, counters.totalBytes),
             state: state, runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
-            lastError: record.phase == .failed ? record.lastError : nil)
+            lastError: lastError)
     }
+
+    /// Why a stream job no process runs is failed.
+    static let killedStreamReason =
+        "the push of this stream was killed; a stream cannot be read again, so it cannot be resumed. What it left on the server is dropped when the same stream is pushed again or the job is cancelled"
 
     static func backend(named name: String, in backends: [any UploadBackend], for id: JobID) throws(XferError)
         -> any UploadBackend

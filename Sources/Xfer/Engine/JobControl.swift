@@ -1,6 +1,13 @@
 import Foundation
 import Synchronization
 
+/// One run of a job to its end (or its interruption): a push of files
+/// (`JobRunner`) or of a stream (`StreamRunner`).
+protocol JobRun: Sendable {
+    var jobID: JobID { get }
+    func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError>
+}
+
 /// What a `TransferJob` needs beyond its first run: a way to start another
 /// run after a pause, and the clean-up once the job completed.
 struct JobSession: Sendable {
@@ -11,7 +18,7 @@ struct JobSession: Sendable {
     let stateDirectory: String
     let retention: Duration
     /// A fresh runner over the job's committed state.
-    let rerun: @Sendable () throws(XferError) -> JobRunner
+    let rerun: @Sendable () throws(XferError) -> any JobRun
 
     /// Prunes completed jobs past their retention, this one included when
     /// the retention is zero. Best-effort: the job is already complete, and
@@ -60,12 +67,12 @@ final class JobControl: Sendable {
 
     /// Runs the job to its end, through any number of pauses.
     func drive(
-        first: JobRunner, session: JobSession, events: AsyncStream<TransferEvent>.Continuation
+        first: any JobRun, session: JobSession, events: AsyncStream<TransferEvent>.Continuation
     ) async -> Result<JobReport, XferError> {
-        var pending: JobRunner? = first
+        var pending: (any JobRun)? = first
         while true {
             guard await waitWhilePaused(events) else { return finish(.failure(.interrupted), session) }
-            let runner: JobRunner
+            let runner: any JobRun
             if let next = pending {
                 runner = next
                 pending = nil

@@ -7,7 +7,7 @@ import Foundation
 /// The scheduler decides; this type does the I/O around it: loading files
 /// from the store and the disk, building each step's contexts, and the
 /// transactions. It holds open only the files the scheduler has in progress.
-final class JobRunner: Sendable {
+final class JobRunner: JobRun {
     let jobID: JobID
     private let initialRecord: JobRecord
     private let backend: any UploadBackend

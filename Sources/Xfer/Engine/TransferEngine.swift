@@ -197,7 +197,7 @@ public final class TransferEngine: Sendable {
         let runner = make(record, resumed, notes)
         let session = JobSession(
             id: id, store: store, lock: lock, stateDirectory: stateDirectory, retention: finishedJobRetention,
-            rerun: { [store] () throws(XferError) -> JobRunner in
+            rerun: { [store] () throws(XferError) -> any JobRun in
                 // A run after pause(): the record moved on (handles, opened
                 // files), so it is read back rather than reused.
                 guard let current = try store.job(id) else {
@@ -278,7 +278,7 @@ public final class TransferJob: Sendable {
     private let task: Task<Result<JobReport, XferError>, Never>
     private let control: JobControl
 
-    init(runner: JobRunner, session: JobSession) {
+    init(runner: any JobRun, session: JobSession) {
         id = runner.jobID
         let (stream, continuation) = AsyncStream.makeStream(of: TransferEvent.self, bufferingPolicy: .bufferingNewest(4096))
         events = stream

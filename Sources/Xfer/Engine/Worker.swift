@@ -273,6 +273,22 @@ struct Worker: Sendable {
         }
     }
 
+    /// Sends the step `make` builds, with the job's retries, for steps the
+    /// scheduler does not drive (a stream's): an outcome, nil when the
+    /// backend skipped the step, or the error that ends the job.
+    func send<T: Sendable>(
+        _ operation: String, in job: JobContext, chunk: ChunkBytes? = nil, _ make: () throws(BackendError) -> Step<T>
+    ) async throws(XferError) -> T? {
+        do {
+            return try await perform(operation, in: job, countBytes: chunk != nil, chunk: chunk, make)
+        } catch {
+            switch error {
+            case .failed(let failure): throw failure
+            case .uploadUnknown(let message), .outOfSync(let message): throw .transferFailed(message)
+            }
+        }
+    }
+
     // MARK: Sending with retries
 
     /// Takes the step `make` builds: sends its request, retrying transient

@@ -125,6 +125,9 @@ package struct JobRecord: Sendable, Hashable {
     package var rootCount: Int
     package var firstRoot: String
     package var rules = TreeRules()
+    /// The job sends a stream (standard input, a pipe), which cannot be read
+    /// again: it is never resumed, and a killed one is dropped on the server.
+    package var isStream = false
 
     package init(
         id: JobID, backend: String, target: String, createdAt: Date, updatedAt: Date, phase: JobPhase = .unfinished,
@@ -244,6 +247,8 @@ extension JobRecord {
         writer.strings(rules.includes)
         writer.strings(rules.excludes)
         writer.bool(rules.followSymlinks)
+        // Written only for a stream, so every other record keeps the form it had.
+        if isStream { writer.bool(true) }
         return writer.bytes
     }
 
@@ -254,13 +259,19 @@ extension JobRecord {
             let phase = JobPhase(code: phaseCode), let lastError = reader.optionalString(), let concurrency = reader.int(),
             let isStarted = reader.bool(), let handles = ServerHandles(from: &reader), let rootCount = reader.int(),
             let firstRoot = reader.string(), let includes = reader.strings(), let excludes = reader.strings(),
-            let follow = reader.bool(), reader.isAtEnd
+            let follow = reader.bool()
         else { return nil }
+        // Present only as "true" (see `encoded`): anything else after the rules is damage.
+        let isStream = !reader.isAtEnd
+        if isStream {
+            guard reader.bool() == true, reader.isAtEnd else { return nil }
+        }
         self.init(
             id: id, backend: backend, target: target, createdAt: Date(timeIntervalSince1970: created),
             updatedAt: Date(timeIntervalSince1970: updated), phase: phase, lastError: lastError, concurrency: concurrency,
             isStarted: isStarted, handles: handles, rootCount: rootCount, firstRoot: firstRoot,
             rules: TreeRules(includes: includes, excludes: excludes, followSymlinks: follow))
+        self.isStream = isStream
     }
 }
 

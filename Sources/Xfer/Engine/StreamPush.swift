@@ -1,0 +1,434 @@
+import Crypto
+import Dispatch
+import Foundation
+import Glibc
+
+/// Bytes whose length is not known until they end: standard input, a pipe,
+/// a FIFO. Read once, to the end; never resumed.
+public struct StreamSource: Sendable {
+    /// Read to its end; not closed.
+    public let fileDescriptor: Int32
+    /// What messages and listings call it (e.g. "standard input", a FIFO's path).
+    public let description: String
+    /// The name the server gives what the stream holds (an object's key tail,
+    /// tus's `filename`); a relative path with `/` separators is allowed.
+    public let name: String
+    /// The length the caller expects, when known. A pipe cannot tell a
+    /// producer that died from one that finished: with this, a stream that
+    /// ends short of it (or runs past it) fails and is dropped on the server
+    /// instead of completing a truncated object.
+    public let expectedSize: Int64?
+
+    public init(fileDescriptor: Int32, description: String, name: String, expectedSize: Int64? = nil) {
+        self.fileDescriptor = fileDescriptor
+        self.description = description
+        self.name = name
+        self.expectedSize = expectedSize
+    }
+}
+
+extension TransferEngine {
+    /// The id a push of a stream named `name` to `target` gets: the same
+    /// stream pushed again is the same job, which is how the next push finds
+    /// (and drops on the server) one that was killed.
+    public static func streamJobID(backend: String, target: String, name: String) -> JobID {
+        jobID(backend: backend, target: target, files: ["\0stream\0" + name])
+    }
+
+    /// Starts pushing `source` to `target` as one object named `source.name`.
+    ///
+    /// The stream is read a part at a time (`StreamUploading.streamPartSize`)
+    /// and each part is sent while the next is read, so two parts are in
+    /// memory at most, whatever the stream's length. A stream no longer than
+    /// its first part is sent as a file of that length. A stream cannot be
+    /// read twice, so a failed, interrupted or paused stream push is not
+    /// resumed: its upload is dropped on the server (`cancelRequests`), and
+    /// the job is kept as failed until the same stream is pushed again or
+    /// the job is cancelled; both drop whatever a killed run left on the
+    /// server first.
+    ///
+    /// - Throws: `.invalidInput` when the backend cannot take a stream, the
+    ///   name is not a relative path, or the options are out of bounds;
+    ///   `.jobLocked` when another process pushes the same stream.
+    public func pushStream(
+        _ source: StreamSource, to target: String, using backend: any UploadBackend, options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> TransferJob {
+        guard let streaming = backend as? any StreamUploading else {
+            throw .invalidInput("the '\(backend.name)' protocol cannot take a stream of unknown length")
+        }
+        try Self.checkStreamName(source.name)
+        if let expected = source.expectedSize, expected < 0 {
+            throw .invalidInput("the expected size of a stream cannot be negative")
+        }
+        let normalized: String
+        do { normalized = try backend.target(normalizing: target) } catch { throw .invalidInput(error.description) }
+        try options.validate()
+        let requested = options.chunkSize ?? backend.traits.defaultChunkSize
+        try TransferOptions.check(chunkSize: requested)
+
+        let id = Self.streamJobID(backend: backend.name, target: normalized, name: source.name)
+        if let existing = try store.job(id), existing.phase != .completed {
+            // Killed or failed before: drop what it left on the server, then start afresh.
+            _ = try await cancelJob(id, using: [backend], options: options)
+        }
+        let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        if try store.job(id) != nil { try await store.commit(.deleteJob(id)) }
+        let now = Date()
+        var record = JobRecord(
+            id: id, backend: backend.name, target: normalized, createdAt: now, updatedAt: now, concurrency: 1, rootCount: 1,
+            firstRoot: source.description)
+        record.isStream = true
+        record.handles = backend.inventedHandles(
+            for: JobContext(id: id, target: normalized, handles: ServerHandles(), files: [], credentials: options.credentials))
+        let file = FileRecord(
+            path: source.description, relativePath: source.name, root: 0,
+            identity: FileIdentity(size: source.expectedSize ?? 0, modificationTimeNanoseconds: 0, inode: 0, device: 0),
+            chunkSize: requested)
+        try await store.commit([.createJob(record, roots: [source.description]), .putFiles(job: id, files: [(0, file)])])
+        try store.sync()
+
+        let runner = StreamRunner(
+            record: record, file: file, source: source, backend: streaming, requestedPartSize: requested, options: options,
+            store: store, transport: transport, lock: lock)
+        let session = JobSession(
+            id: id, store: store, lock: lock, stateDirectory: stateDirectory, retention: finishedJobRetention,
+            rerun: { () throws(XferError) -> any JobRun in
+                throw .transferFailed("a stream cannot be read again, so a paused stream push cannot go on; push the stream again")
+            })
+        return TransferJob(runner: runner, session: session)
+    }
+
+    /// A relative path of named components: what every protocol can name.
+    static func checkStreamName(_ name: String) throws(XferError) {
+        let components = name.split(separator: "/", omittingEmptySubsequences: false)
+        guard !name.isEmpty, !name.hasPrefix("/"),
+            !components.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }),
+            !name.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+        else {
+            throw .invalidInput("a stream's name must be a relative path like 'backup.tar' or 'dir/backup.tar'")
+        }
+    }
+}
+
+/// One run of a stream push: the job-level step, then the stream as a file
+/// (short) or as parts, each sent while the next is read; on any failure the
+/// upload is dropped on the server and the job recorded as failed.
+final class StreamRunner: JobRun {
+    let jobID: JobID
+    private let initialRecord: JobRecord
+    private let file: FileRecord
+    private let source: StreamSource
+    private let backend: any StreamUploading
+    private let requestedPartSize: Int
+    private let options: TransferOptions
+    private let store: any JobStateStore
+    private let transport: HTTPTransport
+    private let lock: JobLock
+
+    init(
+        record: JobRecord, file: FileRecord, source: StreamSource, backend: any StreamUploading, requestedPartSize: Int,
+        options: TransferOptions, store: any JobStateStore, transport: HTTPTransport, lock: JobLock
+    ) {
+        jobID = record.id
+        initialRecord = record
+        self.file = file
+        self.source = source
+        self.backend = backend
+        self.requestedPartSize = requestedPartSize
+        self.options = options
+        self.store = store
+        self.transport = transport
+        self.lock = lock
+    }
+
+    /// What a run knows as it goes: the job's and the file's handles, bytes read.
+    private struct Progress {
+        var record: JobRecord
+        var file: FileRecord
+        var length: Int64 = 0
+        var receipts: [String?] = []
+    }
+
+    func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
+        defer { withExtendedLifetime(lock) {} }
+        let worker = Worker(
+            jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
+            bytesSent: LockedValue(0))
+        var progress = Progress(record: initialRecord, file: file)
+        events.yield(
+            .started(job: jobID, totalBytes: source.expectedSize ?? 0, doneBytes: 0, files: 1, doneFiles: 0, resumed: false))
+        do {
+            let url = try await send(&progress, worker: worker, events: events)
+            var completed = progress.file
+            completed.url = url
+            completed.identity.size = progress.length
+            var ended = progress.record
+            ended.phase = .completed
+            ended.updatedAt = Date()
+            try await store.commit([.putFiles(job: jobID, files: [(0, completed)]), .putJob(ended)])
+            try store.sync()
+            events.yield(.fileCompleted(file: 0, path: source.description, url: url))
+            return .success(
+                JobReport(
+                    job: jobID, files: JobReport.Files([JobReport.File(path: source.description, url: url, size: progress.length)]),
+                    bytesSent: worker.bytesSent.withLock { $0 }, bytesResumed: 0))
+        } catch {
+            let failure = Task.isCancelled ? XferError.interrupted : error
+            await drop(progress, worker: worker)
+            var ended = progress.record
+            ended.phase = .failed
+            ended.lastError = "\(failure == .interrupted ? "interrupted" : failure.description); a stream cannot be read again, so this push cannot be resumed (its upload was dropped on the server)"
+            ended.updatedAt = Date()
+            try? await store.commit(.putJob(ended))
+            return .failure(failure)
+        }
+    }
+
+    /// Sends the whole stream; returns the object's URL.
+    private func send(
+        _ progress: inout Progress, worker: Worker, events: AsyncStream<TransferEvent>.Continuation
+    ) async throws(XferError) -> String {
+        if let starting = backend as? any JobStarting {
+            let job = context(progress)
+            if let start = try await worker.send("start the upload", in: job, { () throws(BackendError) in try starting.startJob(job) }) {
+                progress.record.handles.merge(start.handles)
+                progress.record.isStarted = true
+                try await store.commit(.putJob(progress.record))
+            }
+        }
+        let reader = StreamReader(source)
+        let firstSize = partSize(1)
+        let first = try await reader.read(upTo: firstSize)
+        if first.count < firstSize {
+            return try await sendWhole(first, &progress, worker: worker, events: events)
+        }
+
+        // Longer than a part: the upload is opened, and its handles committed, before any part.
+        let opened = try await worker.send("open the upload of \(source.name)", in: context(progress)) {
+            () throws(BackendError) in try backend.openStream(fileContext(progress), in: context(progress))
+        }
+        if let opened {
+            progress.file.handles.merge(opened.handles)
+            try await store.commit(.putFiles(job: jobID, files: [(0, progress.file)]))
+        }
+        var number = 1
+        var current = first
+        while true {
+            try checkExpected(progress.length + Int64(current.count), ended: false)
+            let part = ChunkPayload(index: number - 1, offset: progress.length, bytes: current)
+            progress.length += Int64(current.count)
+            let job = context(progress)
+            let file = fileContext(progress)
+            let operation = "send part \(number) of \(source.name)"
+            // The next part is read while this one is sent: two parts in memory at most.
+            async let sent = worker.send(operation, in: job, chunk: part.bytesSource) { () throws(BackendError) in
+                .send(try backend.uploadStreamPart(part, of: file, in: job))
+            }
+            let next: [UInt8]
+            do {
+                next = try await reader.read(upTo: partSize(number + 1))
+            } catch {
+                _ = try? await sent
+                throw error
+            }
+            let outcome: ChunkOutcome?
+            do {
+                outcome = try await sent
+            } catch let error as XferError {
+                throw error
+            } catch {
+                throw .transferFailed("\(operation): \(error)")
+            }
+            let receipt = try acknowledged(outcome, operation: operation)
+            progress.receipts.append(receipt)
+            if let receipt {
+                // Kept so a killed run's parts can be dropped (e.g. tus's partial uploads).
+                try await store.commit(
+                    .markDone(job: jobID, file: 0, chunks: [], plan: ChunkPlan(fileSize: 0, chunkSize: 1), receipts: [number - 1: receipt]))
+            }
+            events.yield(
+                .chunkStored(
+                    file: 0, chunk: number - 1, bytes: current.count, doneBytes: progress.length,
+                    totalBytes: source.expectedSize ?? progress.length))
+            if next.isEmpty { break }
+            current = next
+            number += 1
+        }
+        try checkExpected(progress.length, ended: true)
+        let receipts = progress.receipts
+        let finished = try await worker.send("complete the upload of \(source.name)", in: context(progress)) {
+            () throws(BackendError) in try backend.finishStream(fileContext(progress), receipts: receipts, in: context(progress))
+        }
+        guard case .completed(let url, _, _)? = finished else {
+            throw .transferFailed("the server did not complete the upload of \(source.name) (the '\(backend.name)' backend answered \(finished.map { "\($0)" } ?? "nothing"))")
+        }
+        return url
+    }
+
+    /// A stream no longer than one part, as a file of that length.
+    private func sendWhole(
+        _ bytes: [UInt8], _ progress: inout Progress, worker: Worker, events: AsyncStream<TransferEvent>.Continuation
+    ) async throws(XferError) -> String {
+        try checkExpected(Int64(bytes.count), ended: true)
+        progress.length = Int64(bytes.count)
+        progress.file.identity.size = progress.length
+        progress.file.chunkSize = max(1, bytes.count)
+        if let opener = backend as? any FileOpening {
+            let job = context(progress)
+            let file = fileContext(progress)
+            if let opened = try await worker.send("open the upload of \(source.name)", in: job, { () throws(BackendError) in
+                try opener.openFile(file, in: job)
+            }) {
+                progress.file.handles.merge(opened.handles)
+            }
+        }
+        try await store.commit(.putFiles(job: jobID, files: [(0, progress.file)]))
+        var url: String?
+        var receipts: [Int: String] = [:]
+        let plan = fileContext(progress).plan
+        if plan.count == 1 {
+            let job = context(progress)
+            let file = fileContext(progress)
+            let chunk = ChunkPayload(index: 0, offset: 0, bytes: bytes)
+            let operation = "send \(source.name)"
+            let outcome = try await worker.send(operation, in: job, chunk: chunk.bytesSource) { () throws(BackendError) in
+                .send(try backend.uploadChunk(chunk, of: file, in: job))
+            }
+            switch outcome {
+            case .stored(let receipt, let fileURL)?:
+                url = fileURL
+                if let receipt { receipts[0] = receipt }
+            case .resync?, nil:
+                throw .transferFailed("\(operation): the server did not take it")
+            }
+            events.yield(.chunkStored(file: 0, chunk: 0, bytes: bytes.count, doneBytes: progress.length, totalBytes: progress.length))
+        }
+        if let finishing = backend as? any FileFinishing {
+            let job = context(progress)
+            let file = fileContext(progress).with(receipts: receipts)
+            let finish = try await worker.send("complete the upload of \(source.name)", in: job) { () throws(BackendError) in
+                try finishing.finishFile(file, in: job)
+            }
+            switch finish {
+            case .completed(let completedURL, let sha256, let crc32c)?:
+                if let sha256, sha256.lowercased() != Checksums.hex(Array(SHA256.hash(data: bytes))) {
+                    throw .verificationFailed("the server's SHA-256 of \(source.name) differs from the stream's; the server holds different bytes")
+                }
+                if let crc32c, crc32c != Self.crc32c(bytes) {
+                    throw .verificationFailed("the server's CRC-32C of \(source.name) differs from the stream's; the server holds different bytes")
+                }
+                url = completedURL
+            case .missing?:
+                throw .transferFailed("the server lost part of \(source.name) before completing it")
+            case nil:
+                break
+            }
+        }
+        guard let url else {
+            throw .transferFailed("the server gave no URL for \(source.name) (backend '\(backend.name)')")
+        }
+        return url
+    }
+
+    private static func crc32c(_ bytes: [UInt8]) -> UInt32 {
+        var crc = CRC32C()
+        crc.update(bytes)
+        return crc.value
+    }
+
+    /// The part's receipt once the server acknowledged it.
+    private func acknowledged(_ sent: ChunkOutcome?, operation: String) throws(XferError) -> String? {
+        guard case .stored(let receipt, _)? = sent else {
+            throw .transferFailed("\(operation): the server did not take it (a part of a stream cannot be sent again later)")
+        }
+        return receipt
+    }
+
+    /// Fails a stream that runs past, or ends short of, the size it was said to have.
+    private func checkExpected(_ length: Int64, ended: Bool) throws(XferError) {
+        guard let expected = source.expectedSize else { return }
+        if length > expected || (ended && length != expected) {
+            throw .transferFailed(
+                "\(source.description) \(ended ? "ended after" : "ran past") \(length) bytes; \(expected) were expected (did the program writing it fail?)")
+        }
+    }
+
+    /// Best-effort, one attempt each: what the server holds of this stream goes.
+    private func drop(_ progress: Progress, worker: Worker) async {
+        var receipts: [Int: String] = [:]
+        for (index, receipt) in progress.receipts.enumerated() { if let receipt { receipts[index] = receipt } }
+        let job = JobContext(
+            id: jobID, target: progress.record.target, handles: progress.record.handles,
+            files: [fileContext(progress).with(receipts: receipts)], credentials: options.credentials)
+        for unprepared in backend.requestsToCancel(job) {
+            _ = try? await transport.send(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job))
+        }
+    }
+
+    private func partSize(_ number: Int) -> Int {
+        min(TransferOptions.maximumChunkSize, max(1, backend.streamPartSize(ofPart: number, requested: requestedPartSize)))
+    }
+
+    private func context(_ progress: Progress) -> JobContext {
+        JobContext(
+            id: jobID, target: progress.record.target, handles: progress.record.handles, files: [fileContext(progress)],
+            credentials: options.credentials)
+    }
+
+    private func fileContext(_ progress: Progress) -> FileContext {
+        let size = progress.length
+        return FileContext(
+            index: 0, path: source.description, relativePath: source.name,
+            name: source.name.split(separator: "/").last.map(String.init) ?? source.name, size: size,
+            plan: ChunkPlan(
+                fileSize: size, chunkSize: max(1, progress.file.chunkSize), emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk),
+            handles: progress.file.handles)
+    }
+}
+
+/// Reads a stream a part at a time on a thread of its own: a blocking
+/// `read(2)` on a cooperative thread would stall every task sharing it.
+final class StreamReader: Sendable {
+    private let source: StreamSource
+    private let queue = DispatchQueue(label: "xfer.stream-reader")
+
+    init(_ source: StreamSource) {
+        self.source = source
+    }
+
+    /// Up to `limit` bytes: fewer only where the stream ends.
+    func read(upTo limit: Int) async throws(XferError) -> [UInt8] {
+        let source = self.source
+        let result: Result<[UInt8], XferError> = await withCheckedContinuation { continuation in
+            queue.async {
+                var failure: Int32 = 0
+                let bytes = [UInt8](unsafeUninitializedCapacity: limit) { buffer, initialized in
+                    var done = 0
+                    while done < limit {
+                        let n = Glibc.read(source.fileDescriptor, buffer.baseAddress! + done, min(limit - done, 1 << 20))
+                        if n > 0 {
+                            done += n
+                        } else if n == 0 {
+                            break
+                        } else if errno == EAGAIN {
+                            // A descriptor left non-blocking by whoever opened it: wait for bytes.
+                            var poller = pollfd(fd: source.fileDescriptor, events: Int16(POLLIN), revents: 0)
+                            _ = poll(&poller, 1, -1)
+                        } else if errno != EINTR {
+                            failure = errno
+                            break
+                        }
+                    }
+                    initialized = done
+                }
+                if failure != 0 {
+                    continuation.resume(
+                        returning: .failure(.fileUnreadable(path: source.description, reason: String(cString: strerror(failure)))))
+                } else {
+                    continuation.resume(returning: .success(bytes))
+                }
+            }
+        }
+        return try result.get()
+    }
+}
