@@ -16,74 +16,10 @@ final class SecurityTests: XCTestCase {
         work = nil
     }
 
-    /// A TLS-terminating proxy to `upstream`, in Python so the test needs
-    /// nothing beyond what CI images carry; it prints its port when ready.
-    private static let proxyScript = """
-        import http.client, http.server, ssl, sys
-        upstream_port, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-        class Proxy(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *args): pass
-            def forward(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "expect")}
-                connection = http.client.HTTPConnection("127.0.0.1", upstream_port)
-                connection.request(self.command, self.path, body=body, headers=headers)
-                answer = connection.getresponse()
-                data = answer.read()
-                self.send_response(answer.status)
-                for k, v in answer.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD": self.wfile.write(data)
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = forward
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        print("listening on %d" % server.server_address[1], flush=True)
-        server.serve_forever()
-        """
-
-    private func makeCertificate() throws -> (cert: String, key: String) {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
-            throw XCTSkip("the openssl command is needed to make a certificate")
-        }
-        let cert = work.file("cert.pem"), key = work.file("key.pem")
-        let openssl = try ChildProcess(executable: "/usr/bin/openssl", arguments: [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        ])
-        _ = openssl.readRemaining()
-        guard openssl.wait() == 0 else { throw HarnessError("openssl failed: \(openssl.standardError)") }
-        return (cert, key)
-    }
-
-    private func python() throws -> String {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin"
-        for directory in path.split(separator: ":").map(String.init) + ["/usr/bin"] {
-            let candidate = directory + "/python3"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        throw XCTSkip("python3 is needed for the HTTPS front")
-    }
-
     func testTLSIsVerifiedByDefaultAndCACertOrInsecureWork() throws {
-        let python = try python()
-        let (cert, key) = try makeCertificate()
         let server = try ServeProcess(root: work.file("server"))
-        let script = work.file("proxy.py")
-        try Self.proxyScript.write(toFile: script, atomically: true, encoding: .utf8)
-        let proxy = try ChildProcess(executable: python, arguments: [script, String(server.port), cert, key])
-        defer {
-            proxy.kill()
-            proxy.wait()
-        }
-        let ready = try XCTUnwrap(proxy.readLine(), "the proxy did not start: \(proxy.standardError)")
-        let httpsURL = "https://127.0.0.1:" + ready.dropFirst("listening on ".count)
+        let front = try TLSFront(upstreamPort: server.port, in: work)
+        let (httpsURL, cert) = (front.url, front.certificate)
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 300_000)
         let base = ["push", file, "--backend", "patch", "--to", httpsURL, "--chunk-size", "64KiB"]
