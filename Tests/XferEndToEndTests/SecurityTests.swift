@@ -88,6 +88,82 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(received, 3 * 200_000)
     }
 
+    /// The token off the command line: from $XFER_TOKEN or the first line of
+    /// --token-file, for push, resume and cancel. An option wins over the
+    /// environment, a file others can read gets a one-line warning, and the
+    /// token appears in no output.
+    func testTokenComesFromXferTokenOrTokenFileAndIsNeverPrinted() throws {
+        let token = "tok-\(UUID().uuidString)"
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--auth-token", token])
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 200_000)
+        let privateFile = work.file("token"), sharedFile = work.file("token-shared")
+        // Only the first line counts, without its CR LF.
+        try "\(token)\r\nnot part of the token\n".write(toFile: privateFile, atomically: true, encoding: .utf8)
+        try "\(token)\n".write(toFile: sharedFile, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(privateFile, 0o600), 0)
+        XCTAssertEqual(chmod(sharedFile, 0o644), 0)
+
+        var outputs: [String] = []
+        func xfer(_ arguments: [String], token variable: String = "") throws -> RunResult {
+            let result = try runXfer(arguments, environment: ["XFER_TOKEN": variable])
+            outputs.append(result.stdout.joined(separator: "\n") + result.stderr)
+            return result
+        }
+        func push(_ name: String, _ extra: [String], token variable: String = "", backend: String = "patch") throws -> RunResult {
+            try xfer(["push", file, "--backend", backend, "--to", server.url, "--state", work.file(name), "--max-attempts", "1"] + extra,
+                     token: variable)
+        }
+
+        for backend in ["patch", "sequence"] {
+            let fromEnvironment = try push("env-\(backend)", [], token: token, backend: backend)
+            XCTAssertEqual(fromEnvironment.status, 0, "\(backend): \(fromEnvironment.stderr)")
+            XCTAssertEqual(fromEnvironment.stderr, "", backend)
+        }
+        let fromFile = try push("file", ["--token-file", privateFile])
+        XCTAssertEqual(fromFile.status, 0, fromFile.stderr)
+        XCTAssertEqual(fromFile.stderr, "", "a private file is nothing to warn about")
+
+        let shared = try push("shared", ["--token-file", sharedFile])
+        XCTAssertEqual(shared.status, 0, shared.stderr)
+        XCTAssertEqual(shared.stderr.split(separator: "\n").count, 1, shared.stderr)
+        XCTAssertTrue(shared.stderr.contains("warning: --token-file \(sharedFile) can be read by other users"), shared.stderr)
+
+        let optionWins = try push("option-wins", ["--token", "tok-wrong"], token: token)
+        XCTAssertEqual(optionWins.status, 1, optionWins.stderr)
+        XCTAssertTrue(optionWins.stderr.contains("401"), optionWins.stderr)
+        let fileWins = try push("file-wins", ["--token-file", privateFile], token: "tok-wrong")
+        XCTAssertEqual(fileWins.status, 0, fileWins.stderr)
+
+        // resume and cancel take them too (the token is never stored with the job).
+        let big = work.file("big.bin")
+        try makeTestFile(at: big, size: 8 << 20)
+        func killedPush(state: String) throws -> String {
+            try pushKilledAfterFirstChunk(
+                ["push", big, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB",
+                 "--concurrency", "1", "--json", "--token-file", privateFile], environment: ["XFER_TOKEN": ""])
+        }
+        let resumeState = work.file("resumed")
+        let resumed = try killedPush(state: resumeState)
+        let anonymous = try xfer(["resume", resumed, "--state", resumeState, "--max-attempts", "1"])
+        XCTAssertEqual(anonymous.status, 1, anonymous.stderr)
+        XCTAssertTrue(anonymous.stderr.contains("401"), anonymous.stderr)
+        let resume = try xfer(["resume", resumed, "--state", resumeState], token: token)
+        XCTAssertEqual(resume.status, 0, resume.stderr)
+        XCTAssertEqual(resume.stdout.count, 1, "the file's URL: \(resume.stdout)")
+
+        let cancelState = work.file("cancelled")
+        let cancelled = try killedPush(state: cancelState)
+        let cancel = try xfer(["cancel", cancelled, "--state", cancelState, "--token-file", privateFile])
+        XCTAssertEqual(cancel.status, 0, cancel.stderr)
+        XCTAssertTrue(cancel.stdout.joined(separator: "\n").contains("DELETE \(server.url)/uploads/"), "\(cancel.stdout)")
+        XCTAssertTrue(cancel.stdout.joined(separator: "\n").contains("HTTP 204"), "the server took the token: \(cancel.stdout)")
+
+        for output in outputs {
+            XCTAssertFalse(output.contains(token), "the token is never printed: \(output)")
+        }
+    }
+
     /// The state directory and everything in it are private to the user, even
     /// when the umask would let others read them.
     func testStateFilesArePrivateWhateverTheUmask() throws {
