@@ -8,7 +8,9 @@ struct CredentialArguments: ParsableArguments {
     @Option(help: "Credential for the server (never printed). Prefer $XFER_TOKEN or --token-file: other users can see a command line.")
     var token: String?
 
-    @Option(help: ArgumentHelp("Read the credential from the first line of FILE (never printed; warns when others can read FILE).", valueName: "FILE"))
+    @Option(
+        help: ArgumentHelp("Read the credential from the first line of FILE (never printed; warns when others can read FILE).", valueName: "FILE"),
+        completion: .file())
     var tokenFile: String?
 
     @Option(name: .customLong("header"), help: "Extra request header \"Name: value\" (repeatable; values never printed).")
@@ -49,7 +51,7 @@ struct CredentialArguments: ParsableArguments {
             return nil
         }
         // It becomes a header value (or a form field): a line break would end it early.
-        guard !found.token.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+        guard !found.token.containsLineBreak else {
             throw .invalidInput("\(found.source) must not contain line breaks")
         }
         return found.token
@@ -67,11 +69,16 @@ struct CredentialArguments: ParsableArguments {
         guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains) else {
             throw .invalidInput("--header has an invalid field name '\(name.prefix(40))'")
         }
-        guard !value.unicodeScalars.contains(where: { $0 == "\r" || $0 == "\n" || $0 == "\0" }) else {
+        guard !value.containsLineBreak else {
             throw .invalidInput("--header \(name): the value must not contain line breaks")
         }
         return (name, value)
     }
+}
+
+private extension StringProtocol {
+    /// CR, LF or NUL: each would end a header line early (or the C string curl gets).
+    var containsLineBreak: Bool { unicodeScalars.contains { $0 == "\r" || $0 == "\n" || $0 == "\0" } }
 }
 
 /// `--token-file`: a token kept in a file, so that it is neither on the

@@ -11,7 +11,7 @@ struct NetworkArguments: ParsableArguments {
     @Option(help: "Seconds a request may make no progress (under 1 KiB/s, or waiting for an answer) before it is abandoned and retried.")
     var lowSpeedTime: Double = 30
 
-    @Option(name: .customLong("cacert"), help: "PEM file of the CAs to trust instead of the system's (private CAs).")
+    @Option(name: .customLong("cacert"), help: "PEM file of the CAs to trust instead of the system's (private CAs).", completion: .file())
     var caCertificate: String?
 
     @Flag(help: "Do not verify the server's TLS certificate (test servers only; prints a warning).")

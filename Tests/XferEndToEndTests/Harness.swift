@@ -57,7 +57,12 @@ struct RunResult {
 
 /// Runs `xfer` with `arguments` to the end.
 func runXfer(_ arguments: [String], environment: [String: String] = [:]) throws -> RunResult {
-    let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: environment)
+    try runToEnd(xferExecutable, arguments, environment: environment)
+}
+
+/// Runs `executable` with `arguments` to the end.
+func runToEnd(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> RunResult {
+    let child = try ChildProcess(executable: executable, arguments: arguments, environment: environment)
     let lines = child.readRemaining()
     let status = child.wait()
     return RunResult(status: status, stdout: lines, stderr: child.standardError)

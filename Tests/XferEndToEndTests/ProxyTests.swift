@@ -28,10 +28,7 @@ final class ProxyTests: XCTestCase {
     private func xfer(_ arguments: [String], proxyVariables variables: [String: String]) throws -> RunResult {
         let unset = Self.proxyVariables.flatMap { ["-u", $0] }
         let set = variables.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
-        let child = try ChildProcess(executable: "/usr/bin/env", arguments: unset + set + [xferExecutable] + arguments)
-        let lines = child.readRemaining()
-        let status = child.wait()
-        return RunResult(status: status, stdout: lines, stderr: child.standardError)
+        return try runToEnd("/usr/bin/env", unset + set + [xferExecutable] + arguments)
     }
 
     private func push(_ file: String, to url: String, _ extra: [String], proxyVariables variables: [String: String] = [:])
