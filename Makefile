@@ -3,7 +3,7 @@
 
 SWIFT ?= swift
 
-.PHONY: all deps python-tools build release test torture demo bench clean
+.PHONY: all deps python-tools build release man test torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -21,8 +21,47 @@ build: deps
 release: deps
 	$(SWIFT) build -c release --product xfer
 
+# The man page, made from the command's own help by swift-argument-parser's
+# generate-manual plugin (which first builds every product in MAN_CONFIGURATION).
+MAN_CONFIGURATION ?= release
+MAN_PAGES = .build/plugins/GenerateManual/outputs/XferCLI
+man: deps
+	$(SWIFT) package plugin generate-manual --configuration $(MAN_CONFIGURATION)
+
+# `make install` (PREFIX, default /usr/local; DESTDIR for staging): the release
+# xfer, its man page and bash, zsh and fish completions.
+PREFIX ?= /usr/local
+BIN_TARGET = $(DESTDIR)$(PREFIX)/bin
+MAN_TARGET = $(DESTDIR)$(PREFIX)/share/man/man1
+BASH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+ZSH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
+FISH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+
+install: release man
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build -c release --show-bin-path)"
+
+# Copies the xfer in BIN_DIR and the man page in MAN_PAGES, and writes the
+# completion scripts that xfer prints. Builds nothing, so that `make test`
+# can install its debug build under a temporary DESTDIR.
+install-files:
+	@test -x "$(BIN_DIR)/xfer" || { echo "install-files: no xfer in BIN_DIR='$(BIN_DIR)'" >&2; exit 1; }
+	@ls $(MAN_PAGES)/*.1 >/dev/null 2>&1 || { echo "install-files: no man page in $(MAN_PAGES); run 'make man'" >&2; exit 1; }
+	install -d "$(BIN_TARGET)" "$(MAN_TARGET)" "$(BASH_COMPLETIONS)" "$(ZSH_COMPLETIONS)" "$(FISH_COMPLETIONS)"
+	install -m 755 "$(BIN_DIR)/xfer" "$(BIN_TARGET)/xfer"
+	install -m 644 $(MAN_PAGES)/*.1 "$(MAN_TARGET)/"
+	"$(BIN_DIR)/xfer" --generate-completion-script bash > "$(BASH_COMPLETIONS)/xfer"
+	"$(BIN_DIR)/xfer" --generate-completion-script zsh > "$(ZSH_COMPLETIONS)/_xfer"
+	"$(BIN_DIR)/xfer" --generate-completion-script fish > "$(FISH_COMPLETIONS)/xfer.fish"
+	chmod 644 "$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
+
+uninstall:
+	rm -f "$(BIN_TARGET)/xfer" "$(MAN_TARGET)/xfer.1" "$(MAN_TARGET)"/xfer.*.1 \
+		"$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
+
+# The man page is made from the debug build here, for InstallTests to install.
 test: python-tools
 	$(SWIFT) build --build-tests
+	$(SWIFT) package plugin generate-manual --configuration debug
 	$(SWIFT) test --skip-build
 
 # Kill -9 torture, long version (the short one runs inside `make test`): per

@@ -16,6 +16,8 @@ command -v python3 >/dev/null || need+=(python3)
 # The end-to-end tests run Python servers (moto, a tus server) in virtual environments.
 python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v openssl >/dev/null || need+=(openssl)
+# The proxy tests run a real HTTP proxy; the -bin package is the program alone (no service).
+command -v tinyproxy >/dev/null || need+=(tinyproxy-bin)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import Xfer
 
-/// How xfer talks to the server: timeouts and TLS trust. Shared by every
+/// How xfer talks to the server: timeouts, TLS trust and proxy. Shared by every
 /// command that sends requests (push, resume, cancel) so they agree.
 struct NetworkArguments: ParsableArguments {
     @Option(help: "Seconds allowed to open a connection (DNS, TCP, TLS) before the attempt fails and is retried.")
@@ -11,11 +11,16 @@ struct NetworkArguments: ParsableArguments {
     @Option(help: "Seconds a request may make no progress (under 1 KiB/s, or waiting for an answer) before it is abandoned and retried.")
     var lowSpeedTime: Double = 30
 
-    @Option(name: .customLong("cacert"), help: "PEM file of the CAs to trust instead of the system's (private CAs).")
+    @Option(name: .customLong("cacert"), help: "PEM file of the CAs to trust instead of the system's (private CAs).", completion: .file())
     var caCertificate: String?
 
     @Flag(help: "Do not verify the server's TLS certificate (test servers only; prints a warning).")
     var insecure = false
+
+    @Option(help: ArgumentHelp(
+        "Send every request through this proxy (http://, https://, socks5://...; a user:password@ in it is never printed), or 'none' to ignore the proxy environment variables (default: http_proxy, HTTPS_PROXY, NO_PROXY... as curl reads them).",
+        valueName: "URL|none"))
+    var proxy: String?
 
     /// Checks the values and prints the --insecure warning (once per command).
     func transportOptions() throws(XferError) -> TransportOptions {
@@ -32,6 +37,13 @@ struct NetworkArguments: ParsableArguments {
                 throw .invalidInput("--cacert \(caCertificate): no such readable file")
             }
             transport.caCertificatePath = caCertificate
+        }
+        if let proxy {
+            do {
+                transport.proxy = proxy == "none" ? .none : try .checked(proxy)
+            } catch {
+                throw .invalidInput("--proxy: \(error); or 'none' for no proxy")
+            }
         }
         if insecure {
             transport.verifyTLS = false

@@ -54,6 +54,8 @@ final class BadInputTests: XCTestCase {
         let blocker = work.file("blocker")
         _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
         let busy = try RawListener(.hangUp)
+        let emptyTokenFile = work.file("empty-token")
+        _ = FileManager.default.createFile(atPath: emptyTokenFile, contents: Data("\n".utf8), attributes: [.posixPermissions: 0o600])
         let push = ["push", file, "--backend", "patch", "--to", url]
 
         let rows: [(String, [String], Int32, String)] = [
@@ -82,6 +84,14 @@ final class BadInputTests: XCTestCase {
             ("push: state under a regular file", push + ["--state", blocker + "/state"], 3, "state"),
             ("push: --cacert missing", push + ["--cacert", work.file("none.pem")], 2, "cacert"),
             ("push: --connect-timeout -1", push + ["--connect-timeout", "-1"], 2, "connect-timeout"),
+            ("push: --token and --token-file", push + ["--token", "t", "--token-file", emptyTokenFile], 2, "not both"),
+            ("push: --token-file missing", push + ["--token-file", work.file("no-token")], 2, "no such file"),
+            ("push: --token-file empty", push + ["--token-file", emptyTokenFile], 2, "first line is empty"),
+            ("push: --token-file a directory", push + ["--token-file", work.file("dir")], 2, "is a directory"),
+            ("push: --proxy without a scheme", push + ["--proxy", "127.0.0.1:3128"], 2, "a proxy URL starts with http://"),
+            ("push: --proxy ftp://", push + ["--proxy", "ftp://127.0.0.1:21"], 2, "--proxy"),
+            ("resume: --token-file missing", ["resume", "--token-file", work.file("no-token")], 2, "--token-file"),
+            ("cancel: --proxy empty", ["cancel", "nope", "--proxy", ""], 2, "--proxy"),
             ("resume: unknown job", ["resume", "0123456789abcdef"], 2, "no job"),
             ("resume: a path as job id", ["resume", "../../etc"], 2, "no job"),
             ("resume: --concurrency 0", ["resume", "--concurrency", "0"], 2, "concurrency"),

@@ -57,10 +57,30 @@ struct RunResult {
 
 /// Runs `xfer` with `arguments` to the end.
 func runXfer(_ arguments: [String], environment: [String: String] = [:]) throws -> RunResult {
-    let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: environment)
+    try runToEnd(xferExecutable, arguments, environment: environment)
+}
+
+/// Runs `executable` with `arguments` to the end.
+func runToEnd(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws -> RunResult {
+    let child = try ChildProcess(executable: executable, arguments: arguments, environment: environment)
     let lines = child.readRemaining()
     let status = child.wait()
     return RunResult(status: status, stdout: lines, stderr: child.standardError)
+}
+
+/// Runs `xfer push` with `arguments` (which must include `--json`) and
+/// kills it with SIGKILL once its first chunk is acknowledged; returns the
+/// job's id. The push must be long enough not to finish first (several
+/// MiB in 64 KiB chunks, one at a time).
+func pushKilledAfterFirstChunk(_ arguments: [String], environment: [String: String] = [:]) throws -> String {
+    let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: environment)
+    let started = try XCTUnwrap(child.readLine { $0.contains("\"event\":\"started\"") }, child.standardError)
+    XCTAssertNotNil(child.readLine { $0.contains("\"event\":\"chunk\"") }, child.standardError)
+    child.kill(SIGSTOP)
+    child.kill(SIGKILL)
+    XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push must die unfinished: \(child.standardError)")
+    let event = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(started.utf8)) as? [String: Any])
+    return try XCTUnwrap(event["job"] as? String)
 }
 
 /// Downloads `url` with the system's curl (independent of xfer) into a file

@@ -32,17 +32,9 @@ final class JobManagementTests: XCTestCase {
     }
 
     private func interruptedPush(_ files: [String], backend: String, _ extra: [String] = []) throws -> String {
-        let child = try ChildProcess(
-            executable: xferExecutable,
-            arguments: ["push"] + files + ["--backend", backend, "--to", server.url, "--state", state,
-                        "--chunk-size", "64KiB", "--concurrency", "1", "--json"] + extra)
-        let started = try XCTUnwrap(child.readLine { $0.contains("\"event\":\"started\"") }, child.standardError)
-        XCTAssertNotNil(child.readLine { $0.contains("\"event\":\"chunk\"") }, child.standardError)
-        child.kill(SIGSTOP)
-        child.kill(SIGKILL)
-        XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push must die unfinished: \(child.standardError)")
-        let event = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(started.utf8)) as? [String: Any])
-        return try XCTUnwrap(event["job"] as? String)
+        try pushKilledAfterFirstChunk(
+            ["push"] + files + ["--backend", backend, "--to", server.url, "--state", state,
+                                "--chunk-size", "64KiB", "--concurrency", "1", "--json"] + extra)
     }
 
     private func listJSON(all: Bool = false) throws -> [[String: Any]] {

@@ -16,74 +16,10 @@ final class SecurityTests: XCTestCase {
         work = nil
     }
 
-    /// A TLS-terminating proxy to `upstream`, in Python so the test needs
-    /// nothing beyond what CI images carry; it prints its port when ready.
-    private static let proxyScript = """
-        import http.client, http.server, ssl, sys
-        upstream_port, cert, key = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-        class Proxy(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            def log_message(self, *args): pass
-            def forward(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "expect")}
-                connection = http.client.HTTPConnection("127.0.0.1", upstream_port)
-                connection.request(self.command, self.path, body=body, headers=headers)
-                answer = connection.getresponse()
-                data = answer.read()
-                self.send_response(answer.status)
-                for k, v in answer.getheaders():
-                    if k.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD": self.wfile.write(data)
-            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = forward
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-        print("listening on %d" % server.server_address[1], flush=True)
-        server.serve_forever()
-        """
-
-    private func makeCertificate() throws -> (cert: String, key: String) {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
-            throw XCTSkip("the openssl command is needed to make a certificate")
-        }
-        let cert = work.file("cert.pem"), key = work.file("key.pem")
-        let openssl = try ChildProcess(executable: "/usr/bin/openssl", arguments: [
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
-            "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-        ])
-        _ = openssl.readRemaining()
-        guard openssl.wait() == 0 else { throw HarnessError("openssl failed: \(openssl.standardError)") }
-        return (cert, key)
-    }
-
-    private func python() throws -> String {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin"
-        for directory in path.split(separator: ":").map(String.init) + ["/usr/bin"] {
-            let candidate = directory + "/python3"
-            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
-        }
-        throw XCTSkip("python3 is needed for the HTTPS front")
-    }
-
     func testTLSIsVerifiedByDefaultAndCACertOrInsecureWork() throws {
-        let python = try python()
-        let (cert, key) = try makeCertificate()
         let server = try ServeProcess(root: work.file("server"))
-        let script = work.file("proxy.py")
-        try Self.proxyScript.write(toFile: script, atomically: true, encoding: .utf8)
-        let proxy = try ChildProcess(executable: python, arguments: [script, String(server.port), cert, key])
-        defer {
-            proxy.kill()
-            proxy.wait()
-        }
-        let ready = try XCTUnwrap(proxy.readLine(), "the proxy did not start: \(proxy.standardError)")
-        let httpsURL = "https://127.0.0.1:" + ready.dropFirst("listening on ".count)
+        let front = try TLSFront(upstreamPort: server.port, in: work)
+        let (httpsURL, cert) = (front.url, front.certificate)
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 300_000)
         let base = ["push", file, "--backend", "patch", "--to", httpsURL, "--chunk-size", "64KiB"]
@@ -150,6 +86,82 @@ final class SecurityTests: XCTestCase {
         XCTAssertEqual(stats.wait(), 0)
         let received = int((try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])?["payloadBytesReceived"])
         XCTAssertEqual(received, 3 * 200_000)
+    }
+
+    /// The token off the command line: from $XFER_TOKEN or the first line of
+    /// --token-file, for push, resume and cancel. An option wins over the
+    /// environment, a file others can read gets a one-line warning, and the
+    /// token appears in no output.
+    func testTokenComesFromXferTokenOrTokenFileAndIsNeverPrinted() throws {
+        let token = "tok-\(UUID().uuidString)"
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--auth-token", token])
+        let file = work.file("a.bin")
+        try makeTestFile(at: file, size: 200_000)
+        let privateFile = work.file("token"), sharedFile = work.file("token-shared")
+        // Only the first line counts, without its CR LF.
+        try "\(token)\r\nnot part of the token\n".write(toFile: privateFile, atomically: true, encoding: .utf8)
+        try "\(token)\n".write(toFile: sharedFile, atomically: true, encoding: .utf8)
+        XCTAssertEqual(chmod(privateFile, 0o600), 0)
+        XCTAssertEqual(chmod(sharedFile, 0o644), 0)
+
+        var outputs: [String] = []
+        func xfer(_ arguments: [String], token variable: String = "") throws -> RunResult {
+            let result = try runXfer(arguments, environment: ["XFER_TOKEN": variable])
+            outputs.append(result.stdout.joined(separator: "\n") + result.stderr)
+            return result
+        }
+        func push(_ name: String, _ extra: [String], token variable: String = "", backend: String = "patch") throws -> RunResult {
+            try xfer(["push", file, "--backend", backend, "--to", server.url, "--state", work.file(name), "--max-attempts", "1"] + extra,
+                     token: variable)
+        }
+
+        for backend in ["patch", "sequence"] {
+            let fromEnvironment = try push("env-\(backend)", [], token: token, backend: backend)
+            XCTAssertEqual(fromEnvironment.status, 0, "\(backend): \(fromEnvironment.stderr)")
+            XCTAssertEqual(fromEnvironment.stderr, "", backend)
+        }
+        let fromFile = try push("file", ["--token-file", privateFile])
+        XCTAssertEqual(fromFile.status, 0, fromFile.stderr)
+        XCTAssertEqual(fromFile.stderr, "", "a private file is nothing to warn about")
+
+        let shared = try push("shared", ["--token-file", sharedFile])
+        XCTAssertEqual(shared.status, 0, shared.stderr)
+        XCTAssertEqual(shared.stderr.split(separator: "\n").count, 1, shared.stderr)
+        XCTAssertTrue(shared.stderr.contains("warning: --token-file \(sharedFile) can be read by other users"), shared.stderr)
+
+        let optionWins = try push("option-wins", ["--token", "tok-wrong"], token: token)
+        XCTAssertEqual(optionWins.status, 1, optionWins.stderr)
+        XCTAssertTrue(optionWins.stderr.contains("401"), optionWins.stderr)
+        let fileWins = try push("file-wins", ["--token-file", privateFile], token: "tok-wrong")
+        XCTAssertEqual(fileWins.status, 0, fileWins.stderr)
+
+        // resume and cancel take them too (the token is never stored with the job).
+        let big = work.file("big.bin")
+        try makeTestFile(at: big, size: 8 << 20)
+        func killedPush(state: String) throws -> String {
+            try pushKilledAfterFirstChunk(
+                ["push", big, "--backend", "patch", "--to", server.url, "--state", state, "--chunk-size", "64KiB",
+                 "--concurrency", "1", "--json", "--token-file", privateFile], environment: ["XFER_TOKEN": ""])
+        }
+        let resumeState = work.file("resumed")
+        let resumed = try killedPush(state: resumeState)
+        let anonymous = try xfer(["resume", resumed, "--state", resumeState, "--max-attempts", "1"])
+        XCTAssertEqual(anonymous.status, 1, anonymous.stderr)
+        XCTAssertTrue(anonymous.stderr.contains("401"), anonymous.stderr)
+        let resume = try xfer(["resume", resumed, "--state", resumeState], token: token)
+        XCTAssertEqual(resume.status, 0, resume.stderr)
+        XCTAssertEqual(resume.stdout.count, 1, "the file's URL: \(resume.stdout)")
+
+        let cancelState = work.file("cancelled")
+        let cancelled = try killedPush(state: cancelState)
+        let cancel = try xfer(["cancel", cancelled, "--state", cancelState, "--token-file", privateFile])
+        XCTAssertEqual(cancel.status, 0, cancel.stderr)
+        XCTAssertTrue(cancel.stdout.joined(separator: "\n").contains("DELETE \(server.url)/uploads/"), "\(cancel.stdout)")
+        XCTAssertTrue(cancel.stdout.joined(separator: "\n").contains("HTTP 204"), "the server took the token: \(cancel.stdout)")
+
+        for output in outputs {
+            XCTAssertFalse(output.contains(token), "the token is never printed: \(output)")
+        }
     }
 
     /// The state directory and everything in it are private to the user, even

@@ -32,6 +32,8 @@ final class CurlEasyHandle {
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private var context: TransferContext?
     private var target: TransportURL?
+    /// The proxy of the current transfer, to name it when it cannot be reached.
+    private var proxy: TransportOptions.Proxy = .environment
 
     /// Bigger than curl's 64 KiB default so loopback and LAN uploads are not
     /// limited by read-callback round trips. curl's maximum is 2 MiB.
@@ -64,6 +66,7 @@ final class CurlEasyHandle {
         headerList = nil
         context = nil
         target = nil
+        proxy = .environment
         errorBuffer[0] = 0
     }
 
@@ -74,6 +77,7 @@ final class CurlEasyHandle {
     ) throws(TransportError) {
         self.context = context
         self.target = target
+        proxy = options.proxy
         errorBuffer[0] = 0
         let userdata = Unmanaged.passUnretained(context).toOpaque()
 
@@ -102,6 +106,11 @@ final class CurlEasyHandle {
             try set(CURLOPT_CAINFO, caCertificatePath)
         }
         try set(CURLOPT_USERAGENT, options.userAgent)
+        switch options.proxy {
+        case .environment: break  // curl reads the environment itself
+        case .none: try set(CURLOPT_PROXY, "")  // "" is curl's "no proxy, whatever the environment says"
+        case .url(let url): try set(CURLOPT_PROXY, url)
+        }
 
         // Without a write callback curl prints bodies to stdout.
         try check(xfer_easy_setopt_write_callback(raw, transferWriteCallback))
@@ -228,7 +237,13 @@ final class CurlEasyHandle {
         case CURLE_COULDNT_RESOLVE_HOST:
             return .couldNotResolve(host: target.host)
         case CURLE_COULDNT_CONNECT:
-            return .couldNotConnect(host: target.host, port: target.port, reason: osErrno != 0 ? Self.systemMessage(osErrno) : reason)
+            let system = osErrno != 0 ? Self.systemMessage(osErrno) : reason
+            // Through a proxy (named, or found in the environment by curl), the
+            // connection that failed may be the one to the proxy: name that one.
+            if proxy != .none, let tried = Self.connectionTried(in: reason), tried.host != target.host || tried.port != target.port {
+                return .couldNotConnect(host: tried.host, port: tried.port, reason: "the proxy: \(system)")
+            }
+            return .couldNotConnect(host: target.host, port: target.port, reason: system)
         case CURLE_OPERATION_TIMEDOUT:
             return .timedOut(reason)
         case CURLE_WRITE_ERROR where context.exceededResponseLimit:
@@ -257,10 +272,15 @@ final class CurlEasyHandle {
     }
 
     /// curl's messages name hosts, not queries or header values; this makes
-    /// sure of it, since those may carry credentials.
+    /// sure of it, since those may carry credentials. A proxy string curl
+    /// cannot use is quoted whole, password included, hence the userinfo rule.
     private func scrubbed(_ message: String, context: TransferContext, target: TransportURL) -> String {
-        var message = message
-        for secret in target.secrets where secret.count >= 3 {
+        var message = Self.withoutUserinfo(message)
+        var secrets = target.secrets
+        if case .url(let url) = proxy, let address = try? ProxyAddress(parsing: url) {
+            secrets += address.secrets
+        }
+        for secret in secrets where secret.count >= 3 {
             message = message.replacing(secret, with: "…")
         }
         // Long values only: credentials are long, and scrubbing a short one
@@ -269,6 +289,28 @@ final class CurlEasyHandle {
             message = message.replacing(secret, with: "…")
         }
         return message
+    }
+
+    /// The host and port of curl's "Failed to connect to HOST port PORT after
+    /// N ms: ...", its only record of which connection failed.
+    static func connectionTried(in message: String) -> (host: String, port: Int)? {
+        let words = message.split(separator: " ")
+        guard words.count >= 7, words[..<4] == ["Failed", "to", "connect", "to"], words[5] == "port",
+              let port = Int(words[6])
+        else { return nil }
+        return (words[4].lowercased(), port)
+    }
+
+    /// `message` with every "user:password@" before a host removed.
+    static func withoutUserinfo(_ message: String) -> String {
+        guard message.contains("@") else { return message }
+        var result = Substring(message)
+        while let at = result.lastIndex(of: "@") {
+            // The userinfo starts after the last space, quote or slash before the "@".
+            let start = result[..<at].lastIndex(where: { " \t'\"/".contains($0) }).map(result.index(after:)) ?? result.startIndex
+            result.removeSubrange(start...at)
+        }
+        return String(result)
     }
 
     private static func systemMessage(_ number: Int) -> String {

@@ -12,6 +12,8 @@ final class HTTPTransport: Sendable {
     private let loop: CurlMultiLoop
 
     init(options: TransportOptions) throws(TransportError) {
+        // A proxy curl cannot use would fail every request; better say so once.
+        if case .url(let url) = options.proxy { _ = try ProxyAddress(parsing: url) }
         self.options = options
         loop = try CurlMultiLoop(options: options)
     }

@@ -19,6 +19,9 @@ public struct TransportOptions: Sendable, Hashable {
     public var verifyTLS: Bool = true
     /// A PEM bundle of trusted CAs (CURLOPT_CAINFO); nil uses the system's.
     public var caCertificatePath: String? = nil
+    /// Which proxy requests go through: by default the one the environment
+    /// names, by libcurl's rules.
+    public var proxy: Proxy = .environment
     /// Upload APIs answer with small documents; a bigger body is treated as
     /// an error (`TransportError.responseTooLarge`) rather than buffered.
     public var maximumResponseBodySize: Int = 4 << 20

@@ -20,19 +20,15 @@ struct TransportURL: Sendable, Hashable {
     var redacted: String { "\(scheme)://\(host):\(port)\(path)" }
 
     init(parsing url: String) throws(TransportError) {
-        guard let parser = CurlURLParser(url) else {
-            throw .invalidURL("\(Self.roughlyRedacted(url)) (not a valid absolute URL)")
+        let parts = try CurlURLParser.parts(of: url)
+        guard let partsPort = parts.port else {
+            throw .invalidURL("\(Self.roughlyRedacted(url)) (missing port)")
         }
-        switch parser.parse() {
-        case .rejected(let reason):
-            throw .invalidURL("\(Self.roughlyRedacted(url)) (\(reason))")
-        case .parsed(let parts):
-            scheme = parts.scheme.lowercased()
-            host = parts.host.lowercased()
-            port = parts.port
-            path = parts.path
-            secrets = parts.secrets
-        }
+        scheme = parts.scheme.lowercased()
+        host = parts.host.lowercased()
+        port = partsPort
+        path = parts.path
+        secrets = parts.secrets
         guard scheme == "http" || scheme == "https" else {
             throw .invalidURL("\(redacted) (only http and https are supported)")
         }
@@ -56,11 +52,14 @@ struct TransportURL: Sendable, Hashable {
 }
 
 /// Scoped owner of a `CURLU` handle.
-private final class CurlURLParser {
+final class CurlURLParser {
     struct Parts {
         var scheme: String
         var host: String
-        var port: Int
+        /// The port named, else the scheme's default when curl knows the scheme.
+        var port: Int?
+        /// The port the URL names, nil when it names none.
+        var explicitPort: Int?
         var path: String
         var secrets: [String]
     }
@@ -81,22 +80,37 @@ private final class CurlURLParser {
 
     deinit { curl_url_cleanup(handle) }
 
-    func parse() -> Outcome {
-        let code = curl_url_set(handle, CURLUPART_URL, url, 0)
+    /// The parts of `url`, or `.invalidURL` naming it without its secrets.
+    /// `flags` are curl's (`CURLU_NON_SUPPORT_SCHEME` for schemes curl's URL
+    /// API does not know, such as a proxy's socks5).
+    static func parts(of url: String, flags: UInt32 = 0) throws(TransportError) -> Parts {
+        guard let parser = CurlURLParser(url) else {
+            throw .invalidURL("\(TransportURL.roughlyRedacted(url)) (not a valid absolute URL)")
+        }
+        switch parser.parse(flags: flags) {
+        case .rejected(let reason):
+            throw .invalidURL("\(TransportURL.roughlyRedacted(url)) (\(reason))")
+        case .parsed(let parts):
+            return parts
+        }
+    }
+
+    func parse(flags: UInt32 = 0) -> Outcome {
+        let code = curl_url_set(handle, CURLUPART_URL, url, flags)
         guard code == CURLUE_OK else {
             return .rejected(reason: String(cString: curl_url_strerror(code)))
         }
-        guard let scheme = part(CURLUPART_SCHEME),
-              let host = part(CURLUPART_HOST),
-              let portText = part(CURLUPART_PORT, flags: UInt32(CURLU_DEFAULT_PORT)),
-              let port = Int(portText)
-        else {
-            return .rejected(reason: "missing scheme, host or port")
+        guard let scheme = part(CURLUPART_SCHEME), let host = part(CURLUPART_HOST), !host.isEmpty else {
+            return .rejected(reason: "missing scheme or host")
         }
+        let port = part(CURLUPART_PORT, flags: UInt32(CURLU_DEFAULT_PORT)).flatMap { Int($0) }
+        let explicitPort = part(CURLUPART_PORT).flatMap { Int($0) }
         let secrets = [CURLUPART_QUERY, CURLUPART_FRAGMENT, CURLUPART_USER, CURLUPART_PASSWORD]
             .compactMap { part($0) }
             .filter { !$0.isEmpty }
-        return .parsed(Parts(scheme: scheme, host: host, port: port, path: part(CURLUPART_PATH) ?? "/", secrets: secrets))
+        return .parsed(Parts(
+            scheme: scheme, host: host, port: port, explicitPort: explicitPort, path: part(CURLUPART_PATH) ?? "/",
+            secrets: secrets))
     }
 
     private func part(_ which: CURLUPart, flags: UInt32 = 0) -> String? {

@@ -1,0 +1,86 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// Shell and system integration: the completion scripts xfer prints, and
+/// the Makefile's install and uninstall recipes run on the debug build under
+/// a temporary DESTDIR (`make install` itself builds release first).
+final class InstallTests: XCTestCase {
+    var work: TemporaryDirectory!
+
+    override func setUp() {
+        work = TemporaryDirectory("xfer-install")
+    }
+
+    override func tearDown() {
+        work = nil
+    }
+
+    private static let subcommands = ["push", "resume", "list", "status", "cancel", "serve"]
+
+    func testCompletionScriptsNameEverySubcommandAndOption() throws {
+        for shell in ["bash", "zsh", "fish"] {
+            let result = try runXfer(["--generate-completion-script", shell])
+            XCTAssertEqual(result.status, 0, "\(shell): \(result.stderr)")
+            XCTAssertEqual(result.stderr, "", shell)
+            let script = result.stdout.joined(separator: "\n")
+            // Fish names options without their dashes.
+            for word in Self.subcommands + ["token-file", "proxy", "backend"] {
+                XCTAssertTrue(script.contains(word), "\(shell): '\(word)' missing")
+            }
+        }
+        // bash itself reads the bash script: it parses, and defines the completion.
+        let script = work.file("xfer.bash")
+        try runXfer(["--generate-completion-script", "bash"]).stdout.joined(separator: "\n")
+            .write(toFile: script, atomically: true, encoding: .utf8)
+        let bash = try runToEnd("/bin/bash", ["-c", "source \"$0\" && complete -p xfer", script])
+        XCTAssertEqual(bash.status, 0, bash.stderr)
+        XCTAssertEqual(bash.stdout.first?.hasSuffix(" xfer"), true, "\(bash.stdout)")
+    }
+
+    func testInstallPutsBinaryManPageAndCompletionsUnderPrefixAndUninstallRemovesThem() throws {
+        let manPage = packageRoot + "/.build/plugins/GenerateManual/outputs/XferCLI/xfer.1"
+        guard FileManager.default.fileExists(atPath: manPage) else {
+            // `make test` makes it before running the tests (with the generate-manual plugin).
+            let reason = "no man page at \(manPage): run `make man MAN_CONFIGURATION=debug` (make test does)"
+            if ProcessInfo.processInfo.environment["CI"] == "true" { throw HarnessError(reason) }
+            throw XCTSkip(reason)
+        }
+        let stage = work.file("stage")
+        let variables = ["DESTDIR=\(stage)", "PREFIX=/opt/xfer"]
+        let install = try make(["install-files", "BIN_DIR=\(productsDirectory)"] + variables)
+        XCTAssertEqual(install.status, 0, install.stderr)
+
+        let root = stage + "/opt/xfer"
+        let installed = [
+            "bin/xfer", "share/man/man1/xfer.1", "share/bash-completion/completions/xfer",
+            "share/zsh/site-functions/_xfer", "share/fish/vendor_completions.d/xfer.fish",
+        ]
+        for path in installed {
+            let attributes = try FileManager.default.attributesOfItem(atPath: root + "/" + path)
+            XCTAssertGreaterThan((attributes[.size] as? NSNumber)?.intValue ?? 0, 0, path)
+            let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue ?? 0
+            XCTAssertEqual(mode, path.hasPrefix("bin/") ? 0o755 : 0o644, "\(path): \(String(mode, radix: 8))")
+        }
+        let manual = try String(contentsOfFile: root + "/share/man/man1/xfer.1", encoding: .utf8)
+        XCTAssertTrue(manual.contains(".Dt XFER 1"), "an mdoc page for xfer(1)")
+        for subcommand in Self.subcommands {
+            XCTAssertTrue(manual.contains(subcommand), "the page describes \(subcommand)")
+        }
+        let help = try runToEnd(root + "/bin/xfer", ["--help"])
+        XCTAssertEqual(help.status, 0, help.stderr)
+        XCTAssertTrue(help.stdout.joined().contains("push"))
+
+        let uninstall = try make(["uninstall"] + variables)
+        XCTAssertEqual(uninstall.status, 0, uninstall.stderr)
+        for path in installed {
+            XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/" + path), "\(path) is left")
+        }
+    }
+
+    /// Runs `make` in the repository with `arguments`, not as a part of the
+    /// `make test` it may run under (whose variables and job server it would inherit).
+    private func make(_ arguments: [String]) throws -> RunResult {
+        try runToEnd("/usr/bin/make", ["-s", "-C", packageRoot] + arguments, environment: ["MAKEFLAGS": "", "MFLAGS": "", "MAKELEVEL": ""])
+    }
+}
