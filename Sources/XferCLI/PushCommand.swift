@@ -56,6 +56,10 @@ struct PushCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var rateLimit: RateLimitArguments
+
+    @OptionGroup var output: OutputArguments
+
     @OptionGroup var s3: S3Arguments
 
     @OptionGroup var aws: AWSProfileArgument
@@ -88,8 +92,10 @@ struct PushCommand: AsyncParsableCommand {
         options.chunkSize = chunkSize?.bytes
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        output.apply(to: &options)
 
-        let transport = try network.transportOptions()
+        var transport = try network.transportOptions()
+        rateLimit.apply(to: &transport)
         let backend = try builtIn.makeBackend(s3: s3, profile: aws)
 
         let engine = try TransferEngine(
@@ -97,7 +103,7 @@ struct PushCommand: AsyncParsableCommand {
         let job = try await engine.push(
             files, to: target, using: backend, options: options, selection: selection, restart: restart)
 
-        _ = try await JobWatcher.follow(job, json: json).get()
+        _ = try await JobWatcher.follow(job, json: json, output: output).get()
     }
 }
 
