@@ -84,7 +84,7 @@ struct PushCommand: AsyncParsableCommand {
     mutating func run() async throws {
         let selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
         if dryRun {
-            try DryRun.print(files, selection: selection, json: json)
+            try DryRun.print(files, selection: selection, json: json, quiet: output.quiet)
             return
         }
         guard let builtIn = backend, let target else { throw ValidationError("--backend and --to are required") }
@@ -110,7 +110,7 @@ struct PushCommand: AsyncParsableCommand {
 /// `xfer push --dry-run`: the walk a push would make, sending nothing and
 /// touching no state.
 enum DryRun {
-    static func print(_ paths: [String], selection: FileSelection, json: Bool) throws(XferError) {
+    static func print(_ paths: [String], selection: FileSelection, json: Bool, quiet: Bool) throws(XferError) {
         var files = 0
         var bytes: Int64 = 0
         var skipped = 0
@@ -132,7 +132,7 @@ enum DryRun {
                 skipped += 1
                 if json {
                     Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)])))
-                } else {
+                } else if !quiet {
                     Terminal.error("skipping \(path): \(reason.line)")
                 }
             case .failed(let path, _, _, let reason):
@@ -151,7 +151,7 @@ enum DryRun {
                 "event": .string("dryRun"), "files": .int(files), "bytes": .int(bytes), "skipped": .int(skipped),
                 "failed": .int(failed),
             ])))
-        } else {
+        } else if !quiet {
             Terminal.error(summary)
         }
     }

@@ -145,6 +145,10 @@ final class ProgressOutputTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertEqual(result.stderr, "", "no progress and no note about the link")
         XCTAssertEqual(result.stdout.count, 1, "\(result.stdout)")
+        let dryRun = try runXfer(["push", tree, "--dry-run", "--quiet"])
+        XCTAssertEqual(dryRun.status, 0, dryRun.stderr)
+        XCTAssertEqual(dryRun.stderr, "", "no note and no summary")
+        XCTAssertEqual(dryRun.stdout.count, 1, "what would be sent is the output: \(dryRun.stdout)")
 
         let other = work.file("b.bin")
         try makeTestFile(at: other, size: 1000)
