@@ -79,10 +79,12 @@ struct TokenBucket: Hashable, Sendable {
 /// A request whose allowance runs out waits at the back of the queue;
 /// once enough tokens are there, each waiting request gets an equal share
 /// (never more than it still has to send), oldest first. So no request
-/// starves while others send, and every waiting one is served at least
-/// every `grantThreshold / rate` (at most half a second) — which also keeps
-/// curl from taking a throttled request for a stalled one (see
-/// `CurlMultiLoop`). A value, like the bucket: the caller passes the time.
+/// starves while others send, and (up to `grantThreshold` requests, 512 at
+/// the lowest rate) every waiting one is served at least every
+/// `grantThreshold / rate`, at most half a second — which also keeps curl
+/// from taking a throttled request for a stalled one (see
+/// `CurlEasyHandle.resumeSending()`). A value, like the bucket: the caller
+/// passes the time.
 struct SendBudget: Sendable {
     /// Bytes a request may send, granted to it.
     struct Grant: Hashable, Sendable {
