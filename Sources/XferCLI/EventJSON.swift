@@ -98,6 +98,10 @@ enum EventJSON {
             return ["event": .string("fileCompleted"), "file": .int(file), "path": .string(path), "url": .string(url)]
         case .paused(let job):
             return ["event": .string("paused"), "job": .string(job.rawValue)]
+        case .requestFinished:
+            // Not part of the NDJSON stream: a line per request would double
+            // it for every script that reads it; --verbose prints them on stderr.
+            return nil
         case .completed(let report):
             let files: [JSONValue] = report.files.map { .object(["path": .string($0.path), "url": .string($0.url), "size": .int($0.size)]) }
             return ["event": .string("completed"), "job": .string(report.job.rawValue), "files": .array(files),

@@ -32,6 +32,10 @@ struct ResumeCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var rateLimit: RateLimitArguments
+
+    @OptionGroup var output: OutputArguments
+
     @OptionGroup var aws: AWSProfileArgument
 
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
@@ -46,8 +50,11 @@ struct ResumeCommand: AsyncParsableCommand {
         var options = try credentials.transferOptions()
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        output.apply(to: &options)
+        var transport = try network.transportOptions()
+        rateLimit.apply(to: &transport)
         let engine = try TransferEngine(
-            stateDirectory: state.directory, transport: try network.transportOptions(),
+            stateDirectory: state.directory, transport: transport,
             finishedJobRetention: try RetentionArgument.resolve(keepFinished))
 
         // Name every job up front, so a typo fails before anything is sent.
@@ -59,7 +66,7 @@ struct ResumeCommand: AsyncParsableCommand {
                     ids.append(job.id)
                 case .running:
                     // Not an error: that process is already finishing it.
-                    if !json { Terminal.error("skipping job \(job.id): running in pid \(job.runningProcess ?? 0)") }
+                    if !json && !output.quiet { Terminal.error("skipping job \(job.id): running in pid \(job.runningProcess ?? 0)") }
                 case .completed:
                     break
                 }
@@ -99,7 +106,7 @@ struct ResumeCommand: AsyncParsableCommand {
             report(error, job: id)
             return error.exitCode
         }
-        let result = await JobWatcher.follow(job, json: json, tag: id)
+        let result = await JobWatcher.follow(job, json: json, output: output, tag: id)
         switch result {
         case .success:
             return 0

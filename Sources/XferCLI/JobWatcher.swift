@@ -2,14 +2,23 @@ import Foundation
 import Xfer
 
 /// Follows one running job for the CLI: forwards SIGINT/SIGTERM to it,
-/// shows its events (NDJSON on stdout, or a progress bar on a terminal),
-/// and on success prints one URL per file.
+/// shows its events (NDJSON on stdout; progress, notes and with --verbose
+/// requests on stderr), and on success prints one URL per file.
 enum JobWatcher {
     /// Waits for `job` to end. `tag` adds a `job` field to every NDJSON
     /// event (used when one command runs several jobs).
-    static func follow(_ job: TransferJob, json: Bool, tag: JobID? = nil) async -> Result<JobReport, XferError> {
+    static func follow(_ job: TransferJob, json: Bool, output: OutputArguments, tag: JobID? = nil) async -> Result<
+        JobReport, XferError
+    > {
         let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
-        let display: ProgressDisplay? = json ? nil : (Terminal.stderrIsTerminal ? ProgressDisplay() : nil)
+        let progress = output.resolvedProgress(json: json)
+        let bar: ProgressDisplay? = progress == .bar ? ProgressDisplay() : nil
+        let lines: ProgressLines? = progress == .lines ? ProgressLines() : nil
+        let ticker = lines.map { lines in
+            Task { [interval = output.interval] in
+                while (try? await Task.sleep(for: interval)) != nil { lines.tick() }
+            }
+        }
         let printer = Task {
             // A failed file gets a line of its own only among several: alone, the
             // job's one-line error already names it.
@@ -23,22 +32,30 @@ enum JobWatcher {
                     } else if let line = EventJSON.line(for: event, job: tag) {
                         Terminal.out(line)
                     }
-                } else {
-                    // One line each, also when stderr is a log: these are what a person must act on.
-                    switch event {
-                    case .fileSkipped(let path, let reason):
-                        display?.interrupt()
-                        Terminal.error("skipping \(path): \(reason.line)")
-                    case .fileFailed(_, let path, let reason) where files > 1:
-                        display?.interrupt()
-                        Terminal.error("failed \(path): \(reason)")
-                    default:
-                        break
-                    }
-                    display?.show(event)
                 }
+                // One line each, also when stderr is a log: these are what a person must act on.
+                let message: String?
+                switch event {
+                case .fileSkipped(let path, let reason) where !json && !output.quiet:
+                    message = "skipping \(path): \(reason.line)"
+                case .fileFailed(_, let path, let reason) where !json && files > 1:
+                    message = "failed \(path): \(reason)"
+                case .requestFinished(let summary) where output.verbose:
+                    message = ProgressText.request(summary)
+                default:
+                    message = nil
+                }
+                if let message {
+                    bar?.interrupt()
+                    Terminal.error(message)
+                }
+                bar?.show(event)
+                lines?.show(event)
             }
-            display?.finish()
+            ticker?.cancel()
+            await ticker?.value
+            bar?.finish()
+            lines?.finish()
         }
         let result: Result<JobReport, XferError>
         do {

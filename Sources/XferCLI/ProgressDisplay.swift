@@ -1,21 +1,21 @@
 import Foundation
+import Synchronization
 import Xfer
 
-/// A one-line progress bar on stderr (only when stderr is a terminal):
-/// acknowledged bytes, rate and ETA, redrawn at most ten times a second.
-final class ProgressDisplay: @unchecked Sendable {
-    // @unchecked: used from the single task that drains the event stream.
-    private var total: Int64 = 0
-    private var done: Int64 = 0
-    private var startDone: Int64 = 0
-    private var files = 0
-    private var doneFiles = 0
-    private var failedFiles = 0
-    private let start = ContinuousClock.now
-    private var lastDraw = ContinuousClock.now - .seconds(1)
-    private var drawn = false
+/// Where a job stands, as the progress displays follow it from its events.
+struct ProgressTally: Sendable {
+    var total: Int64 = 0
+    var done: Int64 = 0
+    /// What was done before this run sent anything: the rate counts only this run's bytes.
+    var startDone: Int64 = 0
+    var files = 0
+    var doneFiles = 0
+    var failedFiles = 0
+    /// The job ended with `.completed`.
+    var completed = false
 
-    func show(_ event: TransferEvent) {
+    /// Takes in `event`; false when it changes nothing shown.
+    mutating func apply(_ event: TransferEvent) -> Bool {
         switch event {
         case .started(_, let totalBytes, let doneBytes, let fileCount, let filesDone, _):
             total = totalBytes
@@ -32,9 +32,47 @@ final class ProgressDisplay: @unchecked Sendable {
             startDone = doneBytes
         case .chunkStored(_, _, _, let doneBytes, _):
             done = doneBytes
+        case .completed:
+            completed = true
+            done = total
         default:
-            return
+            return false
         }
+        return true
+    }
+
+    /// The figures after `elapsed` of this run.
+    func figures(after elapsed: Duration) -> ProgressFigures {
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let rate = seconds > 0 ? Double(max(0, done - startDone)) / seconds : 0
+        return ProgressFigures(
+            fraction: total > 0 ? min(1, Double(done) / Double(total)) : 1, rate: rate,
+            secondsLeft: rate > 0 ? Double(max(0, total - done)) / rate : nil, elapsedSeconds: seconds)
+    }
+}
+
+/// What the displays compute from a tally: the share done, this run's
+/// average rate and the time left at that rate.
+struct ProgressFigures: Equatable {
+    var fraction: Double
+    /// Bytes a second, averaged over this run.
+    var rate: Double
+    /// Nil while nothing was sent.
+    var secondsLeft: Double?
+    var elapsedSeconds: Double
+}
+
+/// A one-line progress bar on stderr: acknowledged bytes, rate and ETA,
+/// redrawn at most ten times a second.
+final class ProgressDisplay: @unchecked Sendable {
+    // @unchecked: used from the single task that drains the event stream.
+    private var tally = ProgressTally()
+    private let start = ContinuousClock.now
+    private var lastDraw = ContinuousClock.now - .seconds(1)
+    private var drawn = false
+
+    func show(_ event: TransferEvent) {
+        guard tally.apply(event) else { return }
         let now = ContinuousClock.now
         guard now - lastDraw >= .milliseconds(100) else { return }
         lastDraw = now
@@ -57,25 +95,51 @@ final class ProgressDisplay: @unchecked Sendable {
     }
 
     private func draw(_ now: ContinuousClock.Instant) {
-        let elapsed = now - start
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        let rate = seconds > 0 ? Double(done - startDone) / seconds : 0
-        let fraction = total > 0 ? Double(done) / Double(total) : 1
+        let figures = tally.figures(after: now - start)
         let width = 24
-        let filled = Int(fraction * Double(width))
+        let filled = Int(figures.fraction * Double(width))
         let bar = String(repeating: "█", count: filled) + String(repeating: "·", count: width - filled)
         var eta = "--:--"
-        if rate > 0 {
-            let left = Int(Double(total - done) / rate)
+        if let left = figures.secondsLeft.map({ Int($0) }) {
             eta = String(format: "%02d:%02d", left / 60, left % 60)
         }
         // Files only when there is more than one: a single file's bar stays as it was.
-        var counts = files > 1 ? "  \(min(doneFiles, files))/\(files) files" : ""
-        if failedFiles > 0 { counts += " (\(failedFiles) failed)" }
+        var counts = tally.files > 1 ? "  \(min(tally.doneFiles, tally.files))/\(tally.files) files" : ""
+        if tally.failedFiles > 0 { counts += " (\(tally.failedFiles) failed)" }
         let line = String(
-            format: "\r%@ %5.1f%%  %@ / %@%@  %@/s  ETA %@ ", bar, fraction * 100,
-            ByteSize.format(done), ByteSize.format(total), counts, ByteSize.format(Int64(rate)), eta)
+            format: "\r%@ %5.1f%%  %@ / %@%@  %@/s  ETA %@ ", bar, figures.fraction * 100,
+            ByteSize.format(tally.done), ByteSize.format(tally.total), counts, ByteSize.format(Int64(figures.rate)), eta)
         FileHandle.standardError.write(Data(line.utf8))
         drawn = true
+    }
+}
+
+/// Progress for logs: a line every interval, and one when the job ends.
+///
+/// Events arrive on the task draining the job's stream while a timer task
+/// asks for the periodic lines, hence the lock.
+final class ProgressLines: Sendable {
+    private let tally = Mutex(ProgressTally())
+    private let start = ContinuousClock.now
+
+    func show(_ event: TransferEvent) {
+        tally.withLock { _ = $0.apply(event) }
+    }
+
+    /// The periodic line.
+    func tick() {
+        Terminal.error(line(final: false))
+    }
+
+    /// The last line, when the job completed. A job that failed ends with
+    /// its error instead: one line that says what to do, as without progress.
+    func finish() {
+        guard tally.withLock({ $0.completed }) else { return }
+        Terminal.error(line(final: true))
+    }
+
+    private func line(final: Bool) -> String {
+        let tally = tally.withLock { $0 }
+        return ProgressText.line(tally, tally.figures(after: .now - start), final: final)
     }
 }

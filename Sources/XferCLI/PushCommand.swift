@@ -62,6 +62,10 @@ struct PushCommand: AsyncParsableCommand {
 
     @OptionGroup var network: NetworkArguments
 
+    @OptionGroup var rateLimit: RateLimitArguments
+
+    @OptionGroup var output: OutputArguments
+
     @OptionGroup var s3: S3Arguments
 
     @OptionGroup var aws: AWSProfileArgument
@@ -102,7 +106,7 @@ struct PushCommand: AsyncParsableCommand {
     mutating func run() async throws {
         let selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
         if dryRun {
-            try DryRun.print(files, selection: selection, json: json)
+            try DryRun.print(files, selection: selection, json: json, quiet: output.quiet)
             return
         }
         guard let builtIn = backend, let target else { throw ValidationError("--backend and --to are required") }
@@ -110,8 +114,10 @@ struct PushCommand: AsyncParsableCommand {
         options.chunkSize = chunkSize?.bytes
         options.concurrency = concurrency
         options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        output.apply(to: &options)
 
-        let transport = try network.transportOptions()
+        var transport = try network.transportOptions()
+        rateLimit.apply(to: &transport)
         let backend = try builtIn.makeBackend(s3: s3, profile: aws)
 
         let engine = try TransferEngine(
@@ -123,7 +129,7 @@ struct PushCommand: AsyncParsableCommand {
             job = try await engine.push(files, to: target, using: backend, options: options, selection: selection, restart: restart)
         }
 
-        _ = try await JobWatcher.follow(job, json: json).get()
+        _ = try await JobWatcher.follow(job, json: json, output: output).get()
     }
 }
 
@@ -161,7 +167,7 @@ struct StreamInput {
 /// `xfer push --dry-run`: the walk a push would make, sending nothing and
 /// touching no state.
 enum DryRun {
-    static func print(_ paths: [String], selection: FileSelection, json: Bool) throws(XferError) {
+    static func print(_ paths: [String], selection: FileSelection, json: Bool, quiet: Bool) throws(XferError) {
         var files = 0
         var bytes: Int64 = 0
         var skipped = 0
@@ -183,7 +189,7 @@ enum DryRun {
                 skipped += 1
                 if json {
                     Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)])))
-                } else {
+                } else if !quiet {
                     Terminal.error("skipping \(path): \(reason.line)")
                 }
             case .failed(let path, _, _, let reason):
@@ -202,7 +208,7 @@ enum DryRun {
                 "event": .string("dryRun"), "files": .int(files), "bytes": .int(bytes), "skipped": .int(skipped),
                 "failed": .int(failed),
             ])))
-        } else {
+        } else if !quiet {
             Terminal.error(summary)
         }
     }

@@ -53,6 +53,15 @@ struct RunResult {
     }
 
     var lastEvent: [String: Any]? { events.last }
+
+    /// stderr less the progress lines a non-terminal stderr gets by default
+    /// (`--progress lines`: `xfer: progress ...` and `xfer: done ...`):
+    /// what is left is notes, warnings and errors.
+    var stderrWithoutProgress: String {
+        stderr.split(separator: "\n")
+            .filter { !$0.hasPrefix("xfer: progress ") && !$0.hasPrefix("xfer: done ") }
+            .map { $0 + "\n" }.joined()
+    }
 }
 
 /// Runs `xfer` with `arguments` to the end.

@@ -122,7 +122,7 @@ final class MultipartPushTests: XCTestCase {
         let paths = try makeThreeFiles(fragment: 512 << 10, fragments: 11)
         let result = try runXfer(arguments(paths))
         XCTAssertEqual(result.status, 0, result.stderr)
-        XCTAssertEqual(result.stderr, "", "no progress or noise on a non-terminal stderr")
+        XCTAssertEqual(result.stderrWithoutProgress, "", "no noise on a non-terminal stderr, only progress lines")
         try assertDelivered(paths, at: result.stdout)
         XCTAssertEqual(Set(result.stdout.map(Self.fileID)).count, 3, "each file is its own upload")
 

@@ -166,7 +166,7 @@ final class SequencePushTests: XCTestCase {
         XCTAssertEqual(result.stdout.count, 2, "\(result.stdout)")
         try assertDelivered(big, at: result.stdout[0], blocks: 12)
         try assertDelivered(small, at: result.stdout[1], blocks: 2)
-        XCTAssertEqual(result.stderr, "")
+        XCTAssertEqual(result.stderrWithoutProgress, "")
     }
 
     // MARK: SIGKILL at each moment

@@ -560,18 +560,40 @@ import Testing
 
     @Test func bodySeekingRewindsAcrossSegments() {
         let request = HTTPRequest(method: .put, url: "http://h/", body: RequestBody(chunk: ChunkPayload(index: 0, offset: 0, bytes: []), before: [1, 2], after: [3, 4, 5]))
-        let context = TransferContext(request: request, responseLimit: 0, bodyBytesSent: TransferByteCounter())
+        let context = TransferContext(request: request, id: 1, responseLimit: 0, bodyBytesSent: TransferByteCounter())
         var buffer = [UInt8](repeating: 0, count: 4)
         let firstRead = buffer.withUnsafeMutableBytes { context.readBody(into: $0) }
-        #expect(firstRead == 4)
+        #expect(firstRead == .bytes(4))
         #expect(buffer == [1, 2, 3, 4])
         #expect(context.seekBody(to: 3))
         let secondRead = buffer.withUnsafeMutableBytes { context.readBody(into: $0) }
-        #expect(secondRead == 2)
+        #expect(secondRead == .bytes(2))
         #expect(buffer.prefix(2) == [4, 5])
         #expect(context.seekBody(to: 5))
-        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == 0)
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .bytes(0))
         #expect(!context.seekBody(to: 6))
+    }
+
+    /// Under a rate limit the body goes out only as far as the allowance
+    /// granted; without one the request pauses and joins the budget's queue.
+    @Test func throttledBodyReadsPauseWithoutAllowance() {
+        let request = HTTPRequest(method: .put, url: "http://h/", body: RequestBody(chunk: ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3, 4, 5, 6]), before: [], after: []))
+        let throttle = SendThrottle(rate: 1 << 20)
+        let sent = TransferByteCounter()
+        let context = TransferContext(request: request, id: 7, responseLimit: 0, bodyBytesSent: sent, throttle: throttle)
+        var buffer = [UInt8](repeating: 0, count: 8)
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .paused)
+        #expect(throttle.budget.isAnyoneWaiting)
+        let grants = throttle.budget.grants(at: .now)
+        #expect(grants == [SendBudget.Grant(request: 7, bytes: 6)], "a grant is never more than the body still needs")
+        context.allowance = 4
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .bytes(4))
+        #expect(buffer.prefix(4) == [1, 2, 3, 4])
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .paused)
+        context.allowance = 10
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .bytes(2))
+        #expect(buffer.withUnsafeMutableBytes { context.readBody(into: $0) } == .bytes(0), "the end of the body needs no allowance")
+        #expect(sent.value == 6)
     }
 }
 

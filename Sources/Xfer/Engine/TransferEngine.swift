@@ -53,6 +53,7 @@ public final class TransferEngine: Sendable {
         self.stateDirectory = stateDirectory
         self.finishedJobRetention = max(.zero, finishedJobRetention)
         self.store = store
+        try options.validate()
         do {
             transport = try HTTPTransport(options: options)
         } catch {

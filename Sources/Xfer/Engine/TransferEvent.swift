@@ -13,6 +13,9 @@ public enum TransferEvent: Sendable, Hashable {
     case reconciled(file: Int, chunksOnServer: Int, doneBytes: Int64)
     /// The server acknowledged a chunk.
     case chunkStored(file: Int, chunk: Int, bytes: Int, doneBytes: Int64, totalBytes: Int64)
+    /// One HTTP request ended, answered or not; only with
+    /// `TransferOptions.reportsRequests`.
+    case requestFinished(RequestSummary)
     /// A request failed and will be tried again after `delay`.
     case retrying(operation: String, attempt: Int, delay: Duration, reason: String)
     /// The server asked for chunks or files again (a failed merge check).
@@ -29,6 +32,29 @@ public enum TransferEvent: Sendable, Hashable {
     case completed(JobReport)
     /// The job stopped; always the last event of a job that did not complete.
     case failed(XferError)
+}
+
+/// One HTTP request a job sent, for logs (`TransferEvent.requestFinished`).
+///
+/// Holds nothing secret: the URL loses its query, fragment and password
+/// before it leaves the library (presigned signatures, tokens in a query),
+/// header values are not carried at all, and transport failures are
+/// described without them.
+public struct RequestSummary: Sendable, Hashable {
+    /// The HTTP method, e.g. `PATCH`.
+    public var method: String
+    /// The URL without query or fragment (a `?…` marks where a query was),
+    /// its password masked.
+    public var url: String
+    /// The status of the final response; nil when none came.
+    public var status: Int?
+    /// Why no response came (timeout, reset...), when none did.
+    public var failure: String?
+    /// The size of the request's body.
+    public var bodyBytes: Int64
+    /// From handing the request to the transport to its end, waits for the
+    /// send rate limit included.
+    public var duration: Duration
 }
 
 /// The result of a finished job.

@@ -12,6 +12,9 @@ public struct TransferOptions: Sendable, Hashable {
     public var extraHeaders: HTTPHeaders
     /// What the backend uses to authenticate; never stored or shown.
     public var credentials: Credentials
+    /// Whether the job emits `TransferEvent.requestFinished` for every
+    /// request. Off by default: it is an event per request, for logs.
+    public var reportsRequests: Bool
 
     /// Options; nil values take the backend's defaults (a resumed job keeps its chunk sizes).
     public init(
@@ -19,13 +22,15 @@ public struct TransferOptions: Sendable, Hashable {
         concurrency: Int? = nil,
         retry: RetryPolicy = RetryPolicy(),
         extraHeaders: HTTPHeaders = [:],
-        credentials: Credentials = Credentials()
+        credentials: Credentials = Credentials(),
+        reportsRequests: Bool = false
     ) {
         self.chunkSize = chunkSize
         self.concurrency = concurrency
         self.retry = retry
         self.extraHeaders = extraHeaders
         self.credentials = credentials
+        self.reportsRequests = reportsRequests
     }
 
     /// The largest chunk the engine accepts: chunks are held in memory while

@@ -323,7 +323,7 @@ struct Worker: Sendable {
                     let size = Int64(request.body.count)
                     bytesSent.withLock { $0 += size }
                 }
-                let response = try await transport.send(request)
+                let response = try await send(request)
                 return try exchange.interpret(response)
             } catch let error as BackendError {
                 switch error {
@@ -360,6 +360,26 @@ struct Worker: Sendable {
                 throw .failed(.interrupted)
             }
         }
+    }
+
+    /// Sends `request`, reporting it when the options ask for every request.
+    private func send(_ request: HTTPRequest) async throws(TransportError) -> HTTPResponse {
+        guard options.reportsRequests else { return try await transport.send(request) }
+        let start = ContinuousClock.now
+        let outcome: Result<HTTPResponse, TransportError>
+        do { outcome = .success(try await transport.send(request)) } catch { outcome = .failure(error) }
+        var status: Int?
+        var failure: String?
+        switch outcome {
+        case .success(let response): status = response.status
+        case .failure(let error): failure = error.description
+        }
+        events.yield(
+            .requestFinished(
+                RequestSummary(
+                    method: request.method.rawValue, url: TransferEngine.displayURL(request.url), status: status,
+                    failure: failure, bodyBytes: Int64(request.body.count), duration: .now - start)))
+        return try outcome.get()
     }
 
     // MARK: Helpers

@@ -139,7 +139,9 @@ final class CurlEasyHandle {
         // The size is always known, so curl sends Content-Length and never
         // chunked encoding, which some upload servers reject.
         let size = request.body.count
-        if size <= Self.inlineBodyLimit, let context {
+        // Under a rate limit every byte goes through the read callback, where
+        // the budget is kept; only an empty body has nothing to count.
+        if size <= Self.inlineBodyLimit, let context, context.throttle == nil || size == 0 {
             // Small bodies go from memory, with the headers in one send: through
             // the read callback they were a second send, and curl mapped and
             // unmapped its 512 KiB upload buffer for every request.
@@ -203,6 +205,15 @@ final class CurlEasyHandle {
             throw .network("out of memory building request headers")
         }
         headerList = list
+    }
+
+    /// Lets curl call the read callback again after it paused for want of
+    /// an allowance. Loop thread only, outside curl's callbacks: libcurl
+    /// allows unpausing only from the thread that drives the transfer. It
+    /// also restarts curl's low-speed clock, so the time a request waited
+    /// for its turn never counts as a stall.
+    func resumeSending() {
+        _ = curl_easy_pause(raw, CURLPAUSE_CONT)
     }
 
     // MARK: Completion
@@ -369,7 +380,12 @@ private func transferReadCallback(
 ) -> Int {
     guard let userdata, let buffer else { return Int(CURL_READFUNC_ABORT) }
     let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
-    return context.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) ?? Int(CURL_READFUNC_ABORT)
+    switch context.readBody(into: UnsafeMutableRawBufferPointer(start: buffer, count: size * count)) {
+    case .bytes(let count): return count
+    // curl stops asking until `CurlEasyHandle.resumeSending()`.
+    case .paused: return Int(CURL_READFUNC_PAUSE)
+    case .failed: return Int(CURL_READFUNC_ABORT)
+    }
 }
 
 private func transferSeekCallback(_ userdata: UnsafeMutableRawPointer?, _ offset: Int, _ origin: Int32) -> Int32 {

@@ -274,6 +274,7 @@ final class CurlMultiLoop: TaskExecutor {
                 }
                 multi.perform()
                 transfers.collectFinished()
+                transfers.grantSendAllowances()
                 // Decided under the lock: what was queued since the top of the
                 // loop is taken now; what comes later sees `isWaiting` and wakes it.
                 let waits = state.withLock { state -> Bool in
@@ -283,7 +284,8 @@ final class CurlMultiLoop: TaskExecutor {
                     return true
                 }
                 if waits {
-                    multi.poll(timeoutMilliseconds: Self.pollTimeoutMilliseconds)
+                    multi.poll(timeoutMilliseconds: transfers.nextGrantMilliseconds.map { min($0, Self.pollTimeoutMilliseconds) }
+                        ?? Self.pollTimeoutMilliseconds)
                     state.withLock { state in
                         state.isWaiting = false
                         state.isWoken = false
@@ -301,11 +303,14 @@ private final class TransferTable {
         var id: UInt64
         var slot: TransferCompletionSlot
         var easy: CurlEasyHandle
+        var context: TransferContext
     }
 
     private let multi: CurlMultiHandle
     private let options: TransportOptions
     private let bodyBytesSent: TransferByteCounter
+    /// The rate limit's budget, shared by every transfer; nil without a limit.
+    private let throttle: SendThrottle?
     private var transfersByHandle: [UnsafeMutableRawPointer: Transfer] = [:]
     private var handlesByID: [UInt64: UnsafeMutableRawPointer] = [:]
     private var idleHandles: [CurlEasyHandle] = []
@@ -316,6 +321,7 @@ private final class TransferTable {
         self.multi = multi
         self.options = options
         self.bodyBytesSent = bodyBytesSent
+        throttle = options.maximumSendRate.map { SendThrottle(rate: $0) }
     }
 
     func start(_ submission: TransferSubmission) {
@@ -327,8 +333,10 @@ private final class TransferTable {
         }
         let context = TransferContext(
             request: submission.request,
+            id: submission.id,
             responseLimit: options.maximumResponseBodySize,
-            bodyBytesSent: bodyBytesSent
+            bodyBytesSent: bodyBytesSent,
+            throttle: throttle
         )
         do {
             try easy.prepare(submission.request, target: submission.target, options: options, context: context)
@@ -342,7 +350,7 @@ private final class TransferTable {
             submission.slot.resume(with: .failure(.network("could not add the transfer to the curl multi handle")))
             return
         }
-        transfersByHandle[easy.raw] = Transfer(id: submission.id, slot: submission.slot, easy: easy)
+        transfersByHandle[easy.raw] = Transfer(id: submission.id, slot: submission.slot, easy: easy, context: context)
         handlesByID[submission.id] = easy.raw
     }
 
@@ -351,6 +359,7 @@ private final class TransferTable {
         guard let raw = handlesByID.removeValue(forKey: id),
               let transfer = transfersByHandle.removeValue(forKey: raw)
         else { return }
+        release(transfer)
         multi.remove(transfer.easy)
         recycle(transfer.easy)
         transfer.slot.resume(with: .failure(.cancelled))
@@ -360,6 +369,7 @@ private final class TransferTable {
         while let (raw, code) = multi.nextFinishedTransfer() {
             guard let transfer = transfersByHandle.removeValue(forKey: raw) else { continue }
             handlesByID[transfer.id] = nil
+            release(transfer)
             multi.remove(transfer.easy)
             let outcome = transfer.easy.outcome(for: code)
             recycle(transfer.easy)
@@ -375,6 +385,33 @@ private final class TransferTable {
         transfersByHandle = [:]
         handlesByID = [:]
         idleHandles = []
+    }
+
+    /// Hands out the send budget's grants that are due and unpauses the
+    /// transfers that got them.
+    func grantSendAllowances() {
+        guard let throttle, throttle.budget.isAnyoneWaiting else { return }
+        for grant in throttle.budget.grants(at: .now) {
+            guard let raw = handlesByID[grant.request], let transfer = transfersByHandle[raw] else {
+                throttle.budget.finish(grant.request, unused: grant.bytes)
+                continue
+            }
+            transfer.context.allowance += Int(grant.bytes)
+            transfer.easy.resumeSending()
+        }
+    }
+
+    /// How long the loop may wait before the next grant is due; nil when no
+    /// transfer waits for one.
+    var nextGrantMilliseconds: Int32? {
+        guard let delay = throttle?.budget.delayUntilNextGrant(at: .now) else { return nil }
+        return Int32(clamping: max(1, delay.roundedUpMilliseconds))
+    }
+
+    /// A transfer left: it waits no longer, and its unsent allowance goes back.
+    private func release(_ transfer: Transfer) {
+        throttle?.budget.finish(transfer.id, unused: Int64(transfer.context.allowance))
+        transfer.context.allowance = 0
     }
 
     private func recycle(_ easy: CurlEasyHandle) {

@@ -29,6 +29,14 @@ final class TransferContext {
     private(set) var bodyFailure: XferError?
     private let bodyBytesSent: TransferByteCounter
 
+    /// The transport's send budget when it has a rate limit; the body then
+    /// goes out only as fast as `allowance` is granted.
+    let throttle: SendThrottle?
+    /// The request's id, as the throttle's queue knows it.
+    let requestID: UInt64
+    /// Body bytes the throttle granted and the request has not sent yet.
+    var allowance = 0
+
     let responseLimit: Int
     private(set) var responseBody: [UInt8] = []
     private(set) var exceededResponseLimit = false
@@ -37,10 +45,14 @@ final class TransferContext {
     /// Header values of the request; curl's messages are scrubbed of them.
     let requestHeaderValues: [String]
 
-    init(request: HTTPRequest, responseLimit: Int, bodyBytesSent: TransferByteCounter) {
+    init(
+        request: HTTPRequest, id: UInt64, responseLimit: Int, bodyBytesSent: TransferByteCounter, throttle: SendThrottle? = nil
+    ) {
         body = request.body
+        requestID = id
         self.responseLimit = max(0, responseLimit)
         self.bodyBytesSent = bodyBytesSent
+        self.throttle = throttle
         requestHeaderValues = request.headers.map(\.value)
     }
 
@@ -81,15 +93,33 @@ final class TransferContext {
 
     // MARK: Request body
 
-    /// Fills as much of `buffer` as the body has left; 0 means the body is
-    /// complete, nil that it cannot be read (the transfer must abort).
-    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> Int? {
-        guard bodyFailure == nil else { return nil }
-        let written = copyBody(from: position, into: buffer)
-        if bodyFailure != nil { return nil }
+    /// What a read of the body gave curl.
+    enum BodyRead: Equatable {
+        /// This many bytes; 0 means the body is complete.
+        case bytes(Int)
+        /// None until the throttle grants more (the request waits in its queue).
+        case paused
+        /// The body cannot be read: the transfer must abort (see `bodyFailure`).
+        case failed
+    }
+
+    /// Fills as much of `buffer` as the body has left and the throttle allows.
+    func readBody(into buffer: UnsafeMutableRawBufferPointer) -> BodyRead {
+        guard bodyFailure == nil else { return .failed }
+        var room = buffer.count
+        if let throttle, position < body.count {
+            guard allowance > 0 else {
+                throttle.budget.wait(requestID, need: Int64(body.count - position))
+                return .paused
+            }
+            room = min(room, allowance)
+        }
+        let written = copyBody(from: position, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<room]))
+        if bodyFailure != nil { return .failed }
         position += written
+        allowance = max(0, allowance - written)
         bodyBytesSent.add(written)
-        return written
+        return .bytes(written)
     }
 
     /// Repositions the body stream. curl rewinds when it must resend a body,

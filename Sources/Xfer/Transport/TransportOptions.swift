@@ -27,9 +27,29 @@ public struct TransportOptions: Sendable, Hashable {
     public var maximumResponseBodySize: Int = 4 << 20
     /// The `User-Agent` header sent with every request.
     public var userAgent: String = "xfer/0.1"
+    /// Bytes per second of request bodies for the whole transport — every
+    /// request in flight together, not each one; nil means no limit. A
+    /// `TransferEngine` has one transport, so this bounds all its jobs.
+    /// Responses are not limited. Within `sendRates`.
+    public var maximumSendRate: Int64? = nil
 
     /// The defaults above.
     public init() {}
+
+    /// The send rates accepted, 1 KiB/s to 1 TiB/s: below, a request of a
+    /// few KiB would take minutes, which is never what was meant; above is
+    /// far beyond any link.
+    public static let sendRates: ClosedRange<Int64> = (1 << 10)...(1 << 40)
+
+    /// Checks the values against the transport's bounds; `TransferEngine`
+    /// checks them too, so calling this first only moves the error earlier.
+    ///
+    /// - Throws: `.invalidInput`, saying which value is out of range.
+    public func validate() throws(XferError) {
+        if let rate = maximumSendRate, !Self.sendRates.contains(rate) {
+            throw .invalidInput("the send rate limit must be between 1 KiB/s and 1 TiB/s, not \(rate) bytes/s")
+        }
+    }
 }
 
 extension Duration {
