@@ -32,8 +32,10 @@ struct ProgressTally: Sendable {
             startDone = doneBytes
         case .chunkStored(_, _, _, let doneBytes, _):
             done = doneBytes
-        case .completed:
+        case .completed(let report):
             completed = true
+            // A stream's length is known once it ended.
+            if total == 0 { total = report.files.reduce(0) { $0 + $1.size } }
             done = total
         default:
             return false
@@ -41,13 +43,17 @@ struct ProgressTally: Sendable {
         return true
     }
 
+    /// A stream whose length is not known (its events say 0 bytes in all)
+    /// has bytes done but no share of a total, and no time left.
+    var lengthUnknown: Bool { total == 0 && done > 0 && !completed }
+
     /// The figures after `elapsed` of this run.
     func figures(after elapsed: Duration) -> ProgressFigures {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         let rate = seconds > 0 ? Double(max(0, done - startDone)) / seconds : 0
         return ProgressFigures(
-            fraction: total > 0 ? min(1, Double(done) / Double(total)) : 1, rate: rate,
-            secondsLeft: rate > 0 ? Double(max(0, total - done)) / rate : nil, elapsedSeconds: seconds)
+            fraction: total > 0 ? min(1, Double(done) / Double(total)) : (lengthUnknown ? 0 : 1), rate: rate,
+            secondsLeft: rate > 0 && !lengthUnknown ? Double(max(0, total - done)) / rate : nil, elapsedSeconds: seconds)
     }
 }
 

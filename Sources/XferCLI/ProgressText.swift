@@ -9,7 +9,10 @@ enum ProgressText {
         let percent = Int((figures.fraction * 100).rounded(.down))
         var files = "\(min(tally.doneFiles, tally.files))/\(tally.files) file\(tally.files == 1 ? "" : "s")"
         if tally.failedFiles > 0 { files += " (\(tally.failedFiles) failed)" }
-        let amounts = "\(JobText.bytes(tally.done)) / \(JobText.bytes(tally.total)) (\(percent)%), \(files), \(rate(figures.rate))"
+        let sent = tally.lengthUnknown
+            ? "\(JobText.bytes(tally.done)) of a stream of unknown length"
+            : "\(JobText.bytes(tally.done)) / \(JobText.bytes(tally.total)) (\(percent)%)"
+        let amounts = "\(sent), \(files), \(rate(figures.rate))"
         guard final else {
             return "progress \(amounts), ETA \(figures.secondsLeft.map(duration) ?? "unknown")"
         }

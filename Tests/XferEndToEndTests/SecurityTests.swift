@@ -118,15 +118,15 @@ final class SecurityTests: XCTestCase {
         for backend in ["patch", "sequence"] {
             let fromEnvironment = try push("env-\(backend)", [], token: token, backend: backend)
             XCTAssertEqual(fromEnvironment.status, 0, "\(backend): \(fromEnvironment.stderr)")
-            XCTAssertEqual(fromEnvironment.stderr, "", backend)
+            XCTAssertEqual(fromEnvironment.stderrWithoutProgress, "", backend)
         }
         let fromFile = try push("file", ["--token-file", privateFile])
         XCTAssertEqual(fromFile.status, 0, fromFile.stderr)
-        XCTAssertEqual(fromFile.stderr, "", "a private file is nothing to warn about")
+        XCTAssertEqual(fromFile.stderrWithoutProgress, "", "a private file is nothing to warn about")
 
         let shared = try push("shared", ["--token-file", sharedFile])
         XCTAssertEqual(shared.status, 0, shared.stderr)
-        XCTAssertEqual(shared.stderr.split(separator: "\n").count, 1, shared.stderr)
+        XCTAssertEqual(shared.stderrWithoutProgress.split(separator: "\n").count, 1, shared.stderr)
         XCTAssertTrue(shared.stderr.contains("warning: --token-file \(sharedFile) can be read by other users"), shared.stderr)
 
         let optionWins = try push("option-wins", ["--token", "tok-wrong"], token: token)

@@ -153,7 +153,7 @@ final class StreamPushTests: XCTestCase {
     /// Partial uploads, one per part, concatenated by a final upload.
     func testStreamsToTusReadBackIdentical() throws {
         let server = try TusServer(directory: work.file("tus"))
-        for (name, size) in [("long.bin", 3 * (1 << 20) + 999), ("small.bin", 10)] {
+        for (name, size) in [("long.bin", 3 * (1 << 20) + 999), ("multiple.bin", 2 << 20), ("small.bin", 10), ("empty.bin", 0)] {
             let file = work.file(name)
             try makeTestFile(at: file, size: size, seed: 3)
             let result = try pipeline(
@@ -163,6 +163,25 @@ final class StreamPushTests: XCTestCase {
             let url = try XCTUnwrap(result.stdout.last)
             XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file), name)
         }
+    }
+
+    /// A producer that dies mid-stream, with --expected-size: the push
+    /// fails, and the partial uploads it made are deleted (termination).
+    func testAProducerThatDiesMidStreamLeavesNoPartialUploadOnTus() throws {
+        let directory = work.file("tus")
+        let server = try TusServer(directory: directory)
+        let file = work.file("whole.bin")
+        try makeTestFile(at: file, size: 4 << 20)
+        let producer = "/usr/bin/python3 -c " + Self.quoted(
+            "import os,sys; sys.stdout.buffer.write(open(\(Self.pythonString(file)),'rb').read(\((2 << 20) + 5))); sys.stdout.flush(); os.kill(os.getpid(), 9)")
+        let result = try pipeline(producer, [
+            "push", "-", "--name", "cut.bin", "--backend", "tus", "--to", server.url, "--state", state, "--chunk-size", "1MiB",
+            "--expected-size", String(4 << 20),
+        ])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(result.stderr.contains("ended after \((2 << 20) + 5) bytes"), result.stderr)
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: directory + "/uploads")) ?? []
+        XCTAssertTrue(left.filter { !$0.hasPrefix(".") }.isEmpty, "partial uploads left on the server: \(left)")
     }
 
     func testProtocolsThatCannotTakeAStreamAreRefused() throws {

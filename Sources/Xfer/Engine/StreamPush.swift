@@ -249,7 +249,7 @@ final class StreamRunner: JobRun {
             events.yield(
                 .chunkStored(
                     file: 0, chunk: number - 1, bytes: current.count, doneBytes: progress.length,
-                    totalBytes: source.expectedSize ?? progress.length))
+                    totalBytes: source.expectedSize ?? 0))
             if next.isEmpty { break }
             current = next
             number += 1

@@ -4,7 +4,9 @@
 /// to the network, so it cannot run ahead of the truth or pass 100%.
 public enum TransferEvent: Sendable, Hashable {
     /// The job is running. `doneBytes` and `doneFiles` are what earlier runs
-    /// already sent; `files` counts every file of the job.
+    /// already sent; `files` counts every file of the job. `totalBytes` is 0
+    /// for a stream whose length is not known (`StreamSource.expectedSize`),
+    /// here and in `chunkStored`.
     case started(job: JobID, totalBytes: Int64, doneBytes: Int64, files: Int, doneFiles: Int, resumed: Bool)
     /// A path found in a directory is not sent (a special file, a symbolic
     /// link not followed, a loop). Reported before the first request.
