@@ -1097,7 +1097,7 @@ def bench_stream(work):
                 f"RSS {peak / MiB:.0f} MiB")
     os.unlink(f)
     aws_version = "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'")
-    how = {"xfer": "`xfer push - --name KEY`: parts of 8 MiB, one in flight while the next is read",
+    how = {"xfer": "`xfer push - --name KEY`: 8 MiB parts, two in memory (in flight or being read)",
            "aws": f"`{aws_version} s3 cp - s3://...`, multipart_chunksize 8MB"}
     base = median([size / MiB / r[0] for r in runs["xfer"]])
     rows = []

@@ -179,8 +179,9 @@ public protocol StreamUploading: UploadCancelling {
     /// Sends one part: `part.offset` is where it starts in the stream and
     /// `part.number` counts from 1. `file.size` is the bytes read so far,
     /// this part included; whether more follow is told by `finishStream`
-    /// (the engine sends a part while it reads the next). A receipt in the
-    /// answer reaches `finishStream`.
+    /// (the engine sends a part while it reads the next). Two parts may be
+    /// in flight at once unless the backend's `ChunkOrdering` says
+    /// `.sequentialWithinFile`. A receipt in the answer reaches `finishStream`.
     func uploadStreamPart(_ part: ChunkPayload, of file: FileContext, in job: JobContext)
         throws(BackendError) -> Exchange<ChunkOutcome>
 

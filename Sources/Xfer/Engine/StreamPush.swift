@@ -38,8 +38,9 @@ extension TransferEngine {
     /// Starts pushing `source` to `target` as one object named `source.name`.
     ///
     /// The stream is read a part at a time (`StreamUploading.streamPartSize`)
-    /// and each part is sent while the next is read, so two parts are in
-    /// memory at most, whatever the stream's length. A stream no longer than
+    /// and two parts are in memory at most, whatever the stream's length:
+    /// two in flight when the backend takes chunks in any order
+    /// (`ChunkOrdering`), else one in flight while the next is read. A stream no longer than
     /// its first part is sent as a file of that length. A stream cannot be
     /// read twice, so a failed, interrupted or paused stream push is not
     /// resumed: its upload is dropped on the server (`cancelRequests`), and
@@ -146,7 +147,8 @@ final class StreamRunner: JobRun {
         var record: JobRecord
         var file: FileRecord
         var length: Int64 = 0
-        var receipts: [String?] = []
+        /// By part index (number - 1): parts may be acknowledged out of order.
+        var receipts: [Int: String] = [:]
     }
 
     func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
@@ -211,51 +213,69 @@ final class StreamRunner: JobRun {
             progress.file.handles.merge(opened.handles)
             try await store.commit(.putFiles(job: jobID, files: [(0, progress.file)]))
         }
-        var number = 1
-        var current = first
-        while true {
-            try checkExpected(progress.length + Int64(current.count), ended: false)
-            let part = ChunkPayload(index: number - 1, offset: progress.length, bytes: current)
-            progress.length += Int64(current.count)
-            let job = context(progress)
-            let file = fileContext(progress)
-            let operation = "send part \(number) of \(source.name)"
-            // The next part is read while this one is sent: two parts in memory at most.
-            async let sent = worker.send(operation, in: job, chunk: part.bytesSource) { () throws(BackendError) in
-                .send(try backend.uploadStreamPart(part, of: file, in: job))
+        // Two parts in memory at most: each part read is sent at once, and the
+        // next is read while parts are in flight — up to two of them when the
+        // protocol takes a file's chunks in any order (S3's parts), else one
+        // in flight while the next is read (tus's offsets). A stream's bytes
+        // usually come faster than a server takes them, so two in flight is
+        // what keeps the link busy.
+        let inFlightAtMost = backend.chunkOrder(in: context(progress)) == .any ? 2 : 1
+        var ready: [UInt8]? = first
+        var ended = false
+        var parts = 0
+        var acknowledgedBytes: Int64 = 0
+        do {
+            try await withThrowingTaskGroup(of: (number: Int, bytes: Int, outcome: ChunkOutcome?).self) { group in
+                var inFlight = 0
+                while true {
+                    if let bytes = ready, inFlight < inFlightAtMost {
+                        parts += 1
+                        let number = parts
+                        try checkExpected(progress.length + Int64(bytes.count), ended: false)
+                        let part = ChunkPayload(index: number - 1, offset: progress.length, bytes: bytes)
+                        progress.length += Int64(bytes.count)
+                        let job = context(progress)
+                        let file = fileContext(progress)
+                        group.addTask {
+                            let outcome = try await worker.send("send part \(number) of \(self.source.name)", in: job, chunk: part.bytesSource) {
+                                () throws(BackendError) in .send(try self.backend.uploadStreamPart(part, of: file, in: job))
+                            }
+                            return (number, bytes.count, outcome)
+                        }
+                        inFlight += 1
+                        ready = nil
+                        continue
+                    }
+                    if ready == nil, !ended, inFlight < 2 {
+                        let next = try await reader.read(upTo: partSize(parts + 1))
+                        if next.isEmpty { ended = true } else { ready = next }
+                        continue
+                    }
+                    guard inFlight > 0, let sent = try await group.next() else { break }
+                    inFlight -= 1
+                    let receipt = try acknowledged(sent.outcome, operation: "send part \(sent.number) of \(source.name)")
+                    if let receipt {
+                        progress.receipts[sent.number - 1] = receipt
+                        // Kept so a killed run's parts can be dropped (e.g. tus's partial uploads).
+                        try await store.commit(
+                            .markDone(
+                                job: jobID, file: 0, chunks: [], plan: ChunkPlan(fileSize: 0, chunkSize: 1),
+                                receipts: [sent.number - 1: receipt]))
+                    }
+                    acknowledgedBytes += Int64(sent.bytes)
+                    events.yield(
+                        .chunkStored(
+                            file: 0, chunk: sent.number - 1, bytes: sent.bytes, doneBytes: acknowledgedBytes,
+                            totalBytes: source.expectedSize ?? 0))
+                }
             }
-            let next: [UInt8]
-            do {
-                next = try await reader.read(upTo: partSize(number + 1))
-            } catch {
-                _ = try? await sent
-                throw error
-            }
-            let outcome: ChunkOutcome?
-            do {
-                outcome = try await sent
-            } catch let error as XferError {
-                throw error
-            } catch {
-                throw .transferFailed("\(operation): \(error)")
-            }
-            let receipt = try acknowledged(outcome, operation: operation)
-            progress.receipts.append(receipt)
-            if let receipt {
-                // Kept so a killed run's parts can be dropped (e.g. tus's partial uploads).
-                try await store.commit(
-                    .markDone(job: jobID, file: 0, chunks: [], plan: ChunkPlan(fileSize: 0, chunkSize: 1), receipts: [number - 1: receipt]))
-            }
-            events.yield(
-                .chunkStored(
-                    file: 0, chunk: number - 1, bytes: current.count, doneBytes: progress.length,
-                    totalBytes: source.expectedSize ?? 0))
-            if next.isEmpty { break }
-            current = next
-            number += 1
+        } catch let error as XferError {
+            throw error
+        } catch {
+            throw .transferFailed("sending \(source.name): \(error)")
         }
         try checkExpected(progress.length, ended: true)
-        let receipts = progress.receipts
+        let receipts = (0..<parts).map { progress.receipts[$0] }
         let finished = try await worker.send("complete the upload of \(source.name)", in: context(progress)) {
             () throws(BackendError) in try backend.finishStream(fileContext(progress), receipts: receipts, in: context(progress))
         }
@@ -355,8 +375,7 @@ final class StreamRunner: JobRun {
 
     /// Best-effort, one attempt each: what the server holds of this stream goes.
     private func drop(_ progress: Progress, worker: Worker) async {
-        var receipts: [Int: String] = [:]
-        for (index, receipt) in progress.receipts.enumerated() { if let receipt { receipts[index] = receipt } }
+        let receipts = progress.receipts
         let job = JobContext(
             id: jobID, target: progress.record.target, handles: progress.record.handles,
             files: [fileContext(progress).with(receipts: receipts)], credentials: options.credentials)
