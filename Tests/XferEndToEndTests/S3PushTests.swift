@@ -234,6 +234,20 @@ final class S3PushTests: XCTestCase {
         XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the upload was not aborted")
     }
 
+    /// `--restart` starts a new upload and aborts the one the job had: no
+    /// multipart upload is left billed on the server.
+    func testRestartAbortsTheUploadItLeavesBehind() throws {
+        let file = work.file("r.bin")
+        try makeTestFile(at: file, size: 4 * partSize, seed: 8)
+        try killedPush(file, afterParts: 1)
+        XCTAssertEqual(try s3.uploadsInProgress(bucket: "bucket-a").count, 1)
+
+        let restarted = try push(pushArguments([file]) + ["--restart"])
+        XCTAssertEqual(restarted.status, 0, restarted.stderr)
+        try assertObject("in/r.bin", equals: file, parts: 4)
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the first upload was left on the server")
+    }
+
     func testMistakesFailWithOneLineAndTheirExitCode() throws {
         let file = work.file("m.bin")
         try makeTestFile(at: file, size: 1000)

@@ -271,27 +271,9 @@ extension TransferEngine {
         if record.phase == .completed {
             notAsked = "the job is complete; its files stay on the server"
         } else if let backend = backends.first(where: { $0.name == record.backend }) {
-            var context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
-            if record.isStream, let file = context.files.first {
-                // A stream's parts may be uploads of their own (tus's partial uploads): named in its receipts.
-                context = JobContext(
-                    id: context.id, target: context.target, handles: context.handles,
-                    files: [file.with(receipts: try store.receipts(job: id, file: 0))], credentials: context.credentials,
-                    concurrency: context.concurrency)
-            }
-            let cancelRequests = backend.requestsToCancel(context)
-            if cancelRequests.isEmpty {
+            requests = try await dropOnServer(record, using: backend, options: options)
+            if requests.isEmpty {
                 notAsked = "the '\(record.backend)' protocol has no call to drop an upload; only the local state was removed"
-            }
-            for unprepared in cancelRequests {
-                let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)
-                let shown = Self.displayURL(request.url)
-                do {
-                    let response = try await transport.send(request)
-                    requests.append(.init(method: request.method.rawValue, url: shown, status: response.status, error: nil))
-                } catch {
-                    requests.append(.init(method: request.method.rawValue, url: shown, status: nil, error: "\(error)"))
-                }
             }
         } else {
             notAsked = "the '\(record.backend)' backend is not available here, so the server was not asked to drop the upload"
@@ -300,6 +282,35 @@ extension TransferEngine {
         try store.sync()
         lock.removeFile()
         return CancellationReport(job: id, requests: requests, serverNotAsked: notAsked)
+    }
+
+    /// Sends the backend's `cancelRequests` for the job `record` describes,
+    /// one attempt each, and reports their answers: what the server holds of
+    /// an unfinished job goes (`cancel`, `--restart`, the next push of a
+    /// stream). The caller holds the job's lock.
+    func dropOnServer(
+        _ record: JobRecord, using backend: any UploadBackend, options: TransferOptions
+    ) async throws(XferError) -> [CancellationReport.Request] {
+        var context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
+        if record.isStream, let file = context.files.first {
+            // A stream's parts may be uploads of their own (tus's partial uploads): named in its receipts.
+            context = JobContext(
+                id: context.id, target: context.target, handles: context.handles,
+                files: [file.with(receipts: try store.receipts(job: record.id, file: 0))], credentials: context.credentials,
+                concurrency: context.concurrency)
+        }
+        var requests: [CancellationReport.Request] = []
+        for unprepared in backend.requestsToCancel(context) {
+            let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)
+            let shown = Self.displayURL(request.url)
+            do {
+                let response = try await transport.send(request)
+                requests.append(.init(method: request.method.rawValue, url: shown, status: response.status, error: nil))
+            } catch {
+                requests.append(.init(method: request.method.rawValue, url: shown, status: nil, error: "\(error)"))
+            }
+        }
+        return requests
     }
 
     /// Deletes completed jobs older than `finishedJobRetention` and returns

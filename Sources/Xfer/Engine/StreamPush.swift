@@ -68,12 +68,12 @@ extension TransferEngine {
         try TransferOptions.check(chunkSize: requested)
 
         let id = Self.streamJobID(backend: backend.name, target: normalized, name: source.name)
-        if let existing = try store.job(id), existing.phase != .completed {
-            // Killed or failed before: drop what it left on the server, then start afresh.
-            _ = try await cancelJob(id, using: [backend], options: options)
-        }
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
-        if try store.job(id) != nil { try await store.commit(.deleteJob(id)) }
+        if let existing = try store.job(id) {
+            // Killed or failed before: drop what it left on the server, then start afresh.
+            if existing.phase != .completed { _ = try await dropOnServer(existing, using: backend, options: options) }
+            try await store.commit(.deleteJob(id))
+        }
         let now = Date()
         var record = JobRecord(
             id: id, backend: backend.name, target: normalized, createdAt: now, updatedAt: now, concurrency: 1, rootCount: 1,

@@ -162,7 +162,12 @@ public final class TransferEngine: Sendable {
             record.phase = .unfinished
             resumed = true
         } else {
-            if try store.job(id) != nil {
+            if let existing = try store.job(id) {
+                // --restart: what the server holds of the unfinished job goes
+                // with it (a multipart upload is billed until aborted).
+                if existing.phase != .completed, existing.backend == backend.name {
+                    _ = try await dropOnServer(existing, using: backend, options: options)
+                }
                 try await store.commit(.deleteJob(id))
             }
             let now = Date()
