@@ -135,6 +135,28 @@ final class StreamPushTests: XCTestCase {
         XCTAssertEqual(try s3.uploadsInProgress(bucket: "bucket-a").count, 0, "the killed push's upload was not dropped")
     }
 
+    /// SIGINT mid-stream: exit 130, and the upload is aborted on the way out.
+    func testSIGINTMidStreamAbortsTheUpload() throws {
+        let s3 = try S3Server()
+        try s3.makeBucket("bucket-a")
+        let file = work.file("big.bin")
+        try makeTestFile(at: file, size: 4 * part)
+        let fifo = work.file("fifo")
+        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
+        let producer = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "cat \(Self.quoted(file)) > \(Self.quoted(fifo))"])
+        let push = try ChildProcess(
+            executable: xferExecutable,
+            arguments: ["push", fifo, "--backend", "s3", "--to", "s3://bucket-a/in", "--endpoint", s3.url, "--state", state,
+                        "--chunk-size", "6MiB", "--json"],
+            environment: S3Server.environment)
+        XCTAssertNotNil(push.readLine { $0.contains("\"event\":\"chunk\"") }, push.standardError)
+        push.kill(SIGINT)
+        XCTAssertEqual(push.wait(), 130, push.standardError)
+        producer.kill(SIGKILL)
+        _ = producer.wait()
+        XCTAssertEqual(try s3.uploadsInProgress(bucket: "bucket-a").count, 0, "the interrupted stream's upload was left on the server")
+    }
+
     /// `cancel` drops a killed stream's upload too.
     func testCancelDropsAKilledStreamsUpload() throws {
         let s3 = try S3Server()

@@ -176,7 +176,10 @@ final class StreamRunner: JobRun {
                     bytesSent: worker.bytesSent.withLock { $0 }, bytesResumed: 0))
         } catch {
             let failure = Task.isCancelled ? XferError.interrupted : error
-            await drop(progress, worker: worker)
+            // In a task of its own: an interrupted run's task is cancelled, and
+            // the transport would not send for it.
+            let dropped = progress
+            await Task { await self.drop(dropped, worker: worker) }.value
             var ended = progress.record
             ended.phase = .failed
             ended.lastError = "\(failure == .interrupted ? "interrupted" : failure.description); a stream cannot be read again, so this push cannot be resumed (its upload was dropped on the server)"
