@@ -11,7 +11,7 @@ import Xfer
 /// CRC-32C is checked against one combined from the chunks' CRCs, with no
 /// second pass over the file. A server that asks for nothing gets
 /// `Content-MD5`, and its completion's SHA-256 is checked, as always.
-public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256Reporting, UploadCancelling {
+public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256Reporting, UploadCancelling, FileUploadCancelling {
     public let name = "patch"
 
     public let traits = BackendTraits(
@@ -151,9 +151,12 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     }
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
-        job.files.compactMap { file in
-            (try? uploadURL(job, file)).map { HTTPRequest(method: .delete, url: $0) }
-        }
+        job.files.flatMap { cancelRequests(forFile: $0, in: job) }
+    }
+
+    /// `DELETE` of the file's upload.
+    public func cancelRequests(forFile file: FileContext, in job: JobContext) -> [HTTPRequest] {
+        (try? uploadURL(job, file)).map { [HTTPRequest(method: .delete, url: $0)] } ?? []
     }
 
     private func uploadURL(_ job: JobContext, _ file: FileContext) throws(BackendError) -> String {

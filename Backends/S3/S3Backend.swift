@@ -14,7 +14,7 @@ import XferPrimitives
 /// recorded (or that this job never heard back about) are not sent again.
 /// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
 public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, ChunkSizing, FileOpening, FileReconciling,
-    FileFinishing, UploadCancelling, RequestSigning, StreamUploading
+    FileFinishing, UploadCancelling, FileUploadCancelling, RequestSigning, StreamUploading
 {
     public let name = "s3"
 
@@ -326,12 +326,16 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
-        let session = Session(self, job)
-        return job.files.compactMap { file in
-            guard let id = file.handles[Self.uploadID] else { return nil }
-            return HTTPRequest(
-                method: .delete, url: session.objectURL(file, query: "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"))
-        }
+        job.files.flatMap { cancelRequests(forFile: $0, in: job) }
+    }
+
+    /// `AbortMultipartUpload` of the file's upload.
+    public func cancelRequests(forFile file: FileContext, in job: JobContext) -> [HTTPRequest] {
+        guard let id = file.handles[Self.uploadID] else { return [] }
+        return [
+            HTTPRequest(
+                method: .delete, url: Session(self, job).objectURL(file, query: "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"))
+        ]
     }
 
     // MARK: Signing

@@ -15,7 +15,7 @@ import Xfer
 /// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
 /// there, mid-chunk if need be. See Docs/protocols.md.
 public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobStarting, FileOpening, FileReconciling,
-    FileFinishing, UploadCancelling, StreamUploading
+    FileFinishing, UploadCancelling, FileUploadCancelling, StreamUploading
 {
     public let name = "tus"
 
@@ -234,15 +234,18 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     /// Termination of every upload the job created (when the server offers it).
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
+        job.files.flatMap { cancelRequests(forFile: $0, in: job) }
+    }
+
+    /// `DELETE` of the file's upload, or of the partial uploads its chunks
+    /// went as (when the engine knows them), if the server offers termination.
+    public func cancelRequests(forFile file: FileContext, in job: JobContext) -> [HTTPRequest] {
         guard Features(job.handles).extensions.contains("termination") else { return [] }
-        return job.files.flatMap { file in
-            // The file's upload, or the partial uploads its chunks went as (when the engine knows them).
-            let urls = file.handles[Self.uploadURL].map { [$0] } ?? file.receipts.sorted { $0.key < $1.key }.map(\.value)
-            return urls.map { url in
-                var request = HTTPRequest(method: .delete, url: url)
-                prepare(&request, job)
-                return request
-            }
+        let urls = file.handles[Self.uploadURL].map { [$0] } ?? file.receipts.sorted { $0.key < $1.key }.map(\.value)
+        return urls.map { url in
+            var request = HTTPRequest(method: .delete, url: url)
+            prepare(&request, job)
+            return request
         }
     }
 

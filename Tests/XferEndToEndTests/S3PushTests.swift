@@ -248,6 +248,21 @@ final class S3PushTests: XCTestCase {
         XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the first upload was left on the server")
     }
 
+    /// A file changed between a killed run and the next: the new run drops
+    /// the upload of the old bytes before it starts one for the new.
+    func testAFileChangedSinceItsUploadBeganHasThatUploadAborted() throws {
+        let file = work.file("ch.bin")
+        try makeTestFile(at: file, size: 4 * partSize, seed: 9)
+        try killedPush(file, afterParts: 1)
+        XCTAssertEqual(try s3.uploadsInProgress(bucket: "bucket-a").count, 1)
+        try makeTestFile(at: file, size: 3 * partSize + 17, seed: 10)
+
+        let again = try push(pushArguments([file]))
+        XCTAssertEqual(again.status, 0, again.stderr)
+        try assertObject("in/ch.bin", equals: file, parts: 4)
+        XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the upload of the old bytes was left on the server")
+    }
+
     func testMistakesFailWithOneLineAndTheirExitCode() throws {
         let file = work.file("m.bin")
         try makeTestFile(at: file, size: 1000)

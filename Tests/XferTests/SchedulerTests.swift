@@ -19,7 +19,7 @@ final class SchedulerTests: XCTestCase {
 
     private func scheduler(
         files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
-        order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0
+        order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0, dropsUploads: Bool = false
     ) -> Scheduler {
         var record = JobRecord(
             id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
@@ -35,7 +35,8 @@ final class SchedulerTests: XCTestCase {
         return Scheduler(
             record: record, counters: counters,
             configuration: Scheduler.Configuration(
-                traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order }))
+                traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order },
+                dropsUploads: dropsUploads))
     }
 
     private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
@@ -86,6 +87,7 @@ final class SchedulerTests: XCTestCase {
             record.isOpen = true
             return .opened(file: index, record)
         case .reconcileFile(let index): return .reconciled(file: index, nil)
+        case .dropUpload(let index): return .uploadDropped(file: index)
         case .chunk(let index, let chunk):
             return .chunkStored(file: index, chunk: chunk, bytes: scheduler.file(index)!.plan.length(of: chunk))
         case .finishFile(let index): return .fileFinished(file: index, .completed(url: "u\(index)"))
@@ -181,15 +183,49 @@ final class SchedulerTests: XCTestCase {
         record.handles.set("uploadId", "old")
         XCTAssertEqual(s.next(), .loadFile(0))
         let effects = try s.apply(.loaded(file: 0, loaded(record, done: [0, 1], now: identity(31, time: 2))))
-        XCTAssertEqual(s.doneBytes, 0)
-        XCTAssertEqual(s.totalBytes, 31)
+        assertResetForItsNewBytes(s, effects)
+        XCTAssertEqual(s.next(), .openFile(0))
+    }
+
+    /// File 0's record reset for its new 31 bytes: nothing done, not open, the old upload's handles gone.
+    private func assertResetForItsNewBytes(_ s: Scheduler, _ effects: Effects, line: UInt = #line) {
+        XCTAssertEqual(s.doneBytes, 0, line: line)
+        XCTAssertEqual(s.totalBytes, 31, line: line)
         guard case .putFiles(_, let files)? = effects.changes.last, let stored = files.first?.record else {
-            return XCTFail("\(effects.changes)")
+            return XCTFail("\(effects.changes)", line: line)
         }
-        XCTAssertEqual(stored.identity.size, 31)
-        XCTAssertFalse(stored.isOpen)
-        XCTAssertNil(stored.handles["uploadId"], "the old upload's handles are not reused")
-        XCTAssertTrue(effects.changes.contains { if case .replaceDone(_, 0, let done, _, _) = $0 { return done.count == 0 } else { return false } })
+        XCTAssertEqual(stored.identity.size, 31, line: line)
+        XCTAssertFalse(stored.isOpen, line: line)
+        XCTAssertNil(stored.handles["uploadId"], "the old upload's handles are not reused", line: line)
+        XCTAssertTrue(
+            effects.changes.contains { if case .replaceDone(_, 0, let done, _, _) = $0 { return done.count == 0 } else { return false } },
+            line: line)
+    }
+
+    /// With a backend that can drop an upload, a changed file's earlier
+    /// upload is dropped before anything else, and its record (old identity,
+    /// old handles) is reset only after: a run killed in between drops it again.
+    func testAChangedFilesEarlierUploadIsDroppedBeforeItIsOpenedAgain() throws {
+        var s = scheduler(files: 1, doneBytes: 20, dropsUploads: true)
+        var record = fileRecord(0)
+        record.isOpen = true
+        record.handles.set("uploadId", "old")
+        XCTAssertEqual(s.next(), .loadFile(0))
+        let loadedEffects = try s.apply(.loaded(file: 0, loaded(record, done: [0, 1], now: identity(31, time: 2))))
+        XCTAssertTrue(loadedEffects.changes.isEmpty, "nothing is reset before the drop: \(loadedEffects.changes)")
+        XCTAssertEqual(s.next(), .dropUpload(0))
+        XCTAssertEqual(s.file(0)?.record.handles["uploadId"], "old", "the drop is told the earlier upload")
+        XCTAssertNil(s.next(), "nothing of the file goes while its earlier upload is dropped")
+        let effects = try s.apply(.uploadDropped(file: 0))
+        assertResetForItsNewBytes(s, effects)
+        XCTAssertEqual(s.next(), .openFile(0))
+    }
+
+    /// A file never opened has no upload to drop.
+    func testAChangedFileWithoutAnUploadIsNotDropped() throws {
+        var s = scheduler(files: 1, dropsUploads: true)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0), now: identity(31, time: 2))))
         XCTAssertEqual(s.next(), .openFile(0))
     }
 

@@ -156,6 +156,18 @@ public protocol UploadCancelling: UploadBackend {
     func cancelRequests(for job: JobContext) -> [HTTPRequest]
 }
 
+/// A protocol that can drop one file's upload alone. A file that changed
+/// since its upload began is sent again as a new upload; with this, the
+/// earlier one (other bytes, e.g. an S3 multipart upload, billed until
+/// aborted) is dropped first instead of being left on the server. Without
+/// it, the earlier upload is left as it is (a protocol whose cancel drops
+/// more than one file's upload must not adopt this).
+public protocol FileUploadCancelling: UploadCancelling {
+    /// The requests that drop what the server holds of `file`'s upload,
+    /// sent once each, best-effort.
+    func cancelRequests(forFile file: FileContext, in job: JobContext) -> [HTTPRequest]
+}
+
 /// A protocol that can take bytes whose length is not known until they end
 /// (`TransferEngine.pushStream`: a pipe, standard input).
 ///

@@ -28,6 +28,11 @@ extension UploadBackend {
         (self as? any UploadCancelling)?.cancelRequests(for: job) ?? []
     }
 
+    /// The requests that drop `file`'s upload alone (none without the capability).
+    func requestsToCancel(_ file: FileContext, in job: JobContext) -> [HTTPRequest] {
+        (self as? any FileUploadCancelling)?.cancelRequests(forFile: file, in: job) ?? []
+    }
+
     /// Whether the completion of `file` will report the server's SHA-256
     /// (never without the capability).
     func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool {

@@ -56,7 +56,8 @@ final class JobRunner: JobRun {
                 traits: backend.traits, concurrency: concurrency, chunkSize: chunkSize,
                 chunkOrder: { [options] record in
                     backend.chunkOrder(in: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
-                }))
+                },
+                dropsUploads: backend is any FileUploadCancelling))
         let worker = Worker(
             jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
             bytesSent: LockedValue(0))
@@ -239,6 +240,12 @@ final class JobRunner: JobRun {
             }
         case .loadFile:
             preconditionFailure("files are loaded by the runner itself")
+        case .dropUpload(let index):
+            guard let state = scheduler.file(index) else {
+                return { .failed(work, .transferFailed("file \(index + 1) is not held (this is a bug)")) }
+            }
+            let file = Self.fileContext(index, state)
+            return { await worker.dropUpload(file, job: job) }
         case .openFile(let index), .reconcileFile(let index), .finishFile(let index), .chunk(let index, _):
             guard let state = scheduler.file(index), let opened = open[index] else {
                 return { .failed(work, .transferFailed("file \(index + 1) is not open (this is a bug)")) }
@@ -283,6 +290,8 @@ final class JobRunner: JobRun {
             return state.record.size < Int64(limit)
         case .startJob, .finishJob, .loadFile:
             return false
+        case .dropUpload:
+            return true
         }
     }
 

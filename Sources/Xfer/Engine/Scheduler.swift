@@ -7,6 +7,10 @@ enum Work: Sendable, Hashable {
     /// the runner; never counts against the job's concurrency).
     case loadFile(Int)
     case openFile(Int)
+    /// Drop what the server holds of the file's earlier upload: the file
+    /// changed since, and a new upload replaces it (a multipart upload left
+    /// behind is billed until aborted).
+    case dropUpload(Int)
     case reconcileFile(Int)
     case chunk(file: Int, chunk: Int)
     case finishFile(Int)
@@ -14,7 +18,7 @@ enum Work: Sendable, Hashable {
 
     var file: Int? {
         switch self {
-        case .loadFile(let index), .openFile(let index), .reconcileFile(let index), .finishFile(let index),
+        case .loadFile(let index), .openFile(let index), .dropUpload(let index), .reconcileFile(let index), .finishFile(let index),
             .chunk(let index, _):
             return index
         case .startJob, .finishJob:
@@ -42,6 +46,8 @@ enum WorkResult: Sendable {
     case loadFailed(file: Int, record: FileRecord?, reason: String)
     /// Committed: the record with the server's handles.
     case opened(file: Int, FileRecord)
+    /// Best effort, nothing committed: the earlier upload was asked to go.
+    case uploadDropped(file: Int)
     /// nil: the backend trusts the state store for this file. An answer
     /// in parts arrives united, as `.serverHas`.
     case reconciled(file: Int, Reconciliation<Never>?)
@@ -93,6 +99,8 @@ struct Effects: Sendable {
 struct Scheduler {
     enum FilePhase: Equatable {
         case needsOpen, opening, needsReconcile, reconciling, sending, finishing
+        /// Changed since its upload was opened: that upload is dropped first.
+        case needsDrop, dropping
         /// The server forgot the upload; waiting for in-flight work to drain.
         case resetting
         /// The server holds another part of the file than a request assumed;
@@ -117,6 +125,9 @@ struct Scheduler {
         var resyncs = 0
         var isQueued = false
         var failure: String?
+        /// What the file looks like now, while its earlier upload (of other
+        /// bytes, named by `record`'s handles) is being dropped.
+        var changedTo: FileIdentity?
     }
 
     struct Configuration: Sendable {
@@ -127,6 +138,9 @@ struct Scheduler {
         var chunkSize: @Sendable (Int64) -> Int
         /// The backend's chunk order once `startJob` has run.
         var chunkOrder: @Sendable (JobRecord) -> ChunkOrder
+        /// The backend can drop one file's upload (`FileUploadCancelling`): a
+        /// file that changed since its upload was opened has it dropped first.
+        var dropsUploads = false
     }
 
     /// Reconciling again after `outOfSync` more often than this in one run fails the job.
@@ -237,6 +251,9 @@ struct Scheduler {
         case .needsOpen:
             files[index]!.phase = .opening
             return .openFile(index)
+        case .needsDrop:
+            files[index]!.phase = .dropping
+            return .dropUpload(index)
         case .needsReconcile:
             files[index]!.phase = .reconciling
             return .reconcileFile(index)
@@ -252,7 +269,7 @@ struct Scheduler {
                 return .finishFile(index)
             }
             return nil
-        case .opening, .reconciling, .finishing, .resetting, .resyncing, .failing:
+        case .opening, .dropping, .reconciling, .finishing, .resetting, .resyncing, .failing:
             return nil
         }
     }
@@ -325,6 +342,15 @@ struct Scheduler {
             file.cursor = 0
             files[index] = file
             enqueue(index)
+
+        case .uploadDropped(let index):
+            inFlight -= 1
+            guard var file = files[index], let now = file.changedTo else { break }
+            file.changedTo = nil
+            file.isQueued = false
+            files[index] = nil
+            // Its turn was taken by the drop: reset as any changed file, and opened anew.
+            take(index, LoadedFile(record: file.record, done: file.done, identity: now), dropped: true, effects: &effects)
 
         case .reconciled(let index, let reconciliation):
             inFlight -= 1
@@ -452,7 +478,7 @@ struct Scheduler {
     }
 
     /// Takes up a loaded file: done already, changed since, or on its way.
-    private mutating func take(_ index: Int, _ loaded: LoadedFile, effects: inout Effects) {
+    private mutating func take(_ index: Int, _ loaded: LoadedFile, dropped: Bool = false, effects: inout Effects) {
         var record = loaded.record
         var plan = plan(record)
         var done = loaded.done
@@ -461,6 +487,15 @@ struct Scheduler {
             // Sent by an earlier run (or a run before a rollback's reload found it intact).
             settledFiles += 1
             effects.released.append(index)
+            return
+        }
+        if record.identity != loaded.identity, record.isOpen, configuration.dropsUploads, !dropped {
+            // The file changed since its upload was opened: that upload holds other
+            // bytes and would be left on the server. It is dropped first; its record
+            // (old identity, old handles) is reset only then, so a run killed before
+            // the drop drops it again.
+            files[index] = FileState(record: record, phase: .needsDrop, plan: plan, done: done, changedTo: loaded.identity)
+            enqueue(index)
             return
         }
         if record.identity != loaded.identity {

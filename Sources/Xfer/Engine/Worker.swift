@@ -191,6 +191,16 @@ struct Worker: Sendable {
         }
     }
 
+    /// The backend's `cancelRequests(forFile:in:)` (its earlier upload), one
+    /// attempt each; a failure is not the job's (the server may have expired
+    /// the upload already), so the result is always `.uploadDropped`.
+    func dropUpload(_ file: FileContext, job: JobContext) async -> WorkResult {
+        for unprepared in backend.requestsToCancel(file, in: job) {
+            _ = try? await transport.send(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job))
+        }
+        return .uploadDropped(file: file.index)
+    }
+
     /// `finishFile`; a completion's URL is committed before the result is reported.
     func finishFile(
         _ base: FileContext, record: FileRecord, local: LocalFile, hash: StreamingFileHash?, job: JobContext
