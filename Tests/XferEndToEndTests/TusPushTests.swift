@@ -220,6 +220,24 @@ final class TusPushTests: XCTestCase {
         XCTAssertTrue(code == "404" || code == "410", "HEAD after termination answered \(code)")
     }
 
+    /// A file sent as partial uploads has nothing else on the server: cancel
+    /// deletes each acknowledged partial upload, named by the job's receipts.
+    func testCancelDeletesTheAcknowledgedPartialUploads() throws {
+        let directory = work.file("server")
+        let server = try TusServer(directory: directory)
+        let file = work.file("pc.bin")
+        try makeTestFile(at: file, size: 12 * chunk, seed: 11)
+        try killedPush(arguments([file], to: server.url), afterChunks: 3)
+        let id = try onlyJob()
+
+        let cancel = try runXfer(["cancel", id, "--state", state])
+        XCTAssertEqual(cancel.status, 0, cancel.stderr)
+        XCTAssertGreaterThanOrEqual(cancel.stdout.filter { $0.contains("DELETE") }.count, 3, "\(cancel.stdout)")
+        // What is left is at most the partial uploads in flight at the kill (never acknowledged, so unknown to the job).
+        let left = ((try? FileManager.default.contentsOfDirectory(atPath: directory + "/uploads")) ?? []).filter { !$0.hasPrefix(".") }
+        XCTAssertLessThanOrEqual(left.count, 4, "acknowledged partial uploads were left: \(left)")
+    }
+
     func testPushToXferServeSurvivesALostAnswerAndSIGKILL() throws {
         // The 6th request under /files/ (a partial upload) is processed and
         // its answer withheld: the client gives up on it, sends the chunk as

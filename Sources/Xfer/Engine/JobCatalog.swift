@@ -291,14 +291,8 @@ extension TransferEngine {
     func dropOnServer(
         _ record: JobRecord, using backend: any UploadBackend, options: TransferOptions
     ) async throws(XferError) -> [CancellationReport.Request] {
-        var context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options)
-        if record.isStream, let file = context.files.first {
-            // A stream's parts may be uploads of their own (tus's partial uploads): named in its receipts.
-            context = JobContext(
-                id: context.id, target: context.target, handles: context.handles,
-                files: [file.with(receipts: try store.receipts(job: record.id, file: 0))], credentials: context.credentials,
-                concurrency: context.concurrency)
-        }
+        // With receipts: chunks may be uploads of their own (tus's partial uploads), named by them.
+        let context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options, withReceipts: true)
         var requests: [CancellationReport.Request] = []
         for unprepared in backend.requestsToCancel(context) {
             let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)

@@ -244,7 +244,8 @@ final class JobRunner: JobRun {
             guard let state = scheduler.file(index) else {
                 return { .failed(work, .transferFailed("file \(index + 1) is not held (this is a bug)")) }
             }
-            let file = Self.fileContext(index, state)
+            // With its receipts: they name a file's partial uploads (tus).
+            let file = Self.fileContext(index, state).with(receipts: (try? store.receipts(job: jobID, file: index)) ?? [:])
             return { await worker.dropUpload(file, job: job) }
         case .openFile(let index), .reconcileFile(let index), .finishFile(let index), .chunk(let index, _):
             guard let state = scheduler.file(index), let opened = open[index] else {
@@ -314,12 +315,15 @@ final class JobRunner: JobRun {
     }
 
     static func jobContext(
-        _ record: JobRecord, fileCount: Int, store: (any JobStateStore)?, traits: BackendTraits, options: TransferOptions
+        _ record: JobRecord, fileCount: Int, store: (any JobStateStore)?, traits: BackendTraits, options: TransferOptions,
+        withReceipts: Bool = false
     ) -> JobContext {
         let id = record.id
         let files = JobFiles(count: store == nil ? 0 : fileCount) { index in
             let stored = try? store?.file(job: id, index: index)
-            return fileContext(index, stored ?? nil, traits: traits)
+            let file = fileContext(index, stored ?? nil, traits: traits)
+            guard withReceipts, let receipts = try? store?.receipts(job: id, file: index) else { return file }
+            return file.with(receipts: receipts)
         }
         return JobContext(
             id: id, target: record.target, handles: record.handles, files: files, credentials: options.credentials,
@@ -334,10 +338,14 @@ final class JobRunner: JobRun {
         try Self.wholeJobContext(record, store: store, traits: backend.traits, options: options)
     }
 
+    /// `withReceipts`: each file's chunk receipts too, read when the backend
+    /// reaches the file (a cancel's view: tus names partial uploads by them).
     static func wholeJobContext(
-        _ record: JobRecord, store: any JobStateStore, traits: BackendTraits, options: TransferOptions
+        _ record: JobRecord, store: any JobStateStore, traits: BackendTraits, options: TransferOptions, withReceipts: Bool = false
     ) throws(XferError) -> JobContext {
-        jobContext(record, fileCount: try store.counters(record.id).fileCount, store: store, traits: traits, options: options)
+        jobContext(
+            record, fileCount: try store.counters(record.id).fileCount, store: store, traits: traits, options: options,
+            withReceipts: withReceipts)
     }
 
     static func fileContext(_ index: Int, _ record: FileRecord?, traits: BackendTraits) -> FileContext {
