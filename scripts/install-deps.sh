@@ -18,6 +18,8 @@ python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
 command -v openssl >/dev/null || need+=(openssl)
 # The proxy tests run a real HTTP proxy; the -bin package is the program alone (no service).
 command -v tinyproxy >/dev/null || need+=(tinyproxy-bin)
+# The media types S3 objects get by their extension (xfer reads /etc/mime.types).
+[ -f /etc/mime.types ] || need+=(media-types)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

@@ -40,7 +40,7 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
             let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
             return S3Backend(
                 configuration: configuration, endpoint: endpoint, region: arguments.region,
-                partChecksum: try arguments.checksum())
+                partChecksum: try arguments.checksum(), contentType: try arguments.checkedContentType())
         }
     }
 
@@ -84,7 +84,22 @@ struct S3Arguments: ParsableArguments {
     @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
     var partChecksum: String?
 
-    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil }
+    @Option(help: "s3: the Content-Type of every object (default: each file's by its extension, from /etc/mime.types).")
+    var contentType: String?
+
+    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil && contentType == nil }
+
+    /// `--content-type`, checked: a type/subtype with no line break (it becomes a signed header).
+    func checkedContentType() throws(XferError) -> String? {
+        guard let contentType else { return nil }
+        let trimmed = contentType.trimmingCharacters(in: .whitespaces)
+        guard trimmed.contains("/"), !trimmed.hasPrefix("/"), !trimmed.hasSuffix("/"),
+            !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
+        else {
+            throw .invalidInput("--content-type must look like type/subtype (e.g. text/plain), not '\(contentType.prefix(40))'")
+        }
+        return trimmed
+    }
 
     func checksum() throws(XferError) -> S3PartChecksum {
         guard let partChecksum else { return .md5 }

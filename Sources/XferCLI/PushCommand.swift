@@ -81,7 +81,7 @@ struct PushCommand: AsyncParsableCommand {
         if dryRun { return }
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
         if backend != .s3, !s3.isEmpty || aws.profile != nil {
-            throw ValidationError("--endpoint, --region, --addressing, --part-checksum and --profile are for --backend s3")
+            throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --content-type and --profile are for --backend s3")
         }
         guard target != nil else { throw ValidationError("--to URL is required") }
         let isStream = files == ["-"] || (files.count == 1 && StreamInput.isPipe(files[0]))

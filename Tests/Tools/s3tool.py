@@ -10,6 +10,7 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
                                        --signed-headers-only: a request with an x-amz-* header
                                        its signature does not cover is refused (403), as AWS does
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
+  s3tool.py type URL BUCKET KEY        prints the object's Content-Type
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
@@ -112,6 +113,8 @@ def main(argv):
         # AWS writes a composite one "BASE64-PARTS"; moto's HEAD leaves the count off.
         name = "ChecksumCRC32" if command == "crc32" else "ChecksumCRC32C"
         print((head.get(name) or "none").split("-")[0])
+    elif command == "type":
+        print(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["ContentType"])
     elif command == "meta":
         print(json.dumps(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["Metadata"], sort_keys=True))
     elif command == "uploads":

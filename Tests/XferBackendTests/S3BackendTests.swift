@@ -489,4 +489,27 @@ final class S3BackendTests: XCTestCase {
             XCTAssertTrue(message.contains("10000 parts"), message)
         }
     }
+
+    /// The chosen Content-Type is a handle of the job: a resumed job sends it
+    /// even when the backend it resumes with was configured without one.
+    func testTheChosenContentTypeIsKeptWithTheJob() throws {
+        let chosen = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path),
+                               contentType: "text/x-chosen")
+        let plain = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
+        let file = BackendTesting.file(name: "a.json", size: 20 << 20, chunkSize: 8 << 20)
+        let created = BackendTesting.job(target: "s3://b/p", handles: chosen.makeJobHandles(for: BackendTesting.job(target: "s3://b/p")), files: [file])
+        XCTAssertEqual(plain.openFile(file, in: created).request?.headers["Content-Type"], "text/x-chosen")
+        let fresh = BackendTesting.job(target: "s3://b/p", handles: plain.makeJobHandles(for: BackendTesting.job(target: "s3://b/p")), files: [file])
+        XCTAssertEqual(plain.openFile(file, in: fresh).request?.headers["Content-Type"], "application/json")
+    }
+
+    func testMediaTypesAreReadFromAMimeTypesTable() {
+        let table = MediaTypes.parse("# comment\napplication/json json\ntext/plain\ttxt text # trailing\nimage/jpeg jpeg jpg\nother/jpeg jpg\n")
+        XCTAssertEqual(table["json"], "application/json")
+        XCTAssertEqual(table["text"], "text/plain")
+        XCTAssertEqual(table["jpg"], "image/jpeg", "the first type to name an extension wins")
+        XCTAssertNil(table["comment"])
+        XCTAssertEqual(MediaTypes.type(forFileNamed: ".bashrc"), MediaTypes.fallback, "a leading dot is not an extension")
+        XCTAssertEqual(MediaTypes.type(forFileNamed: "noext"), MediaTypes.fallback)
+    }
 }

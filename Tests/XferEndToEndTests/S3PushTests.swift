@@ -263,6 +263,33 @@ final class S3PushTests: XCTestCase {
         XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty, "the upload of the old bytes was left on the server")
     }
 
+    /// Each object's Content-Type follows its extension (the system's
+    /// table), for a PutObject and a multipart upload alike; --content-type
+    /// sets one for every object of the job, and a resume keeps it.
+    func testObjectsGetTheirContentType() throws {
+        let json = work.file("a.json"), jpeg = work.file("b.JPG"), plain = work.file("c"), big = work.file("d.html")
+        try makeTestFile(at: json, size: 10)
+        try makeTestFile(at: jpeg, size: 10)
+        try makeTestFile(at: plain, size: 10)
+        try makeTestFile(at: big, size: 2 * partSize + 1)
+        let pushed = try push(pushArguments([json, jpeg, plain, big]))
+        XCTAssertEqual(pushed.status, 0, pushed.stderr)
+        XCTAssertEqual(try s3.contentType(bucket: "bucket-a", key: "in/a.json"), "application/json")
+        XCTAssertEqual(try s3.contentType(bucket: "bucket-a", key: "in/b.JPG"), "image/jpeg")
+        XCTAssertEqual(try s3.contentType(bucket: "bucket-a", key: "in/c"), "application/octet-stream")
+        XCTAssertEqual(try s3.contentType(bucket: "bucket-a", key: "in/d.html"), "text/html")
+
+        let chosen = work.file("e.bin")
+        try makeTestFile(at: chosen, size: 3 * partSize, seed: 12)
+        try killedPush(chosen, afterParts: 1, options: ["--content-type", "text/x-chosen"])
+        let resumed = try push(pushArguments([chosen]))
+        XCTAssertEqual(resumed.status, 0, resumed.stderr)
+        XCTAssertEqual(try s3.contentType(bucket: "bucket-a", key: "in/e.bin"), "text/x-chosen", "the resume kept the job's type")
+        let bad = try push(pushArguments([chosen]) + ["--content-type", "nonsense", "--restart"])
+        XCTAssertEqual(bad.status, 2, bad.stderr)
+        XCTAssertTrue(bad.stderr.contains("--content-type must look like type/subtype"), bad.stderr)
+    }
+
     func testMistakesFailWithOneLineAndTheirExitCode() throws {
         let file = work.file("m.bin")
         try makeTestFile(at: file, size: 1000)

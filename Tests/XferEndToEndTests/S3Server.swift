@@ -80,6 +80,10 @@ final class S3Server {
     }
 
     /// The object's user metadata (`x-amz-meta-NAME` headers it was created with), by name.
+    func contentType(bucket: String, key: String) throws -> String {
+        try run(["type", url, bucket, key]).joined().trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     func metadata(bucket: String, key: String) throws -> [String: String] {
         let text = try run(["meta", url, bucket, key]).joined()
         return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] ?? [:]
