@@ -35,7 +35,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     private let endpoint: S3Endpoint?
     private let region: String?
     private let partChecksum: S3PartChecksum
-    private let contentType: String?
+    private let objectOptions: S3ObjectOptions
     private let now: @Sendable () -> Date
     /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
     private let listPageSize: Int
@@ -49,8 +49,6 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     public static let uploadID = HandleKey("uploadId")
     /// The object's key, fixed when the upload is created.
     public static let objectKey = HandleKey("key")
-    /// The Content-Type every object of the job gets, when the user chose one.
-    static let contentTypeKey = HandleKey("contentType")
 
     /// The next question when reconciling a multipart upload: ListParts
     /// from after this part number (0: from the start).
@@ -71,21 +69,22 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     ///   - partChecksum: The checksum each part of a new job carries. A job
     ///     keeps the one it was created with.
     ///   - listPageSize: Parts asked for per ListParts request.
-    ///   - contentType: The Content-Type of every object of a new job; nil
-    ///     for each file's by its extension (the system's `/etc/mime.types`,
-    ///     else `application/octet-stream`). A job keeps the one it was
-    ///     created with.
+    ///   - objectOptions: What S3 keeps with each object of a new job
+    ///     (Content-Type — by default each file's by its extension, from the
+    ///     system's `/etc/mime.types`, else `application/octet-stream` —
+    ///     metadata, storage class, ACL, tags, encryption…). A job keeps the
+    ///     options it was created with.
     ///   - now: The clock requests are signed with.
     public init(
         configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil,
-        partChecksum: S3PartChecksum = .md5, listPageSize: Int = 1000, contentType: String? = nil,
+        partChecksum: S3PartChecksum = .md5, listPageSize: Int = 1000, objectOptions: S3ObjectOptions = S3ObjectOptions(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.configuration = configuration
         self.endpoint = endpoint
         self.region = region
         self.partChecksum = partChecksum
-        self.contentType = contentType
+        self.objectOptions = objectOptions
         self.listPageSize = max(1, min(1000, listPageSize))
         self.now = now
     }
@@ -118,7 +117,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         ]
         // Absent means md5: what jobs created before the choice existed sent.
         if partChecksum != .md5 { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
-        if let contentType { handles.set(Self.contentTypeKey, contentType) }
+        handles.merge(objectOptions.handles)
         return handles
     }
 
@@ -146,7 +145,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let session = Session(self, job)
         let key = session.location.key(forFileNamed: file.relativePath)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
-        request.headers.set("Content-Type", session.contentType(file))
+        session.describeObject(file, in: &request)
         if let algorithm = session.partChecksum.algorithmName { request.headers.set("x-amz-checksum-algorithm", algorithm) }
         let operation = "start the multipart upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
@@ -167,7 +166,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             return try uploadPart(chunk, of: file, session: session, operation: "send part \(chunk.number)/\(file.chunkCount) of \(file.name)")
         }
         var request = HTTPRequest(method: .put, url: session.objectURL(file), body: RequestBody(chunk: chunk))
-        request.headers.set("Content-Type", session.contentType(file))
+        session.describeObject(file, in: &request)
         return exchange(request, chunk, session: session, operation: "send \(file.name)", objectURL: session.s3URL(file))
     }
 
@@ -439,6 +438,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let signsPayload: Bool
         let partChecksum: S3PartChecksum
         let contentTypeChosen: String?
+        let objectHeaders: [(name: String, value: String)]
         let source: String
         let now: @Sendable () -> Date
 
@@ -453,7 +453,8 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             endpoint = S3Endpoint(base: base, addressing: addressing)
             signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
-            contentTypeChosen = handles[S3Backend.contentTypeKey]
+            contentTypeChosen = S3ObjectOptions.contentType(from: handles)
+            objectHeaders = S3ObjectOptions.headers(from: handles)
             // Over TLS the body is not hashed for the signature: the part's
             // checksum already guards it, and TLS the rest (as the AWS CLI does).
             signsPayload = !base.lowercased().hasPrefix("https:")
@@ -465,9 +466,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             endpoint.url(bucket: location.bucket, key: key(file), query: query)
         }
 
-        /// The job's chosen Content-Type, else the file's by its extension.
-        func contentType(_ file: FileContext) -> String {
-            contentTypeChosen ?? MediaTypes.type(forFileNamed: file.name)
+        /// The headers that make an object what the job's options say: its
+        /// Content-Type (chosen, else the file's by its extension), metadata,
+        /// storage class, ACL, tags, encryption.
+        func describeObject(_ file: FileContext, in request: inout HTTPRequest) {
+            request.headers.set("Content-Type", contentTypeChosen ?? MediaTypes.type(forFileNamed: file.name))
+            for header in objectHeaders { request.headers.set(header.name, header.value) }
         }
 
         func s3URL(_ file: FileContext) -> String {

@@ -29,7 +29,9 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
 
     /// The backend, configured for a new push (`s3` from `S3Arguments` and
     /// the AWS environment; the others need nothing).
-    func makeBackend(s3 arguments: S3Arguments, profile: AWSProfileArgument) throws(XferError) -> any UploadBackend {
+    func makeBackend(
+        s3 arguments: S3Arguments, profile: AWSProfileArgument, object: S3ObjectArguments = S3ObjectArguments()
+    ) throws(XferError) -> any UploadBackend {
         switch self {
         case .patch: return PatchBackend()
         case .multipart: return MultipartBackend()
@@ -40,7 +42,7 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
             let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
             return S3Backend(
                 configuration: configuration, endpoint: endpoint, region: arguments.region,
-                partChecksum: try arguments.checksum(), contentType: try arguments.checkedContentType())
+                partChecksum: try arguments.checksum(), objectOptions: try object.options())
         }
     }
 
@@ -84,22 +86,7 @@ struct S3Arguments: ParsableArguments {
     @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
     var partChecksum: String?
 
-    @Option(help: "s3: the Content-Type of every object (default: each file's by its extension, from /etc/mime.types).")
-    var contentType: String?
-
-    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil && contentType == nil }
-
-    /// `--content-type`, checked: a type/subtype with no line break (it becomes a signed header).
-    func checkedContentType() throws(XferError) -> String? {
-        guard let contentType else { return nil }
-        let trimmed = contentType.trimmingCharacters(in: .whitespaces)
-        guard trimmed.contains("/"), !trimmed.hasPrefix("/"), !trimmed.hasSuffix("/"),
-            !trimmed.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F })
-        else {
-            throw .invalidInput("--content-type must look like type/subtype (e.g. text/plain), not '\(contentType.prefix(40))'")
-        }
-        return trimmed
-    }
+    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil }
 
     func checksum() throws(XferError) -> S3PartChecksum {
         guard let partChecksum else { return .md5 }

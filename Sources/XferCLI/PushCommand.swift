@@ -68,6 +68,8 @@ struct PushCommand: AsyncParsableCommand {
 
     @OptionGroup var s3: S3Arguments
 
+    @OptionGroup var s3Object: S3ObjectArguments
+
     @OptionGroup var aws: AWSProfileArgument
 
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
@@ -80,8 +82,8 @@ struct PushCommand: AsyncParsableCommand {
         if dryRun, files.contains("-") { throw ValidationError("--dry-run is for files, not a stream: - would be read and lost") }
         if dryRun { return }
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
-        if backend != .s3, !s3.isEmpty || aws.profile != nil {
-            throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --content-type and --profile are for --backend s3")
+        if backend != .s3, !s3.isEmpty || !s3Object.isEmpty || aws.profile != nil {
+            throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --profile and the object options (--content-type, --metadata, …) are for --backend s3")
         }
         guard target != nil else { throw ValidationError("--to URL is required") }
         let isStream = files == ["-"] || (files.count == 1 && StreamInput.isPipe(files[0]))
@@ -118,7 +120,7 @@ struct PushCommand: AsyncParsableCommand {
 
         var transport = try network.transportOptions()
         rateLimit.apply(to: &transport)
-        let backend = try builtIn.makeBackend(s3: s3, profile: aws)
+        let backend = try builtIn.makeBackend(s3: s3, profile: aws, object: s3Object)
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))

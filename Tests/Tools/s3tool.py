@@ -11,6 +11,9 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
                                        its signature does not cover is refused (403), as AWS does
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
   s3tool.py type URL BUCKET KEY        prints the object's Content-Type
+  s3tool.py describe URL BUCKET KEY    prints what S3 keeps with the object as JSON: ContentType, Metadata,
+                                       StorageClass, CacheControl, ContentDisposition, ServerSideEncryption,
+                                       Tags, and PublicRead (whether its ACL grants AllUsers READ)
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
@@ -113,6 +116,19 @@ def main(argv):
         # AWS writes a composite one "BASE64-PARTS"; moto's HEAD leaves the count off.
         name = "ChecksumCRC32" if command == "crc32" else "ChecksumCRC32C"
         print((head.get(name) or "none").split("-")[0])
+    elif command == "describe":
+        s3 = client(argv[2])
+        head = s3.head_object(Bucket=argv[3], Key=argv[4])
+        tags = s3.get_object_tagging(Bucket=argv[3], Key=argv[4])["TagSet"]
+        grants = s3.get_object_acl(Bucket=argv[3], Key=argv[4])["Grants"]
+        public = any(g.get("Grantee", {}).get("URI", "").endswith("/global/AllUsers") and g.get("Permission") == "READ"
+                     for g in grants)
+        print(json.dumps({
+            "ContentType": head.get("ContentType"), "Metadata": head.get("Metadata", {}),
+            "StorageClass": head.get("StorageClass", "STANDARD"), "CacheControl": head.get("CacheControl"),
+            "ContentDisposition": head.get("ContentDisposition"), "ServerSideEncryption": head.get("ServerSideEncryption"),
+            "Tags": {t["Key"]: t["Value"] for t in tags}, "PublicRead": public,
+        }, sort_keys=True))
     elif command == "type":
         print(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["ContentType"])
     elif command == "meta":

@@ -494,11 +494,12 @@ final class S3BackendTests: XCTestCase {
     /// even when the backend it resumes with was configured without one.
     func testTheChosenContentTypeIsKeptWithTheJob() throws {
         let chosen = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path),
-                               contentType: "text/x-chosen")
+                               objectOptions: S3ObjectOptions(contentType: "text/x-chosen", metadata: ["k": "v"]))
         let plain = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
         let file = BackendTesting.file(name: "a.json", size: 20 << 20, chunkSize: 8 << 20)
         let created = BackendTesting.job(target: "s3://b/p", handles: chosen.makeJobHandles(for: BackendTesting.job(target: "s3://b/p")), files: [file])
         XCTAssertEqual(plain.openFile(file, in: created).request?.headers["Content-Type"], "text/x-chosen")
+        XCTAssertEqual(plain.openFile(file, in: created).request?.headers["x-amz-meta-k"], "v")
         let fresh = BackendTesting.job(target: "s3://b/p", handles: plain.makeJobHandles(for: BackendTesting.job(target: "s3://b/p")), files: [file])
         XCTAssertEqual(plain.openFile(file, in: fresh).request?.headers["Content-Type"], "application/json")
     }

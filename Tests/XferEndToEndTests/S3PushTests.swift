@@ -290,6 +290,39 @@ final class S3PushTests: XCTestCase {
         XCTAssertTrue(bad.stderr.contains("--content-type must look like type/subtype"), bad.stderr)
     }
 
+    /// Metadata, storage class, Cache-Control, Content-Disposition, ACL,
+    /// tags and encryption reach both kinds of object (signed: moto checks).
+    func testObjectOptionsReachEveryObject() throws {
+        let small = work.file("s.txt"), large = work.file("l.bin")
+        try makeTestFile(at: small, size: 100)
+        try makeTestFile(at: large, size: 2 * partSize + 3, seed: 13)
+        let options = [
+            "--metadata", "Owner=me", "--metadata", "purpose=backup test", "--storage-class", "STANDARD_IA",
+            "--cache-control", "max-age=60", "--content-disposition", "attachment", "--acl", "public-read",
+            "--tagging", "team=xfer&env=test%20run", "--sse", "AES256",
+        ]
+        let pushed = try push(pushArguments([small, large]) + options)
+        XCTAssertEqual(pushed.status, 0, pushed.stderr)
+        for key in ["in/s.txt", "in/l.bin"] {
+            let object = try s3.describe(bucket: "bucket-a", key: key)
+            XCTAssertEqual(object["Metadata"] as? [String: String], ["owner": "me", "purpose": "backup test"], key)
+            XCTAssertEqual(object["StorageClass"] as? String, "STANDARD_IA", key)
+            XCTAssertEqual(object["CacheControl"] as? String, "max-age=60", key)
+            XCTAssertEqual(object["ContentDisposition"] as? String, "attachment", key)
+            XCTAssertEqual(object["ServerSideEncryption"] as? String, "AES256", key)
+            XCTAssertEqual(object["Tags"] as? [String: String], ["team": "xfer", "env": "test run"], key)
+            XCTAssertEqual(object["PublicRead"] as? Bool, true, key)
+        }
+        for (bad, message) in [
+            (["--metadata", "novalue"], "--metadata must look like NAME=VALUE"), (["--sse", "rot13"], "--sse must be AES256 or aws:kms"),
+            (["--sse-kms-key-id", "k"], "--sse-kms-key-id goes with --sse aws:kms"), (["--tagging", "a"], "--tagging must look like"),
+        ] {
+            let refused = try push(pushArguments([small]) + bad + ["--restart"])
+            XCTAssertEqual(refused.status, 2, refused.stderr)
+            XCTAssertTrue(refused.stderr.contains(message), refused.stderr)
+        }
+    }
+
     func testMistakesFailWithOneLineAndTheirExitCode() throws {
         let file = work.file("m.bin")
         try makeTestFile(at: file, size: 1000)

@@ -80,6 +80,12 @@ final class S3Server {
     }
 
     /// The object's user metadata (`x-amz-meta-NAME` headers it was created with), by name.
+    /// What S3 keeps with the object (`s3tool.py describe`).
+    func describe(bucket: String, key: String) throws -> [String: Any] {
+        let text = try run(["describe", url, bucket, key]).joined()
+        return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] ?? [:]
+    }
+
     func contentType(bucket: String, key: String) throws -> String {
         try run(["type", url, bucket, key]).joined().trimmingCharacters(in: .whitespacesAndNewlines)
     }
