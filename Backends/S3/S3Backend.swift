@@ -437,8 +437,8 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let signer: SignatureV4
         let signsPayload: Bool
         let partChecksum: S3PartChecksum
-        let contentTypeChosen: String?
-        let objectHeaders: [(name: String, value: String)]
+        /// The job's handles, read for an object's headers only when an object is created.
+        let jobHandles: ServerHandles
         let source: String
         let now: @Sendable () -> Date
 
@@ -453,8 +453,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             endpoint = S3Endpoint(base: base, addressing: addressing)
             signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
-            contentTypeChosen = S3ObjectOptions.contentType(from: handles)
-            objectHeaders = S3ObjectOptions.headers(from: handles)
+            jobHandles = handles
             // Over TLS the body is not hashed for the signature: the part's
             // checksum already guards it, and TLS the rest (as the AWS CLI does).
             signsPayload = !base.lowercased().hasPrefix("https:")
@@ -470,8 +469,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         /// Content-Type (chosen, else the file's by its extension), metadata,
         /// storage class, ACL, tags, encryption.
         func describeObject(_ file: FileContext, in request: inout HTTPRequest) {
-            request.headers.set("Content-Type", contentTypeChosen ?? MediaTypes.type(forFileNamed: file.name))
-            for header in objectHeaders { request.headers.set(header.name, header.value) }
+            // Built here, not with the session: a session is made for every part's request too.
+            request.headers.set("Content-Type", S3ObjectOptions.contentType(from: jobHandles) ?? MediaTypes.type(forFileNamed: file.name))
+            for header in S3ObjectOptions.headers(from: jobHandles) { request.headers.set(header.name, header.value) }
         }
 
         func s3URL(_ file: FileContext) -> String {

@@ -45,12 +45,12 @@ final class StreamPushTests: XCTestCase {
         try s3.assertObject(bucket: "bucket-a", key: key, equals: file, parts: parts, downloadingInto: work, line: line)
     }
 
-    /// Starts `xfer push FIFO` with a producer writing `file` into the FIFO,
-    /// and SIGKILLs it once the first part was acknowledged; returns the job's id.
-    private func killAfterFirstPart(_ s3: S3Server, of file: String, name: String?) throws -> String {
+    /// Starts `xfer push FIFO` with a producer writing `file` into the FIFO and
+    /// waits for the first part's acknowledgement. The producer blocks in the
+    /// FIFO once xfer stops reading: the caller kills both.
+    private func pushFromFIFO(_ s3: S3Server, of file: String, name: String?) throws -> (producer: ChildProcess, push: ChildProcess) {
         let fifo = work.file("fifo")
         XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        // The producer blocks in the FIFO once xfer stops reading; it is killed too.
         let producer = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "cat \(Self.quoted(file)) > \(Self.quoted(fifo))"])
         let push = try ChildProcess(
             executable: xferExecutable,
@@ -59,6 +59,12 @@ final class StreamPushTests: XCTestCase {
             ],
             environment: S3Server.environment)
         XCTAssertNotNil(push.readLine { $0.contains("\"event\":\"chunk\"") }, push.standardError)
+        return (producer, push)
+    }
+
+    /// `pushFromFIFO`, SIGKILLed once the first part was acknowledged; returns the job's id.
+    private func killAfterFirstPart(_ s3: S3Server, of file: String, name: String?) throws -> String {
+        let (producer, push) = try pushFromFIFO(s3, of: file, name: name)
         push.kill(SIGKILL)
         _ = push.wait()
         producer.kill(SIGKILL)
@@ -141,15 +147,7 @@ final class StreamPushTests: XCTestCase {
         try s3.makeBucket("bucket-a")
         let file = work.file("big.bin")
         try makeTestFile(at: file, size: 4 * part)
-        let fifo = work.file("fifo")
-        XCTAssertEqual(mkfifo(fifo, 0o600), 0)
-        let producer = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "cat \(Self.quoted(file)) > \(Self.quoted(fifo))"])
-        let push = try ChildProcess(
-            executable: xferExecutable,
-            arguments: ["push", fifo, "--backend", "s3", "--to", "s3://bucket-a/in", "--endpoint", s3.url, "--state", state,
-                        "--chunk-size", "6MiB", "--json"],
-            environment: S3Server.environment)
-        XCTAssertNotNil(push.readLine { $0.contains("\"event\":\"chunk\"") }, push.standardError)
+        let (producer, push) = try pushFromFIFO(s3, of: file, name: nil)
         push.kill(SIGINT)
         XCTAssertEqual(push.wait(), 130, push.standardError)
         producer.kill(SIGKILL)
