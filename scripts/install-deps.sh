@@ -20,6 +20,11 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v tinyproxy >/dev/null || need+=(tinyproxy-bin)
 # The media types S3 objects get by their extension (xfer reads /etc/mime.types).
 [ -f /etc/mime.types ] || need+=(media-types)
+# A one-machine Ceph cluster (scripts/ceph-cluster.sh): a real S3 gateway for tests and benchmarks.
+command -v ceph-mon >/dev/null || need+=(ceph-mon)
+command -v ceph-osd >/dev/null || need+=(ceph-osd)
+command -v radosgw >/dev/null || need+=(radosgw)
+command -v ceph >/dev/null || need+=(ceph-common)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 
