@@ -12,7 +12,9 @@ import XferPrimitives
 /// part or less is one `PutObject`. On resume `ListParts` says which parts S3
 /// holds; those of the expected size whose ETag matches what this job
 /// recorded (or that this job never heard back about) are not sent again.
-/// `xfer cancel` sends `AbortMultipartUpload`. See Docs/protocols.md.
+/// `xfer cancel` sends `AbortMultipartUpload`. Outside any job,
+/// `uploads(under:)` lists the multipart uploads a bucket holds and aborts
+/// them (`xfer uploads`). See Docs/protocols.md.
 public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, ChunkSizing, FileOpening, FileReconciling,
     FileFinishing, UploadCancelling, FileUploadCancelling, RequestSigning, StreamUploading
 {
@@ -31,12 +33,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         // An empty file is one empty PutObject.
         emptyFileHasOneChunk: true)
 
-    private let configuration: AWSConfiguration
+    let configuration: AWSConfiguration
     private let endpoint: S3Endpoint?
     private let region: String?
     private let partChecksum: S3PartChecksum
     private let objectOptions: S3ObjectOptions
-    private let now: @Sendable () -> Date
+    let now: @Sendable () -> Date
     /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
     private let listPageSize: Int
 
@@ -110,8 +112,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     public func makeJobHandles(for job: JobContext) -> ServerHandles {
-        let region = self.region ?? configuration.region ?? "us-east-1"
-        let endpoint = self.endpoint ?? .aws(region: region)
+        let (endpoint, region) = resolvedEndpoint
         var handles: ServerHandles = [
             Self.endpointKey: endpoint.base, Self.addressingKey: endpoint.addressing.rawValue, Self.regionKey: region,
         ]
@@ -119,6 +120,13 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         if partChecksum != .md5 { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
         handles.merge(objectOptions.handles)
         return handles
+    }
+
+    /// Where new jobs send to and the region they sign for: as given, else
+    /// the configuration's region (else us-east-1) and AWS's endpoint in it.
+    var resolvedEndpoint: (endpoint: S3Endpoint, region: String) {
+        let region = self.region ?? configuration.region ?? "us-east-1"
+        return (endpoint ?? .aws(region: region), region)
     }
 
     /// The part size asked for, raised to S3's 5 MiB minimum, and to whole
@@ -434,13 +442,11 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     private struct Session: Sendable {
         let location: S3Location
         let endpoint: S3Endpoint
-        let signer: SignatureV4
-        let signsPayload: Bool
+        let signer: S3RequestSigner
         let partChecksum: S3PartChecksum
         /// The job's handles, read for an object's headers only when an object is created.
         let jobHandles: ServerHandles
         let source: String
-        let now: @Sendable () -> Date
 
         init(_ backend: S3Backend, _ job: JobContext) {
             let defaults = backend.makeJobHandles(for: job)
@@ -451,14 +457,10 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             location =
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base, addressing: addressing)
-            signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
+            signer = S3RequestSigner(backend.configuration.credentials, region: region, endpoint: endpoint, now: backend.now)
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
             jobHandles = handles
-            // Over TLS the body is not hashed for the signature: the part's
-            // checksum already guards it, and TLS the rest (as the AWS CLI does).
-            signsPayload = !base.lowercased().hasPrefix("https:")
             source = backend.configuration.source
-            now = backend.now
         }
 
         func objectURL(_ file: FileContext, query: String = "") -> String {
@@ -483,37 +485,42 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             file.handles[S3Backend.objectKey] ?? location.key(forFileNamed: file.relativePath)
         }
 
-        func sign(_ request: inout HTTPRequest) {
-            let hash =
-                signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
-            signer.sign(&request, payloadHash: hash, at: now())
-        }
+        func sign(_ request: inout HTTPRequest) { signer.sign(&request) }
 
-        /// The error an unwanted answer means, by S3's error code first.
         func failure(
             _ response: HTTPResponse, _ operation: String, _ known: (code: String, message: String)? = nil, okStatus: Bool = false
         ) -> BackendError {
-            let error = known ?? response.s3Error
-            let detail = error.map { ": \($0.code)" + ($0.message.isEmpty ? "" : " (\($0.message))") } ?? ""
-            let status = okStatus ? "HTTP 200 with an error" : "HTTP \(response.status)"
-            switch error?.code {
-            case "NoSuchUpload":
-                return .uploadUnknown("\(operation): S3 no longer knows the upload")
-            case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
-                "XAmzContentSHA256Mismatch", "OperationAborted":
+            S3Backend.failure(
+                response, operation, bucket: location.bucket, endpoint: endpoint, credentialsSource: source, known: known,
+                okStatus: okStatus)
+        }
+    }
+
+    /// The error an unwanted answer means, by S3's error code first.
+    static func failure(
+        _ response: HTTPResponse, _ operation: String, bucket: String, endpoint: S3Endpoint, credentialsSource source: String,
+        known: (code: String, message: String)? = nil, okStatus: Bool = false
+    ) -> BackendError {
+        let error = known ?? response.s3Error
+        let detail = error.map { ": \($0.code)" + ($0.message.isEmpty ? "" : " (\($0.message))") } ?? ""
+        let status = okStatus ? "HTTP 200 with an error" : "HTTP \(response.status)"
+        switch error?.code {
+        case "NoSuchUpload":
+            return .uploadUnknown("\(operation): S3 no longer knows the upload")
+        case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
+            "XAmzContentSHA256Mismatch", "OperationAborted":
+            return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
+        case "RequestTimeTooSkewed":
+            return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
+        case "NoSuchBucket":
+            return .rejected("\(operation): bucket '\(bucket)' does not exist at \(endpoint.base)")
+        case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
+            return .rejected("\(operation): S3 refused the credentials from \(source)\(detail)")
+        default:
+            if okStatus || response.status >= 500 || response.status == 408 || response.status == 429 {
                 return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
-            case "RequestTimeTooSkewed":
-                return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
-            case "NoSuchBucket":
-                return .rejected("\(operation): bucket '\(location.bucket)' does not exist at \(endpoint.base)")
-            case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
-                return .rejected("\(operation): S3 refused the credentials from \(source)\(detail)")
-            default:
-                if okStatus || response.status >= 500 || response.status == 408 || response.status == 429 {
-                    return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
-                }
-                return .rejected("\(operation): \(status)\(detail)")
             }
+            return .rejected("\(operation): \(status)\(detail)")
         }
     }
 }

@@ -16,12 +16,14 @@ struct S3XML {
     /// Records: one per element named in `recordNames` (e.g. every `Part`), each its children's text.
     var records: [[String: String]] = []
 
-    /// Nil when `bytes` is not well-formed XML.
+    /// Nil when `bytes` is not well-formed XML, or stops before its root
+    /// element closes (an answer cut short, which Foundation's parser
+    /// does not always call an error).
     init?(_ bytes: [UInt8], recordNames: Set<String> = []) {
         let reader = Reader(recordNames: recordNames)
         let parser = XMLParser(data: Data(bytes))
         parser.delegate = reader
-        guard parser.parse(), let root = reader.root else { return nil }
+        guard parser.parse(), reader.closedRoot, let root = reader.root else { return nil }
         self.root = root
         self.fields = reader.fields
         self.records = reader.records
@@ -47,6 +49,8 @@ struct S3XML {
         var root: String?
         var fields: [String: String] = [:]
         var records: [[String: String]] = []
+        /// Whether the root element's end was read.
+        var closedRoot = false
         private var path: [String] = []
         private var text = ""
         private var record: [String: String]?
@@ -67,6 +71,7 @@ struct S3XML {
 
         func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
             path.removeLast()
+            if path.isEmpty { closedRoot = true }
             if path.count == 1 {
                 if recordNames.contains(name), let finished = record {
                     records.append(finished)

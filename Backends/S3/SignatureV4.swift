@@ -133,6 +133,27 @@ public struct SignatureV4: Sendable {
     }
 }
 
+/// Signs each request of one client of one S3 endpoint: a job's, or a
+/// listing's of a bucket's uploads.
+struct S3RequestSigner: Sendable {
+    private let signer: SignatureV4
+    /// Over TLS the body is not hashed for the signature: a part's checksum
+    /// already guards it, and TLS the rest (as the AWS CLI does).
+    private let signsPayload: Bool
+    private let now: @Sendable () -> Date
+
+    init(_ credentials: AWSCredentials, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {
+        signer = SignatureV4(credentials: credentials, region: region)
+        signsPayload = !endpoint.base.lowercased().hasPrefix("https:")
+        self.now = now
+    }
+
+    func sign(_ request: inout HTTPRequest) {
+        let hash = signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
+        signer.sign(&request, payloadHash: hash, at: now())
+    }
+}
+
 extension String {
     fileprivate func leftPadded(to width: Int) -> String {
         count >= width ? self : String(repeating: "0", count: width - count) + self

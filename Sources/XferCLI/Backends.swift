@@ -38,11 +38,8 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
         case .sequence: return SequenceBackend()
         case .tus: return TusBackend()
         case .s3:
-            let configuration = try profile.configuration()
-            let endpoint = try arguments.endpoint(region: arguments.region ?? configuration.region)
-            return S3Backend(
-                configuration: configuration, endpoint: endpoint, region: arguments.region,
-                partChecksum: try arguments.checksum(), objectOptions: try object.options())
+            return try arguments.server.backend(
+                profile: profile, partChecksum: try arguments.checksum(), objectOptions: try object.options())
         }
     }
 
@@ -74,6 +71,25 @@ struct AWSProfileArgument: ParsableArguments {
 
 /// Where a new S3 push goes; a resumed job keeps what it started with.
 struct S3Arguments: ParsableArguments {
+    @OptionGroup var server: S3ServerArguments
+
+    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
+    var partChecksum: String?
+
+    var isEmpty: Bool { server.isEmpty && partChecksum == nil }
+
+    func checksum() throws(XferError) -> S3PartChecksum {
+        guard let partChecksum else { return .md5 }
+        guard let parsed = S3PartChecksum(rawValue: partChecksum) else {
+            throw .invalidInput("--part-checksum must be md5, crc32 or crc32c, not '\(partChecksum.prefix(40))'")
+        }
+        return parsed
+    }
+}
+
+/// Which S3 server requests go to and how they are signed: a new push's,
+/// and `xfer uploads`'.
+struct S3ServerArguments: ParsableArguments {
     @Option(name: .customLong("endpoint"), help: "s3: the server, http(s)://HOST[:PORT] (default: AWS for the region).")
     var endpointURL: String?
 
@@ -83,17 +99,16 @@ struct S3Arguments: ParsableArguments {
     @Option(help: "s3: bucket addressing, path or virtual (default: virtual on AWS, path on --endpoint).")
     var addressing: String?
 
-    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
-    var partChecksum: String?
+    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil }
 
-    var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil && partChecksum == nil }
-
-    func checksum() throws(XferError) -> S3PartChecksum {
-        guard let partChecksum else { return .md5 }
-        guard let parsed = S3PartChecksum(rawValue: partChecksum) else {
-            throw .invalidInput("--part-checksum must be md5, crc32 or crc32c, not '\(partChecksum.prefix(40))'")
-        }
-        return parsed
+    /// An s3 backend for this server, signing with the credentials `profile` finds.
+    func backend(
+        profile: AWSProfileArgument, partChecksum: S3PartChecksum = .md5, objectOptions: S3ObjectOptions = S3ObjectOptions()
+    ) throws(XferError) -> S3Backend {
+        let configuration = try profile.configuration()
+        return S3Backend(
+            configuration: configuration, endpoint: try endpoint(region: region ?? configuration.region), region: region,
+            partChecksum: partChecksum, objectOptions: objectOptions)
     }
 
     /// nil for AWS's own endpoint in the region.

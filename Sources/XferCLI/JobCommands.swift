@@ -39,7 +39,7 @@ struct ResumeCommand: AsyncParsableCommand {
     @OptionGroup var aws: AWSProfileArgument
 
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
-    var keepFinished: RetentionArgument?
+    var keepFinished: DurationArgument?
 
     /// Before any job is looked up: one error, even with no job to resume.
     mutating func validate() throws {
@@ -55,7 +55,7 @@ struct ResumeCommand: AsyncParsableCommand {
         rateLimit.apply(to: &transport)
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport,
-            finishedJobRetention: try RetentionArgument.resolve(keepFinished))
+            finishedJobRetention: try DurationArgument.retention(keepFinished))
 
         // Name every job up front, so a typo fails before anything is sent.
         var ids: [JobID] = []
@@ -305,9 +305,9 @@ struct CancelCommand: AsyncParsableCommand {
 
 // MARK: Shared pieces
 
-/// `--token` and `--header`, validated the same way as `push` does.
-/// How long completed jobs are kept: `0`, `90s`, `30m`, `24h`, `7d`.
-struct RetentionArgument: ExpressibleByArgument, Hashable {
+/// A duration as options take it: `0`, `90s`, `30m`, `24h`, `7d` (how long
+/// completed jobs are kept; how old an upload is).
+struct DurationArgument: ExpressibleByArgument, Hashable {
     let duration: Duration
 
     init?(argument: String) {
@@ -327,13 +327,14 @@ struct RetentionArgument: ExpressibleByArgument, Hashable {
         duration = .seconds(seconds)
     }
 
-    /// The option, else `$XFER_KEEP_FINISHED`, else the engine's default.
-    static func resolve(_ option: RetentionArgument?) throws(XferError) -> Duration {
+    /// How long completed jobs are kept: the option, else
+    /// `$XFER_KEEP_FINISHED`, else the engine's default.
+    static func retention(_ option: DurationArgument?) throws(XferError) -> Duration {
         if let option { return option.duration }
         guard let value = ProcessInfo.processInfo.environment["XFER_KEEP_FINISHED"], !value.isEmpty else {
             return TransferEngine.defaultFinishedJobRetention
         }
-        guard let parsed = RetentionArgument(argument: value) else {
+        guard let parsed = DurationArgument(argument: value) else {
             throw .invalidInput("XFER_KEEP_FINISHED must look like 0, 90s, 30m, 24h or 7d, not '\(value.prefix(20))'")
         }
         return parsed.duration
@@ -382,17 +383,25 @@ enum JobText {
 
     /// Columns padded to their widest cell, separated by two spaces.
     static func table(_ rows: [[String]], rightAligned: Set<Int>) -> [String] {
-        let columns = rows.map(\.count).max() ?? 0
-        let widths = (0..<columns).map { column in
-            rows.map { column < $0.count ? $0[column].count : 0 }.max() ?? 0
+        let widths = columnWidths(rows)
+        return rows.map { line($0, widths: widths, rightAligned: rightAligned) }
+    }
+
+    /// The widest cell of each column (`at least`: widths already given).
+    static func columnWidths(_ rows: [[String]], atLeast given: [Int] = []) -> [Int] {
+        let columns = max(rows.map(\.count).max() ?? 0, given.count)
+        return (0..<columns).map { column in
+            max(column < given.count ? given[column] : 0, rows.map { column < $0.count ? $0[column].count : 0 }.max() ?? 0)
         }
-        return rows.map { row in
-            row.enumerated().map { column, cell -> String in
-                let padding = String(repeating: " ", count: widths[column] - cell.count)
-                if column == row.count - 1, !rightAligned.contains(column) { return cell }
-                return rightAligned.contains(column) ? padding + cell : cell + padding
-            }.joined(separator: "  ")
-        }
+    }
+
+    /// `row` padded to `widths` (the last column, when left-aligned, not padded).
+    static func line(_ row: [String], widths: [Int], rightAligned: Set<Int>) -> String {
+        row.enumerated().map { column, cell -> String in
+            let padding = String(repeating: " ", count: max(0, widths[column] - cell.count))
+            if column == row.count - 1, !rightAligned.contains(column) { return cell }
+            return rightAligned.contains(column) ? padding + cell : cell + padding
+        }.joined(separator: "  ")
     }
 }
 

@@ -73,7 +73,7 @@ struct PushCommand: AsyncParsableCommand {
     @OptionGroup var aws: AWSProfileArgument
 
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
-    var keepFinished: RetentionArgument?
+    var keepFinished: DurationArgument?
 
     /// What can be told from the arguments alone. Sizes and counts are held to
     /// the engine's bounds, written once (`TransferOptions.validate()`).
@@ -123,7 +123,7 @@ struct PushCommand: AsyncParsableCommand {
         let backend = try builtIn.makeBackend(s3: s3, profile: aws, object: s3Object)
 
         let engine = try TransferEngine(
-            stateDirectory: state.directory, transport: transport, finishedJobRetention: try RetentionArgument.resolve(keepFinished))
+            stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))
         let job: TransferJob
         if let stream = try StreamInput(files, name: name, expectedSize: expectedSize?.bytes) {
             job = try await engine.pushStream(stream.source, to: target, using: backend, options: options)

@@ -12,7 +12,7 @@ struct XferCommand: AsyncParsableCommand {
             Exit codes: 0 done; 1 transfer failed (state kept, resumable); 2 bad usage or input; \
             3 state locked or unusable; 130 interrupted (state saved).
             """,
-        subcommands: [PushCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, ServeCommand.self])
+        subcommands: [PushCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
 
     /// Runs the command and turns every failure into one line on stderr and
     /// a documented exit code, never a stack trace.
@@ -55,11 +55,17 @@ struct XferCommand: AsyncParsableCommand {
 }
 
 extension XferCommand {
-    /// The subcommand the arguments name, if any (for the usage hint).
+    /// The subcommand the arguments name, if any, with the subcommand of
+    /// its own they name (`uploads abort`), for the usage hint.
     static var commandNamed: String? {
-        let names = configuration.subcommands.compactMap { $0.configuration.commandName }
-        guard let first = CommandLine.arguments.dropFirst().first, names.contains(first) else { return nil }
-        return first
+        var commands = configuration.subcommands
+        var named: [String] = []
+        for argument in CommandLine.arguments.dropFirst() {
+            guard let command = commands.first(where: { $0.configuration.commandName == argument }) else { break }
+            named.append(argument)
+            commands = command.configuration.subcommands
+        }
+        return named.isEmpty ? nil : named.joined(separator: " ")
     }
 }
 

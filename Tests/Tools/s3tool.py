@@ -1,14 +1,16 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve [--lose-complete] [--signed-headers-only]
+  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N]
                                        prints "listening on URL", then serves until killed;
                                        --lose-complete: the first CompleteMultipartUpload of
                                        each upload completes it but answers 500 (a lost answer),
                                        and later ones answer NoSuchUpload, as S3 may for an
                                        upload it completed;
                                        --signed-headers-only: a request with an x-amz-* header
-                                       its signature does not cover is refused (403), as AWS does
+                                       its signature does not cover is refused (403), as AWS does;
+                                       --page-uploads N: ListMultipartUploads answers pages of at most N
+                                       uploads (moto pages none), with S3's markers and IsTruncated
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
   s3tool.py type URL BUCKET KEY        prints the object's Content-Type
   s3tool.py describe URL BUCKET KEY    prints what S3 keeps with the object as JSON: ContentType, Metadata,
@@ -17,6 +19,8 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
   s3tool.py mkbucket URL BUCKET
   s3tool.py get URL BUCKET KEY OUT     downloads an object; prints its ETag
   s3tool.py uploads URL BUCKET         prints {"uploads": [{"key", "uploadId", "parts", "bytes"}]} (in progress)
+  s3tool.py create-upload URL BUCKET KEY...
+                                       starts a multipart upload of each KEY; prints each one's UploadId
   s3tool.py objects URL BUCKET         prints {"KEY": "ETAG", ...} for every object
 
 Credentials: whatever the environment says (the tests set dummy ones; moto
@@ -40,7 +44,43 @@ def client(url):
                         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
 
 
-def serve_wrapped(lose_complete, signed_headers_only):
+def page_of_uploads(body, query, page_size):
+    """moto's whole ListMultipartUploads answer cut to the page the query's
+    markers and max-uploads ask for, at most page_size uploads, as S3 pages:
+    by key, then upload id; after (key-marker, upload-id-marker)."""
+    import xml.etree.ElementTree as ET
+
+    namespace = "http://s3.amazonaws.com/doc/2006-03-01/"
+    ET.register_namespace("", namespace)
+    root = ET.fromstring(body)
+    tag = lambda name: f"{{{namespace}}}{name}" if root.tag.startswith("{") else name
+    uploads = root.findall(tag("Upload"))
+    for upload in uploads:
+        root.remove(upload)
+    uploads.sort(key=lambda u: (u.findtext(tag("Key")), u.findtext(tag("UploadId"))))
+    key_marker = query.get("key-marker", [""])[0]
+    id_marker = query.get("upload-id-marker", [""])[0]
+    if key_marker:
+        uploads = [u for u in uploads if (u.findtext(tag("Key")), u.findtext(tag("UploadId"))) > (key_marker, id_marker)
+                   and (id_marker or u.findtext(tag("Key")) > key_marker)]
+    size = min(page_size, int(query.get("max-uploads", ["1000"])[0]))
+    page, rest = uploads[:size], uploads[size:]
+    for name in ("IsTruncated", "NextKeyMarker", "NextUploadIdMarker", "MaxUploads"):
+        for element in root.findall(tag(name)):
+            root.remove(element)
+    def add(name, text):
+        element = ET.SubElement(root, tag(name))
+        element.text = text
+    add("MaxUploads", str(size))
+    add("IsTruncated", "true" if rest else "false")
+    if rest:
+        add("NextKeyMarker", page[-1].findtext(tag("Key")))
+        add("NextUploadIdMarker", page[-1].findtext(tag("UploadId")))
+    root.extend(page)
+    return ET.tostring(root, encoding="utf-8", xml_declaration=True)
+
+
+def serve_wrapped(lose_complete, signed_headers_only, page_uploads):
     import threading
     from urllib.parse import parse_qs
 
@@ -70,7 +110,17 @@ def serve_wrapped(lose_complete, signed_headers_only):
                 print(f"refused unsigned headers {unsigned}", flush=True)
                 return refuse(start_response, "403 Forbidden", "AccessDenied",
                               "There were headers present in the request which were not signed")
-        query = parse_qs(environ.get("QUERY_STRING", ""))
+        query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if page_uploads and environ["REQUEST_METHOD"] == "GET" and "uploads" in query:
+            answer = {}
+            body = b"".join(moto(environ, lambda status, headers, *_: answer.update(status=status, headers=headers)))
+            if not answer["status"].startswith("200"):
+                start_response(answer["status"], answer["headers"])
+                return [body]
+            body = page_of_uploads(body, query, page_uploads)
+            headers = [(name, value) for name, value in answer["headers"] if name.lower() != "content-length"]
+            start_response(answer["status"], headers + [("Content-Length", str(len(body)))])
+            return [body]
         if not lose_complete or environ["REQUEST_METHOD"] != "POST" or "uploadId" not in query:
             return moto(environ, start_response)
         upload = query["uploadId"][0]
@@ -92,8 +142,9 @@ def serve_wrapped(lose_complete, signed_headers_only):
 
 def main(argv):
     command = argv[1]
-    if command == "serve" and ("--lose-complete" in argv[2:] or "--signed-headers-only" in argv[2:]):
-        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:])
+    if command == "serve" and len(argv) > 2:
+        page_uploads = int(argv[argv.index("--page-uploads") + 1]) if "--page-uploads" in argv else 0
+        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads)
     if command == "serve":
         from moto.server import ThreadedMotoServer
 
@@ -133,10 +184,15 @@ def main(argv):
         print(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["ContentType"])
     elif command == "meta":
         print(json.dumps(client(argv[2]).head_object(Bucket=argv[3], Key=argv[4])["Metadata"], sort_keys=True))
+    elif command == "create-upload":
+        s3 = client(argv[2])
+        for key in argv[4:]:
+            print(s3.create_multipart_upload(Bucket=argv[3], Key=key)["UploadId"])
     elif command == "uploads":
         s3 = client(argv[2])
         found = []
-        for upload in s3.list_multipart_uploads(Bucket=argv[3]).get("Uploads", []):
+        pages = s3.get_paginator("list_multipart_uploads").paginate(Bucket=argv[3])
+        for upload in (upload for page in pages for upload in page.get("Uploads", [])):
             parts = s3.list_parts(Bucket=argv[3], Key=upload["Key"], UploadId=upload["UploadId"]).get("Parts", [])
             found.append({"key": upload["Key"], "uploadId": upload["UploadId"], "parts": len(parts),
                           "bytes": sum(part["Size"] for part in parts)})

@@ -311,8 +311,11 @@ final class S3BackendTests: XCTestCase {
             guard case BackendError.transient(let message, _) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("InternalError"), message)
         }
-        XCTAssertThrowsError(try exchange(HTTPResponse(status: 200, body: Array("   ".utf8)))) { error in
-            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        // Whitespace S3 sent while it worked, then nothing; or an answer cut before its root closed.
+        for cut in ["   ", "   <CompleteMultipartUploadResult><ETag>\"x-3\"</ETag>"] {
+            XCTAssertThrowsError(try exchange(HTTPResponse(status: 200, body: Array(cut.utf8)))) { error in
+                guard case BackendError.transient = error else { return XCTFail("\(error)") }
+            }
         }
         XCTAssertEqual(
             try exchange(HTTPResponse(status: 400, body: xml("<Error><Code>InvalidPart</Code></Error>"))), .missing([0, 1, 2]))
@@ -512,5 +515,130 @@ final class S3BackendTests: XCTestCase {
         XCTAssertNil(table["comment"])
         XCTAssertEqual(MediaTypes.type(forFileNamed: ".bashrc"), MediaTypes.fallback, "a leading dot is not an extension")
         XCTAssertEqual(MediaTypes.type(forFileNamed: "noext"), MediaTypes.fallback)
+    }
+
+    // MARK: Multipart uploads in progress (xfer uploads)
+
+    private var listingBackend: S3Backend {
+        S3Backend(
+            configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path),
+            now: { Date(timeIntervalSince1970: 1_369_353_600) })
+    }
+
+    /// The AWS documentation's example answer (owners shortened), a page
+    /// of three with more after it.
+    private let uploadsPage = """
+        <ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>bkt</Bucket>\
+        <KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker><NextKeyMarker>my-movie.m2ts</NextKeyMarker>\
+        <NextUploadIdMarker>YW55IGlkZWEgd2h5IGVsdmluZydzIHVwbG9hZCBmYWlsZWQ</NextUploadIdMarker><MaxUploads>3</MaxUploads>\
+        <IsTruncated>true</IsTruncated>\
+        <Upload><Key>my-divisor</Key><UploadId>XMgbGlrZSBlbHZpbmcncyBub3QgaGF2aW5nIG11Y2ggbHVjaw</UploadId>\
+        <Initiator><ID>arn:aws:iam::111122223333:user/user1</ID><DisplayName>user1</DisplayName></Initiator>\
+        <Owner><ID>75aa57f0</ID><DisplayName>OwnerDisplayName</DisplayName></Owner>\
+        <StorageClass>REDUCED_REDUNDANCY</StorageClass><Initiated>2010-11-10T20:48:33.000Z</Initiated></Upload>\
+        <Upload><Key>my-movie.m2ts</Key><UploadId>VXBsb2FkIElEIGZvciBlbHZpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA</UploadId>\
+        <StorageClass>STANDARD</StorageClass><Initiated>2010-11-10T20:48:33Z</Initiated></Upload>\
+        <Upload><Key>my-movie.m2ts</Key><UploadId>YW55IGlkZWEgd2h5IGVsdmluZydzIHVwbG9hZCBmYWlsZWQ</UploadId>\
+        <StorageClass>STANDARD</StorageClass><Initiated>yesterday</Initiated></Upload>\
+        </ListMultipartUploadsResult>
+        """
+
+    func testUploadListingAsksForAPageAfterItsMarkerSigned() throws {
+        let listing = try listingBackend.uploads(under: "s3://bkt/in dir/", pageSize: 5000)
+        XCTAssertEqual(listing.prefix, "in dir/", "the prefix as written: 'in dir' would also cover 'in dirt/'")
+        XCTAssertEqual(listing.pageSize, 1000, "S3 gives 1,000 at most")
+        XCTAssertEqual(try listingBackend.uploads(under: "s3://bkt").prefix, "")
+        XCTAssertEqual(try listingBackend.uploads(under: "s3://bkt").target, "s3://bkt")
+        XCTAssertEqual(try listingBackend.uploads(under: "s3://bkt//in").prefix, "in")
+        XCTAssertThrowsError(try listingBackend.uploads(under: "s3://B_kt"))
+
+        let first = listing.listPage(after: nil).request
+        XCTAssertEqual(first.method, .get)
+        XCTAssertEqual(first.url, "http://127.0.0.1:9000/bkt?uploads&max-uploads=1000&prefix=in%20dir%2F")
+        XCTAssertEqual(first.headers["x-amz-date"], "20130524T000000Z")
+        XCTAssertEqual(first.headers["x-amz-content-sha256"], "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertTrue(try XCTUnwrap(first.headers["Authorization"]).hasPrefix("AWS4-HMAC-SHA256 Credential=AKID/20130524/us-east-1/s3/"))
+        let next = listing.listPage(after: S3UploadPage.Marker(key: "in dir/a+b", uploadID: "U/1")).request
+        XCTAssertEqual(
+            next.url, "http://127.0.0.1:9000/bkt?uploads&max-uploads=1000&prefix=in%20dir%2F&key-marker=in%20dir%2Fa%2Bb&upload-id-marker=U%2F1")
+        let keyOnly = listing.listPage(after: S3UploadPage.Marker(key: "k", uploadID: "")).request
+        XCTAssertEqual(keyOnly.url, "http://127.0.0.1:9000/bkt?uploads&max-uploads=1000&prefix=in%20dir%2F&key-marker=k")
+    }
+
+    func testUploadListingReadsS3sPagesAndWhereTheNextStarts() throws {
+        let listing = try listingBackend.uploads(under: "s3://bkt")
+        let page = try listing.listPage(after: nil).interpret(HTTPResponse(status: 200, body: xml(uploadsPage)))
+        XCTAssertEqual(page.uploads.map(\.key), ["my-divisor", "my-movie.m2ts", "my-movie.m2ts"])
+        XCTAssertEqual(page.uploads.first?.uploadID, "XMgbGlrZSBlbHZpbmcncyBub3QgaGF2aW5nIG11Y2ggbHVjaw")
+        XCTAssertEqual(page.uploads.first?.storageClass, "REDUCED_REDUNDANCY")
+        let initiated = Date(timeIntervalSince1970: 1_289_422_113)  // 2010-11-10T20:48:33Z
+        XCTAssertEqual(page.uploads.map(\.initiated), [initiated, initiated, nil], "with or without milliseconds; nil when unreadable")
+        XCTAssertEqual(page.next, S3UploadPage.Marker(key: "my-movie.m2ts", uploadID: "YW55IGlkZWEgd2h5IGVsdmluZydzIHVwbG9hZCBmYWlsZWQ"))
+
+        // The last page; an empty one.
+        let last = uploadsPage.replacingOccurrences(of: "<IsTruncated>true", with: "<IsTruncated>false")
+        XCTAssertNil(try listing.listPage(after: nil).interpret(HTTPResponse(status: 200, body: xml(last))).next)
+        let empty = "<ListMultipartUploadsResult><Bucket>bkt</Bucket><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>"
+        XCTAssertEqual(try listing.listPage(after: nil).interpret(HTTPResponse(status: 200, body: xml(empty))), S3UploadPage(uploads: [], next: nil))
+
+        // Truncated without markers: on after the page's last upload; a marker that does not move is refused.
+        let unmarked = uploadsPage.replacingOccurrences(of: "<NextKeyMarker>my-movie.m2ts</NextKeyMarker>", with: "")
+        let marker = S3UploadPage.Marker(key: "my-movie.m2ts", uploadID: "YW55IGlkZWEgd2h5IGVsdmluZydzIHVwbG9hZCBmYWlsZWQ")
+        XCTAssertEqual(try listing.listPage(after: nil).interpret(HTTPResponse(status: 200, body: xml(unmarked))).next, marker)
+        XCTAssertThrowsError(try listing.listPage(after: marker).interpret(HTTPResponse(status: 200, body: xml(uploadsPage)))) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("not where they start"), message)
+        }
+
+        // S3's errors, by code: a missing bucket is said plainly; a 503 or a cut answer is retried.
+        let missing = HTTPResponse(
+            status: 404, body: xml("<Error><Code>NoSuchBucket</Code><Message>The specified bucket does not exist</Message></Error>"))
+        XCTAssertThrowsError(try listing.listPage(after: nil).interpret(missing)) { error in
+            XCTAssertEqual(
+                error as? BackendError,
+                .rejected("list the multipart uploads in s3://bkt: bucket 'bkt' does not exist at http://127.0.0.1:9000"))
+        }
+        for transient in [HTTPResponse(status: 503, body: []), HTTPResponse(status: 200, body: Array("<ListMultipartUploadsResult>".utf8))] {
+            XCTAssertThrowsError(try listing.listPage(after: nil).interpret(transient)) { error in
+                guard case BackendError.transient = error else { return XCTFail("\(error)") }
+            }
+        }
+    }
+
+    func testAbortingAnUploadCountsNoSuchUploadAsGone() throws {
+        let listing = try listingBackend.uploads(under: "s3://bkt/in")
+        let exchange = listing.abort(key: "in/a b.bin", uploadID: "U+1/2")
+        XCTAssertEqual(exchange.request.method, .delete)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin?uploadId=U%2B1%2F2")
+        XCTAssertNotNil(exchange.request.headers["Authorization"])
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 204, body: [])), .aborted)
+        let gone = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchUpload</Code><Message>gone</Message></Error>"))
+        XCTAssertEqual(try exchange.interpret(gone), .alreadyGone)
+        let denied = HTTPResponse(status: 403, body: xml("<Error><Code>AccessDenied</Code><Message>no</Message></Error>"))
+        XCTAssertThrowsError(try exchange.interpret(denied)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("refused the credentials from test"), message)
+        }
+    }
+
+    /// Only the jobs that sent to the same bucket at the same endpoint can
+    /// own a listed upload, and a file owns it by its id and key.
+    func testUploadsBelongToTheJobsOfTheirBucketAndEndpoint() throws {
+        let listing = try listingBackend.uploads(under: "s3://bkt/in")
+        XCTAssertTrue(listing.sharesBucket(withJobTarget: "s3://bkt/other at http://127.0.0.1:9000", handles: jobHandles))
+        XCTAssertTrue(listing.sharesBucket(withJobTarget: "s3://bkt", handles: jobHandles))
+        XCTAssertFalse(listing.sharesBucket(withJobTarget: "s3://bkt2/in", handles: jobHandles))
+        let elsewhere = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9001", addressing: .path))
+            .makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
+        XCTAssertFalse(listing.sharesBucket(withJobTarget: "s3://bkt/in", handles: elsewhere))
+        let aws = S3Backend(configuration: configuration).makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
+        XCTAssertFalse(listing.sharesBucket(withJobTarget: "s3://bkt/in", handles: aws))
+        XCTAssertTrue(try S3Backend(configuration: configuration).uploads(under: "s3://bkt").sharesBucket(withJobTarget: "s3://bkt", handles: aws))
+
+        let upload = S3MultipartUpload(key: "in/a b.bin", uploadID: "U", initiated: nil)
+        XCTAssertTrue(upload.isOpened(byFileWith: uploadHandles))
+        XCTAssertTrue(upload.isOpened(byFileWith: [S3Backend.uploadID: "U"]), "a file without a kept key: by its id")
+        XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "U", S3Backend.objectKey: "in/other"]))
+        XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "V", S3Backend.objectKey: "in/a b.bin"]))
     }
 }

@@ -16,7 +16,7 @@ final class InstallTests: XCTestCase {
         work = nil
     }
 
-    private static let subcommands = ["push", "resume", "list", "status", "cancel", "serve"]
+    private static let subcommands = ["push", "resume", "list", "status", "cancel", "uploads", "serve"]
 
     func testCompletionScriptsNameEverySubcommandAndOption() throws {
         for shell in ["bash", "zsh", "fish"] {

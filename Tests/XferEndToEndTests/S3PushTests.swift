@@ -39,16 +39,9 @@ final class S3PushTests: XCTestCase {
         return result
     }
 
-    /// Starts a push with --json and SIGKILLs it once `parts` parts are acknowledged.
+    /// Starts a push and SIGKILLs it once `parts` parts are acknowledged.
     private func killedPush(_ file: String, afterParts parts: Int, options: [String] = []) throws {
-        let child = try ChildProcess(
-            executable: xferExecutable, arguments: pushArguments([file]) + options + ["--json"], environment: S3Server.environment)
-        var acknowledged = 0
-        while acknowledged < parts, let line = child.readLine() {
-            if line.contains("\"event\":\"chunk\"") { acknowledged += 1 }
-        }
-        child.kill(SIGKILL)
-        XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push ended before it was killed: \(child.standardError)")
+        try pushKilled(pushArguments([file]) + options, afterParts: parts)
     }
 
     private func assertObject(_ key: String, equals file: String, parts: Int?, line: UInt = #line) throws {

@@ -101,6 +101,12 @@ final class S3Server {
         return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] ?? [:]
     }
 
+    /// Starts a multipart upload of each of `keys` with boto3 (no local job
+    /// knows them); returns their upload ids, in order.
+    func createUploads(bucket: String, keys: [String]) throws -> [String] {
+        try run(["create-upload", url, bucket] + keys)
+    }
+
     /// Multipart uploads in progress: (key, upload id, parts S3 holds, their bytes).
     func uploadsInProgress(bucket: String) throws -> [(key: String, uploadId: String, parts: Int, bytes: Int)] {
         let text = try run(["uploads", url, bucket]).joined()
@@ -109,6 +115,27 @@ final class S3Server {
             ($0["key"] as? String ?? "", $0["uploadId"] as? String ?? "", int($0["parts"]), int($0["bytes"]))
         }
     }
+}
+
+/// Runs the s3 push `arguments` with --json and SIGKILLs it once `parts`
+/// parts are acknowledged: a job that left its multipart upload on the
+/// server. Returns the job's id.
+@discardableResult
+func pushKilled(_ arguments: [String], afterParts parts: Int, line: UInt = #line) throws -> String {
+    let child = try ChildProcess(executable: xferExecutable, arguments: arguments + ["--json"], environment: S3Server.environment)
+    var job = ""
+    var acknowledged = 0
+    while acknowledged < parts, let output = child.readLine() {
+        if output.contains("\"event\":\"chunk\"") { acknowledged += 1 }
+        if output.contains("\"event\":\"started\""),
+            let event = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any]
+        {
+            job = event["job"] as? String ?? ""
+        }
+    }
+    child.kill(SIGKILL)
+    XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push ended before it was killed: \(child.standardError)", line: line)
+    return job
 }
 
 extension S3Server {

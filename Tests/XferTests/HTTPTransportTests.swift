@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import XferTestSupport
 @testable import Xfer
 
 /// Tests of `HTTPTransport` against a real HTTP server on 127.0.0.1 (a small
@@ -534,6 +535,51 @@ import Testing
         let unverified = try makeTransport { $0.verifyTLS = false }
         defer { unverified.shutdown() }
         #expect(try await unverified.send(HTTPRequest(method: .get, url: server.url("/echo"))).status == 200)
+    }
+
+    // MARK: The engine's requests outside any job
+
+    /// `TransferEngine.send` (xfer uploads' requests) retries as a job's
+    /// steps do: a transient answer again, each attempt built afresh, until
+    /// the policy gives up; a refusal at once.
+    @Test func engineRequestsOutsideJobsAreRetriedAsAJobsAre() async throws {
+        let server = try Fixtures.http.get()
+        let directory = TemporaryDirectory("xfer-send")
+        let engine = try TransferEngine(stateDirectory: directory.path)
+        // No waiting: the fixture's Retry-After (7 s) is capped to nothing.
+        let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .zero, maximumRetryAfter: .zero)
+        func exchange(_ code: Int) -> Exchange<Int> {
+            Exchange(HTTPRequest(method: .get, url: server.url("/status?code=\(code)"))) { response throws(BackendError) in
+                switch response.status {
+                case 503: throw .transient("ask: HTTP 503")
+                case 403: throw .rejected("ask: HTTP 403")
+                default: return response.status
+                }
+            }
+        }
+        var built = 0
+        var retries: [Int] = []
+        await #expect(throws: XferError.transferFailed("ask: HTTP 503 (gave up after 3 attempts)")) {
+            try await engine.send("ask", retry: policy, onRetry: { attempt, _, _ in retries.append(attempt) }) { () throws(BackendError) in
+                built += 1
+                return exchange(503)
+            }
+        }
+        #expect(built == 3)
+        #expect(retries == [1, 2])
+
+        built = 0
+        await #expect(throws: XferError.transferFailed("ask: HTTP 403")) {
+            try await engine.send("ask", retry: policy) { () throws(BackendError) in
+                built += 1
+                return exchange(403)
+            }
+        }
+        #expect(built == 1)
+        #expect(try await engine.send("ask", retry: policy) { () throws(BackendError) in exchange(204) } == 204)
+        await #expect(throws: XferError.self) {
+            try await engine.send("ask", retry: RetryPolicy(maximumAttempts: 0)) { () throws(BackendError) in exchange(204) }
+        }
     }
 
     // MARK: Pure values

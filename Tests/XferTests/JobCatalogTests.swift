@@ -282,6 +282,50 @@ final class JobCatalogTests: XCTestCase {
 
     /// `xfer list` with many jobs. Timing on a shared 2-core machine is too
     /// noisy to assert in every run; `XFER_BENCH=1` runs it and prints the time.
+    /// `localUploads` finds the files of the backend's jobs by a handle (an
+    /// S3 upload id), with what their job will do with the upload.
+    func testLocalUploadsAreFoundByTheirHandleWithWhatTheirJobWillDo() async throws {
+        let store = try StateStore(directory: directory.path)
+        let key = HandleKey("uploadId")
+        func job(
+            _ id: String, backend: String = "s3", target: String = "s3://bkt", phase: JobPhase = .unfinished, stream: Bool = false,
+            uploads: [String?], completed: Set<Int> = []
+        ) async throws {
+            var header = record(id, phase: phase)
+            header.backend = backend
+            header.target = target
+            header.isStream = stream
+            var listed = files(Array(repeating: 100, count: uploads.count))
+            for (index, upload) in uploads.enumerated() {
+                if let upload { listed[index].record.handles.set(key, upload) }
+                if completed.contains(index) { listed[index].record.url = "s3://bkt/file\(index)" }
+            }
+            try await store.commit([.createJob(header, roots: ["/tmp"]), .putFiles(job: header.id, files: listed)])
+        }
+        try await job("00000000000000a1", uploads: ["U1", "U2", nil], completed: [1])
+        try await job("00000000000000a2", phase: .completed, uploads: ["U3"], completed: [0])
+        try await job("00000000000000a3", stream: true, uploads: ["U4"])
+        try await job("00000000000000a4", uploads: ["U5"])
+        try await job("00000000000000a5", backend: "tus", uploads: ["U6"])
+        try await job("00000000000000a6", target: "s3://elsewhere", uploads: ["U7"])
+        let engine = try TransferEngine(stateDirectory: directory.path, store: store)
+        let lock = try JobLock(stateDirectory: directory.path, job: JobID(rawValue: "00000000000000a4"))
+        defer { withExtendedLifetime(lock) {} }
+
+        let found = try engine.localUploads(of: "s3", identifiedBy: key) { target, _ in target != "s3://elsewhere" }
+        XCTAssertEqual(Set(found.keys), ["U1", "U2", "U3", "U4", "U5"])
+        XCTAssertEqual(found["U1"]?.state, .resumable)
+        XCTAssertEqual(found["U1"]?.job, JobID(rawValue: "00000000000000a1"))
+        XCTAssertEqual(found["U1"]?.path, "/tmp/file0")
+        XCTAssertEqual(found["U2"]?.state, .finished, "a completed file needs its upload no more")
+        XCTAssertEqual(found["U2"]?.file, 1)
+        XCTAssertEqual(found["U3"]?.state, .finished)
+        XCTAssertEqual(found["U4"]?.state, .notResumable, "a stream is never resumed")
+        XCTAssertEqual(found["U5"]?.state, .running(pid: getpid()))
+        XCTAssertEqual(found["U5"]?.handles[key], "U5")
+        XCTAssertEqual(try engine.localUploads(of: "s3", identifiedBy: key).count, 6, "every job of the backend by default")
+    }
+
     func testListingTenThousandJobs() async throws {
         guard ProcessInfo.processInfo.environment["XFER_BENCH"] != nil else { return }
         // XFER_BENCH_STATE keeps the store for timing `xfer list` itself.

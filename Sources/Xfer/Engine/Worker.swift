@@ -14,11 +14,7 @@ struct Worker: Sendable {
     let bytesSent: LockedValue<Int64>
 
     /// How a step ended when it did not yield an outcome.
-    private enum StepError: Error {
-        case failed(XferError)
-        case uploadUnknown(String)
-        case outOfSync(String)
-    }
+    private typealias StepError = RetryLoop.Failure
 
     // MARK: Steps
 
@@ -310,65 +306,28 @@ struct Worker: Sendable {
         _ operation: String, in job: JobContext, countBytes: Bool, chunk: ChunkBytes? = nil,
         _ make: () throws(BackendError) -> Step<T>
     ) async throws(StepError) -> T? {
-        var attempt = 0
-        while true {
-            attempt += 1
-            if Task.isCancelled { throw .failed(.interrupted) }
-            let reason: String
-            var retryAfter: Duration?
-            do {
-                let exchange: Exchange<T>
-                switch try make() {
-                case .skip: return nil
-                case .answer(let outcome): return outcome
-                case .send(let made): exchange = made
-                }
-                if let chunk {
-                    // A digest of a chunk that could not be read is not sent.
-                    if let failure = chunk.failure { throw StepError.failed(failure) }
-                    do { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
-                }
-                let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
-                if countBytes {
-                    let size = Int64(request.body.count)
-                    bytesSent.withLock { $0 += size }
-                }
-                let response = try await send(request)
-                return try exchange.interpret(response)
-            } catch let error as BackendError {
-                switch error {
-                case .transient(let message, let after):
-                    reason = message
-                    retryAfter = after
-                case .rejected(let message, let remedy):
-                    throw .failed(.transferFailed(message, remedy: remedy ?? .runAgain))
-                case .mismatch(let message, let remedy):
-                    throw .failed(.verificationFailed(message, remedy: remedy))
-                case .uploadUnknown(let message):
-                    throw .uploadUnknown(message)
-                case .outOfSync(let message):
-                    throw .outOfSync(message)
-                }
-            } catch let error as StepError {
-                throw error
-            } catch let error as TransportError {
-                if case .localFile(let failure) = error { throw .failed(failure) }
-                if error == .cancelled || Task.isCancelled { throw .failed(.interrupted) }
-                guard error.isRetryable else { throw .failed(.transferFailed("\(operation): \(error)")) }
-                reason = "\(operation): \(error)"
-            } catch {
-                throw .failed(.transferFailed("\(operation): \(error)"))
-            }
-            guard options.retry.allowsRetry(after: attempt) else {
-                throw .failed(.transferFailed("\(reason) (gave up after \(attempt) attempts)"))
-            }
-            let delay = options.retry.delay(after: attempt, retryAfter: retryAfter)
+        let events = self.events
+        return try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
             events.yield(.retrying(operation: operation, attempt: attempt, delay: delay, reason: reason))
-            do {
-                try await Task.sleep(for: delay)
-            } catch {
-                throw .failed(.interrupted)
+        } _: { () async throws -> T? in
+            let exchange: Exchange<T>
+            switch try make() {
+            case .skip: return nil
+            case .answer(let outcome): return outcome
+            case .send(let made): exchange = made
             }
+            if let chunk {
+                // A digest of a chunk that could not be read is not sent.
+                if let failure = chunk.failure { throw StepError.failed(failure) }
+                do throws(XferError) { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
+            }
+            let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
+            if countBytes {
+                let size = Int64(request.body.count)
+                bytesSent.withLock { $0 += size }
+            }
+            let response = try await send(request)
+            return try exchange.interpret(response)
         }
     }
 
