@@ -51,6 +51,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     public static let uploadID = HandleKey("uploadId")
     /// The object's key, fixed when the upload is created.
     public static let objectKey = HandleKey("key")
+    /// Job: the name of the one file whose object is the target's key itself
+    /// (`xfer push FILE --to s3://B/KEY`); absent, every file is `PREFIX/NAME`.
+    static let namedObjectKey = HandleKey("namedObject")
 
     /// The next question when reconciling a multipart upload: ListParts
     /// from after this part number (0: from the start).
@@ -95,9 +98,13 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     /// `s3://BUCKET/PREFIX`, followed by ` at ENDPOINT` unless the endpoint
     /// is AWS's: the same push to another S3 service is another job.
+    /// A trailing `/` after a prefix is kept: it says the prefix is a folder
+    /// even for one file (see `namedObjectKey`), so `s3://B/K` and `s3://B/K/`
+    /// are different pushes.
     public func normalizedTarget(_ target: String) throws(BackendError) -> String {
         let (location, storedEndpoint) = Self.splitTarget(target)
-        let normalized = try S3Location(parsing: location).normalized
+        let parsed = try S3Location(parsing: location)
+        let normalized = parsed.normalized + (!parsed.prefix.isEmpty && Self.endsWithSlash(location) ? "/" : "")
         if let storedEndpoint { return "\(normalized) at \(storedEndpoint)" }
         guard let endpoint else { return normalized }
         return "\(normalized) at \(endpoint.base)"
@@ -119,7 +126,21 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         // Absent means md5: what jobs created before the choice existed sent.
         if partChecksum != .md5 { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
         handles.merge(objectOptions.handles)
+        // As `aws s3 cp FILE s3://B/KEY`: one file named, and a target whose
+        // key does not end in "/", names the object. Kept with the job, so its
+        // later runs name it the same; jobs made before this rule lack the
+        // handle and keep the prefix naming they were created with.
+        let location = Self.splitTarget(job.target).location
+        if let name = job.namedFile, !Self.endsWithSlash(location),
+            let parsed = try? S3Location(parsing: location), !parsed.prefix.isEmpty
+        {
+            handles.set(Self.namedObjectKey, name)
+        }
         return handles
+    }
+
+    static func endsWithSlash(_ location: String) -> Bool {
+        location.trimmingCharacters(in: .whitespaces).hasSuffix("/")
     }
 
     /// Where new jobs send to and the region they sign for: as given, else
@@ -151,7 +172,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// `CreateMultipartUpload`: the UploadId and the key it is for.
     private func createMultipartUpload(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         let session = Session(self, job)
-        let key = session.location.key(forFileNamed: file.relativePath)
+        let key = session.key(file)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         session.describeObject(file, in: &request)
         if let algorithm = session.partChecksum.algorithmName { request.headers.set("x-amz-checksum-algorithm", algorithm) }
@@ -446,6 +467,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let partChecksum: S3PartChecksum
         /// The job's handles, read for an object's headers only when an object is created.
         let jobHandles: ServerHandles
+        let fileCount: Int
         let source: String
 
         init(_ backend: S3Backend, _ job: JobContext) {
@@ -460,6 +482,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             signer = S3RequestSigner(backend.configuration.credentials, region: region, endpoint: endpoint, now: backend.now)
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
             jobHandles = handles
+            fileCount = job.files.count
             source = backend.configuration.source
         }
 
@@ -480,9 +503,15 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             "s3://\(location.bucket)/\(key(file))"
         }
 
-        /// The key the upload was created for, or the file's (one PutObject).
+        /// The key the upload was created for, or the file's: the target's key
+        /// itself for the one file a push named (see `namedObjectKey`), else
+        /// `PREFIX/RELATIVE PATH`.
         func key(_ file: FileContext) -> String {
-            file.handles[S3Backend.objectKey] ?? location.key(forFileNamed: file.relativePath)
+            if let key = file.handles[S3Backend.objectKey] { return key }
+            // The name alone is not enough: a re-run may find a directory at
+            // the path, holding a file of that name (then it is a prefix again).
+            if jobHandles[S3Backend.namedObjectKey] == file.relativePath, fileCount <= 1 { return location.prefix }
+            return location.key(forFileNamed: file.relativePath)
         }
 
         func sign(_ request: inout HTTPRequest) { signer.sign(&request) }

@@ -14,14 +14,15 @@ public enum BackendTesting {
     /// A job id for tests.
     public static let jobID = JobID(rawValue: "0123456789abcdef")
 
-    /// A view of a job pushing `files` to `target`.
+    /// A view of a job pushing `files` to `target`; `namedFile` as when the
+    /// job is created by a push naming that one file.
     public static func job(
         target: String = "http://127.0.0.1:9", handles: ServerHandles = ServerHandles(), files: [FileContext] = [],
-        token: String? = nil, concurrency: Int = 1
+        token: String? = nil, concurrency: Int = 1, namedFile: String? = nil
     ) -> JobContext {
         JobContext(
             id: jobID, target: target, handles: handles, files: files, credentials: Credentials(token: token),
-            concurrency: concurrency)
+            concurrency: concurrency, namedFile: namedFile)
     }
 
     /// A view of a file of `size` bytes cut into `chunkSize` chunks.

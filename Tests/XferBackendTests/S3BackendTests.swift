@@ -107,7 +107,10 @@ final class S3BackendTests: XCTestCase {
 
     func testTargetNamesTheEndpointUnlessItIsAWSs() throws {
         let local = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
-        XCTAssertEqual(try local.normalizedTarget("s3://bkt/a b/"), "s3://bkt/a b at http://127.0.0.1:9000")
+        XCTAssertEqual(try local.normalizedTarget("s3://bkt/a b"), "s3://bkt/a b at http://127.0.0.1:9000")
+        // A trailing slash says "a folder" even for one file: kept, so it is another push.
+        XCTAssertEqual(try local.normalizedTarget("s3://bkt/a b//"), "s3://bkt/a b/ at http://127.0.0.1:9000")
+        XCTAssertEqual(try local.normalizedTarget("s3://bkt/"), "s3://bkt at http://127.0.0.1:9000")
         // A stored target keeps its endpoint, whatever the resuming backend's.
         XCTAssertEqual(try S3Backend(configuration: configuration).normalizedTarget("s3://bkt/a b at http://127.0.0.1:9000"),
                        "s3://bkt/a b at http://127.0.0.1:9000")
@@ -189,6 +192,34 @@ final class S3BackendTests: XCTestCase {
         let authorization = try XCTUnwrap(sent.headers["Authorization"])
         let signed = authorization.components(separatedBy: "SignedHeaders=").last?.components(separatedBy: ",").first ?? ""
         XCTAssertTrue(signed.split(separator: ";").contains("x-amz-meta-owner"), authorization)
+    }
+
+    /// As `aws s3 cp`: one file named and a key without a trailing slash
+    /// names the object; a trailing slash, a directory or several files make
+    /// a prefix; a job made before the rule keeps its prefix naming.
+    func testOneFileNamedWithAKeyIsThatObjectAsAWSCLINamesIt() throws {
+        let plain = S3Backend(configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path))
+        func key(target: String, namedFile: String?, relativePath: String = "a.bin", legacy: Bool = false, fileCount: Int = 1) throws
+            -> String?
+        {
+            let normalized = try plain.normalizedTarget(target)
+            let handles = legacy ? ServerHandles() : plain.makeJobHandles(for: BackendTesting.job(target: normalized, namedFile: namedFile))
+            let files = (0..<fileCount).map {
+                BackendTesting.file(index: $0, name: "a.bin", relativePath: $0 == 0 ? relativePath : "other\($0)", size: 3, chunkSize: 8 << 20)
+            }
+            let job = BackendTesting.job(target: normalized, handles: handles, files: files)
+            return try plain.uploadChunk(BackendTesting.chunk(0, of: files[0]), of: files[0], in: job).request.url
+        }
+        let base = "http://127.0.0.1:9000/bkt/"
+        XCTAssertEqual(try key(target: "s3://bkt/dir/b.bin", namedFile: "a.bin"), base + "dir/b.bin")
+        XCTAssertEqual(try key(target: "s3://bkt/dir/", namedFile: "a.bin"), base + "dir/a.bin")
+        XCTAssertEqual(try key(target: "s3://bkt", namedFile: "a.bin"), base + "a.bin")
+        // A directory (no file named), or a job from before the rule: a prefix.
+        XCTAssertEqual(try key(target: "s3://bkt/dir/b.bin", namedFile: nil), base + "dir/b.bin/a.bin")
+        XCTAssertEqual(try key(target: "s3://bkt/dir/b.bin", namedFile: "a.bin", legacy: true), base + "dir/b.bin/a.bin")
+        // A re-run finding a directory where the file was: never two files on one key.
+        XCTAssertEqual(try key(target: "s3://bkt/k", namedFile: "a.bin", fileCount: 2), base + "k/a.bin")
+        XCTAssertEqual(try key(target: "s3://bkt/k", namedFile: "a.bin", relativePath: "sub/a.bin"), base + "k/sub/a.bin")
     }
 
     func testSmallFileIsOnePutObjectCompletingTheFile() throws {

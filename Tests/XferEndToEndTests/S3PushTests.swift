@@ -25,7 +25,7 @@ final class S3PushTests: XCTestCase {
 
     private var state: String { work.file("state") }
 
-    private func pushArguments(_ files: [String], to target: String = "s3://bucket-a/in", concurrency: Int = 2) -> [String] {
+    private func pushArguments(_ files: [String], to target: String = "s3://bucket-a/in/", concurrency: Int = 2) -> [String] {
         ["push"] + files + [
             "--backend", "s3", "--to", target, "--endpoint", s3.url, "--state", state, "--chunk-size", "5MiB",
             "--concurrency", String(concurrency),
@@ -67,6 +67,32 @@ final class S3PushTests: XCTestCase {
         try assertObject("in/small.bin", equals: small, parts: nil)
         try assertObject("in/large.bin", equals: large, parts: 3)
         XCTAssertTrue(try s3.uploadsInProgress(bucket: "bucket-a").isEmpty)
+    }
+
+    /// As `aws s3 cp`: one file and a key without a trailing slash name the
+    /// object (a small one and a multipart one, whose upload is created for
+    /// that key); a trailing slash or a directory make a prefix.
+    func testOneFileNamedWithAKeyBecomesThatObject() throws {
+        let small = work.file("small.bin"), large = work.file("large.bin"), tree = work.file("tree")
+        try makeTestFile(at: small, size: 1000, seed: 21)
+        try makeTestFile(at: large, size: partSize + 10, seed: 22)
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        try makeTestFile(at: tree + "/only.bin", size: 10, seed: 23)
+
+        let named = try push(pushArguments([small], to: "s3://bucket-a/backups/latest.bin"))
+        XCTAssertEqual(named.status, 0, named.stderr)
+        XCTAssertEqual(named.stdout, ["s3://bucket-a/backups/latest.bin"])
+        try assertObject("backups/latest.bin", equals: small, parts: nil)
+        let multipart = try push(pushArguments([large], to: "s3://bucket-a/big"))
+        XCTAssertEqual(multipart.status, 0, multipart.stderr)
+        try assertObject("big", equals: large, parts: 2)
+
+        let folder = try push(pushArguments([small], to: "s3://bucket-a/backups/"))
+        XCTAssertEqual(folder.stdout, ["s3://bucket-a/backups/small.bin"], folder.stderr)
+        let directory = try push(pushArguments([tree], to: "s3://bucket-a/t"))
+        XCTAssertEqual(directory.stdout, ["s3://bucket-a/t/only.bin"], directory.stderr)
+        let several = try push(pushArguments([small, large], to: "s3://bucket-a/s"))
+        XCTAssertEqual(several.stdout, ["s3://bucket-a/s/small.bin", "s3://bucket-a/s/large.bin"], several.stderr)
     }
 
     func testExtraHeadersAreSignedSoS3AcceptsThem() throws {

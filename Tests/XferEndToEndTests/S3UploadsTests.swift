@@ -43,14 +43,14 @@ final class S3UploadsTests: XCTestCase {
         Set(try s3.uploadsInProgress(bucket: "bucket-a").map(\.uploadId))
     }
 
-    /// A push of a file of four parts to s3://bucket-a/in, killed after its
+    /// A push of a file of four parts to s3://bucket-a/in/, killed after its
     /// first part: a local job that can resume the upload it left.
     private func localUpload() throws -> (job: String, file: String, uploadID: String) {
         let file = work.file("big.bin")
         try makeTestFile(at: file, size: 4 * partSize, seed: 21)
         let job = try pushKilled(
             [
-                "push", file, "--backend", "s3", "--to", "s3://bucket-a/in", "--endpoint", s3.url, "--state", state,
+                "push", file, "--backend", "s3", "--to", "s3://bucket-a/in/", "--endpoint", s3.url, "--state", state,
                 "--chunk-size", "5MiB", "--concurrency", "1",
             ], afterParts: 1)
         let held = try s3.uploadsInProgress(bucket: "bucket-a").filter { $0.key == "in/big.bin" }

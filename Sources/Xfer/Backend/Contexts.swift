@@ -20,7 +20,7 @@ public struct Credentials: Sendable, Hashable {
 public struct JobContext: Sendable {
     /// The job's id.
     public let id: JobID
-    /// The URL the user pushed to (`--to`), without a trailing slash.
+    /// The URL the user pushed to (`--to`), as the backend normalized it.
     public let target: String
     /// Handles from `makeJobHandles` and `startJob`.
     public let handles: ServerHandles
@@ -35,17 +35,29 @@ public struct JobContext: Sendable {
     /// Requests the job keeps in flight at once (e.g. whether parallel
     /// uploads are worth their cost).
     public let concurrency: Int
+    /// The name of the file the push named, when it named exactly one path
+    /// and that path is a regular file (`xfer push FILE`, not a directory,
+    /// several paths or a stream); a protocol may then let the target name
+    /// the file itself, as `aws s3 cp FILE s3://BUCKET/KEY` does. Set only
+    /// in the view `makeJobHandles` gets when the job is created: a backend
+    /// keeps what it decides from it in the job's handles, so the job's later
+    /// runs decide the same even if the path has since become a directory.
+    public let namedFile: String?
 
     /// Creates a view of a job (the engine makes these; tests of a backend may too).
     public init(
-        id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials, concurrency: Int = 1
+        id: JobID, target: String, handles: ServerHandles, files: [FileContext], credentials: Credentials, concurrency: Int = 1,
+        namedFile: String? = nil
     ) {
-        self.init(id: id, target: target, handles: handles, files: JobFiles(files), credentials: credentials, concurrency: concurrency)
+        self.init(
+            id: id, target: target, handles: handles, files: JobFiles(files), credentials: credentials, concurrency: concurrency,
+            namedFile: namedFile)
     }
 
     /// A view whose files come from `files` (e.g. another view's).
     public init(
-        id: JobID, target: String, handles: ServerHandles, files: JobFiles, credentials: Credentials, concurrency: Int = 1
+        id: JobID, target: String, handles: ServerHandles, files: JobFiles, credentials: Credentials, concurrency: Int = 1,
+        namedFile: String? = nil
     ) {
         self.id = id
         self.target = target
@@ -53,6 +65,7 @@ public struct JobContext: Sendable {
         self.files = files
         self.credentials = credentials
         self.concurrency = concurrency
+        self.namedFile = namedFile
     }
 
     /// `target` joined with `path` (which should start with "/").

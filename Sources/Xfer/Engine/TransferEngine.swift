@@ -176,7 +176,7 @@ public final class TransferEngine: Sendable {
                 rootCount: roots.count, firstRoot: roots[0], rules: selection.rules)
             let context = JobContext(
                 id: id, target: target, handles: ServerHandles(), files: [], credentials: options.credentials,
-                concurrency: concurrency)
+                concurrency: concurrency, namedFile: walker.namedFile)
             record.handles = backend.inventedHandles(for: context)
             // The header first: a push killed while its files are being recorded
             // is a job whose re-run walks the tree again and records the rest.

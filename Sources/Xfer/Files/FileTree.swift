@@ -176,6 +176,9 @@ public struct FileTree: Sequence, Sendable {
     /// The paths named, as given.
     public let roots: [String]
     public let selection: FileSelection
+    /// The file's name when exactly one path is named and it is a regular
+    /// file (as it was when checked), else nil.
+    public let namedFile: String?
 
     /// Checks every path named before anything is walked.
     ///
@@ -183,9 +186,12 @@ public struct FileTree: Sequence, Sendable {
     ///   cannot be looked at, or is neither a file nor a directory, as
     ///   `photos/: no such file or directory`.
     public init(roots: [String], selection: FileSelection = FileSelection()) throws(XferError) {
-        for root in roots { try Self.check(root, shownAs: root) }
+        var kinds: [mode_t] = []
+        for root in roots { kinds.append(try Self.check(root, shownAs: root)) }
         self.roots = roots
         self.selection = selection
+        namedFile =
+            roots.count == 1 && kinds[0] == S_IFREG ? URL(fileURLWithPath: roots[0]).lastPathComponent : nil
     }
 
     /// The walk of `paths`, made absolute so every entry's path is; errors
@@ -195,7 +201,9 @@ public struct FileTree: Sequence, Sendable {
         return try FileTree(roots: paths.map { URL(fileURLWithPath: $0).standardizedFileURL.path }, selection: selection)
     }
 
-    private static func check(_ path: String, shownAs shown: String) throws(XferError) {
+    /// The kind of file at `path` (`S_IFREG` or `S_IFDIR`).
+    @discardableResult
+    private static func check(_ path: String, shownAs shown: String) throws(XferError) -> mode_t {
         var info = stat()
         guard stat(path, &info) == 0 else {
             throw .invalidInput("\(shown): \(describe(errno))")
@@ -205,6 +213,7 @@ public struct FileTree: Sequence, Sendable {
             throw .invalidInput(
                 "\(shown): not a regular file or a directory (\(describe(kind: kind))); name files or directories to push")
         }
+        return kind
     }
 
     public func makeIterator() -> Iterator {
