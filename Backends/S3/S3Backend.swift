@@ -61,7 +61,8 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     /// - Parameters:
-    ///   - configuration: Credentials (and a default region) to sign with.
+    ///   - configuration: Credentials to sign with (asked for each request, so
+    ///     temporary ones are fetched again before they expire) and a default region.
     ///   - endpoint: Where new jobs send to; nil for AWS in `region`. A job
     ///     keeps the endpoint and region it was created with.
     ///   - region: The signing region for new jobs; nil for the
@@ -434,7 +435,13 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     private struct Session: Sendable {
         let location: S3Location
         let endpoint: S3Endpoint
-        let signer: SignatureV4
+        let region: String
+        /// Asked for the credentials each time a request is signed: temporary
+        /// ones are fetched again before they expire.
+        let credentials: AWSCredentialProvider
+        /// Which credentials were current when the step was built, so that S3's
+        /// ExpiredToken makes only those be fetched again.
+        let credentialGeneration: Int
         let signsPayload: Bool
         let partChecksum: S3PartChecksum
         /// The job's handles, read for an object's headers only when an object is created.
@@ -451,13 +458,15 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             location =
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base, addressing: addressing)
-            signer = SignatureV4(credentials: backend.configuration.credentials, region: region)
+            self.region = region
+            credentials = backend.configuration.credentialProvider
+            credentialGeneration = credentials.generation
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
             jobHandles = handles
             // Over TLS the body is not hashed for the signature: the part's
             // checksum already guards it, and TLS the rest (as the AWS CLI does).
             signsPayload = !base.lowercased().hasPrefix("https:")
-            source = backend.configuration.source
+            source = credentials.source
             now = backend.now
         }
 
@@ -486,7 +495,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         func sign(_ request: inout HTTPRequest) {
             let hash =
                 signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
-            signer.sign(&request, payloadHash: hash, at: now())
+            SignatureV4(credentials: credentials.credentials(), region: region).sign(&request, payloadHash: hash, at: now())
         }
 
         /// The error an unwanted answer means, by S3's error code first.
@@ -502,6 +511,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
                 "XAmzContentSHA256Mismatch", "OperationAborted":
                 return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
+            case "ExpiredToken" where credentials.isRefreshable, "TokenRefreshRequired" where credentials.isRefreshable:
+                // Temporary credentials S3 holds expired (the machine slept, or
+                // its clock is behind): the next attempt waits for new ones.
+                credentials.markExpired(generation: credentialGeneration)
+                let failed = credentials.refreshFailure.map { "; the last attempt to fetch new ones failed: \($0)" } ?? ""
+                return .transient("\(operation): S3 says the credentials from \(source) expired; fetching new ones\(failed)")
             case "RequestTimeTooSkewed":
                 return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
             case "NoSuchBucket":

@@ -2,7 +2,8 @@ import Crypto
 import Foundation
 import Xfer
 
-/// AWS Signature Version 4 for S3, with the `Authorization` header.
+/// AWS Signature Version 4 for S3 (and for STS, `service: "sts"`, when
+/// credentials are fetched), with the `Authorization` header.
 ///
 /// S3 differs from the other services in one respect: the path is signed as
 /// sent (each segment URI-encoded once, never normalized). Unit tests check
