@@ -66,7 +66,8 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     /// - Parameters:
-    ///   - configuration: Credentials (and a default region) to sign with.
+    ///   - configuration: Credentials to sign with (asked for each request, so
+    ///     temporary ones are fetched again before they expire) and a default region.
     ///   - endpoint: Where new jobs send to; nil for AWS in `region`. A job
     ///     keeps the endpoint and region it was created with.
     ///   - region: The signing region for new jobs; nil for the
@@ -463,12 +464,13 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     private struct Session: Sendable {
         let location: S3Location
         let endpoint: S3Endpoint
+        /// Signs with the credentials current at each request: temporary
+        /// ones are fetched again before they expire.
         let signer: S3RequestSigner
         let partChecksum: S3PartChecksum
         /// The job's handles, read for an object's headers only when an object is created.
         let jobHandles: ServerHandles
         let fileCount: Int
-        let source: String
 
         init(_ backend: S3Backend, _ job: JobContext) {
             let defaults = backend.makeJobHandles(for: job)
@@ -479,11 +481,10 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             location =
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base, addressing: addressing)
-            signer = S3RequestSigner(backend.configuration.credentials, region: region, endpoint: endpoint, now: backend.now)
+            signer = S3RequestSigner(backend.configuration.credentialProvider, region: region, endpoint: endpoint, now: backend.now)
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
             jobHandles = handles
             fileCount = job.files.count
-            source = backend.configuration.source
         }
 
         func objectURL(_ file: FileContext, query: String = "") -> String {
@@ -520,16 +521,19 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             _ response: HTTPResponse, _ operation: String, _ known: (code: String, message: String)? = nil, okStatus: Bool = false
         ) -> BackendError {
             S3Backend.failure(
-                response, operation, bucket: location.bucket, endpoint: endpoint, credentialsSource: source, known: known,
-                okStatus: okStatus)
+                response, operation, bucket: location.bucket, endpoint: endpoint, signer: signer, known: known, okStatus: okStatus)
         }
     }
 
     /// The error an unwanted answer means, by S3's error code first.
+    /// `signer`: whose credentials signed the request (named in messages,
+    /// and fetched again when S3 says temporary ones expired).
     static func failure(
-        _ response: HTTPResponse, _ operation: String, bucket: String, endpoint: S3Endpoint, credentialsSource source: String,
+        _ response: HTTPResponse, _ operation: String, bucket: String, endpoint: S3Endpoint, signer: S3RequestSigner,
         known: (code: String, message: String)? = nil, okStatus: Bool = false
     ) -> BackendError {
+        let credentials = signer.credentials
+        let source = credentials.source
         let error = known ?? response.s3Error
         let detail = error.map { ": \($0.code)" + ($0.message.isEmpty ? "" : " (\($0.message))") } ?? ""
         let status = okStatus ? "HTTP 200 with an error" : "HTTP \(response.status)"
@@ -539,6 +543,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
             "XAmzContentSHA256Mismatch", "OperationAborted":
             return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
+        case "ExpiredToken" where credentials.isRefreshable, "TokenRefreshRequired" where credentials.isRefreshable:
+            // Temporary credentials S3 holds expired (the machine slept, or
+            // its clock is behind): the next attempt waits for new ones.
+            credentials.markExpired(generation: signer.generation)
+            let failed = credentials.refreshFailure.map { "; the last attempt to fetch new ones failed: \($0)" } ?? ""
+            return .transient("\(operation): S3 says the credentials from \(source) expired; fetching new ones\(failed)")
         case "RequestTimeTooSkewed":
             return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
         case "NoSuchBucket":

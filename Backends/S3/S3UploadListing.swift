@@ -80,15 +80,13 @@ public struct S3UploadListing: Sendable {
     /// Uploads asked for per page (S3 gives at most 1,000).
     public let pageSize: Int
     private let signer: S3RequestSigner
-    private let credentialsSource: String
 
-    init(bucket: String, prefix: String, endpoint: S3Endpoint, pageSize: Int, signer: S3RequestSigner, credentialsSource: String) {
+    init(bucket: String, prefix: String, endpoint: S3Endpoint, pageSize: Int, signer: S3RequestSigner) {
         self.bucket = bucket
         self.prefix = prefix
         self.endpoint = endpoint
         self.pageSize = max(1, min(1000, pageSize))
         self.signer = signer
-        self.credentialsSource = credentialsSource
     }
 
     /// `s3://BUCKET[/PREFIX]`, for messages.
@@ -162,7 +160,7 @@ public struct S3UploadListing: Sendable {
     }
 
     private func failure(_ response: HTTPResponse, _ operation: String, _ known: (code: String, message: String)? = nil) -> BackendError {
-        S3Backend.failure(response, operation, bucket: bucket, endpoint: endpoint, credentialsSource: credentialsSource, known: known)
+        S3Backend.failure(response, operation, bucket: bucket, endpoint: endpoint, signer: signer, known: known)
     }
 
     private static func encoded(_ value: String) -> String { SignatureV4.uriEncode(value, keepSlash: false) }
@@ -191,7 +189,6 @@ extension S3Backend {
         let (endpoint, region) = resolvedEndpoint
         return S3UploadListing(
             bucket: bucket, prefix: String(prefix), endpoint: endpoint, pageSize: pageSize,
-            signer: S3RequestSigner(configuration.credentials, region: region, endpoint: endpoint, now: now),
-            credentialsSource: configuration.source)
+            signer: S3RequestSigner(configuration.credentialProvider, region: region, endpoint: endpoint, now: now))
     }
 }

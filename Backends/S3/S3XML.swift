@@ -5,9 +5,9 @@ import Xfer
     import FoundationXML
 #endif
 
-/// The few XML documents S3 answers with, read into flat records: S3's
-/// answers are shallow, so "the text of each element, by name, under its
-/// parent record" is all the backend needs.
+/// The few XML documents S3 (and STS) answer with, read into flat records:
+/// their answers are shallow, so "the text of each element, by name, under
+/// its parent record" is all the backend needs.
 struct S3XML {
     /// The document's root element name ("Error", "ListPartsResult", ...).
     var root: String = ""
@@ -15,6 +15,10 @@ struct S3XML {
     var fields: [String: String] = [:]
     /// Records: one per element named in `recordNames` (e.g. every `Part`), each its children's text.
     var records: [[String: String]] = []
+    /// Text of every element without children, at any depth, by name (the
+    /// last wins): for STS, whose answers nest their few fields deeper
+    /// (`AssumeRoleResponse/AssumeRoleResult/Credentials/AccessKeyId`).
+    var leaves: [String: String] = [:]
 
     /// Nil when `bytes` is not well-formed XML, or stops before its root
     /// element closes (an answer cut short, which Foundation's parser
@@ -27,6 +31,7 @@ struct S3XML {
         self.root = root
         self.fields = reader.fields
         self.records = reader.records
+        self.leaves = reader.leaves
     }
 
     /// `value` with `&`, `<`, `>` and `"` escaped, for building request bodies.
@@ -51,7 +56,10 @@ struct S3XML {
         var records: [[String: String]] = []
         /// Whether the root element's end was read.
         var closedRoot = false
+        var leaves: [String: String] = [:]
         private var path: [String] = []
+        /// Whether each open element has had a child element.
+        private var hasChildren: [Bool] = []
         private var text = ""
         private var record: [String: String]?
 
@@ -63,7 +71,9 @@ struct S3XML {
         ) {
             if root == nil { root = name }
             if path.count == 1, recordNames.contains(name) { record = [:] }
+            if !hasChildren.isEmpty { hasChildren[hasChildren.count - 1] = true }
             path.append(name)
+            hasChildren.append(false)
             text = ""
         }
 
@@ -72,6 +82,7 @@ struct S3XML {
         func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
             path.removeLast()
             if path.isEmpty { closedRoot = true }
+            if hasChildren.removeLast() == false { leaves[name] = text }
             if path.count == 1 {
                 if recordNames.contains(name), let finished = record {
                     records.append(finished)

@@ -2,7 +2,8 @@ import Crypto
 import Foundation
 import Xfer
 
-/// AWS Signature Version 4 for S3, with the `Authorization` header.
+/// AWS Signature Version 4 for S3 (and for STS, `service: "sts"`, when
+/// credentials are fetched), with the `Authorization` header.
 ///
 /// S3 differs from the other services in one respect: the path is signed as
 /// sent (each segment URI-encoded once, never normalized). Unit tests check
@@ -136,21 +137,28 @@ public struct SignatureV4: Sendable {
 /// Signs each request of one client of one S3 endpoint: a job's, or a
 /// listing's of a bucket's uploads.
 struct S3RequestSigner: Sendable {
-    private let signer: SignatureV4
+    /// Asked at every request: temporary credentials change under a long push.
+    let credentials: AWSCredentialProvider
+    /// Which credentials were current when this signer was made, so that S3's
+    /// ExpiredToken makes only those be fetched again.
+    let generation: Int
+    private let region: String
     /// Over TLS the body is not hashed for the signature: a part's checksum
     /// already guards it, and TLS the rest (as the AWS CLI does).
     private let signsPayload: Bool
     private let now: @Sendable () -> Date
 
-    init(_ credentials: AWSCredentials, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {
-        signer = SignatureV4(credentials: credentials, region: region)
+    init(_ credentials: AWSCredentialProvider, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {
+        self.credentials = credentials
+        generation = credentials.generation
+        self.region = region
         signsPayload = !endpoint.base.lowercased().hasPrefix("https:")
         self.now = now
     }
 
     func sign(_ request: inout HTTPRequest) {
         let hash = signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
-        signer.sign(&request, payloadHash: hash, at: now())
+        SignatureV4(credentials: credentials.credentials(), region: region).sign(&request, payloadHash: hash, at: now())
     }
 }
 

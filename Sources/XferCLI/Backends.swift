@@ -28,9 +28,11 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     static var streamNames: String { allCases.filter(\.takesStreams).map(\.rawValue).joined(separator: " and ") }
 
     /// The backend, configured for a new push (`s3` from `S3Arguments` and
-    /// the AWS environment; the others need nothing).
+    /// the AWS environment, its credentials fetched through `transport`;
+    /// the others need nothing).
     func makeBackend(
-        s3 arguments: S3Arguments, profile: AWSProfileArgument, object: S3ObjectArguments = S3ObjectArguments()
+        s3 arguments: S3Arguments, profile: AWSProfileArgument, object: S3ObjectArguments = S3ObjectArguments(),
+        transport: TransportOptions = TransportOptions()
     ) throws(XferError) -> any UploadBackend {
         switch self {
         case .patch: return PatchBackend()
@@ -39,17 +41,19 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
         case .tus: return TusBackend()
         case .s3:
             return try arguments.server.backend(
-                profile: profile, partChecksum: try arguments.checksum(), objectOptions: try object.options())
+                profile: profile, transport: transport, partChecksum: try arguments.checksum(), objectOptions: try object.options())
         }
     }
 
     /// The backends an existing job may name: its endpoint and region come
     /// from the job, credentials from the environment or `--profile`.
     /// Credentials are resolved only for a job that needs them.
-    static func backends(forJobUsing name: String, profile: AWSProfileArgument) throws(XferError) -> [any UploadBackend] {
+    static func backends(
+        forJobUsing name: String, profile: AWSProfileArgument, transport: TransportOptions = TransportOptions()
+    ) throws(XferError) -> [any UploadBackend] {
         var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend()]
         if name == BuiltInBackend.s3.rawValue {
-            backends.append(S3Backend(configuration: try profile.configuration()))
+            backends.append(S3Backend(configuration: try profile.configuration(transport: transport)))
         }
         return backends
     }
@@ -57,12 +61,13 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
 
 /// `--profile`: where S3 credentials come from, for every command that sends requests.
 struct AWSProfileArgument: ParsableArguments {
-    @Option(help: "s3: the profile of ~/.aws/credentials to sign with (default: $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY, else $AWS_PROFILE or 'default').")
+    @Option(help: "s3: the profile of ~/.aws/credentials and ~/.aws/config to take credentials from: keys, credential_process, or a role_arn with source_profile or web_identity_token_file (default: $AWS_ACCESS_KEY_ID/$AWS_SECRET_ACCESS_KEY, else $AWS_PROFILE or 'default', else a web identity token, container credentials or EC2 instance metadata, as the AWS CLI).")
     var profile: String?
 
-    func configuration() throws(XferError) -> AWSConfiguration {
+    /// Credentials as the AWS CLI finds them; STS is reached through `transport`.
+    func configuration(transport: TransportOptions = TransportOptions()) throws(XferError) -> AWSConfiguration {
         do {
-            return try AWSConfiguration.resolve(profile: profile)
+            return try AWSConfiguration.resolve(profile: profile, transport: transport)
         } catch {
             throw .invalidInput(error.description)
         }
@@ -101,11 +106,13 @@ struct S3ServerArguments: ParsableArguments {
 
     var isEmpty: Bool { endpointURL == nil && region == nil && addressing == nil }
 
-    /// An s3 backend for this server, signing with the credentials `profile` finds.
+    /// An s3 backend for this server, signing with the credentials `profile`
+    /// finds (fetched through `transport` where they come from a service).
     func backend(
-        profile: AWSProfileArgument, partChecksum: S3PartChecksum = .md5, objectOptions: S3ObjectOptions = S3ObjectOptions()
+        profile: AWSProfileArgument, transport: TransportOptions = TransportOptions(), partChecksum: S3PartChecksum = .md5,
+        objectOptions: S3ObjectOptions = S3ObjectOptions()
     ) throws(XferError) -> S3Backend {
-        let configuration = try profile.configuration()
+        let configuration = try profile.configuration(transport: transport)
         return S3Backend(
             configuration: configuration, endpoint: try endpoint(region: region ?? configuration.region), region: region,
             partChecksum: partChecksum, objectOptions: objectOptions)

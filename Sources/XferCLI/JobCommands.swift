@@ -80,7 +80,7 @@ struct ResumeCommand: AsyncParsableCommand {
 
         var worst: Int32 = 0
         for id in ids {
-            let code = await resume(id, engine: engine, options: options)
+            let code = await resume(id, engine: engine, options: options, transport: transport)
             if code == XferError.interrupted.exitCode { throw ExitCode(code) }
             worst = max(worst, code)
         }
@@ -89,11 +89,11 @@ struct ResumeCommand: AsyncParsableCommand {
 
     /// Runs one job to its end and returns its exit code; reports its
     /// failure (one line on stderr, or a `failed` event with --json).
-    private func resume(_ id: JobID, engine: TransferEngine, options: TransferOptions) async -> Int32 {
+    private func resume(_ id: JobID, engine: TransferEngine, options: TransferOptions, transport: TransportOptions) async -> Int32 {
         let job: TransferJob
         do throws(XferError) {
             let backendName = try engine.details(of: id).summary.backend
-            let backends = try BuiltInBackend.backends(forJobUsing: backendName, profile: aws)
+            let backends = try BuiltInBackend.backends(forJobUsing: backendName, profile: aws, transport: transport)
             job = try await engine.resume(id, using: backends, options: options)
         } catch {
             var error = error
@@ -270,9 +270,11 @@ struct CancelCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         let options = try credentials.transferOptions()
-        let engine = try TransferEngine(stateDirectory: state.directory, transport: try network.transportOptions())
+        let transport = try network.transportOptions()
+        let engine = try TransferEngine(stateDirectory: state.directory, transport: transport)
         let id = try engine.jobID(matching: job)
-        let backends = try BuiltInBackend.backends(forJobUsing: try engine.details(of: id).summary.backend, profile: aws)
+        let backends = try BuiltInBackend.backends(
+            forJobUsing: try engine.details(of: id).summary.backend, profile: aws, transport: transport)
         let report = try await engine.cancelJob(id, using: backends, options: options)
         if json {
             var object: [String: JSONValue] = [

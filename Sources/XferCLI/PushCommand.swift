@@ -120,7 +120,7 @@ struct PushCommand: AsyncParsableCommand {
 
         var transport = try network.transportOptions()
         rateLimit.apply(to: &transport)
-        let backend = try builtIn.makeBackend(s3: s3, profile: aws, object: s3Object)
+        let backend = try builtIn.makeBackend(s3: s3, profile: aws, object: s3Object, transport: transport)
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))

@@ -163,10 +163,11 @@ struct UploadsArguments: ParsableArguments {
 
     /// The listing, and the local jobs' uploads into its bucket (read once).
     func session() throws(XferError) -> UploadsSession {
-        let backend = try server.backend(profile: aws)
+        let transport = try network.transportOptions()
+        let backend = try server.backend(profile: aws, transport: transport)
         let listing: S3UploadListing
         do { listing = try backend.uploads(under: target) } catch { throw .invalidInput(error.description) }
-        let engine = try TransferEngine(stateDirectory: state.directory, transport: try network.transportOptions())
+        let engine = try TransferEngine(stateDirectory: state.directory, transport: transport)
         let local = try engine.localUploads(of: backend.name, identifiedBy: S3Backend.uploadID) { target, handles in
             listing.sharesBucket(withJobTarget: target, handles: handles)
         }

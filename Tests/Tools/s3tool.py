@@ -1,7 +1,7 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N]
+  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N] [--auth]
                                        prints "listening on URL", then serves until killed;
                                        --lose-complete: the first CompleteMultipartUpload of
                                        each upload completes it but answers 500 (a lost answer),
@@ -11,6 +11,18 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
                                        its signature does not cover is refused (403), as AWS does;
                                        --page-uploads N: ListMultipartUploads answers pages of at most N
                                        uploads (moto pages none), with S3's markers and IsTruncated
+                                       --auth: moto checks every request's signature, access key and
+                                       session token, as AWS does (its IAM and STS in the same server).
+                                       It has a user allowed everything, whose keys it prints after the
+                                       URL as "credentials KEY SECRET", and two roles any principal may
+                                       assume: arn:aws:iam::123456789012:role/xfer (AssumeRole and
+                                       AssumeRoleWithWebIdentity, which AWS takes unsigned) and
+                                       .../role/xfer-ext (AssumeRole with ExternalId xfer-external-id).
+                                       GET /xfer-test/requests answers what S3 and STS were asked, as
+                                       JSON [{"time", "service", "method", "path", "accessKey", and for
+                                       STS "params": the form, less any WebIdentityToken}]
+  s3tool.py assume URL ROLE_ARN        prints temporary credentials of the role from STS, as JSON
+                                       {"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
   s3tool.py type URL BUCKET KEY        prints the object's Content-Type
   s3tool.py describe URL BUCKET KEY    prints what S3 keeps with the object as JSON: ContentType, Metadata,
@@ -24,7 +36,7 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
   s3tool.py objects URL BUCKET         prints {"KEY": "ETAG", ...} for every object
 
 Credentials: whatever the environment says (the tests set dummy ones; moto
-accepts any).
+accepts any, except under `serve --auth`: there the keys it printed).
 """
 import json
 import os
@@ -80,16 +92,69 @@ def page_of_uploads(body, query, page_size):
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)
 
 
-def serve_wrapped(lose_complete, signed_headers_only, page_uploads):
+ACCOUNT = "123456789012"
+ROLE = f"arn:aws:iam::{ACCOUNT}:role/xfer"
+EXTERNAL_ID_ROLE = f"arn:aws:iam::{ACCOUNT}:role/xfer-ext"
+EXTERNAL_ID = "xfer-external-id"
+
+
+def set_up_auth(url):
+    """The user and roles of `serve --auth`, made while moto still takes
+    anything; then moto checks every request. Returns the user's keys."""
+    import boto3
+    import requests
+
+    iam = boto3.client("iam", endpoint_url=url, region_name="us-east-1",
+                       aws_access_key_id="AKIASETUP", aws_secret_access_key="setup")
+    everything = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+    iam.create_user(UserName="xfer-admin")
+    iam.put_user_policy(UserName="xfer-admin", PolicyName="everything", PolicyDocument=everything)
+    key = iam.create_access_key(UserName="xfer-admin")["AccessKey"]
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"},
+        {"Effect": "Allow", "Principal": {"Federated": "*"}, "Action": "sts:AssumeRoleWithWebIdentity"}]}
+    external = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole",
+         "Condition": {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}}}]}
+    for name, policy in (("xfer", trust), ("xfer-ext", external)):
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(policy))
+        iam.put_role_policy(RoleName=name, PolicyName="everything", PolicyDocument=everything)
+    requests.post(f"{url}/moto-api/reset-auth", data=b"0").raise_for_status()
+    return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+def allow_unsigned_web_identity():
+    """AWS takes AssumeRoleWithWebIdentity unsigned (the token is the
+    proof); moto, checking signatures, would fail it for want of one."""
+    from moto.sts.responses import TokenResponse
+
+    checked = TokenResponse._authenticate_and_authorize_normal_action
+
+    def authenticate(self, resource="*"):
+        if self._get_action() == "AssumeRoleWithWebIdentity" and "Authorization" not in self.headers:
+            return
+        checked(self, resource)
+
+    TokenResponse._authenticate_and_authorize_normal_action = authenticate
+
+
+def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth):
+    import io
     import threading
+    import time
     from urllib.parse import parse_qs
 
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import make_server
 
+    if auth:
+        allow_unsigned_web_identity()
     moto = DomainDispatcherApplication(create_backend_app)
     completed = set()
     lock = threading.Lock()
+    # What S3 was asked, and with which access key: tests of credentials
+    # check that the keys S3 saw are those the credentials' source handed out.
+    asked = []
 
     def refuse(start_response, status, code, message):
         start_response(status, [("Content-Type", "application/xml")])
@@ -103,7 +168,30 @@ def serve_wrapped(lose_complete, signed_headers_only, page_uploads):
         present = [key[5:].lower().replace("_", "-") for key in environ if key.startswith("HTTP_X_AMZ_")]
         return [name for name in present if name not in signed]
 
+    def note(environ):
+        authorization = environ.get("HTTP_AUTHORIZATION", "")
+        scope = authorization.split("Credential=", 1)[-1].split(",", 1)[0].split("/") if authorization else []
+        entry = {"time": time.time(), "method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO", ""),
+                 "accessKey": scope[0] if scope else None, "service": scope[3] if len(scope) >= 4 else None}
+        if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+            # STS (and IAM): the parameters are the request's form, read here and put back for moto.
+            body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+            environ["wsgi.input"] = io.BytesIO(body)
+            params = {name: values[0] for name, values in parse_qs(body.decode()).items()}
+            params.pop("WebIdentityToken", None)
+            entry["service"] = entry["service"] or "sts"  # AssumeRoleWithWebIdentity is unsigned
+            entry["params"] = params
+        with lock:
+            asked.append(entry)
+
     def app(environ, start_response):
+        if environ.get("PATH_INFO") == "/xfer-test/requests":
+            with lock:
+                body = json.dumps(asked).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+        if auth:
+            note(environ)
         if signed_headers_only:
             unsigned = unsigned_amz_headers(environ)
             if unsigned:
@@ -135,16 +223,25 @@ def serve_wrapped(lose_complete, signed_headers_only, page_uploads):
         return refuse(start_response, "500 Internal Server Error", "InternalError", "We encountered an internal error.")
 
     server = make_server("127.0.0.1", 0, app, threaded=True)
-    print(f"listening on http://127.0.0.1:{server.server_port}", flush=True)
+    url = f"http://127.0.0.1:{server.server_port}"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    server.serve_forever()
+    if not auth:
+        print(f"listening on {url}", flush=True)
+        server.serve_forever()
+        return
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key, secret = set_up_auth(url)
+    print(f"listening on {url}", flush=True)
+    print(f"credentials {key} {secret}", flush=True)
+    while True:
+        signal.pause()
 
 
 def main(argv):
     command = argv[1]
-    if command == "serve" and len(argv) > 2:
+    if command == "serve" and {"--lose-complete", "--signed-headers-only", "--page-uploads", "--auth"} & set(argv[2:]):
         page_uploads = int(argv[argv.index("--page-uploads") + 1]) if "--page-uploads" in argv else 0
-        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads)
+        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads, "--auth" in argv[2:])
     if command == "serve":
         from moto.server import ThreadedMotoServer
 
@@ -155,6 +252,14 @@ def main(argv):
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         while True:
             signal.pause()
+    elif command == "assume":
+        import boto3
+
+        sts = boto3.client("sts", endpoint_url=argv[2], region_name="us-east-1")
+        credentials = sts.assume_role(RoleArn=argv[3], RoleSessionName="s3tool")["Credentials"]
+        print(json.dumps({"AccessKeyId": credentials["AccessKeyId"], "SecretAccessKey": credentials["SecretAccessKey"],
+                          "SessionToken": credentials["SessionToken"],
+                          "Expiration": credentials["Expiration"].isoformat()}))
     elif command == "mkbucket":
         client(argv[2]).create_bucket(Bucket=argv[3])
     elif command == "get":

@@ -487,7 +487,7 @@ final class S3BackendTests: XCTestCase {
         XCTAssertEqual(try AWSConfiguration.resolve(environment: ["AWS_PROFILE": "dev"], home: home).credentials.accessKeyID, "AKDEV")
         XCTAssertThrowsError(try AWSConfiguration.resolve(profile: "nope", environment: [:], home: home))
         XCTAssertThrowsError(try AWSConfiguration.resolve(environment: ["AWS_ACCESS_KEY_ID": "AK"], home: home))
-        XCTAssertThrowsError(try AWSConfiguration.resolve(environment: [:], home: home + "/missing")) { error in
+        XCTAssertThrowsError(try AWSConfiguration.resolve(environment: ["AWS_EC2_METADATA_DISABLED": "true"], home: home + "/missing")) { error in
             XCTAssertTrue("\(error)".contains("no AWS credentials"), "\(error)")
         }
     }

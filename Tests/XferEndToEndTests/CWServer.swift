@@ -18,13 +18,7 @@ final class CWServer {
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let script = (root as NSString).appendingPathComponent("cw_server.py")
         try Self.script.write(toFile: script, atomically: true, encoding: .utf8)
-        child = try ChildProcess(executable: "/usr/bin/env", arguments: ["python3", script, root])
-        guard let line = child.readLine(), line.hasPrefix("listening on ") else {
-            child.kill()
-            child.wait()
-            throw HarnessError("the CW server did not start: \(child.standardError)")
-        }
-        url = String(line.dropFirst("listening on ".count))
+        (child, url) = try startServer("the CW server", executable: "/usr/bin/env", arguments: ["python3", script, root])
     }
 
     deinit {

@@ -10,15 +10,8 @@ final class ServeProcess {
 
     init(root: String, port: Int = 0, extraArguments: [String] = []) throws {
         self.root = root
-        child = try ChildProcess(
-            executable: xferExecutable,
-            arguments: ["serve", "--port", String(port), "--root", root] + extraArguments)
-        guard let line = child.readLine(), line.hasPrefix("listening on ") else {
-            child.kill()
-            child.wait()
-            throw HarnessError("xfer serve did not start: \(child.standardError)")
-        }
-        url = String(line.dropFirst("listening on ".count))
+        (child, url) = try startServer(
+            "xfer serve", executable: xferExecutable, arguments: ["serve", "--port", String(port), "--root", root] + extraArguments)
     }
 
     var port: Int { Int(url.split(separator: ":").last ?? "0") ?? 0 }
@@ -32,6 +25,20 @@ final class ServeProcess {
         child.kill(SIGKILL)
         child.wait()
     }
+}
+
+/// Starts a server whose first line on stdout is "listening on URL"; `what`
+/// names it when it does not start.
+func startServer(
+    _ what: String, executable: String, arguments: [String], environment: [String: String]? = nil
+) throws -> (child: ChildProcess, url: String) {
+    let child = try ChildProcess(executable: executable, arguments: arguments, environment: environment)
+    guard let line = child.readLine(), line.hasPrefix("listening on ") else {
+        child.kill()
+        child.wait()
+        throw HarnessError("\(what) did not start: \(child.standardError)")
+    }
+    return (child, String(line.dropFirst("listening on ".count)))
 }
 
 struct HarnessError: Error, CustomStringConvertible {

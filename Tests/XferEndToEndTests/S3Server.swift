@@ -30,19 +30,34 @@ final class S3Server {
 
     let child: ChildProcess
     let url: String
+    /// What boto3 (s3tool.py) runs with: `environment`, with the keys of
+    /// the user `--auth` made when the server checks signatures.
+    let toolEnvironment: [String: String]
+    /// That user's keys (`--auth` only).
+    let adminCredentials: (key: String, secret: String)?
     private let python: String
     private let tool = packageRoot + "/Tests/Tools/s3tool.py"
 
-    /// `arguments` go to `s3tool.py serve` (e.g. `--lose-complete`).
+    /// `arguments` go to `s3tool.py serve` (e.g. `--lose-complete`, `--auth`).
     init(arguments: [String] = []) throws {
         python = try pythonTool(venv: "venv-s3")
-        child = try ChildProcess(executable: python, arguments: [tool, "serve"] + arguments, environment: Self.environment)
-        guard let line = child.readLine(), line.hasPrefix("listening on ") else {
-            child.kill()
-            child.wait()
-            throw HarnessError("the moto S3 server did not start: \(child.standardError)")
+        (child, url) = try startServer(
+            "the moto S3 server", executable: python, arguments: [tool, "serve"] + arguments, environment: Self.environment)
+        var environment = Self.environment
+        var admin: (key: String, secret: String)?
+        if arguments.contains("--auth") {
+            let words = child.readLine()?.split(separator: " ").map(String.init) ?? []
+            guard words.count == 3, words[0] == "credentials" else {
+                child.kill()
+                child.wait()
+                throw HarnessError("the moto S3 server did not say its credentials: \(child.standardError)")
+            }
+            admin = (words[1], words[2])
+            environment["AWS_ACCESS_KEY_ID"] = words[1]
+            environment["AWS_SECRET_ACCESS_KEY"] = words[2]
         }
-        url = String(line.dropFirst("listening on ".count))
+        adminCredentials = admin
+        toolEnvironment = environment
     }
 
     deinit {
@@ -52,7 +67,7 @@ final class S3Server {
 
     @discardableResult
     private func run(_ arguments: [String]) throws -> [String] {
-        let process = try ChildProcess(executable: python, arguments: [tool] + arguments, environment: Self.environment)
+        let process = try ChildProcess(executable: python, arguments: [tool] + arguments, environment: toolEnvironment)
         let lines = process.readRemaining()
         guard process.wait() == 0 else {
             throw HarnessError("s3tool \(arguments.first ?? "") failed: \(process.standardError.suffix(600))")
@@ -61,6 +76,23 @@ final class S3Server {
     }
 
     func makeBucket(_ bucket: String) throws { try run(["mkbucket", url, bucket]) }
+
+    /// Temporary credentials of `role` from the server's STS (`--auth`): the
+    /// JSON of `s3tool.py assume`.
+    func assume(role: String) throws -> [String: String] {
+        let text = try run(["assume", url, role]).joined()
+        return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: String] ?? [:]
+    }
+
+    /// What S3 and STS were asked, first to last (`--auth`): each request's
+    /// time (seconds since the epoch), service, method, path, access key
+    /// (nil when unsigned) and, for STS, its parameters.
+    func requests() throws -> [[String: Any]] {
+        let child = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-fsS", url + "/xfer-test/requests"])
+        let body = child.readRemaining().joined(separator: "\n")
+        guard child.wait() == 0 else { throw HarnessError("curl \(url)/xfer-test/requests failed: \(child.standardError)") }
+        return try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [[String: Any]] ?? []
+    }
 
     /// Downloads `key` into `path` with boto3; returns the object's ETag.
     @discardableResult

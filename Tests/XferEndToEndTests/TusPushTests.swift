@@ -11,16 +11,10 @@ final class TusServer {
 
     init(directory: String, arguments: [String] = []) throws {
         let python = try pythonTool(venv: "venv-tus")
-        child = try ChildProcess(
-            executable: python,
+        (child, url) = try startServer(
+            "the tus server", executable: python,
             arguments: [packageRoot + "/Tests/Tools/tustool.py", "serve", "--upload-dir", directory + "/uploads",
                         "--db-path", directory + "/uploads.db", "--enable-downloads"] + arguments)
-        guard let line = child.readLine(), line.hasPrefix("listening on ") else {
-            child.kill()
-            child.wait()
-            throw HarnessError("the tus server did not start: \(child.standardError)")
-        }
-        url = String(line.dropFirst("listening on ".count))
     }
 
     deinit {

@@ -482,6 +482,54 @@ import XferTestSupport
         }
     }
 
+    // MARK: One request on the calling thread
+
+    /// `BlockingHTTPClient` configures curl as the transport does: the same
+    /// headers and exact body reach the server, errors and timeouts read the same.
+    @Test func aBlockingClientSendsOneRequestAsTheTransportWould() throws {
+        let server = try Fixtures.http.get()
+        let client = BlockingHTTPClient()
+        let form = "Action=AssumeRole&Version=2011-06-15"
+        let response = try client.send(HTTPRequest(
+            method: .post, url: server.url("/echo"),
+            headers: ["Content-Type": "application/x-www-form-urlencoded", "X-Amz-Date": "20300101T000000Z"],
+            body: RequestBody(Array(form.utf8))))
+        #expect(response.status == 200)
+        let echo = try Echo(response)
+        #expect(echo.method == "POST")
+        #expect(echo.body == form)
+        #expect(echo.header("Content-Length") == String(form.utf8.count))
+        #expect(echo.header("X-Amz-Date") == "20300101T000000Z")
+        #expect(echo.header("User-Agent") == "xfer/0.1")
+        #expect(echo.header("Expect") == nil)
+
+        let put = try client.send(HTTPRequest(method: .put, url: server.url("/echo"), headers: ["X-Token-Ttl": "60"]))
+        #expect(try Echo(put).method == "PUT")
+        #expect(try Echo(put).length == 0)
+    }
+
+    @Test func aBlockingClientFailsAsTheTransportDoes() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+        let port = try #require(Int(try await transport.send(HTTPRequest(method: .get, url: server.url("/unused-port"))).text))
+        #expect(throws: TransportError.couldNotConnect(host: "127.0.0.1", port: port, reason: "Connection refused")) {
+            try BlockingHTTPClient().send(HTTPRequest(method: .get, url: "http://127.0.0.1:\(port)/x?token=SECRET"))
+        }
+        var options = TransportOptions()
+        options.requestTimeout = .milliseconds(300)
+        do {
+            let response = try BlockingHTTPClient(options: options).send(
+                HTTPRequest(method: .get, url: server.url("/stall?key=\(UUID().uuidString)")))
+            Issue.record("expected a timeout, got status \(response.status)")
+        } catch {
+            guard case .timedOut = error else {
+                Issue.record("expected timedOut, got \(error)")
+                return
+            }
+        }
+    }
+
     @Test func shutdownFailsInFlightRequestsAndLaterSends() async throws {
         let server = try Fixtures.http.get()
         let transport = try makeTransport()
