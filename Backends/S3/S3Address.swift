@@ -17,8 +17,11 @@ public struct S3Location: Sendable, Hashable {
 
     /// Parses `s3://BUCKET[/PREFIX]`.
     public init(parsing target: String) throws(BackendError) {
-        let trimmed = target.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("s3://") else {
+        // By hand: Foundation's trimming bridges through NSString, and this
+        // runs for every request.
+        var trimmed = Substring(target).drop(while: { $0 == " " || $0 == "\t" })
+        while let last = trimmed.last, last == " " || last == "\t" { trimmed.removeLast() }
+        guard trimmed.prefix(5).lowercased() == "s3://" else {
             throw .rejected("the s3 backend pushes to s3://BUCKET/PREFIX, not '\(trimmed.prefix(200))'")
         }
         let rest = trimmed.dropFirst(5)

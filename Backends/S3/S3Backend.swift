@@ -6,8 +6,9 @@ import XferPrimitives
 /// S3's multipart upload, as AWS S3 and the S3-compatible stores speak it.
 ///
 /// A file larger than one part is `CreateMultipartUpload` (the UploadId is
-/// committed before any part), `UploadPart` with `Content-MD5` (or, when
-/// asked, `x-amz-checksum-crc32`) for each part, then
+/// committed before any part), `UploadPart` for each part with one check
+/// the server verifies (`Content-MD5`, or over plain http the signed SHA-256:
+/// `S3PartChecksum.auto`; or, when asked, `x-amz-checksum-crc32[c]`), then
 /// `CompleteMultipartUpload` listing every part's ETag (and CRC-32). A file of one
 /// part or less is one `PutObject`. On resume `ListParts` says which parts S3
 /// holds; those of the expected size whose ETag matches what this job
@@ -27,7 +28,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     public let traits = BackendTraits(
         defaultChunkSize: 8 << 20,
-        defaultConcurrency: 4,
+        // A PUT's latency bounds a tree of small files, not the link; bodies
+        // stream from the file, so memory does not grow with this.
+        defaultConcurrency: 16,
         // Signature V4 carries them (`sign(_:in:)`).
         authentication: .byBackend,
         // An empty file is one empty PutObject.
@@ -83,7 +86,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     ///   - now: The clock requests are signed with.
     public init(
         configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil,
-        partChecksum: S3PartChecksum = .md5, listPageSize: Int = 1000, objectOptions: S3ObjectOptions = S3ObjectOptions(),
+        partChecksum: S3PartChecksum = .auto, listPageSize: Int = 1000, objectOptions: S3ObjectOptions = S3ObjectOptions(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.configuration = configuration
@@ -112,11 +115,15 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     /// A stored target's location and endpoint (see `normalizedTarget`).
+    /// Read for every request: the endpoint was checked when the job was
+    /// made, so here " at " only has to be followed by an http(s) URL.
     static func splitTarget(_ target: String) -> (location: String, endpoint: String?) {
         guard let separator = target.range(of: " at ", options: .backwards) else { return (target, nil) }
-        let endpoint = String(target[separator.upperBound...])
-        guard (try? S3Endpoint.parse(endpoint, addressing: .path)) != nil else { return (target, nil) }
-        return (String(target[..<separator.lowerBound]), endpoint)
+        let endpoint = target[separator.upperBound...]
+        guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"), !endpoint.contains(" ") else {
+            return (target, nil)
+        }
+        return (String(target[..<separator.lowerBound]), String(endpoint))
     }
 
     public func makeJobHandles(for job: JobContext) -> ServerHandles {
@@ -124,8 +131,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         var handles: ServerHandles = [
             Self.endpointKey: endpoint.base, Self.addressingKey: endpoint.addressing.rawValue, Self.regionKey: region,
         ]
-        // Absent means md5: what jobs created before the choice existed sent.
-        if partChecksum != .md5 { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
+        // Absent means auto. Jobs created before the choice existed sent MD5
+        // and may go on with auto: parts differ only in the check they carry.
+        if partChecksum != .auto { handles.set(S3PartChecksum.handleKey, partChecksum.rawValue) }
         handles.merge(objectOptions.handles)
         // As `aws s3 cp FILE s3://B/KEY`: one file named, and a target whose
         // key does not end in "/", names the object. Kept with the job, so its
@@ -215,7 +223,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         _ request: HTTPRequest, _ chunk: ChunkPayload, session: Session, operation: String, objectURL: String?
     ) -> Exchange<ChunkOutcome> {
         var request = request
-        for header in session.partChecksum.headers(for: chunk) { request.headers.set(header.name, header.value) }
+        for header in session.partChecksum.headers(for: chunk, payloadSigned: session.signer.signsPayload) {
+            request.headers.set(header.name, header.value)
+        }
         let crcHeader = session.partChecksum.crcHeader
         let crc = crcHeader.flatMap { request.headers[$0] }
         return Exchange(request) { response throws(BackendError) in
@@ -264,7 +274,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let receipts = (0..<file.chunkCount).map { file.receipts[$0].map(S3PartReceipt.init(stored:)) }
         let unreceipted = (0..<file.chunkCount).filter {
             guard let receipt = receipts[$0] else { return true }
-            return session.partChecksum != .md5 && receipt.crc == nil
+            return session.partChecksum.sendsCRC && receipt.crc == nil
         }
         // A part acknowledged without its ETag (or CRC-32) cannot be listed
         // in the completion: send those again (their answers carry it).
@@ -420,7 +430,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
                 let receipt = S3PartReceipt(etag: etag, crc: listedCRC ?? recorded?.crc)
                 // The completion must name each part's CRC-32; a part whose
                 // CRC-32 neither S3 nor this job knows is sent again.
-                if session.partChecksum != .md5, receipt.crc == nil { continue }
+                if session.partChecksum.sendsCRC, receipt.crc == nil { continue }
                 chunks.insert(chunk)
                 receipts[chunk] = receipt.stored
             }
@@ -472,17 +482,23 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let jobHandles: ServerHandles
         let fileCount: Int
 
+        /// Made for every request (a step holds no state between them), so it
+        /// only reads: the job's handles, and the defaults when a view has none.
         init(_ backend: S3Backend, _ job: JobContext) {
-            let defaults = backend.makeJobHandles(for: job)
             let handles = job.handles
-            let base = handles[S3Backend.endpointKey] ?? defaults[S3Backend.endpointKey]!
+            var base = handles[S3Backend.endpointKey]
+            var region = handles[S3Backend.regionKey]
+            if base == nil || region == nil {
+                let defaults = backend.resolvedEndpoint
+                base = base ?? defaults.endpoint.base
+                region = region ?? defaults.region
+            }
             let addressing = handles[S3Backend.addressingKey].flatMap(S3Endpoint.Addressing.init(rawValue:)) ?? .path
-            let region = handles[S3Backend.regionKey] ?? defaults[S3Backend.regionKey]!
             location =
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
-            endpoint = S3Endpoint(base: base, addressing: addressing)
-            signer = S3RequestSigner(backend.configuration.credentialProvider, region: region, endpoint: endpoint, now: backend.now)
-            partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .md5
+            endpoint = S3Endpoint(base: base!, addressing: addressing)
+            signer = S3RequestSigner(backend.configuration.credentialProvider, region: region!, endpoint: endpoint, now: backend.now)
+            partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .auto
             jobHandles = handles
             fileCount = job.files.count
         }

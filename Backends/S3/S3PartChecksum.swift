@@ -4,7 +4,15 @@ import Xfer
 /// The checksum each part (or the one `PutObject`) carries, so S3 refuses
 /// bytes that changed on the way.
 public enum S3PartChecksum: String, Sendable, CaseIterable {
-    /// `Content-MD5`: what every S3-compatible store checks.
+    /// One check per part, never two: over https, where the body is not
+    /// hashed for the signature, `Content-MD5`; over plain http, where the
+    /// signature covers the body's SHA-256 (`x-amz-content-sha256`, which S3
+    /// and Ceph's gateway check: `XAmzContentSHA256Mismatch`), that alone.
+    /// MD5 is a third of a push's CPU time, and a second check of the same
+    /// bytes catches nothing the first misses.
+    case auto
+    /// `Content-MD5` always, over http too (for a server that checks
+    /// Content-MD5 but not the signed SHA-256).
     case md5
     /// `x-amz-checksum-crc32`, with the algorithm declared when the upload
     /// is created: S3's newer checksums. The object then carries a composite
@@ -23,7 +31,7 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
     /// The algorithm's name in `x-amz-checksum-algorithm`; nil for MD5.
     var algorithmName: String? {
         switch self {
-        case .md5: return nil
+        case .auto, .md5: return nil
         case .crc32: return "CRC32"
         case .crc32c: return "CRC32C"
         }
@@ -35,9 +43,15 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
     /// The element of `CompleteMultipartUpload` and ListParts that names a part's CRC.
     var crcElement: String? { algorithmName.map { "Checksum" + $0 } }
 
-    /// The headers that carry `chunk`'s checksum.
-    func headers(for chunk: ChunkPayload) -> [(name: String, value: String)] {
+    /// Whether parts carry a CRC that the completion must repeat.
+    var sendsCRC: Bool { algorithmName != nil }
+
+    /// The headers that carry `chunk`'s checksum; `payloadSigned`: whether
+    /// the signature covers the body's SHA-256.
+    func headers(for chunk: ChunkPayload, payloadSigned: Bool) -> [(name: String, value: String)] {
         switch self {
+        case .auto:
+            return payloadSigned ? [] : [("Content-MD5", Checksums.base64(chunk.md5))]
         case .md5:
             return [("Content-MD5", Checksums.base64(chunk.md5))]
         case .crc32:

@@ -145,7 +145,7 @@ struct S3RequestSigner: Sendable {
     private let region: String
     /// Over TLS the body is not hashed for the signature: a part's checksum
     /// already guards it, and TLS the rest (as the AWS CLI does).
-    private let signsPayload: Bool
+    let signsPayload: Bool
     private let now: @Sendable () -> Date
 
     init(_ credentials: AWSCredentialProvider, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {

@@ -78,15 +78,15 @@ struct AWSProfileArgument: ParsableArguments {
 struct S3Arguments: ParsableArguments {
     @OptionGroup var server: S3ServerArguments
 
-    @Option(help: "s3: the checksum each part carries, md5 (Content-MD5), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: md5).")
+    @Option(help: "s3: the checksum each part carries: auto (Content-MD5 over https; over http the signed SHA-256 of the body alone), md5 (Content-MD5 always), crc32 or crc32c (x-amz-checksum-crc32[c]) (default: auto).")
     var partChecksum: String?
 
     var isEmpty: Bool { server.isEmpty && partChecksum == nil }
 
     func checksum() throws(XferError) -> S3PartChecksum {
-        guard let partChecksum else { return .md5 }
+        guard let partChecksum else { return .auto }
         guard let parsed = S3PartChecksum(rawValue: partChecksum) else {
-            throw .invalidInput("--part-checksum must be md5, crc32 or crc32c, not '\(partChecksum.prefix(40))'")
+            throw .invalidInput("--part-checksum must be auto, md5, crc32 or crc32c, not '\(partChecksum.prefix(40))'")
         }
         return parsed
     }
@@ -109,7 +109,7 @@ struct S3ServerArguments: ParsableArguments {
     /// An s3 backend for this server, signing with the credentials `profile`
     /// finds (fetched through `transport` where they come from a service).
     func backend(
-        profile: AWSProfileArgument, transport: TransportOptions = TransportOptions(), partChecksum: S3PartChecksum = .md5,
+        profile: AWSProfileArgument, transport: TransportOptions = TransportOptions(), partChecksum: S3PartChecksum = .auto,
         objectOptions: S3ObjectOptions = S3ObjectOptions()
     ) throws(XferError) -> S3Backend {
         let configuration = try profile.configuration(transport: transport)

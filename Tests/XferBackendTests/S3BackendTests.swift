@@ -222,6 +222,26 @@ final class S3BackendTests: XCTestCase {
         XCTAssertEqual(try key(target: "s3://bkt/k", namedFile: "a.bin", relativePath: "sub/a.bin"), base + "k/sub/a.bin")
     }
 
+    /// One check per part: Content-MD5 over https (the body unsigned), the
+    /// signed SHA-256 alone over http; `md5` asks for Content-MD5 on both.
+    func testEachPartCarriesOneCheckTheServerVerifies() throws {
+        let chunk = ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 7, count: 100))
+        let file = BackendTesting.file(name: "a.bin", size: 100, chunkSize: 8 << 20)
+        for (base, checksum, md5, signedBody) in [
+            ("https://s3.example.com", S3PartChecksum.auto, true, false), ("http://127.0.0.1:9000", .auto, false, true),
+            ("http://127.0.0.1:9000", .md5, true, true), ("https://s3.example.com", .md5, true, false),
+        ] {
+            let chosen = S3Backend(
+                configuration: configuration, endpoint: S3Endpoint(base: base, addressing: .path), partChecksum: checksum)
+            let job = BackendTesting.job(
+                target: "s3://bkt", handles: chosen.makeJobHandles(for: BackendTesting.job(target: "s3://bkt")), files: [file])
+            let request = try chosen.uploadChunk(chunk, of: file, in: job).request
+            XCTAssertEqual(request.headers["Content-MD5"], md5 ? Checksums.base64(chunk.md5) : nil, "\(base) \(checksum)")
+            let sent = chosen.requestAsSent(request, in: job)
+            XCTAssertEqual(sent.headers["x-amz-content-sha256"], signedBody ? Checksums.hex(chunk.sha256) : "UNSIGNED-PAYLOAD")
+        }
+    }
+
     func testSmallFileIsOnePutObjectCompletingTheFile() throws {
         let job = job(size: 100)
         XCTAssertTrue(backend.openFile(job.files[0], in: job).isSkipped)
@@ -229,8 +249,8 @@ final class S3BackendTests: XCTestCase {
         let exchange = try backend.uploadChunk(chunk, of: job.files[0], in: job)
         XCTAssertEqual(exchange.request.method, .put)
         XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/bkt/in/a%20b.bin")
-        XCTAssertEqual(exchange.request.headers["Content-MD5"], Checksums.base64(chunk.md5))
-        // Plain http: the body is signed too.
+        // Plain http: the body is signed, and its signed SHA-256 is the one check (no MD5).
+        XCTAssertNil(exchange.request.headers["Content-MD5"])
         let sent = backend.requestAsSent(exchange.request, in: job)
         XCTAssertEqual(sent.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
         XCTAssertEqual(
