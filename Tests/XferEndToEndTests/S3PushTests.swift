@@ -352,7 +352,7 @@ final class S3PushTests: XCTestCase {
             (pushArguments([file]).filter { $0 != "--endpoint" && $0 != s3.url } + ["--endpoint", "ftp://x"],
              S3Server.environment, 2, "not a usable URL"),
             (pushArguments([file]) + ["--addressing", "sideways"], S3Server.environment, 2, "--addressing must be path or virtual"),
-            (pushArguments([file]) + ["--part-checksum", "sha1"], S3Server.environment, 2, "--part-checksum must be md5, crc32 or crc32c"),
+            (pushArguments([file]) + ["--part-checksum", "sha1"], S3Server.environment, 2, "--part-checksum must be auto, md5, crc32 or crc32c"),
             (pushArguments([file]),
              S3Server.environment.merging(["AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""]) { $1 }, 2, "no AWS credentials"),
             (pushArguments([file]) + ["--profile", "nope"], S3Server.environment, 2, "profile 'nope'"),
