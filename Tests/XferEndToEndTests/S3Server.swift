@@ -111,8 +111,17 @@ final class S3Server {
     }
 }
 
-extension S3Server {
-    /// Reads `key` back with boto3 and checks its bytes against `file`, and
+/// A client independent of xfer that reads objects back from an S3 store
+/// (boto3 for moto, the AWS CLI for Ceph's gateway).
+protocol S3ObjectReading {
+    /// Downloads `key` into `path`; returns the object's ETag.
+    func download(bucket: String, key: String, to path: String) throws -> String
+}
+
+extension S3Server: S3ObjectReading {}
+
+extension S3ObjectReading {
+    /// Reads `key` back and checks its bytes against `file`, and
     /// its ETag: that of `parts` parts (a multipart upload), or of a single
     /// PutObject when `parts` is nil.
     func assertObject(
