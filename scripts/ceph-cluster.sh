@@ -109,18 +109,32 @@ ceph-authtool --create-keyring "$dir/keyring" --gen-key -n mon. --cap mon 'allow
 monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$mon_port]" "$dir/monmap" >/dev/null
 ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/keyring"
 
-# Foreground daemons in the background, so their pids are the ones to kill;
-# their output goes to files, so a caller reading ours sees it end.
-ceph-mon -c "$conf" -i a -f </dev/null >>"$dir/log/mon.out" 2>&1 &
+# Foreground daemons in the background, so their pids are the ones to kill.
+# Their output goes to a file, and they keep no other descriptor of ours: a
+# caller waiting for the end of our output, or of a descriptor it gave us
+# (Foundation's Process learns of a child's exit when a socket the child
+# inherits closes), would otherwise wait as long as the cluster runs.
+daemon() { # LOG COMMAND...
+  local log=$1; shift
+  (
+    for path in /proc/self/fd/*; do
+      fd=${path##*/}
+      if [ "$fd" -gt 2 ]; then exec {fd}>&-; fi
+    done
+    exec "$@" </dev/null >>"$log" 2>&1
+  ) &
+}
+
+daemon "$dir/log/mon.out" ceph-mon -c "$conf" -i a -f
 echo $! > "$dir/pids"
 
 osd_uuid=$(python3 -c 'import uuid; print(uuid.uuid4())')
 osd_id=$(ceph -c "$conf" --connect-timeout 30 osd new "$osd_uuid")
 ceph-osd -c "$conf" -i "$osd_id" --mkfs --osd-uuid "$osd_uuid" >/dev/null 2>&1
-ceph-osd -c "$conf" -i "$osd_id" -f </dev/null >>"$dir/log/osd.out" 2>&1 &
+daemon "$dir/log/osd.out" ceph-osd -c "$conf" -i "$osd_id" -f
 echo $! >> "$dir/pids"
 
-radosgw -c "$conf" -n client.rgw.xfer -f </dev/null >>"$dir/log/rgw.out" 2>&1 &
+daemon "$dir/log/rgw.out" radosgw -c "$conf" -n client.rgw.xfer -f
 echo $! >> "$dir/pids"
 
 # The gateway answers once its pools exist; wait for that, up to a minute.

@@ -2,10 +2,12 @@
 # Installs the Python programs the end-to-end tests talk to, each in a virtual
 # environment of its own under .tools/ (gitignored), if missing:
 #   .tools/venv-s3   moto[server] (an S3 server on 127.0.0.1, with crc32c so its CRC-32C
-#                    checksums are right) and boto3 (reads objects back)
+#                    checksums are right), boto3 (reads objects back from moto) and the
+#                    AWS CLI (`python -m awscli`: reads objects back from Ceph's gateway,
+#                    and is what `make bench` measures xfer against)
 #   .tools/venv-tus  resumable-upload (a tus 1.0 server) and tuspy (the official tus client)
 # The S3 one sees the system's site-packages, so a machine that already has
-# moto and boto3 installs nothing. Tests that need a tool skip nothing: they
+# moto, boto3 and awscli installs nothing. Tests that need a tool skip nothing: they
 # fail with the command to run when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,5 +24,5 @@ ensure_venv() { # DIR SYSTEM_SITE CHECK_IMPORTS PACKAGES...
   "$dir/bin/python" -c "$check"
 }
 
-ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors, crc32c" "moto[server,s3crc32c]>=5.0" "boto3" "crc32c"
+ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors, crc32c, awscli" "moto[server,s3crc32c]>=5.0" "boto3" "crc32c" "awscli"
 ensure_venv .tools/venv-tus no "import resumable_upload, tusclient" "resumable-upload==0.3.0" "tuspy"

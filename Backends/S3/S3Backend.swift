@@ -407,7 +407,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let request = HTTPRequest(method: .get, url: session.objectURL(file, query: query))
         let operation = "list the parts S3 holds of \(file.name)"
         return .send(request) { response throws(BackendError) in
-            if response.s3Error?.code == "NoSuchUpload" { throw .uploadUnknown("\(operation): S3 no longer knows the upload") }
+            // Ceph's gateway (16) answers NoSuchKey, not NoSuchUpload, to ListParts of an
+            // upload it no longer knows (aborted, expired or completed). ListParts reads
+            // no object, so either code means the upload is gone.
+            if let code = response.s3Error?.code, code == "NoSuchUpload" || code == "NoSuchKey" {
+                throw .uploadUnknown("\(operation): S3 no longer knows the upload")
+            }
             guard response.status == 200 else { throw session.failure(response, operation) }
             // AWS names the root ListPartsResult; moto ListPartsResponse.
             guard let document = S3XML(response.body, recordNames: ["Part"]), document.root.hasPrefix("ListParts") else {

@@ -346,6 +346,25 @@ final class S3BackendTests: XCTestCase {
         XCTAssertTrue(list.url.hasSuffix("?max-parts=2&uploadId=U"), list.url)
     }
 
+    func testListPartsOfAnUploadTheStoreForgotIsUploadUnknownUnderCephsCodeToo() throws {
+        // Ceph's gateway, word for word, to ListParts of an aborted upload: NoSuchKey.
+        let ceph = HTTPResponse(
+            status: 404,
+            body: xml(
+                "<Error><Code>NoSuchKey</Code><Message></Message><BucketName>bkt</BucketName>"
+                    + "<RequestId>tx0000-default</RequestId><HostId>1007-default-default</HostId></Error>"))
+        let job = job(handles: uploadHandles, receipts: [0: "\"e1\""])
+        // The file is opened afresh (a new upload), rather than the job failing on every resume.
+        assertUploadUnknown(try backend.reconcileFile(job.files[0], in: job).outcome(for: ceph))
+        assertUploadUnknown(try backend.continueReconciling(job.files[0], in: job, from: S3Backend.PartMarker(after: 2)).outcome(for: ceph))
+        // Another 404 is no news about the upload: the bucket is gone, and the job fails saying so.
+        let noBucket = HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchBucket</Code></Error>"))
+        XCTAssertThrowsError(try backend.reconcileFile(job.files[0], in: job).outcome(for: noBucket)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("bucket 'bkt' does not exist"), message)
+        }
+    }
+
     func testCompleteListsEveryPartAndCatchesAnErrorInA200() throws {
         let job = job(handles: uploadHandles, receipts: [0: "\"e1\"", 1: "\"e2\"", 2: "\"e3\""])
         let step = try backend.finishFile(job.files[0], in: job)

@@ -89,9 +89,20 @@ func runToEnd(_ executable: String, _ arguments: [String], environment: [String:
 /// job's id. The push must be long enough not to finish first (several
 /// MiB in 64 KiB chunks, one at a time).
 func pushKilledAfterFirstChunk(_ arguments: [String], environment: [String: String] = [:]) throws -> String {
+    try pushKilled(arguments, afterChunks: 1, environment: environment)
+}
+
+/// Runs `xfer push` (or `resume`) with `arguments` (which must include
+/// `--json`) and kills it with SIGKILL once `chunks` chunks are acknowledged
+/// (their `chunk` events printed, so committed to the state); returns the
+/// job's id. Chunks in flight at that moment may or may not have reached
+/// the server.
+func pushKilled(_ arguments: [String], afterChunks chunks: Int, environment: [String: String] = [:]) throws -> String {
     let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: environment)
     let started = try XCTUnwrap(child.readLine { $0.contains("\"event\":\"started\"") }, child.standardError)
-    XCTAssertNotNil(child.readLine { $0.contains("\"event\":\"chunk\"") }, child.standardError)
+    for _ in 0..<chunks {
+        guard child.readLine(where: { $0.contains("\"event\":\"chunk\"") }) != nil else { break }
+    }
     child.kill(SIGSTOP)
     child.kill(SIGKILL)
     XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push must die unfinished: \(child.standardError)")

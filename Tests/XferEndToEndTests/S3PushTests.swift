@@ -41,7 +41,7 @@ final class S3PushTests: XCTestCase {
 
     /// Starts a push and SIGKILLs it once `parts` parts are acknowledged.
     private func killedPush(_ file: String, afterParts parts: Int, options: [String] = []) throws {
-        try pushKilled(pushArguments([file]) + options, afterParts: parts)
+        try pushKilled(pushArguments([file]) + options + ["--json"], afterChunks: parts, environment: S3Server.environment)
     }
 
     private func assertObject(_ key: String, equals file: String, parts: Int?, line: UInt = #line) throws {

@@ -149,29 +149,17 @@ final class S3Server {
     }
 }
 
-/// Runs the s3 push `arguments` with --json and SIGKILLs it once `parts`
-/// parts are acknowledged: a job that left its multipart upload on the
-/// server. Returns the job's id.
-@discardableResult
-func pushKilled(_ arguments: [String], afterParts parts: Int, line: UInt = #line) throws -> String {
-    let child = try ChildProcess(executable: xferExecutable, arguments: arguments + ["--json"], environment: S3Server.environment)
-    var job = ""
-    var acknowledged = 0
-    while acknowledged < parts, let output = child.readLine() {
-        if output.contains("\"event\":\"chunk\"") { acknowledged += 1 }
-        if output.contains("\"event\":\"started\""),
-            let event = try? JSONSerialization.jsonObject(with: Data(output.utf8)) as? [String: Any]
-        {
-            job = event["job"] as? String ?? ""
-        }
-    }
-    child.kill(SIGKILL)
-    XCTAssertEqual(child.wait(), 128 + SIGKILL, "the push ended before it was killed: \(child.standardError)", line: line)
-    return job
+/// A client independent of xfer that reads objects back from an S3 store
+/// (boto3 for moto, the AWS CLI for Ceph's gateway).
+protocol S3ObjectReading {
+    /// Downloads `key` into `path`; returns the object's ETag.
+    func download(bucket: String, key: String, to path: String) throws -> String
 }
 
-extension S3Server {
-    /// Reads `key` back with boto3 and checks its bytes against `file`, and
+extension S3Server: S3ObjectReading {}
+
+extension S3ObjectReading {
+    /// Reads `key` back and checks its bytes against `file`, and
     /// its ETag: that of `parts` parts (a multipart upload), or of a single
     /// PutObject when `parts` is nil.
     func assertObject(

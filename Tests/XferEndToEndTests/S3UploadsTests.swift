@@ -51,8 +51,8 @@ final class S3UploadsTests: XCTestCase {
         let job = try pushKilled(
             [
                 "push", file, "--backend", "s3", "--to", "s3://bucket-a/in/", "--endpoint", s3.url, "--state", state,
-                "--chunk-size", "5MiB", "--concurrency", "1",
-            ], afterParts: 1)
+                "--chunk-size", "5MiB", "--concurrency", "1", "--json",
+            ], afterChunks: 1, environment: S3Server.environment)
         let held = try s3.uploadsInProgress(bucket: "bucket-a").filter { $0.key == "in/big.bin" }
         XCTAssertEqual(held.count, 1)
         return (job, file, try XCTUnwrap(held.first).uploadId)
