@@ -1219,7 +1219,7 @@ def bench_ceph(work):
                                "gateway+OSD CPU s", "client peak RSS MiB"]
         ceph_version = sh("ceph --version").split(" (")[0]
         RESULTS["ceph"] = {
-            "title": (f"9. A real S3 store: {size // MiB} MiB, one file, into {ceph_version}'s RADOS Gateway on 127.0.0.1 "
+            "title": (f"10. A real S3 store: {size // MiB} MiB, one file, into {ceph_version}'s RADOS Gateway on 127.0.0.1 "
                       f"(one monitor, one bluestore OSD, sharing the 2 cores), 8 MiB parts, {ROUNDS} alternating rounds"),
             "header": header("MiB/s"), "rows": rows(one, "MiB/s", lambda m: size / MiB / m[0]),
         }
