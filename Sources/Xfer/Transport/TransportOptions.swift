@@ -13,8 +13,11 @@ public struct TransportOptions: Sendable, Hashable {
     /// Optional cap on a whole request; nil = none.
     public var requestTimeout: Duration? = nil
     /// Global cap on simultaneous connections to one host
-    /// (CURLMOPT_MAX_HOST_CONNECTIONS); 0 means unlimited.
-    public var maximumConnectionsPerHost: Int = 8
+    /// (CURLMOPT_MAX_HOST_CONNECTIONS); 0 means unlimited. A job's
+    /// concurrency already bounds its requests; this bounds the transport's
+    /// jobs together, and must not be below what one job may ask for (it
+    /// was 8: `--concurrency 16` then kept 8 requests waiting in curl's queue).
+    public var maximumConnectionsPerHost: Int = 64
     /// TLS verification is on by default; turn it off only for test servers.
     public var verifyTLS: Bool = true
     /// A PEM bundle of trusted CAs (CURLOPT_CAINFO); nil uses the system's.
