@@ -28,13 +28,16 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     public let traits = BackendTraits(
         defaultChunkSize: 8 << 20,
-        // A PUT's latency bounds a tree of small files, not the link; bodies
-        // stream from the file, so memory does not grow with this.
+        // Bodies stream from the file, so memory does not grow with this;
+        // a kill sends again at most this many parts.
         defaultConcurrency: 16,
         // Signature V4 carries them (`sign(_:in:)`).
         authentication: .byBackend,
         // An empty file is one empty PutObject.
-        emptyFileHasOneChunk: true)
+        emptyFileHasOneChunk: true,
+        // A PUT's latency, not the link, bounds a tree of small files: s5cmd
+        // keeps 256 going. 64 is the most a job may keep in flight.
+        smallRequestConcurrency: 64)
 
     let configuration: AWSConfiguration
     private let endpoint: S3Endpoint?

@@ -530,6 +530,21 @@ import XferTestSupport
         }
     }
 
+    /// As many requests as one job may keep in flight reach one host at
+    /// once: the transport's cap per host used to be 8, below that.
+    @Test func asManyRequestsAsAJobMayAskForReachOneHostAtOnce() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+        let key = UUID().uuidString
+        let stalled = (0..<TransferOptions.maximumConcurrency).map { _ in
+            Task { try await transport.send(HTTPRequest(method: .get, url: server.url("/stall?key=\(key)"))) }
+        }
+        try await server.waitFor(key: key, event: "arrived", count: TransferOptions.maximumConcurrency)
+        for task in stalled { task.cancel() }
+        for task in stalled { _ = await task.result }
+    }
+
     @Test func shutdownFailsInFlightRequestsAndLaterSends() async throws {
         let server = try Fixtures.http.get()
         let transport = try makeTransport()

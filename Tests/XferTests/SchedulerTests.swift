@@ -19,7 +19,8 @@ final class SchedulerTests: XCTestCase {
 
     private func scheduler(
         files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
-        order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0, dropsUploads: Bool = false
+        order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0, dropsUploads: Bool = false,
+        smallRequestConcurrency: Int? = nil
     ) -> Scheduler {
         var record = JobRecord(
             id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
@@ -36,7 +37,7 @@ final class SchedulerTests: XCTestCase {
             record: record, counters: counters,
             configuration: Scheduler.Configuration(
                 traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order },
-                dropsUploads: dropsUploads))
+                dropsUploads: dropsUploads, smallRequestConcurrency: smallRequestConcurrency))
     }
 
     private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
@@ -136,6 +137,33 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(seen.filter { if case .finishFile = $0 { return true } else { return false } }.count, 3_000)
         XCTAssertLessThanOrEqual(held, 5, "only the files in progress are held")
         XCTAssertTrue(s.files.isEmpty)
+    }
+
+    /// Small requests go wide; chunks above 1 MiB stay within the job's
+    /// concurrency, and a file whose next chunk waited for a slot gets one.
+    func testSmallRequestsGoWideWhileLargeChunksKeepTheConcurrency() throws {
+        let mebibyte = 1 << 20
+        var s = scheduler(files: 40, size: 0, concurrency: 2, smallRequestConcurrency: 8)
+        // Files 0, 10, 20, 30: three chunks of 2 MiB; the others: one chunk of 100 bytes.
+        let record = { (index: Int) -> FileRecord in
+            index % 10 == 0
+                ? self.fileRecord(index, size: Int64(6 * mebibyte), chunkSize: 2 * mebibyte)
+                : self.fileRecord(index, size: 100, chunkSize: 2 * mebibyte)
+        }
+        var held = 0, most = 0, mostLarge = 0
+        let seen = try drive(&s, records: record, maximumHeld: &held) { _, scheduler in
+            most = max(most, scheduler.inFlight)
+            mostLarge = max(mostLarge, scheduler.largeInFlight)
+            return nil
+        }
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(most, 8, "small requests fill the wider limit")
+        XCTAssertEqual(mostLarge, 2, "large chunks stay within the concurrency")
+        XCTAssertEqual(s.largeInFlight, 0)
+        for large in [0, 10, 20, 30] {
+            XCTAssertEqual(seen.filter { if case .chunk(large, _) = $0 { return true } else { return false } }.count, 3)
+        }
+        XCTAssertEqual(seen.filter { if case .finishFile = $0 { return true } else { return false } }.count, 40)
     }
 
     func testSequentialOrderKeepsOneChunkOfAFileInFlight() throws {

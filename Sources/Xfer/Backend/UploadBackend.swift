@@ -286,6 +286,12 @@ public struct BackendTraits: Sendable, Hashable {
     public var defaultChunkSize: Int
     /// Requests in flight at once when the user names no number.
     public var defaultConcurrency: Int
+    /// Requests in flight at once when they are small (a chunk of at most
+    /// 1 MiB, or a step of a file) and the user names no number; nil: the
+    /// same as `defaultConcurrency`. A tree of small files is bounded by each
+    /// request's latency, not the link; large chunks stay at
+    /// `defaultConcurrency`, which bounds what a kill sends again.
+    public var smallRequestConcurrency: Int?
     /// Where the credentials go.
     public var authentication: Authentication
     /// Whether a zero-byte file is sent as one empty chunk.
@@ -312,9 +318,11 @@ public struct BackendTraits: Sendable, Hashable {
         emptyFileHasOneChunk: Bool = false,
         digestsBeforeOpen: Set<DigestAlgorithm> = [],
         maximumFinishRounds: Int = 3,
-        filesFixedAtStart: Bool = false
+        filesFixedAtStart: Bool = false,
+        smallRequestConcurrency: Int? = nil
     ) {
         self.filesFixedAtStart = filesFixedAtStart
+        self.smallRequestConcurrency = smallRequestConcurrency
         self.defaultChunkSize = defaultChunkSize
         self.defaultConcurrency = defaultConcurrency
         self.authentication = authentication

@@ -57,7 +57,10 @@ final class JobRunner: JobRun {
                 chunkOrder: { [options] record in
                     backend.chunkOrder(in: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
                 },
-                dropsUploads: backend is any FileUploadCancelling))
+                dropsUploads: backend is any FileUploadCancelling,
+                // A number the user named bounds every request; the backend's
+                // default may let small ones go wider.
+                smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil))
         let worker = Worker(
             jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
             bytesSent: LockedValue(0))

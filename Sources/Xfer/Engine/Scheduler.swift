@@ -124,6 +124,10 @@ struct Scheduler {
         var partial: (chunk: Int, offset: Int64)?
         var resyncs = 0
         var isQueued = false
+        /// Chunks in flight above the small-request size (see `Configuration.smallRequestSize`).
+        var largeInFlight: Set<Int> = []
+        /// Waiting for a large chunk's slot (in `waitingForLarge`).
+        var waitsForLarge = false
         var failure: String?
         /// What the file looks like now, while its earlier upload (of other
         /// bytes, named by `record`'s handles) is being dropped.
@@ -141,6 +145,15 @@ struct Scheduler {
         /// The backend can drop one file's upload (`FileUploadCancelling`): a
         /// file that changed since its upload was opened has it dropped first.
         var dropsUploads = false
+        /// Requests in flight when they are small: chunks of at most
+        /// `smallRequestSize` bytes and the steps of files. Chunks above it
+        /// stay within `concurrency`. Never below `concurrency`.
+        var smallRequestConcurrency: Int? = nil
+
+        /// A chunk up to this size is a small request.
+        static let smallRequestSize = 1 << 20
+
+        var requestLimit: Int { max(concurrency, smallRequestConcurrency ?? concurrency) }
     }
 
     /// Reconciling again after `outOfSync` more often than this in one run fails the job.
@@ -154,6 +167,11 @@ struct Scheduler {
     private(set) var fileCount: Int
     /// Network work in flight (loading is not counted).
     private(set) var inFlight = 0
+    /// Chunks in flight above `Configuration.smallRequestSize`: at most `concurrency`.
+    private(set) var largeInFlight = 0
+    /// Files whose next chunk waits for a large chunk's slot; taken up again
+    /// when one frees.
+    private var waitingForLarge = RingQueue<Int>()
     private(set) var files: [Int: FileState] = [:]
     /// Files that may have work, in turn; each appears at most once.
     private var ready = RingQueue<Int>()
@@ -198,7 +216,7 @@ struct Scheduler {
     /// The next work to start, or nil when nothing can start until a result
     /// comes in. `.loadFile` is for the runner to do at once.
     mutating func next() -> Work? {
-        guard !loading, inFlight < configuration.concurrency else { return nil }
+        guard !loading, inFlight < configuration.requestLimit else { return nil }
         switch jobStart {
         case .needed:
             jobStart = .running
@@ -259,6 +277,18 @@ struct Scheduler {
             return .reconcileFile(index)
         case .sending:
             if let chunk = nextChunk(files[index]!) {
+                let large = files[index]!.plan.length(of: chunk) > Configuration.smallRequestSize
+                if large, largeInFlight >= configuration.concurrency {
+                    if !files[index]!.waitsForLarge {
+                        files[index]!.waitsForLarge = true
+                        waitingForLarge.append(index)
+                    }
+                    return nil
+                }
+                if large {
+                    files[index]!.largeInFlight.insert(chunk)
+                    largeInFlight += 1
+                }
                 files[index]!.inFlight.insert(chunk)
                 files[index]!.cursor = chunk + 1
                 return .chunk(file: index, chunk: chunk)
@@ -373,8 +403,8 @@ struct Scheduler {
 
         case .chunkResync(let index, let chunk, let next):
             inFlight -= 1
+            settle(index, chunk)
             guard var file = files[index] else { break }
-            file.inFlight.remove(chunk)
             let count = file.plan.count
             guard next >= 0, next <= count else {
                 throw .transferFailed("the server asked for chunk \(next + 1) of \(file.record.path), which has \(count)")
@@ -443,13 +473,13 @@ struct Scheduler {
 
         case .uploadUnknown(let index, let work, let message):
             inFlight -= 1
-            if case .chunk(_, let chunk) = work { files[index]?.inFlight.remove(chunk) }
+            if case .chunk(_, let chunk) = work { settle(index, chunk) }
             try reopen(index, message: message, effects: &effects)
 
         case .outOfSync(let index, let work, let message):
             inFlight -= 1
+            if case .chunk(_, let chunk) = work { settle(index, chunk) }
             guard var file = files[index] else { break }
-            if case .chunk(_, let chunk) = work { file.inFlight.remove(chunk) }
             file.resyncs += 1
             guard file.resyncs <= Self.maximumResyncs else {
                 throw .transferFailed("\(message) (still after asking the server \(Self.maximumResyncs) times)")
@@ -460,8 +490,8 @@ struct Scheduler {
 
         case .fileFailed(let index, let work, let reason):
             inFlight -= 1
+            if case .chunk(_, let chunk) = work { settle(index, chunk) }
             guard var file = files[index] else { break }
-            if case .chunk(_, let chunk) = work { file.inFlight.remove(chunk) }
             if file.failure == nil { file.failure = reason }
             file.phase = .failing
             files[index] = file
@@ -628,10 +658,25 @@ struct Scheduler {
         setDone(index, empty)
     }
 
-    private mutating func acknowledge(_ index: Int, _ chunk: Int, _ bytes: Int, effects: inout Effects) {
+    /// Chunk `chunk` of file `index` is no longer in flight; a large one's
+    /// slot goes to the files waiting for one.
+    private mutating func settle(_ index: Int, _ chunk: Int) {
         guard files[index] != nil else { return }
         // In place, as in `nextWork`: this runs once per chunk.
         files[index]!.inFlight.remove(chunk)
+        guard files[index]!.largeInFlight.remove(chunk) != nil else { return }
+        largeInFlight -= 1
+        while let waiting = waitingForLarge.first {
+            waitingForLarge.removeFirst()
+            guard files[waiting]?.waitsForLarge == true else { continue }
+            files[waiting]!.waitsForLarge = false
+            enqueue(waiting)
+        }
+    }
+
+    private mutating func acknowledge(_ index: Int, _ chunk: Int, _ bytes: Int, effects: inout Effects) {
+        guard files[index] != nil else { return }
+        settle(index, chunk)
         if files[index]!.partial?.chunk == chunk { files[index]!.partial = nil }
         guard !files[index]!.done.contains(chunk) else { return }
         files[index]!.done.insert(chunk)
