@@ -1170,7 +1170,7 @@ def bench_ceph(work):
         tree = work.path("ceph-tree")
         make_tree(tree, files)
         kinds = ["xfer", "s5cmd", "aws", "rclone"]
-        versions = {"xfer": "this build, its defaults (16 in flight; over http the signed SHA-256 checks each part)",
+        versions = {"xfer": "this build, its defaults (16 parts or 64 small requests in flight; over http the signed SHA-256 checks each part)",
                     "s5cmd": "s5cmd " + sh(f"{S5CMD} version").split("-")[0] + ", its defaults",
                     "aws": "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'") + ", its defaults",
                     "rclone": sh("rclone version | head -1").replace("rclone ", "") + ", its defaults"}
