@@ -94,7 +94,8 @@ struct Effects: Sendable {
 /// scripted results (Tests/XferTests/SchedulerTests.swift).
 ///
 /// Cost: O(1) amortized per result and per piece of work handed out. Only
-/// files in progress are held (at most about `concurrency` of them); the
+/// files in progress are held (at most about `Configuration.requestLimit`
+/// of them: the concurrency, or the wider one for small requests); the
 /// others stay in the store until their turn, reached through a cursor.
 struct Scheduler {
     enum FilePhase: Equatable {
