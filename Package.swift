@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "XferSequence", targets: ["XferSequence"]),
         .library(name: "XferS3", targets: ["XferS3"]),
         .library(name: "XferTus", targets: ["XferTus"]),
+        .library(name: "XferIETF", targets: ["XferIETF"]),
         .library(name: "XferReceiver", targets: ["XferReceiver"]),
         // For tests of a backend's steps, with no network (Docs/backend-guide.md).
         .library(name: "XferBackendTesting", targets: ["XferBackendTesting"]),
@@ -64,6 +65,7 @@ let package = Package(
             path: "Backends/S3"),
         .target(
             name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
+        .target(name: "XferIETF", dependencies: ["Xfer"], path: "Backends/IETF"),
 
         // The reference receiver behind `xfer serve`.
         .target(
@@ -80,7 +82,7 @@ let package = Package(
         .executableTarget(
             name: "XferCLI",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferReceiver",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferReceiver",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -96,20 +98,25 @@ let package = Package(
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",
-            dependencies: ["Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferTestSupport"],
+            dependencies: [
+                "Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferTestSupport",
+            ],
             path: "Tests/XferTests"
         ),
         // The built-in backends' steps, tested as a user's backend would be:
         // through Xfer's public API and XferBackendTesting, no network.
         .testTarget(
             name: "XferBackendTests",
-            dependencies: ["Xfer", "XferBackendTesting", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus"],
+            dependencies: [
+                "Xfer", "XferBackendTesting", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF",
+            ],
             path: "Tests/XferBackendTests"
         ),
         .testTarget(
             name: "XferEndToEndTests",
             dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferReceiver", "XferCLI", "XferTestSupport",
+                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferReceiver", "XferCLI",
+                "XferTestSupport",
                 "CWBackend", "CWUpload",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

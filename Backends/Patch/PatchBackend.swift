@@ -42,7 +42,9 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
                 throw .transient("create the upload of \(file.name): the answer has no uploadId")
             }
             var handles: ServerHandles = [Self.uploadID: id]
-            if let wanted = response.headers["Want-Content-Digest"], let algorithm = ChunkDigest.preferred(in: wanted) {
+            if let wanted = response.headers["Want-Content-Digest"],
+                let algorithm = ContentDigest.preferred(in: wanted).flatMap({ ChunkDigest(rawValue: $0.rawValue) })
+            {
                 handles.set(Self.digestAlgorithm, algorithm.rawValue)
             }
             return OpenedFile(handles: handles, chunkSize: json["chunkSize"]?.intValue)
@@ -86,12 +88,12 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         switch digest {
         case .crc32c?:
             let crc = chunk.crc32c
-            request.headers.set("Content-Digest", "crc32c=:\(Checksums.base64(CRC32.bigEndianBytes(crc))):")
+            request.headers.set("Content-Digest", ContentDigest.crc32c.header(for: chunk))
             // Kept with the chunk, so the completion's CRC-32C is checked
             // against the chunks' combined, without reading the file again.
             receipt = ChunkDigest.receipt(crc32c: crc, length: chunk.count)
         case .sha256?:
-            request.headers.set("Content-Digest", "sha-256=:\(Checksums.base64(chunk.sha256)):")
+            request.headers.set("Content-Digest", ContentDigest.sha256.header(for: chunk))
         case nil:
             request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
         }
@@ -164,26 +166,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     }
 }
 
-/// The `Content-Digest` algorithms the client can send (RFC 9530 names),
-/// and what a chunk's receipt keeps of its CRC-32C.
+/// The `Content-Digest` algorithm agreed for a file (`ContentDigest`'s
+/// names), and what a chunk's receipt keeps of its CRC-32C.
 enum ChunkDigest: String, CaseIterable {
     case crc32c = "crc32c"
     case sha256 = "sha-256"
-
-    /// The algorithm to use from a `Want-Content-Digest` value (a dictionary
-    /// of algorithm = preference 0–10, 0 meaning "not acceptable"): the most
-    /// preferred the client has, CRC-32C on a tie. Nil when none fits.
-    static func preferred(in header: String) -> ChunkDigest? {
-        var best: (digest: ChunkDigest, weight: Int)?
-        for member in header.split(separator: ",") {
-            let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-            guard let name = parts.first?.lowercased(), let digest = ChunkDigest(rawValue: name) else { continue }
-            let weight = parts.count == 2 ? Int(parts[1]) ?? 0 : 1
-            guard weight > 0 else { continue }
-            if best == nil || weight > best!.weight || (weight == best!.weight && digest == .crc32c) { best = (digest, weight) }
-        }
-        return best?.digest
-    }
 
     /// `crc32c=HEX8:LENGTH`.
     static func receipt(crc32c: UInt32, length: Int) -> String {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Xfer
+import XferIETF
 import XferMultipart
 import XferPatch
 import XferS3
@@ -14,6 +15,7 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     case sequence
     case s3
     case tus
+    case ietf
 
     static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
 
@@ -21,7 +23,7 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     var takesStreams: Bool {
         switch self {
         case .s3, .tus: return true
-        case .patch, .multipart, .sequence: return false
+        case .patch, .multipart, .sequence, .ietf: return false
         }
     }
 
@@ -32,9 +34,10 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     /// the others need nothing).
     func makeBackend(
         s3 arguments: S3Arguments, profile: AWSProfileArgument, object: S3ObjectArguments = S3ObjectArguments(),
-        transport: TransportOptions = TransportOptions()
+        transport: TransportOptions = TransportOptions(), interopVersion: IETFBackend.InteropVersion? = nil
     ) throws(XferError) -> any UploadBackend {
         switch self {
+        case .ietf: return IETFBackend(interopVersion: interopVersion)
         case .patch: return PatchBackend()
         case .multipart: return MultipartBackend()
         case .sequence: return SequenceBackend()
@@ -51,7 +54,7 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
     static func backends(
         forJobUsing name: String, profile: AWSProfileArgument, transport: TransportOptions = TransportOptions()
     ) throws(XferError) -> [any UploadBackend] {
-        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend()]
+        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend(), IETFBackend()]
         if name == BuiltInBackend.s3.rawValue {
             backends.append(S3Backend(configuration: try profile.configuration(transport: transport)))
         }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Dispatch
 import Foundation
 import Xfer
+import XferIETF
 
 struct PushCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -72,6 +73,9 @@ struct PushCommand: AsyncParsableCommand {
 
     @OptionGroup var aws: AWSProfileArgument
 
+    @Option(help: "ietf: the resumable uploads draft's interop version to speak, 6 (drafts -04/-05, Apple's iOS 17+ stack) or 8 (drafts -09 to -12) (default: ask the server with OPTIONS).")
+    var interopVersion: Int?
+
     @Option(help: "How long completed jobs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
     var keepFinished: DurationArgument?
 
@@ -84,6 +88,12 @@ struct PushCommand: AsyncParsableCommand {
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
         if backend != .s3, !s3.isEmpty || !s3Object.isEmpty || aws.profile != nil {
             throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --profile and the object options (--content-type, --metadata, …) are for --backend s3")
+        }
+        if let interopVersion {
+            guard backend == .ietf else { throw ValidationError("--interop-version is for --backend ietf") }
+            guard IETFBackend.InteropVersion(rawValue: interopVersion) != nil else {
+                throw ValidationError("--interop-version must be 6 or 8, not \(interopVersion)")
+            }
         }
         guard target != nil else { throw ValidationError("--to URL is required") }
         let isStream = files == ["-"] || (files.count == 1 && StreamInput.isPipe(files[0]))
@@ -120,7 +130,9 @@ struct PushCommand: AsyncParsableCommand {
 
         var transport = try network.transportOptions()
         rateLimit.apply(to: &transport)
-        let backend = try builtIn.makeBackend(s3: s3, profile: aws, object: s3Object, transport: transport)
+        let backend = try builtIn.makeBackend(
+            s3: s3, profile: aws, object: s3Object, transport: transport,
+            interopVersion: interopVersion.flatMap(IETFBackend.InteropVersion.init(rawValue:)))
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))

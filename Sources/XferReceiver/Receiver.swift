@@ -89,15 +89,17 @@ public struct Receiver: Sendable {
         let store = try await UploadStore.open(root: configuration.root, io: BlockingIO(pool: threadPool), logger: logger)
         let baseURL = BaseURL(configuredHost: configuration.host)
 
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: ReceiverContext.self)
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
         // the first added outermost. tus's goes first so that every answer under /files, refusals
         // of the others included, carries Tus-Resumable.
         router.add(middleware: TusProtocolMiddleware())
+        router.add(middleware: IETFVersionMiddleware())
         router.add(middleware: JSONNotFoundMiddleware())
         if let token = configuration.authToken {
             router.add(middleware: AuthMiddleware(
-                token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential, open: TusRoutes.isDiscovery))
+                token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential,
+                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) }))
         }
         // Test hooks, all wired here: holds and stalls, injected HTTP faults, failed merges.
         if !configuration.holds.isEmpty || !configuration.stalls.isEmpty {
@@ -124,6 +126,7 @@ public struct Receiver: Sendable {
             .register(on: router)
         SequenceRoutes(store: store, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         TusRoutes(store: store, threadPool: threadPool, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
+        IETFRoutes(store: store, threadPool: threadPool, baseURL: baseURL, configuration: configuration, logger: logger).register(on: router)
         DownloadRoutes(store: store, threadPool: threadPool).register(on: router)
         StatisticsRoutes(store: store).register(on: router)
         RawRoutes(store: store, configuration: configuration, logger: logger).register(on: router)

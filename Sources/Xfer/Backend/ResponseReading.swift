@@ -34,7 +34,8 @@ extension HTTPResponse {
     /// `message` field, else the start of a text body. Nil when there is none.
     public var serverMessage: String? {
         if let json = try? JSONValue.parse(body) {
-            for key in ["error", "msg", "message"] {
+            // "detail" and "title": RFC 9457 problem details.
+            for key in ["error", "msg", "message", "detail", "title"] {
                 if let text = json[key]?.stringValue, !text.isEmpty { return Self.oneLine(text) }
             }
         }

@@ -24,7 +24,7 @@ struct DownloadRoutes: Sendable {
         base + "/downloads/" + upload.meta.uploadId + "/" + upload.layout.path.encoded
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         router.get("downloads/:id/**") { request, context in
             await self.download(id: context.parameters.get("id"), requestPath: request.uri.path, context: context)
         }
@@ -49,7 +49,7 @@ struct DownloadRoutes: Sendable {
         return components
     }
 
-    private func download(id: String?, requestPath: String, context: BasicRequestContext) async -> Response {
+    private func download(id: String?, requestPath: String, context: ReceiverContext) async -> Response {
         let notFound = JSONResponse.error(.notFound, "no such file")
         // The router hands over the raw path; decode each component here, exactly once.
         guard let id, let components = Self.requestedComponents(requestPath),

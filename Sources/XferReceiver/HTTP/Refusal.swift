@@ -18,6 +18,14 @@ struct Refusal: HTTPResponseError {
         /// `{"code","msg","data":{}}`: multipart and sequence, whose clients read `code`, so the
         /// HTTP status is 200 unless a client must retry (500, 503).
         case envelope
+        /// RFC 9457 problem details, `application/problem+json`: the IETF resumable uploads.
+        case problem
+    }
+
+    /// A problem type and its extension members (RFC 9457), for `.problem`.
+    struct Problem: Sendable {
+        var type: String
+        var members: [(name: String, value: Int)] = []
     }
 
     let form: Form
@@ -27,6 +35,8 @@ struct Refusal: HTTPResponseError {
     let message: String
     /// Headers beyond the form's own (tus's `Upload-Offset` on a 409, `Allow` on a 405).
     let headers: HTTPFields
+    /// A `.problem` refusal's type when it has one (else "about:blank").
+    var problem: Problem? = nil
 
     static func error(_ status: HTTPResponse.Status, _ message: String, headers: HTTPFields = [:]) -> Refusal {
         Refusal(form: .error, status: status, code: Int(status.code), message: message, headers: headers)
@@ -36,12 +46,19 @@ struct Refusal: HTTPResponseError {
         Refusal(form: .envelope, status: status, code: code, message: message, headers: [:])
     }
 
+    static func problem(
+        _ status: HTTPResponse.Status, _ message: String, type: Problem? = nil, headers: HTTPFields = [:]
+    ) -> Refusal {
+        Refusal(form: .problem, status: status, code: Int(status.code), message: message, headers: headers, problem: type)
+    }
+
     /// What a client of `form` gets when the receiver's own storage failed: a 500, which clients
     /// retry, with none of the details (`storageFailure(_:logger:answer:)` logs them).
     static func storageError(_ form: Form) -> Refusal {
         switch form {
         case .error: .error(.internalServerError, "storage error")
         case .envelope: .envelope(500, "storage error", status: .internalServerError)
+        case .problem: .problem(.internalServerError, "storage error")
         }
     }
 
@@ -59,8 +76,28 @@ struct Refusal: HTTPResponseError {
             switch form {
             case .error: JSONResponse.error(status, message)
             case .envelope: Envelope(code: code, msg: message, data: NoData()).response(status)
+            case .problem: problemResponse
             }
         for field in headers { response.headers[field.name] = field.value }
+        return response
+    }
+
+    /// `{"type","title","status",members...}`: the title is the message (there is one per refusal).
+    private var problemResponse: Response {
+        var json = JSONText()
+        json.raw("{\"type\":")
+        json.string(problem?.type ?? "about:blank")
+        json.raw(",\"title\":")
+        json.string(message)
+        json.raw(",\"status\":\(code)")
+        for member in problem?.members ?? [] {
+            json.raw(",")
+            json.string(member.name)
+            json.raw(":\(member.value)")
+        }
+        json.raw("}")
+        var response = json.response(status)
+        response.headers[.contentType] = "application/problem+json"
         return response
     }
 

@@ -20,7 +20,7 @@ struct StatisticsRoutes: Sendable {
         var syncRounds: Int
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         router.get("stats") { _, _ in
             JSONResponse.make(
                 .ok,

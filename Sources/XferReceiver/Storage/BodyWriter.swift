@@ -78,7 +78,7 @@ struct StreamingDigest {
 
 /// The one way a request body (or a form part's content) reaches a file: patch chunks, multipart
 /// fragments and sequence blocks (through `Upload.writeChunk`), tus PATCHes and creations with
-/// data (`TusUpload.write`), and raw PUTs.
+/// data (`OffsetUpload.write`), and raw PUTs.
 ///
 /// Each buffer is written into the page cache with `pwrite` as it arrives (a memcpy, cheaper
 /// inline than a thread hop per buffer) and fed to the digests on the way, so a body is never

@@ -44,7 +44,7 @@ struct MultipartRoutes: Sendable {
         self.logger = logger
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         let routes = router.group().add(middleware: RefusalMiddleware(form: .envelope, logger: logger, refusing: Refusal.unreadableForm))
         routes.post("fileSection/preLoad.do") { request, _ in try await self.preload(request) }
         routes.post("fileSection/upload.do") { request, _ in try await self.upload(request) }

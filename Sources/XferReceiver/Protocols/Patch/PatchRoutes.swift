@@ -22,7 +22,7 @@ struct PatchRoutes: Sendable {
     let configuration: ReceiverConfiguration
     let logger: Logger
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         let routes = router.group().add(middleware: RefusalMiddleware(form: .error, logger: logger))
         routes.post("uploads") { request, _ in try await self.create(request) }
         routes.patch("uploads/:id/chunks/:chunk") { request, context in

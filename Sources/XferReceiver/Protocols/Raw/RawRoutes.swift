@@ -17,7 +17,7 @@ struct RawRoutes: Sendable {
     let configuration: ReceiverConfiguration
     let logger: Logger
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         let routes = router.group().add(middleware: RefusalMiddleware(form: .error, logger: logger))
         routes.put("raw/:name") { request, context in
             try await self.receive(request, encodedName: context.parameters.get("name"))

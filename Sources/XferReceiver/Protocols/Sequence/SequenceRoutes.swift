@@ -36,7 +36,7 @@ struct SequenceRoutes: Sendable {
         self.logger = logger
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         let routes = router.group().add(middleware: RefusalMiddleware(form: .envelope, logger: logger, refusing: Refusal.unreadableForm))
         routes.post("upload") { request, _ in try await self.receive(request) }
     }
@@ -56,7 +56,7 @@ struct SequenceRoutes: Sendable {
         let form = StreamingFormReader(body: request.body, boundary: boundary)
         let (fields, block) = try await readFields(form)
         if let expected = configuration.authToken,
-            !AuthMiddleware<BasicRequestContext>.equal(Array((fields["token"] ?? "").utf8), Array(expected.utf8))
+            !AuthMiddleware<ReceiverContext>.equal(Array((fields["token"] ?? "").utf8), Array(expected.utf8))
         {
             // HTTP 401, not the protocol's code 401 (which means an unknown upToken and makes clients start over).
             throw Refusal.error(.unauthorized, "a valid token is required")

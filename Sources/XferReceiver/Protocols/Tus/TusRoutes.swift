@@ -32,21 +32,21 @@ import NIOPosix
 /// durably, unless it carries `Upload-Checksum` (then nothing of it counts); a body past the
 /// upload's end or `--max-chunk-size` is refused whole. See Docs/protocols.md.
 struct TusRoutes: Sendable {
-    let uploads: TusUploads
+    let uploads: OffsetUploads
     let fileIO: FileIO
     let baseURL: BaseURL
     let configuration: ReceiverConfiguration
     let logger: Logger
 
     init(store: UploadStore, threadPool: NIOThreadPool, baseURL: BaseURL, configuration: ReceiverConfiguration, logger: Logger) {
-        uploads = TusUploads(store: store, logger: logger)
+        uploads = OffsetUploads(store: store, protocolName: "tus", logger: logger)
         fileIO = FileIO(threadPool: threadPool)
         self.baseURL = baseURL
         self.configuration = configuration
         self.logger = logger
     }
 
-    func register(on router: Router<BasicRequestContext>) {
+    func register(on router: Router<ReceiverContext>) {
         // An upload terminated mid-request is the client's 404.
         let routes = router.group().add(
             middleware: RefusalMiddleware(form: .error, logger: logger) { error in
@@ -199,7 +199,7 @@ struct TusRoutes: Sendable {
             }
         }
 
-        let info = TusInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
+        let info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
         let upload = try await uploads.create(path: path, length: length, info: info)
         let location = url(of: upload.id, for: request)
         guard withData else {
@@ -208,7 +208,7 @@ struct TusRoutes: Sendable {
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
         // answer the client cannot know the upload, so a body that fails leaves nothing behind.
-        let result: TusWriteResult
+        let result: OffsetWriteResult
         do {
             result = try await upload.exclusively {
                 try await upload.write(request.body, at: 0, limit: configuration.maximumChunkSize, check: check)
@@ -229,7 +229,7 @@ struct TusRoutes: Sendable {
 
     /// `Upload-Concat: final;...`: the final upload is built from its complete partials before the answer.
     private func createFinal(_ request: Request, concat: String, partials ids: [String], metadata: String?, path: RelativePath) async throws -> Response {
-        var partials: [TusUpload] = []
+        var partials: [OffsetUpload] = []
         var total = 0
         for id in ids {
             guard let partial = try await uploads.upload(id: id), let offset = await partial.currentOffset else {
@@ -251,7 +251,7 @@ struct TusRoutes: Sendable {
         }
         // Finished partials are immutable: no PATCH can write past an upload's length.
         let sources = partials.map(\.finishedFile)
-        let info = TusInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
+        let info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
         let final = try await uploads.create(path: path, length: total, info: info)
         do {
             try await final.exclusively {
@@ -276,7 +276,7 @@ struct TusRoutes: Sendable {
     }
 
     /// Not part of tus: the finished file, streamed from disk, at the URL the client already has.
-    private func download(id: String?, context: BasicRequestContext) async throws -> Response {
+    private func download(id: String?, context: ReceiverContext) async throws -> Response {
         guard let upload = try await tusUpload(id), let offset = await upload.currentOffset else { throw Refusal.unknownUpload }
         guard offset == upload.length else {
             throw Refusal.error(.conflict, "upload is incomplete: \(offset) of \(upload.length) bytes received")
@@ -309,7 +309,7 @@ struct TusRoutes: Sendable {
 
     // MARK: Helpers
 
-    private func tusUpload(_ id: String?) async throws -> TusUpload? {
+    private func tusUpload(_ id: String?) async throws -> OffsetUpload? {
         guard let id else { return nil }
         return try await uploads.upload(id: id)
     }

@@ -38,7 +38,7 @@ extension Refusal {
     static let checksumMismatch = HTTPResponse.Status(code: 460, reasonPhrase: "Checksum Mismatch")
 
     /// The refusal of a write that did not store its whole body.
-    static func tusWrite(_ failure: TusWriteFailure, maximumChunkSize: Int) -> Refusal {
+    static func tusWrite(_ failure: OffsetWriteFailure, maximumChunkSize: Int) -> Refusal {
         switch failure {
         case .interrupted(let offset):
             // Nobody is left to read this: the client went away.

@@ -10,20 +10,22 @@ import Musl
 import Darwin
 #endif
 
-/// What the tus protocol keeps per upload beyond the shared `Upload` (whose `meta.json` holds
-/// protocol "tus", the file name, `size` = Upload-Length and a single chunk standing for the
-/// whole file; whose `data` file receives the bytes at their offsets; and whose completion
-/// publishes the file once the offset reaches the length):
+/// Uploads whose progress is one offset: tus's and the IETF resumable uploads'. What such a
+/// protocol keeps per upload beyond the shared `Upload` (whose `meta.json` holds the protocol's
+/// name, the file name, `size` = the upload's length and a single chunk standing for the whole
+/// file; whose `data` file receives the bytes at their offsets; and whose completion publishes
+/// the file once the offset reaches the length):
 ///
-///     root/uploads/<id>/tus.json     metadata and concatenation role as the client sent them
-///                                    (written before the upload's URL is handed out)
-///     root/uploads/<id>/offset.log   the acknowledged offset, one record per advance (DurableLog)
+///     root/uploads/<id>/<protocol>.json  what the client declared at creation (tus: metadata
+///                                        and concatenation role), written before the upload's
+///                                        URL is handed out
+///     root/uploads/<id>/offset.log       the acknowledged offset, one record per advance (DurableLog)
 ///
 /// `offset.log` is the protocol's truth: an offset counts once its record is synced, and that
 /// happens only after the bytes below it were fdatasync'd. Bytes past the recorded offset (a
 /// body refused by its checksum, or a crash before the record) are never served nor counted;
 /// the next PATCH simply writes over them.
-struct TusInfo: Codable, Sendable, Equatable {
+struct OffsetUploadInfo: Codable, Sendable, Equatable {
     enum Role: String, Codable, Sendable {
         /// An ordinary upload.
         case single
@@ -34,7 +36,7 @@ struct TusInfo: Codable, Sendable, Equatable {
     }
 
     var role: Role
-    /// `Upload-Metadata` exactly as received (validated); nil when absent or empty.
+    /// tus's `Upload-Metadata` exactly as received (validated); nil when absent or empty.
     var metadata: String?
     /// `Upload-Concat` exactly as received; nil for a single upload.
     var concat: String?
@@ -43,32 +45,32 @@ struct TusInfo: Codable, Sendable, Equatable {
 }
 
 /// What became of one request body (a PATCH, or the data of a creation-with-upload POST).
-enum TusWriteResult: Sendable, Equatable {
+enum OffsetWriteResult: Sendable, Equatable {
     /// The whole body is durable and the upload's offset is now this.
     case stored(offset: Int)
-    case failed(TusWriteFailure)
+    case failed(OffsetWriteFailure)
 }
 
 /// Why a request body was not stored whole.
-enum TusWriteFailure: Sendable, Equatable {
+enum OffsetWriteFailure: Sendable, Equatable {
     /// The body was cut (the client went away mid-body). Without a checksum what arrived is kept,
     /// durably, and the offset is now this; with one nothing is kept and it is unchanged.
     case interrupted(offset: Int)
-    /// The body does not match its `Upload-Checksum`: nothing kept, offset unchanged.
+    /// The body does not match its checksum or digest: nothing kept, offset unchanged.
     case checksumMismatch
     /// The body goes past what this request may carry (the rest of Upload-Length, at most
     /// `--max-chunk-size`): nothing kept, offset unchanged.
     case tooLarge(limit: Int)
 }
 
-/// One tus upload: the shared `Upload` plus its offset.
+/// One offset upload: the shared `Upload` plus its offset.
 ///
 /// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
 /// recording the new offset must not interleave with another PATCH of the same upload. A
 /// second PATCH waits for the first to end, then usually gets 409 (the offset moved).
-actor TusUpload: TakesTurns {
+actor OffsetUpload: TakesTurns {
     nonisolated let upload: Upload
-    nonisolated let info: TusInfo
+    nonisolated let info: OffsetUploadInfo
     private let log: DurableLog
     private let io: BlockingIO
     private let durability: Durability
@@ -78,7 +80,7 @@ actor TusUpload: TakesTurns {
     var turns = KeyedTurns<WholeUpload>()
 
     init(
-        upload: Upload, info: TusInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
+        upload: Upload, info: OffsetUploadInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
         offset: Int
     ) {
         self.upload = upload
@@ -106,11 +108,11 @@ actor TusUpload: TakesTurns {
     /// inside `exclusively`), makes it durable and records the new offset.
     ///
     /// At most `limit` bytes are taken (the caller passes what is left of the upload, bounded by
-    /// `--max-chunk-size`); a longer body is refused whole. A body with a `check` (its
-    /// `Upload-Checksum`) counts whole or not at all; one without keeps what arrived of it when cut.
+    /// `--max-chunk-size`); a longer body is refused whole. A body with a `check` (tus's
+    /// `Upload-Checksum`, a `Content-Digest`) counts whole or not at all; one without keeps what arrived of it when cut.
     nonisolated func write<Body: AsyncSequence>(
         _ body: Body, at start: Int, limit: Int, check: BodyWriter.Check?
-    ) async throws -> TusWriteResult where Body.Element == ByteBuffer {
+    ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
         let room = min(limit, length - start)
         let writer = BodyWriter(
             limit: room, check: check, keepsCutBody: check == nil, sync: .round(durability),
@@ -127,8 +129,8 @@ actor TusUpload: TakesTurns {
             case .digestMismatch: return .failed(.checksumMismatch)
             // Only a checked body is refused when cut: its checksum cannot be verified.
             case .interrupted: return .failed(.interrupted(offset: start))
-            // Not asked for: a tus body has no fixed length.
-            case .tooShort: preconditionFailure("a tus body has no length to fall short of")
+            // Not asked for: a body of an offset upload has no fixed length.
+            case .tooShort: preconditionFailure("a body of an offset upload has no length to fall short of")
             }
         }
         let reached = start + written.count
@@ -193,31 +195,35 @@ actor TusUpload: TakesTurns {
     }
 }
 
-/// The tus uploads of a store, by id. Built on `UploadStore`, so their files are published
-/// (and also served at `/downloads/`), deleted and recovered like every other protocol's.
-actor TusUploads {
-    static let protocolName = "tus"
+/// One protocol's offset uploads in a store, by id. Built on `UploadStore`, so their files are
+/// published (and also served at `/downloads/`), deleted and recovered like every other
+/// protocol's.
+actor OffsetUploads {
+    /// "tus" or "ietf": stored in each upload's meta.json, and names its info file.
+    let protocolName: String
 
     private let store: UploadStore
     private let logger: Logger
-    private let uploads = KeyedLoads<String, TusUpload>()
+    private let uploads = KeyedLoads<String, OffsetUpload>()
 
-    init(store: UploadStore, logger: Logger) {
+    init(store: UploadStore, protocolName: String, logger: Logger) {
         self.store = store
+        self.protocolName = protocolName
         self.logger = logger
     }
 
     /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
-    func create(path: RelativePath, length: Int, info: TusInfo) async throws -> TusUpload {
+    func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> OffsetUpload {
         // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
         // bytes would not do.
         let encoded = try JSONEncoder().encode(info)
-        // tus.json joins the upload's own creation round. offset.log is made by its first record.
-        let upload = try await store.create(protocolName: Self.protocolName, path: path, size: length, chunkSize: max(1, length)) { layout in
-            try FileSystemOps.writeNew(Array(encoded), to: TusFiles(layout).info)
+        // The info file joins the upload's own creation round. offset.log is made by its first record.
+        let upload = try await store.create(protocolName: protocolName, path: path, size: length, chunkSize: max(1, length)) {
+            [protocolName] layout in
+            try FileSystemOps.writeNew(Array(encoded), to: OffsetUploadFiles(layout, protocolName: protocolName).info)
         }
-        let files = TusFiles(upload.layout)
-        let tusUpload = TusUpload(
+        let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
+        let tusUpload = OffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
             durability: store.durability, statistics: store.statistics, offset: 0)
         uploads.insert(tusUpload, for: upload.meta.uploadId)
@@ -225,9 +231,11 @@ actor TusUploads {
     }
 
     /// Nil for ids that are malformed, unknown, terminated or of another protocol.
-    func upload(id: String) async throws -> TusUpload? {
+    func upload(id: String) async throws -> OffsetUpload? {
         guard UploadID.isValid(id) else { return nil }
-        return try await uploads.value(for: id) { [store, logger] in try await Self.read(id: id, store: store, logger: logger) }
+        return try await uploads.value(for: id) { [store, protocolName, logger] in
+            try await Self.read(id: id, protocolName: protocolName, store: store, logger: logger)
+        }
     }
 
     /// Termination: false when the upload is unknown or already gone.
@@ -239,14 +247,14 @@ actor TusUploads {
         return deleted
     }
 
-    private static func read(id: String, store: UploadStore, logger: Logger) async throws -> TusUpload? {
+    private static func read(id: String, protocolName: String, store: UploadStore, logger: Logger) async throws -> OffsetUpload? {
         guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
-        let files = TusFiles(upload.layout)
+        let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let size = upload.meta.size
-        let loaded: (TusInfo, Int)? = try await store.io.run {
-            // A creation that died before tus.json was synced (missing, or torn) never handed out its URL.
+        let loaded: (OffsetUploadInfo, Int)? = try await store.io.run {
+            // A creation that died before the info file was synced (missing, or torn) never handed out its URL.
             guard let infoBytes = try FileSystemOps.readAll(files.info),
-                let info = try? JSONDecoder().decode(TusInfo.self, from: Data(infoBytes))
+                let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes))
             else { return nil }
             var offset = 0
             for record in try DurableLog.readRecords(path: files.offsets) {
@@ -260,18 +268,18 @@ actor TusUploads {
             return (info, offset)
         }
         guard case let (info, offset)? = loaded else { return nil }
-        return TusUpload(
+        return OffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
             durability: store.durability, statistics: store.statistics, offset: offset)
     }
 }
 
-private struct TusFiles {
+private struct OffsetUploadFiles {
     let info: String
     let offsets: String
 
-    init(_ layout: UploadLayout) {
-        info = layout.file("tus.json")
+    init(_ layout: UploadLayout, protocolName: String) {
+        info = layout.file(protocolName + ".json")
         offsets = layout.file("offset.log")
     }
 }
