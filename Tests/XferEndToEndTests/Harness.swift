@@ -212,3 +212,74 @@ final class RawListener: @unchecked Sendable {
 
     deinit { close() }
 }
+
+/// A curl request's answer.
+struct CurlReply {
+    var status: Int
+    /// Lowercased names; of several responses (a 1xx, then the final one) the last value wins.
+    var headers: [String: String]
+    /// Every status line curl received, interim responses included (`HTTP/1.1 104 ...`).
+    var statusLines: [String]
+    var body: Data
+    var text: String { String(decoding: body, as: UTF8.self) }
+}
+
+/// One request with the system's curl, independent of xfer; files for it go to `work`.
+func curlRequest(_ method: String, _ url: String, headers: [String] = [], body: Data? = nil, in work: TemporaryDirectory) throws -> CurlReply {
+    let name = UUID().uuidString.prefix(8)
+    let headerFile = work.file("h-\(name)"), bodyFile = work.file("b-\(name)")
+    var arguments = ["-sS", "-D", headerFile, "-o", bodyFile, "-w", "%{http_code}"]
+    // curl's -X HEAD would wait for a body that never comes.
+    arguments += method == "HEAD" ? ["-I"] : ["-X", method]
+    for header in headers { arguments += ["-H", header] }
+    if let body {
+        let upload = work.file("u-\(name)")
+        try body.write(to: URL(fileURLWithPath: upload))
+        arguments += ["--data-binary", "@" + upload]
+        if !headers.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
+            // curl would otherwise label the body a form.
+            arguments += ["-H", "Content-Type:"]
+        }
+    }
+    let child = try ChildProcess(executable: "/usr/bin/curl", arguments: arguments + [url])
+    let status = child.readRemaining().joined()
+    XCTAssertEqual(child.wait(), 0, "curl: \(child.standardError)")
+    var fields: [String: String] = [:]
+    var statusLines: [String] = []
+    let rawHeaders = (try? String(contentsOfFile: headerFile, encoding: .utf8)) ?? ""
+    for line in rawHeaders.split(whereSeparator: \.isNewline) {
+        if line.hasPrefix("HTTP/") { statusLines.append(line.trimmingCharacters(in: .whitespaces)) }
+        guard let colon = line.firstIndex(of: ":") else { continue }
+        fields[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+    }
+    let data = FileManager.default.contents(atPath: bodyFile) ?? Data()
+    return CurlReply(status: Int(status) ?? -1, headers: fields, statusLines: statusLines, body: data)
+}
+
+/// Sends the head and part of the body of a request, then closes the connection: a client that
+/// died mid-request.
+func sendRequestAndHangUp(_ method: String, _ url: String, headers: [String], body: Data, in work: TemporaryDirectory) throws {
+    let address = try XCTUnwrap(URL(string: url))
+    let head = "\(method) \(address.path) HTTP/1.1\r\nHost: 127.0.0.1\r\n" + headers.map { $0 + "\r\n" }.joined() + "\r\n"
+    let request = work.file("cut-\(UUID().uuidString.prefix(6))")
+    try (Data(head.utf8) + body).write(to: URL(fileURLWithPath: request))
+    let script = """
+        import socket, sys
+        connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+        connection.sendall(open(sys.argv[2], "rb").read())
+        connection.close()
+        """
+    let child = try ChildProcess(executable: try pythonTool(venv: "venv-tus"), arguments: ["-c", script, String(address.port ?? 0), request])
+    _ = child.readRemaining()
+    XCTAssertEqual(child.wait(), 0, child.standardError)
+}
+
+/// Where `xfer serve` published the completed file `path` (under its root's downloads/).
+func servedFile(root: String, _ path: String) throws -> String {
+    let downloads = root + "/downloads"
+    for id in try FileManager.default.contentsOfDirectory(atPath: downloads)
+    where FileManager.default.fileExists(atPath: "\(downloads)/\(id)/\(path)") {
+        return "\(downloads)/\(id)/\(path)"
+    }
+    throw HarnessError("\(path) is not among the served files")
+}

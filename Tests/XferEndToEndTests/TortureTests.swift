@@ -26,6 +26,9 @@ final class TortureTests: XCTestCase {
         var identical = false
     }
 
+    /// The backends tortured against `xfer serve`.
+    static let backends = ["patch", "multipart", "sequence", "ietf"]
+
     private static func setting(_ name: String, default value: Int) -> Int {
         ProcessInfo.processInfo.environment[name].flatMap { Int($0) } ?? value
     }
@@ -40,7 +43,7 @@ final class TortureTests: XCTestCase {
         var results: [Trial] = []
         let work = TemporaryDirectory("xfer-torture")
 
-        for backend in ["patch", "multipart", "sequence"] {
+        for backend in Self.backends {
             let serverArguments = faults.map { ["--faults", $0, "--fault-seed", String(seed)] } ?? []
             let server = try ServeProcess(root: work.file("server-\(backend)"), extraArguments: serverArguments)
             for number in 1...max(1, trials) {
@@ -48,7 +51,9 @@ final class TortureTests: XCTestCase {
                 let size = (chunks - 1) * chunk + 1 + Int(random.next() % UInt64(chunk))
                 let file = work.file("\(backend)-\(number).bin")
                 try makeTestFile(at: file, size: size, seed: random.next())
-                let arguments = ["push", file, "--backend", backend, "--to", server.url, "--state", work.file("state"),
+                // The IETF draft's uploads are created under /resumable/.
+                let target = backend == "ietf" ? server.url + "/resumable/" : server.url
+                let arguments = ["push", file, "--backend", backend, "--to", target, "--state", work.file("state"),
                                  "--chunk-size", String(chunk), "--concurrency", "3", "--max-attempts", "30", "--json"]
                 var trial = Trial(backend: backend, number: number, size: size)
                 let receivedBefore = int(try getJSON(server.url + "/stats")["payloadBytesReceived"])
@@ -114,7 +119,7 @@ final class TortureTests: XCTestCase {
             server.stop()
         }
 
-        for backend in ["patch", "multipart", "sequence"] {
+        for backend in Self.backends {
             let mine = results.filter { $0.backend == backend }
             let resent = mine.map(\.resent)
             print("torture summary \(backend): trials=\(mine.count) kills=\(mine.map(\.kills).reduce(0, +)) "

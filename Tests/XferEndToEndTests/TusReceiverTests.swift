@@ -194,33 +194,12 @@ final class TusReceiverTests: XCTestCase {
 
     /// A PATCH whose connection closes after part of its body: a client that died mid-request.
     private func sendAndHangUp(_ url: String, headers: [String], body: Data) throws {
-        let address = try XCTUnwrap(URL(string: url))
-        let head = "PATCH \(address.path) HTTP/1.1\r\nHost: 127.0.0.1\r\nTus-Resumable: 1.0.0\r\n"
-            + headers.map { $0 + "\r\n" }.joined() + "\r\n"
-        let request = work.file("cut-\(UUID().uuidString.prefix(6))")
-        try (Data(head.utf8) + body).write(to: URL(fileURLWithPath: request))
-        let script = """
-            import socket, sys
-            connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-            connection.sendall(open(sys.argv[2], "rb").read())
-            connection.close()
-            """
-        let child = try ChildProcess(
-            executable: try pythonTool(venv: "venv-tus"), arguments: ["-c", script, String(address.port ?? 0), request])
-        _ = child.readRemaining()
-        XCTAssertEqual(child.wait(), 0, child.standardError)
+        try sendRequestAndHangUp("PATCH", url, headers: ["Tus-Resumable: 1.0.0"] + headers, body: body, in: work)
     }
 
     // MARK: curl
 
-    private struct Reply {
-        var status: Int
-        var headers: [String: String]
-        var body: Data
-        var text: String { String(decoding: body, as: UTF8.self) }
-    }
-
-    private func patch(_ url: String, offset: Int, _ data: Data, checksum: String? = nil) throws -> Reply {
+    private func patch(_ url: String, offset: Int, _ data: Data, checksum: String? = nil) throws -> CurlReply {
         var headers = ["Upload-Offset: \(offset)", "Content-Type: application/offset+octet-stream"]
         if let checksum { headers.append("Upload-Checksum: \(checksum)") }
         return try tus("PATCH", url, headers: headers, body: data)
@@ -229,34 +208,8 @@ final class TusReceiverTests: XCTestCase {
     /// One request with curl; `Tus-Resumable` is sent unless `version` is nil.
     private func tus(
         _ method: String, _ url: String, headers: [String] = [], body: Data? = nil, version: String? = "1.0.0"
-    ) throws -> Reply {
-        let name = UUID().uuidString.prefix(8)
-        let headerFile = work.file("h-\(name)"), bodyFile = work.file("b-\(name)")
-        var arguments = ["-sS", "-D", headerFile, "-o", bodyFile, "-w", "%{http_code}"]
-        // curl's -X HEAD would wait for a body that never comes.
-        arguments += method == "HEAD" ? ["-I"] : ["-X", method]
-        if let version { arguments += ["-H", "Tus-Resumable: \(version)"] }
-        for header in headers { arguments += ["-H", header] }
-        if let body {
-            let upload = work.file("u-\(name)")
-            try body.write(to: URL(fileURLWithPath: upload))
-            arguments += ["--data-binary", "@" + upload]
-            if !headers.contains(where: { $0.lowercased().hasPrefix("content-type:") }) {
-                // curl would otherwise label the body a form.
-                arguments += ["-H", "Content-Type:"]
-            }
-        }
-        let child = try ChildProcess(executable: "/usr/bin/curl", arguments: arguments + [url])
-        let status = child.readRemaining().joined()
-        XCTAssertEqual(child.wait(), 0, "curl: \(child.standardError)")
-        var fields: [String: String] = [:]
-        let rawHeaders = (try? String(contentsOfFile: headerFile, encoding: .utf8)) ?? ""
-        for line in rawHeaders.split(whereSeparator: \.isNewline) {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            fields[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        }
-        let data = FileManager.default.contents(atPath: bodyFile) ?? Data()
-        return Reply(status: Int(status) ?? -1, headers: fields, body: data)
+    ) throws -> CurlReply {
+        try curlRequest(method, url, headers: (version.map { ["Tus-Resumable: \($0)"] } ?? []) + headers, body: body, in: work)
     }
 
     private func sha1Base64(_ data: Data) -> String {
