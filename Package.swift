@@ -22,6 +22,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // For the test server around Apple's resumable-upload handler only;
+        // Hummingbird already resolves all three at these versions.
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         // C libraries from Debian's -dev packages.
@@ -94,6 +99,22 @@ let package = Package(
         .target(name: "CWBackend", dependencies: ["Xfer"], path: "Examples/CustomBackend/Sources/CWBackend"),
         .executableTarget(
             name: "CWUpload", dependencies: ["Xfer", "CWBackend"], path: "Examples/CustomBackend/Sources/CWUpload"),
+
+        // Apple's NIOResumableUpload (IETF resumable uploads draft) serving
+        // files, for end-to-end tests against a server written elsewhere.
+        .executableTarget(
+            name: "apple-resumable-server",
+            dependencies: [
+                .product(name: "NIOResumableUpload", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+            ],
+            path: "Tests/Tools/AppleResumableServer"),
 
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
