@@ -183,13 +183,14 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         request.headers.set("Upload-Complete", last ? "?1" : "?0")
         request.headers.set("Content-Type", "application/partial-upload")
         addDigest(&request, chunk, job)
+        let digested = request.headers.contains("Content-Digest")
         return Exchange(request) { response throws(BackendError) in
             if response.status == 400, Self.isComplete(response) || response.text.contains("completed-upload") {
                 // The upload was already complete (the answer to an earlier last chunk was lost).
                 if last { return .stored(fileURL: url) }
                 throw .outOfSync("\(operation): the server says the upload is complete")
             }
-            guard response.isSuccess else { throw Self.failure(response, operation) }
+            guard response.isSuccess else { throw Self.failure(response, operation, digested: digested) }
             if last { return .stored(fileURL: Self.location(response, relativeTo: url) ?? url) }
             // Draft -04 servers report the offset; later ones may leave it out.
             if let offset = Self.integer(response.headers["Upload-Offset"]), offset != end {
@@ -208,9 +209,10 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         request.headers.set("Upload-Length", String(file.size))
         request.headers.set("Content-Type", "application/octet-stream")
         addDigest(&request, chunk, job)
+        let digested = request.headers.contains("Content-Digest")
         let operation = "send \(file.name)"
         return Exchange(request) { response throws(BackendError) in
-            guard response.isSuccess else { throw Self.failure(response, operation) }
+            guard response.isSuccess else { throw Self.failure(response, operation, digested: digested) }
             if response.headers["Upload-Complete"].map(Self.boolean) == false {
                 throw .transient("\(operation): the server did not take the whole file")
             }
@@ -324,8 +326,14 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
 
     /// The draft's statuses first, then the engine's usual reading. A
     /// problem's title (RFC 9457) says what the server objected to.
-    static func failure(_ response: HTTPResponse, _ operation: String) -> BackendError {
+    /// `digested`: the request carried a `Content-Digest`, and a 400 that
+    /// names it means the bytes were damaged on the way (the draft gives
+    /// no status of its own): sent again.
+    static func failure(_ response: HTTPResponse, _ operation: String, digested: Bool = false) -> BackendError {
         let detail = response.serverMessage.map { ": \($0)" } ?? ""
+        if digested, response.status == 400, detail.lowercased().contains("digest") {
+            return .transient("\(operation): the server computed another digest of the bytes\(detail)")
+        }
         switch response.status {
         case 409: return .outOfSync("\(operation): the server's Upload-Offset differs (409)\(detail)")
         case 404, 410: return .uploadUnknown("\(operation): the server does not know the upload (\(response.status))\(detail)")

@@ -71,7 +71,7 @@ final class IETFBackendTests: XCTestCase {
         XCTAssertEqual(whole.request.headers["Upload-Length"], "3")
         XCTAssertEqual(whole.request.bodyText, "aaa")
         XCTAssertEqual(
-            try whole.outcome(for: HTTPResponse(status: 201, headers: ["Location": "/resumable-uploads/1", "Upload-Complete": "?1"])),
+            try whole.interpret(HTTPResponse(status: 201, headers: ["Location": "/resumable-uploads/1", "Upload-Complete": "?1"])),
             .stored(fileURL: "http://127.0.0.1:9/resumable-uploads/1"))
 
         let large = file(size: 10)
@@ -94,16 +94,23 @@ final class IETFBackendTests: XCTestCase {
         XCTAssertEqual(first.request.headers["Content-Type"], "application/partial-upload")
         XCTAssertEqual(first.request.headers["Upload-Draft-Interop-Version"], "6")
         XCTAssertEqual(first.request.headers["Content-Digest"]?.hasPrefix("crc32c=:"), true)
-        XCTAssertEqual(try first.outcome(for: HTTPResponse(status: 204, headers: ["Upload-Offset": "4"])), .stored())
-        XCTAssertEqual(try first.outcome(for: HTTPResponse(status: 201)), .stored(), "later drafts may leave the offset out")
-        XCTAssertThrowsError(try first.outcome(for: HTTPResponse(status: 204, headers: ["Upload-Offset": "2"]))) { error in
+        XCTAssertEqual(try first.interpret(HTTPResponse(status: 204, headers: ["Upload-Offset": "4"])), .stored())
+        XCTAssertEqual(try first.interpret(HTTPResponse(status: 201)), .stored(), "later drafts may leave the offset out")
+        XCTAssertThrowsError(try first.interpret(HTTPResponse(status: 204, headers: ["Upload-Offset": "2"]))) { error in
             guard case BackendError.outOfSync = error else { return XCTFail("\(error)") }
+        }
+        // Bytes damaged on the way (the digest caught it): sent again, not given up.
+        let damaged = HTTPResponse(
+            status: 400, headers: ["Content-Type": "application/problem+json"],
+            body: Array(#"{"type":"about:blank","title":"the body does not match its Content-Digest"}"#.utf8))
+        XCTAssertThrowsError(try first.interpret(damaged)) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
         }
         // Mid-chunk: from where the server's copy ends; the last request completes the upload.
         let last = try backend.uploadChunk(BackendTesting.chunk(2, of: created, offset: 9), of: created, in: digested)
         XCTAssertEqual(last.request.headers["Upload-Offset"], "9")
         XCTAssertEqual(last.request.headers["Upload-Complete"], "?1")
-        XCTAssertEqual(try last.outcome(for: HTTPResponse(status: 201)), .stored(fileURL: url))
+        XCTAssertEqual(try last.interpret(HTTPResponse(status: 201)), .stored(fileURL: url))
         XCTAssertEqual(backend.cancelRequests(for: job([created])).map(\.method), [.delete])
         XCTAssertTrue(backend.cancelRequests(for: job([small])).isEmpty)
     }

@@ -102,7 +102,7 @@ final class IETFReceiverTests: XCTestCase {
         let inconsistent = try request("POST", server.url + "/resumable/x", [auth, "Upload-Complete: ?1", "Upload-Length: 5"], body: data)
         XCTAssertEqual(inconsistent.status, 400)
         XCTAssertTrue(inconsistent.text.contains("inconsistent-upload-length"), inconsistent.text)
-        XCTAssertEqual(try request("POST", server.url + "/resumable/../x", [auth, "Upload-Complete: ?1"], body: data).status, 400)
+        XCTAssertEqual(try request("POST", server.url + "/resumable/%2E%2E/x", [auth, "Upload-Complete: ?1"], body: data).status, 400)
     }
 
     func testACutAppendKeepsWhatArrivedUnlessItCarriesADigest() throws {
