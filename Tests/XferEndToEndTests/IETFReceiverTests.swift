@@ -23,10 +23,10 @@ final class IETFReceiverTests: XCTestCase {
         try curlRequest(method, url, headers: ["Upload-Draft-Interop-Version: \(version)"] + headers, body: body, in: work)
     }
 
-    private func append(_ url: String, offset: Int, complete: Bool, _ body: Data) throws -> CurlReply {
+    private func append(_ url: String, offset: Int, complete: Bool, _ body: Data, version: Int = 8) throws -> CurlReply {
         try request(
             "PATCH", url, ["Content-Type: application/partial-upload", "Upload-Offset: \(offset)", "Upload-Complete: \(complete ? "?1" : "?0")"],
-            body: body)
+            body: body, version: version)
     }
 
     func testTheDraftsExchangesFromCreationToCancellation() throws {
@@ -103,6 +103,42 @@ final class IETFReceiverTests: XCTestCase {
         XCTAssertEqual(inconsistent.status, 400)
         XCTAssertTrue(inconsistent.text.contains("inconsistent-upload-length"), inconsistent.text)
         XCTAssertEqual(try request("POST", server.url + "/resumable/%2E%2E/x", [auth, "Upload-Complete: ?1"], body: data).status, 400)
+    }
+
+    /// What `URLSession` does (interop version 6): the whole file in the creation request, which
+    /// breaks off after the 104 named the upload; then HEAD for the offset and one PATCH for the rest.
+    func testAnUploadCutAfterThe104ResumesAsURLSessionResumesIt() throws {
+        let server = try ServeProcess(root: work.file("server"))
+        let address = try XCTUnwrap(URL(string: server.url))
+        let head = "POST /resumable/video.mov HTTP/1.1\r\nHost: 127.0.0.1:\(address.port ?? 0)\r\nUpload-Draft-Interop-Version: 6\r\n"
+            + "Upload-Complete: ?1\r\nContent-Type: video/quicktime\r\nContent-Length: \(data.count)\r\n\r\n"
+        let interrupted = work.file("interrupted")
+        try (Data(head.utf8) + data.prefix(30_000)).write(to: URL(fileURLWithPath: interrupted))
+        // Sends the head and 30,000 bytes, prints the 104's Location, and goes away.
+        let script = """
+            import socket, sys
+            connection = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+            connection.sendall(open(sys.argv[2], "rb").read())
+            answer = b""
+            while b"\\r\\n\\r\\n" not in answer:
+                answer += connection.recv(4096)
+            connection.close()
+            print(answer.split(b"\\r\\n\\r\\n")[0].decode())
+            """
+        let child = try ChildProcess(executable: try pythonTool(venv: "venv-tus"), arguments: ["-c", script, String(address.port ?? 0), interrupted])
+        let interim = child.readRemaining()
+        XCTAssertEqual(child.wait(), 0, child.standardError)
+        XCTAssertTrue(interim.first?.contains(" 104") == true, "\(interim)")
+        let location = try XCTUnwrap(interim.first { $0.lowercased().hasPrefix("location:") }?.dropFirst("location:".count))
+        let url = location.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        // The cut request holds the upload until what arrived is recorded, so HEAD sees it.
+        let offset = try XCTUnwrap(Int(try request("HEAD", url, version: 6).headers["upload-offset"] ?? ""))
+        XCTAssertEqual(offset, 30_000, "what arrived of the cut request is kept")
+        XCTAssertEqual(try request("HEAD", url, version: 6).headers["upload-length"], String(data.count), "known from Content-Length")
+        let rest = try append(url, offset: offset, complete: true, data.suffix(from: offset), version: 6)
+        XCTAssertEqual(rest.status, 201, rest.text)
+        XCTAssertEqual(FileManager.default.contents(atPath: try servedFile(root: server.root, "video.mov")), data)
     }
 
     func testACutAppendKeepsWhatArrivedUnlessItCarriesADigest() throws {

@@ -107,7 +107,9 @@ struct IETFRoutes: Sendable {
 
     private func head(id: String?) async throws -> Response {
         var headers: HTTPFields = [.cacheControl: "no-store"]
-        guard let upload = try await upload(id), let offset = await upload.currentOffset else {
+        // In its turn: a request still writing (one whose client died mid-body, say) settles
+        // first, so the offset reported is the one the next append must send.
+        guard let upload = try await upload(id), let offset = try await upload.exclusively({ await upload.currentOffset }) else {
             return Response(status: .notFound, headers: headers)
         }
         headers[.uploadOffset] = String(offset)
@@ -158,20 +160,23 @@ struct IETFRoutes: Sendable {
         let info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
         let upload = try await uploads.create(path: path, length: length, info: info)
         let location = url(of: upload.id, for: request)
-        // The upload is on disk: from here the client may resume it, so it learns where before
-        // any byte is read. Only a client that named its version gets the 104 (the draft's rule).
-        if let version {
-            var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
-            head.headerFields[.location] = location
-            head.headerFields[.uploadLimit] = limit
-            head.headerFields[.uploadDraftInteropVersion] = String(version)
-            head.headerFields[.wantContentDigest] = ContentDigest.wanted
-            try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
-        }
         let result: OffsetWriteResult
         do {
+            // The body's turn starts before the client learns the URL: an offset asked for after
+            // the 104 waits for what this request brings.
             result = try await upload.exclusively {
-                try await upload.write(request.body, at: 0, limit: length, check: check)
+                // The upload is on disk: from here the client may resume it, so it learns where
+                // before any byte is read. Only a client that named its version gets the 104 (the
+                // draft's rule).
+                if let version {
+                    var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
+                    head.headerFields[.location] = location
+                    head.headerFields[.uploadLimit] = limit
+                    head.headerFields[.uploadDraftInteropVersion] = String(version)
+                    head.headerFields[.wantContentDigest] = ContentDigest.wanted
+                    try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
+                }
+                return try await upload.write(request.body, at: 0, limit: length, check: check)
             }
         } catch {
             if version == nil { _ = try? await uploads.delete(id: upload.id) }
