@@ -90,7 +90,8 @@ bench: python-tools
 	@./scripts/install-bench-deps.sh
 	@if [ -z "$(BUILD_DIR)" ]; then \
 		$(SWIFT) build -c release --product xfer && \
-		$(SWIFT) build -c release --product xfer-store-bench; fi
+		$(SWIFT) build -c release --product xfer-store-bench && \
+		$(SWIFT) build -c release --product apple-resumable-server; fi
 	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 
 clean:

@@ -7,7 +7,7 @@ the same run. Prints a table and rewrites the generated part of Docs/benchmarks.
 
 Environment: BUILD_DIR (directory holding `xfer` and `xfer-store-bench`; default
 `swift build -c release --show-bin-path`), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
-small,resume,list,resend,s3,tus,trees,datapath,stream (comma list), KEEP=1 (keep the work directory).
+small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf (comma list), KEEP=1 (keep the work directory).
 Python 3 standard library only; the s3 section also runs moto, the AWS CLI
 (from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.
 """
@@ -58,6 +58,7 @@ SIZES = {
     "datapath_mem_small": 64 * MiB,
     "datapath_mem_large": 512 * MiB if QUICK else 4 * GiB,
     "ceph": 256 * MiB if QUICK else 1 * GiB,
+    "ietf": 128 * MiB if QUICK else 1 * GiB,
     "ceph_files": 1_000 if QUICK else 10_000,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
@@ -85,6 +86,7 @@ def bin_dir():
 BIN = bin_dir()
 XFER = os.path.join(BIN, "xfer")
 STORE_BENCH = os.path.join(BIN, "xfer-store-bench")
+APPLE_SERVER = os.path.join(BIN, "apple-resumable-server")
 
 
 # ---------------------------------------------------------------- receiver
@@ -1422,6 +1424,92 @@ def bench_tus(work):
     }
 
 
+# ---------------------------------------------------------------- ietf (issue 20)
+
+class AppleServer:
+    """Apple's NIOResumableUpload (Tests/Tools/AppleResumableServer) on 127.0.0.1: uploads in memory, files in root."""
+
+    def __init__(self, root):
+        os.makedirs(root, exist_ok=True)
+        self.root = root
+        self.proc = subprocess.Popen([APPLE_SERVER, root], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            self.proc.kill()
+            raise RuntimeError(f"Apple's server did not start: {line!r}")
+        self.url = line.split()[-1]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def bench_ietf(work):
+    """The IETF draft's uploads (--backend ietf) into xfer serve and into Apple's server, beside tus
+    and patch into xfer serve and curl's one stream (the bar), the same file, alternating, a fresh
+    server per run. The draft allows one append at a time per upload: ietf is one stream of 8 MiB
+    PATCHes, where tus and patch send 4 chunks at once."""
+    size = SIZES["ietf"]
+    f = work.path("ietf.bin")
+    make_random_file(f, size)
+    kinds = ["curl", "ietf -> xfer serve", "ietf -> Apple", "tus -> xfer serve", "patch -> xfer serve"]
+    walls = {k: [] for k in kinds}
+    cpus = {k: [] for k in kinds}
+    servers = {k: [] for k in kinds}
+    rss = {k: [] for k in kinds}
+    for rnd in range(ROUNDS):
+        for k in kinds:
+            root = work.fresh("ietf-server")
+            server = AppleServer(root) if k == "ietf -> Apple" else Receiver(root)
+            state = work.fresh("state")
+            if k == "curl":
+                args = ["curl", "-sS", "-f", "-o", "/dev/null", "-T", f, server.url + "/raw/curl.bin"]
+            elif k == "ietf -> Apple":
+                args = push_args(f, "ietf", server.url + "/in/ietf.bin", state)
+            elif k.startswith("ietf"):
+                args = push_args(f, "ietf", server.url + "/resumable/", state)
+            else:
+                args = push_args(f, k.split()[0], server.url, state)
+            try:
+                secs, cpu, server_cpu, peak, _ = timed_cpu(args, work, "ietf", server)
+                if k == "ietf -> Apple":
+                    stored = os.path.getsize(os.path.join(root, "in", "ietf.bin"))
+                else:
+                    stored = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(root)
+                                 for n in names if n in ("ietf.bin", "curl.bin"))
+                if stored != size:
+                    raise RuntimeError(f"{k}: the server holds {stored} bytes, not {size}")
+            finally:
+                server.stop()
+                shutil.rmtree(root, ignore_errors=True)
+            walls[k].append(secs)
+            cpus[k].append(cpu)
+            servers[k].append(server_cpu)
+            rss[k].append(peak)
+            log(f"  ietf round {rnd + 1} {k}: {size / MiB / secs:.0f} MiB/s ({secs:.2f} s, client CPU {cpu:.2f} s, "
+                f"server CPU {server_cpu:.2f} s, RSS {peak / MiB:.0f} MiB)")
+    os.unlink(f)
+    bar = median(walls["curl"])
+    how = {"curl": "curl -T to xfer serve's /raw: one stream, no chunks (the bar)",
+           "ietf -> xfer serve": "8 MiB PATCHes in order, Content-Digest crc32c (asked for), interop 8",
+           "ietf -> Apple": "8 MiB PATCHes in order, interop 6 (found by OPTIONS), no digest asked",
+           "tus -> xfer serve": "8 MiB x 4 partial uploads, sha1, concatenated",
+           "patch -> xfer serve": "8 MiB x 4, Content-Digest crc32c"}
+    rows = []
+    for k in kinds:
+        m = median(walls[k])
+        rows.append([k, how[k], f"{size / MiB / m:.0f}", " ".join(f"{size / MiB / w:.0f}" for w in walls[k]),
+                     f"{bar / m:.2f}", f"{median(cpus[k]):.2f}", f"{median(servers[k]):.2f}", f"{median(rss[k]) / MiB:.0f}"])
+    RESULTS["ietf"] = {
+        "title": (f"IETF resumable uploads: {size // MiB} MiB into xfer serve and Apple's NIOResumableUpload on 127.0.0.1,"
+                  f" {ROUNDS} alternating rounds, a fresh server per run"),
+        "header": ["client -> server", "how", "median MiB/s", "runs MiB/s", "speed vs curl", "client CPU-s",
+                   "server CPU-s", "peak RSS MiB"],
+        "rows": rows,
+    }
+
+
 def sh(cmd):
     try:
         return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
@@ -1490,7 +1578,7 @@ def write_doc(text, section=None):
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph")
+OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf")
 
 
 def main():
@@ -1512,6 +1600,7 @@ def main():
         ("datapath", lambda: bench_datapath(work)),
         ("stream", lambda: bench_stream(work)),
         ("ceph", lambda: bench_ceph(work)),
+        ("ietf", lambda: bench_ietf(work)),
     ]
     try:
         for name, run in plan:
