@@ -24,6 +24,27 @@ struct DownloadRoutes: Sendable {
         base + "/downloads/" + upload.meta.uploadId + "/" + upload.layout.path.encoded
     }
 
+    /// A finished offset upload (tus's, the IETF's) at the URL its client already has: not part of
+    /// those protocols, but where a client looks. `unknown` when it is gone, `incomplete` before
+    /// its last byte.
+    static func serve(
+        _ upload: OffsetUpload?, fileIO: FileIO, context: ReceiverContext, unknown: Refusal, incomplete: (String) -> Refusal
+    ) async throws -> Response {
+        guard let upload, let offset = await upload.currentOffset else { throw unknown }
+        guard offset == upload.length else { throw incomplete("upload is incomplete: \(offset) of \(upload.length) bytes received") }
+        try await upload.finish()
+        var headers = HTTPFields()
+        headers[.contentType] = "application/octet-stream"
+        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.upload.layout.path.name)
+        let body: ResponseBody
+        do {
+            body = try await fileIO.loadFile(path: upload.finishedFile, context: context, chunkLength: readChunkLength)
+        } catch {
+            throw unknown
+        }
+        return Response(status: .ok, headers: headers, body: body)
+    }
+
     func register(on router: Router<ReceiverContext>) {
         router.get("downloads/:id/**") { request, context in
             await self.download(id: context.parameters.get("id"), requestPath: request.uri.path, context: context)

@@ -279,21 +279,8 @@ struct IETFRoutes: Sendable {
 
     /// Not part of the draft: the finished file, streamed from disk, at the URL the client has.
     private func download(id: String?, context: ReceiverContext) async throws -> Response {
-        guard let upload = try await upload(id), let offset = await upload.currentOffset else { throw Self.unknownUpload }
-        guard offset == upload.length else {
-            throw Refusal.problem(.conflict, "upload is incomplete: \(offset) of \(upload.length) bytes received")
-        }
-        try await upload.finish()
-        var headers = HTTPFields()
-        headers[.contentType] = "application/octet-stream"
-        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.upload.layout.path.name)
-        let body: ResponseBody
-        do {
-            body = try await fileIO.loadFile(path: upload.finishedFile, context: context, chunkLength: DownloadRoutes.readChunkLength)
-        } catch {
-            throw Self.unknownUpload
-        }
-        return Response(status: .ok, headers: headers, body: body)
+        try await DownloadRoutes.serve(
+            try await upload(id), fileIO: fileIO, context: context, unknown: Self.unknownUpload, incomplete: { Refusal.problem(.conflict, $0) })
     }
 
     // MARK: Helpers

@@ -277,21 +277,8 @@ struct TusRoutes: Sendable {
 
     /// Not part of tus: the finished file, streamed from disk, at the URL the client already has.
     private func download(id: String?, context: ReceiverContext) async throws -> Response {
-        guard let upload = try await tusUpload(id), let offset = await upload.currentOffset else { throw Refusal.unknownUpload }
-        guard offset == upload.length else {
-            throw Refusal.error(.conflict, "upload is incomplete: \(offset) of \(upload.length) bytes received")
-        }
-        try await upload.finish()
-        var headers = HTTPFields()
-        headers[.contentType] = "application/octet-stream"
-        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(upload.upload.layout.path.name)
-        let body: ResponseBody
-        do {
-            body = try await fileIO.loadFile(path: upload.finishedFile, context: context, chunkLength: DownloadRoutes.readChunkLength)
-        } catch {
-            throw Refusal.unknownUpload
-        }
-        return Response(status: .ok, headers: headers, body: body)
+        try await DownloadRoutes.serve(
+            try await tusUpload(id), fileIO: fileIO, context: context, unknown: Refusal.unknownUpload, incomplete: { Refusal.error(.conflict, $0) })
     }
 
     /// `X-HTTP-Method-Override`, for clients that cannot send PATCH or DELETE.
