@@ -3,6 +3,8 @@ import Foundation
 import XCTest
 import XferTestSupport
 
+@testable import XferReceiver
+
 /// `xfer serve` speaking the IETF resumable uploads draft at `/resumable/`, driven by curl with
 /// requests written from the draft's examples: creation (and its 104), offset retrieval, append,
 /// completion, cancellation, a conflicting offset, a body cut mid-way.
@@ -68,6 +70,13 @@ final class IETFReceiverTests: XCTestCase {
         XCTAssertEqual(try request("GET", url).body, data)
         XCTAssertEqual(
             FileManager.default.contents(atPath: try servedFile(root: server.root, "photos/a.bin")), data, "published under the path it was created at")
+        // The file's CRC-32C was kept as its four requests were written: completion did not read it back.
+        let id = try XCTUnwrap(url.split(separator: "/").last)
+        let log = try String(contentsOfFile: server.root + "/uploads/\(id).log", encoding: .utf8)
+        let completion = try XCTUnwrap(log.split(separator: ";").first { $0.contains("=") }, log)
+        var crc = StreamingDigest(.crc32c)
+        data.withUnsafeBytes { crc.update($0) }
+        XCTAssertEqual(completion.trimmingCharacters(in: .newlines), "=.\(data.count)." + crc.finalize().map { String(format: "%02x", $0) }.joined())
         // The client lost the final answer and completes again: the same answer.
         XCTAssertEqual(try append(url, offset: data.count, complete: true, Data()).status, 201)
         XCTAssertEqual(try append(url, offset: data.count, complete: false, Data("x".utf8)).status, 400)

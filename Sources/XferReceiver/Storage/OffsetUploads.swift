@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOCore
+import XferPrimitives
 
 #if canImport(Glibc)
 import Glibc
@@ -19,7 +20,10 @@ import Darwin
 ///     root/uploads/<id>/<protocol>.json  what the client declared at creation (tus: metadata
 ///                                        and concatenation role), written before the upload's
 ///                                        URL is handed out
-///     root/uploads/<id>/offset.log       the acknowledged offset, one record per advance (DurableLog)
+///     root/uploads/<id>/offset.log       the acknowledged offset, one record per advance (DurableLog):
+///                                        `OFFSET~CRC32C`, the CRC-32C of the bytes below it
+///                                        computed as they were written (plain `OFFSET` when it
+///                                        is not known: after a concatenation)
 ///
 /// `offset.log` is the protocol's truth: an offset counts once its record is synced, and that
 /// happens only after the bytes below it were fdatasync'd. Bytes past the recorded offset (a
@@ -76,12 +80,16 @@ actor OffsetUpload: TakesTurns {
     private let durability: Durability
     private let statistics: ReceiverStatistics
     private var offset: Int
+    /// The CRC-32C of the bytes below `offset`, kept as they are written, so that completion
+    /// need not read the file back to hash it (a second pass over the whole file before the last
+    /// answer); nil when unknown.
+    private var crc: UInt32?
     private var terminated = false
     var turns = KeyedTurns<WholeUpload>()
 
     init(
         upload: Upload, info: OffsetUploadInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        offset: Int
+        offset: Int, crc: UInt32?
     ) {
         self.upload = upload
         self.info = info
@@ -90,11 +98,15 @@ actor OffsetUpload: TakesTurns {
         self.durability = durability
         self.statistics = statistics
         self.offset = offset
+        self.crc = crc
     }
 
     nonisolated var id: String { upload.meta.uploadId }
     /// Upload-Length.
     nonisolated var length: Int { upload.meta.size }
+
+    /// The CRC-32C of the bytes below the offset, when known.
+    var currentCRC: UInt32? { crc }
 
     /// The acknowledged offset; nil once the upload is terminated.
     var currentOffset: Int? { terminated ? nil : offset }
@@ -115,7 +127,7 @@ actor OffsetUpload: TakesTurns {
     ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
         let room = min(limit, length - start)
         let writer = BodyWriter(
-            limit: room, check: check, keepsCutBody: check == nil, sync: .round(durability),
+            limit: room, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .round(durability),
             counted: { count in
                 self.upload.bytesReceived.add(count, ordering: .relaxed)
                 self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
@@ -134,13 +146,15 @@ actor OffsetUpload: TakesTurns {
             }
         }
         let reached = start + written.count
-        try await record(reached)
+        let part = written.digest.map(StreamingDigest.crc32(bytes:))
+        try await record(reached, extending: part)
         return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
     }
 
     /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded
-    /// buffers; durable and recorded before it returns.
-    func concatenate(_ sources: [String]) async throws {
+    /// buffers; durable and recorded before it returns. `crc`: the partials' CRC-32Cs combined,
+    /// when every one is known.
+    func concatenate(_ sources: [String], crc: UInt32?) async throws {
         let destination = upload.layout.data
         let total = length
         try await io.run {
@@ -164,16 +178,25 @@ actor OffsetUpload: TakesTurns {
             guard at == total else { throw UploadError.corrupt("partial uploads hold \(at) bytes, expected \(total)") }
         }
         try await durability.sync()
-        try await record(total)
+        try await record(total, crc: crc)
     }
 
     /// Records `newOffset` durably; the bytes below it are already synced.
-    private func record(_ newOffset: Int) async throws {
+    /// `part`: the CRC-32C of the bytes from the current offset to `newOffset` (nil: unknown, and
+    /// so is the upload's from now on).
+    private func record(_ newOffset: Int, extending part: UInt32?) async throws {
+        let newCRC = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(newOffset - offset)) } }
+        try await record(newOffset, crc: newCRC)
+    }
+
+    /// `newCRC`: the CRC-32C of the bytes below `newOffset` (nil: unknown from now on).
+    private func record(_ newOffset: Int, crc newCRC: UInt32?) async throws {
         guard !terminated else { throw UploadError.deleted }
         precondition(newOffset >= offset && newOffset <= length, "offsets only move forward, within the upload")
         guard newOffset > offset else { return }
-        try await log.append(String(newOffset))
+        try await log.append(String(newOffset) + (newCRC.map { "~" + CRC32.hex($0) } ?? ""))
         offset = newOffset
+        crc = newCRC
     }
 
     /// Publishes the file (as every protocol's completed files are) once the offset has reached
@@ -186,7 +209,7 @@ actor OffsetUpload: TakesTurns {
         guard !terminated else { throw UploadError.deleted }
         guard offset == length else { throw UploadError.corrupt("finish called at offset \(offset) of \(length)") }
         guard info.role != .partial else { return }
-        _ = try await upload.completeWritten()
+        _ = try await upload.completeWritten(crc32c: crc)
     }
 
     /// Where a finished upload's bytes are read from (call `finish` first).
@@ -225,7 +248,7 @@ actor OffsetUploads {
         let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let tusUpload = OffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
-            durability: store.durability, statistics: store.statistics, offset: 0)
+            durability: store.durability, statistics: store.statistics, offset: 0, crc: 0)
         uploads.insert(tusUpload, for: upload.meta.uploadId)
         return tusUpload
     }
@@ -251,26 +274,30 @@ actor OffsetUploads {
         guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
         let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let size = upload.meta.size
-        let loaded: (OffsetUploadInfo, Int)? = try await store.io.run {
+        let loaded: (OffsetUploadInfo, Int, UInt32?)? = try await store.io.run {
             // A creation that died before the info file was synced (missing, or torn) never handed out its URL.
             guard let infoBytes = try FileSystemOps.readAll(files.info),
                 let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes))
             else { return nil }
             var offset = 0
+            var crc: UInt32? = 0
             for record in try DurableLog.readRecords(path: files.offsets) {
-                guard let value = Int(record), value >= offset, value <= size else {
+                let fields = record.split(separator: "~", maxSplits: 1)
+                guard let first = fields.first, let value = Int(first), value >= offset, value <= size else {
                     // Only tampering gets here; what follows an unreadable record cannot be trusted.
                     logger.warning("Ignoring offset.log from an unreadable record on", metadata: ["upload": "\(id)"])
                     break
                 }
                 offset = value
+                // Records of receivers before the CRC was kept have none: then it is not known.
+                crc = fields.count == 2 ? UInt32(fields[1], radix: 16) : nil
             }
-            return (info, offset)
+            return (info, offset, crc)
         }
-        guard case let (info, offset)? = loaded else { return nil }
+        guard case let (info, offset, crc)? = loaded else { return nil }
         return OffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
-            durability: store.durability, statistics: store.statistics, offset: offset)
+            durability: store.durability, statistics: store.statistics, offset: offset, crc: crc)
     }
 }
 

@@ -300,7 +300,9 @@ actor Upload {
     // MARK: Completion
 
     /// Assembles the file once every chunk is in; answers the same record on every later call.
-    func complete() async throws -> CompletionOutcome {
+    /// `crc32c`: the whole file's, when the caller kept it as the bytes were written (else the
+    /// chunks' CRCs combined, else the file is hashed).
+    func complete(crc32c: UInt32? = nil) async throws -> CompletionOutcome {
         if deleted { throw UploadError.deleted }
         if let completion { return .completed(completion) }
         if let completionTask { return .completed(try await completionTask.value) }
@@ -310,7 +312,7 @@ actor Upload {
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
         // On the request's event loop, like the request itself: a small file is finished inline.
-        let combined = crcs.combined(meta)
+        let combined = crc32c ?? crcs.combined(meta)
         let task = unstructuredTask { [meta, layout, io, durability, digest] in
             try await Self.finalize(meta: meta, layout: layout, digest: digest, combined: combined, io: io, durability: durability)
         }
@@ -329,8 +331,8 @@ actor Upload {
     /// For protocols that place the bytes in `layout.data` themselves rather than through
     /// `writeChunk` (tus, whose PATCHes start at any byte): the caller has made every byte of the
     /// file durable, so every chunk is recorded as received, then the upload completes as
-    /// `complete` does. Idempotent, also after a restart cut an earlier call short.
-    func completeWritten() async throws -> CompletionRecord {
+    /// `complete` does (`crc32c` as there). Idempotent, also after a restart cut an earlier call short.
+    func completeWritten(crc32c: UInt32? = nil) async throws -> CompletionRecord {
         if deleted { throw UploadError.deleted }
         if completion == nil, completionTask == nil {
             let missing = received.missingNumbers
@@ -340,7 +342,7 @@ actor Upload {
                 for chunk in missing { received.insert(number: chunk) }
             }
         }
-        switch try await complete() {
+        switch try await complete(crc32c: crc32c) {
         case .completed(let record): return record
         case .missing: throw UploadError.corrupt("every byte is written but chunks are missing")
         }
@@ -364,8 +366,9 @@ actor Upload {
             if let digest {
                 record = CompletionRecord(sha256: digest, size: meta.size)
             } else if let combined {
-                // Every chunk was checked against its CRC-32C as it arrived: their combination is
-                // the file's, and the file is not read back (no SHA-256 then).
+                // Every chunk was checked against its CRC-32C as it arrived (or, for an offset
+                // upload, the CRC-32C was kept as the bytes were written): that is the file's, and
+                // the file is not read back (no SHA-256 then).
                 try checkSize(meta: meta, file: layout.data)
                 record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(combined))
             } else {

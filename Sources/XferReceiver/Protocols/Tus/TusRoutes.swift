@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
+import XferPrimitives
 
 /// tus 1.0.0 (https://tus.io/protocols/resumable-upload) at `/files/`: the core protocol with the
 /// creation, creation-with-upload, termination, checksum and concatenation extensions.
@@ -251,11 +252,17 @@ struct TusRoutes: Sendable {
         }
         // Finished partials are immutable: no PATCH can write past an upload's length.
         let sources = partials.map(\.finishedFile)
+        // The final upload's CRC-32C from its partials', so that finishing it reads nothing back.
+        var crc: UInt32? = 0
+        for partial in partials {
+            let part = await partial.currentCRC
+            crc = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(partial.length)) } }
+        }
         let info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
         let final = try await uploads.create(path: path, length: total, info: info)
         do {
             try await final.exclusively {
-                try await final.concatenate(sources)
+                try await final.concatenate(sources, crc: crc)
                 try await final.finish()
             }
         } catch let error as IOError where error.code == ENOENT {
