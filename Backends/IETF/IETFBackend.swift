@@ -79,7 +79,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     /// `OPTIONS` on the target: the interop version, the limits
     /// (`Upload-Limit`) and the digest the server wants.
     public func startJob(_ job: JobContext) -> Step<JobStart> {
-        var request = HTTPRequest(method: .options, url: Self.splitQuery(job.target).url + Self.splitQuery(job.target).query)
+        var request = HTTPRequest(method: .options, url: job.target)
         let asked = interopVersion ?? .newest
         request.headers.set("Upload-Draft-Interop-Version", String(asked.rawValue))
         let files = job.files.map { (name: $0.name, size: $0.size, chunkSize: $0.chunkSize) }

@@ -41,10 +41,12 @@ struct XferCommand: AsyncParsableCommand {
                 code = exitCode.rawValue
             } else {
                 // Parse and validation errors: ArgumentParser's message (an
-                // unknown --backend value lists the valid ones), on one line;
-                // the usage of the command named is one `--help` away.
-                let message = message(for: error)
-                    .split(separator: "\n").first.map(String.init) ?? "invalid usage"
+                // unknown --backend value lists the valid ones, past five as
+                // a bulleted list of lines), on one line; the usage of the
+                // command named is one `--help` away.
+                let lines = message(for: error).split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+                let listed = lines.dropFirst().filter { $0.hasPrefix("- ") }.map { $0.dropFirst(2) }
+                let message = (lines.first ?? "invalid usage") + (listed.isEmpty ? "" : " " + listed.joined(separator: ", "))
                 Terminal.error("\(message) (usage: 'xfer \(commandNamed.map { "\($0) " } ?? "")--help')")
                 code = ExitStatus.badInput
             }
