@@ -297,10 +297,10 @@ extension TransferEngine {
         for unprepared in backend.requestsToCancel(context) {
             let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)
             let shown = Self.displayURL(request.url)
-            do {
-                let response = try await transport.send(request)
+            switch await RetryLoop.sendCleanup(request, through: transport) {
+            case .success(let response):
                 requests.append(.init(method: request.method.rawValue, url: shown, status: response.status, error: nil))
-            } catch {
+            case .failure(let error):
                 requests.append(.init(method: request.method.rawValue, url: shown, status: nil, error: "\(error)"))
             }
         }

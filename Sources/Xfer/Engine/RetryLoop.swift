@@ -16,7 +16,7 @@ enum RetryLoop {
     /// Runs `attempt` until it returns, retrying what may succeed later —
     /// `BackendError.transient` and retryable `TransportError`s — with
     /// `policy`'s backoff, and telling `onRetry` (attempt number, delay,
-    /// reason) before each wait. `attempt` runs afresh each time, so its
+    /// reason — why, without the operation) before each wait. `attempt` runs afresh each time, so its
     /// request can be built (and signed) again.
     ///
     /// `attempt` may throw a `Failure` of its own (it is passed on as it is),
@@ -61,12 +61,41 @@ enum RetryLoop {
                 throw .failed(.transferFailed("\(reason) (gave up after \(number) attempts)"))
             }
             let delay = policy.delay(after: number, retryAfter: retryAfter)
-            onRetry(number, delay, reason)
+            // The event names the operation apart: its reason says only why
+            // (a backend's message usually starts with the same operation).
+            let why = reason.hasPrefix(operation + ": ") ? String(reason.dropFirst(operation.count + 2)) : reason
+            onRetry(number, delay, why)
             do {
                 try await Task.sleep(for: delay)
             } catch {
                 throw .failed(.interrupted)
             }
+        }
+    }
+}
+
+extension RetryLoop {
+    /// A few quick attempts for a cleanup request (an abort, a `DELETE`):
+    /// one attempt lost to a dropped connection or a 5xx would leave an
+    /// upload on the server (billed, for S3) that nothing will come back for.
+    static let cleanupPolicy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(200), maximumDelay: .seconds(1))
+
+    /// Sends a cleanup `request`, retried as `cleanupPolicy` allows when
+    /// the answer is 5xx, 408 or 429 or the failure is a retryable one;
+    /// returns the last answer, or the error.
+    static func sendCleanup(_ request: HTTPRequest, through transport: HTTPTransport) async -> Result<HTTPResponse, TransportError> {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let outcome: Result<HTTPResponse, TransportError>
+            do { outcome = .success(try await transport.send(request)) } catch { outcome = .failure(error) }
+            let retryable: Bool
+            switch outcome {
+            case .success(let response): retryable = response.status >= 500 || response.status == 408 || response.status == 429
+            case .failure(let error): retryable = error.isRetryable && error != .cancelled
+            }
+            guard retryable, cleanupPolicy.allowsRetry(after: attempt), !Task.isCancelled else { return outcome }
+            try? await Task.sleep(for: cleanupPolicy.delay(after: attempt))
         }
     }
 }

@@ -155,7 +155,7 @@ final class StreamRunner: JobRun {
         defer { withExtendedLifetime(lock) {} }
         let worker = Worker(
             jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
-            bytesSent: LockedValue(0))
+            bytesSent: TransferByteCounter())
         var progress = Progress(record: initialRecord, file: file)
         events.yield(
             .started(job: jobID, totalBytes: source.expectedSize ?? 0, doneBytes: 0, files: 1, doneFiles: 0, resumed: false))
@@ -173,7 +173,7 @@ final class StreamRunner: JobRun {
             return .success(
                 JobReport(
                     job: jobID, files: JobReport.Files([JobReport.File(path: source.description, url: url, size: progress.length)]),
-                    bytesSent: worker.bytesSent.withLock { $0 }, bytesResumed: 0))
+                    bytesSent: Int64(worker.bytesSent.value), bytesResumed: 0))
         } catch {
             let failure = Task.isCancelled ? XferError.interrupted : error
             // In a task of its own: an interrupted run's task is cancelled, and
@@ -376,14 +376,14 @@ final class StreamRunner: JobRun {
         }
     }
 
-    /// Best-effort, one attempt each: what the server holds of this stream goes.
+    /// Best-effort, a few quick attempts each: what the server holds of this stream goes.
     private func drop(_ progress: Progress, worker: Worker) async {
         let receipts = progress.receipts
         let job = JobContext(
             id: jobID, target: progress.record.target, handles: progress.record.handles,
             files: [fileContext(progress).with(receipts: receipts)], credentials: options.credentials)
         for unprepared in backend.requestsToCancel(job) {
-            _ = try? await transport.send(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job))
+            _ = await RetryLoop.sendCleanup(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job), through: transport)
         }
     }
 
