@@ -65,7 +65,7 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
 
     /// `crc` as the protocol writes it: zlib's CRC-32 as 8 lowercase hex digits.
     public static func crcField(_ crc: UInt32) -> String {
-        Checksums.hex([UInt8(crc >> 24), UInt8(truncatingIfNeeded: crc >> 16), UInt8(truncatingIfNeeded: crc >> 8), UInt8(truncatingIfNeeded: crc)])
+        Checksums.hex(crc)
     }
 
     // MARK: Reading block answers

@@ -71,6 +71,42 @@ final class LibraryJobTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: state + "/locks/\(job.id).lock"))
     }
 
+    /// A push run again after it completed (its job still kept): the stored
+    /// URLs back at once, nothing sent; a file changed since is a new
+    /// upload; `restart` sends everything again.
+    func testAPushRunAgainAfterItCompletedSendsOnlyWhatChanged() async throws {
+        let a = work.file("a.bin"), b = work.file("b.bin")
+        try makeTestFile(at: a, size: 300_000, seed: 1)
+        try makeTestFile(at: b, size: 200_000, seed: 2)
+        let engine = try TransferEngine(stateDirectory: state)
+        func push(restart: Bool = false) async throws -> (started: TransferEvent?, report: JobReport) {
+            let job = try await engine.push([a, b], to: server.url, using: PatchBackend(), options: options, restart: restart)
+            var started: TransferEvent?
+            for await event in job.events where started == nil {
+                if case .started = event { started = event }
+            }
+            return (started, try await job.report)
+        }
+        let first = try await push()
+        XCTAssertEqual(first.report.bytesSent, 500_000)
+
+        let again = try await push()
+        guard case .started(_, let total, let done, _, _, let resumed)? = again.started else { return XCTFail("\(String(describing: again.started))") }
+        XCTAssertTrue(resumed)
+        XCTAssertEqual(done, total, "everything is on the server already")
+        XCTAssertEqual(again.report.bytesSent, 0)
+        XCTAssertEqual(again.report.files.map(\.url), first.report.files.map(\.url))
+
+        try makeTestFile(at: b, size: 210_000, seed: 3)
+        let changed = try await push()
+        XCTAssertEqual(changed.report.bytesSent, 210_000, "only the changed file")
+        XCTAssertEqual(changed.report.files[0].url, first.report.files[0].url)
+        XCTAssertEqual(try downloadSHA256(changed.report.files[1].url, into: work), try sha256sum(b))
+
+        let restarted = try await push(restart: true)
+        XCTAssertEqual(restarted.report.bytesSent, 510_000)
+    }
+
     func testCancelWhilePausedKeepsStateAndResumeByIDFinishes() async throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 4 << 20, seed: 6)

@@ -101,6 +101,25 @@ final class RetryPolicyTests: XCTestCase {
         XCTAssertEqual(policy.delay(after: 1, retryAfter: .seconds(86_400), unit: 0.1), .seconds(60))
     }
 
+    /// A retry's reason says why, not what again: "send chunk 8/10 of f.bin:
+    /// send chunk 8/10 of f.bin: could not connect" was the printed line.
+    func testTheRetryReasonDoesNotRepeatTheOperation() async throws {
+        let operation = "send chunk 8/10 of f.bin"
+        let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .milliseconds(1), maximumDelay: .milliseconds(1))
+        var reasons: [String] = []
+        var attempts = 0
+        let value = try await RetryLoop.run(operation, policy: policy, onRetry: { _, _, reason in reasons.append(reason) }) {
+            attempts += 1
+            switch attempts {
+            case 1: throw BackendError.transient("\(operation): could not connect")
+            case 2: throw BackendError.transient("the server is busy")
+            default: return 7
+            }
+        }
+        XCTAssertEqual(value, 7)
+        XCTAssertEqual(reasons, ["could not connect", "the server is busy"])
+    }
+
     func testAttemptCap() {
         let policy = RetryPolicy(maximumAttempts: 3)
         XCTAssertTrue(policy.allowsRetry(after: 1))
@@ -133,5 +152,12 @@ final class RetryPolicyTests: XCTestCase {
         XCTAssertEqual(kind(429), "transient")
         XCTAssertEqual(kind(400), "rejected")
         XCTAssertEqual(kind(403), "rejected")
+        XCTAssertEqual(kind(204), "rejected", "only the statuses listed")
+    }
+
+    /// `require` looks at the status alone: a 204 with no body passes when 204 is listed.
+    func testRequireAcceptsAListedStatusWhateverTheBody() throws {
+        XCTAssertNoThrow(try HTTPResponse(status: 204, body: []).require(200, 204, for: "x"))
+        XCTAssertNoThrow(try HTTPResponse(status: 200, body: Array("not json".utf8)).require(200, for: "x"))
     }
 }

@@ -508,6 +508,26 @@ import XferTestSupport
         #expect(try Echo(put).length == 0)
     }
 
+    /// What a job reports as sent is what curl took to send: an attempt
+    /// that never connected counts nothing, a body sent counts whole
+    /// (inline small bodies and streamed large ones alike).
+    @Test func theCounterHearsOfBytesCurlSentOnly() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.maximumResponseBodySize = 8 << 20 }
+        defer { transport.shutdown() }
+        let port = try #require(Int(try await transport.send(HTTPRequest(method: .get, url: server.url("/unused-port"))).text))
+        let counter = TransferByteCounter()
+        let large = [UInt8](repeating: 7, count: 2 << 20)
+        await #expect(throws: TransportError.self) {
+            try await transport.send(
+                HTTPRequest(method: .put, url: "http://127.0.0.1:\(port)/x", body: RequestBody(large)), counting: counter)
+        }
+        #expect(counter.value == 0)
+        _ = try await transport.send(HTTPRequest(method: .patch, url: server.url("/mirror"), body: RequestBody(large)), counting: counter)
+        _ = try await transport.send(HTTPRequest(method: .post, url: server.url("/echo"), body: RequestBody(Array("a=b".utf8))), counting: counter)
+        #expect(counter.value == large.count + 3)
+    }
+
     @Test func aBlockingClientFailsAsTheTransportDoes() async throws {
         let server = try Fixtures.http.get()
         let transport = try makeTransport()

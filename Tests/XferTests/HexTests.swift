@@ -1,4 +1,5 @@
 import Testing
+import Xfer
 import XferPrimitives
 
 /// `Hex`, the one hexadecimal of the engine, the backends and the receiver.
@@ -10,6 +11,13 @@ import XferPrimitives
         #expect(Hex.bytes("000FA5FF10") == bytes)
         #expect(Hex.bytes("") == [])
         #expect(Hex.lowercase([UInt8]()) == "")
+    }
+
+    /// A backend writing a chunk's CRC as text keeps its 8 digits.
+    @Test func writesACRCAsEightDigits() {
+        #expect(Checksums.hex(UInt32(0x000a_1b2c)) == "000a1b2c")
+        #expect(Checksums.hex(UInt32(0)) == "00000000")
+        #expect(Checksums.hex(UInt32.max) == "ffffffff")
     }
 
     @Test(arguments: ["abc", "0g", "zz", "0x10", " 1", "é0"])

@@ -356,6 +356,46 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(s.doneBytes, 25)
     }
 
+    /// The edges a backend author asks about (Docs/backend-guide.md):
+    /// `FileFinish.missing([])` and chunk numbers past the file's end.
+    func testAFinishNamingNoChunkOrOnlyChunksPastTheEndFailsTheJob() throws {
+        for missing in [[], [3, 99, -1]] {
+            var s = scheduler(files: 1, concurrency: 1)
+            var held = 0
+            XCTAssertThrowsError(try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+                if case .finishFile(0) = work { return .fileFinished(file: 0, .missing(missing)) }
+                return nil
+            }, "\(missing)") { error in
+                XCTAssertTrue("\(error)".contains("names no chunk it lacks"), "\(error)")
+            }
+        }
+        // Past the end among real ones: those are sent again, the others ignored.
+        var s = scheduler(files: 1, concurrency: 1)
+        var held = 0
+        var rounds = 0
+        let work = try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+            if case .finishFile(0) = work, rounds == 0 {
+                rounds += 1
+                return .fileFinished(file: 0, .missing([2, 3, 99]))
+            }
+            return nil
+        }
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(work.filter { $0 == .chunk(file: 0, chunk: 2) }.count, 2, "chunk 2 (the last) went twice")
+    }
+
+    func testAReconcileNamingChunksPastTheEndCountsOnlyTheFilesOwn() throws {
+        var s = scheduler(files: 1, size: 30, concurrency: 1)
+        var record = fileRecord(0, size: 30)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, .serverHas(chunks: [0, 7, 1_000, -3])))
+        XCTAssertEqual(s.doneBytes, 10, "only chunk 0 is the file's")
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+    }
+
     func testARollbackTakesTheFailedFilesUpAgain() throws {
         var s = scheduler(files: 2, concurrency: 2)
         var held = 0

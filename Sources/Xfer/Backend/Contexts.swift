@@ -243,10 +243,11 @@ public struct ChunkPayload: Sendable {
     public var sha1: [UInt8] { bytesSource.digest(.sha1) }
     /// The SHA-256 of the chunk's bytes (32 bytes).
     public var sha256: [UInt8] { bytesSource.digest(.sha256) }
-    /// CRC-32 (the zlib/gzip polynomial).
+    /// CRC-32 (the zlib/gzip polynomial). As text: `Checksums.hex(crc32)`
+    /// (8 digits; `String(_:radix:)` drops leading zeros).
     public var crc32: UInt32 { Self.integer(bytesSource.digest(.crc32)) }
     /// CRC-32C (Castagnoli), e.g. for RFC 9530's `crc32c` or S3's
-    /// `x-amz-checksum-crc32c`.
+    /// `x-amz-checksum-crc32c`. As text: `Checksums.hex(crc32c)`.
     public var crc32c: UInt32 { Self.integer(bytesSource.digest(.crc32c)) }
 
     private static func integer(_ bytes: [UInt8]) -> UInt32 {
@@ -274,6 +275,14 @@ public enum Checksums {
     /// `bytes` as lowercase hexadecimal.
     public static func hex(_ bytes: [UInt8]) -> String {
         Hex.lowercase(bytes)
+    }
+
+    /// A CRC (`ChunkPayload.crc32`, `.crc32c`) as 8 lowercase hex digits,
+    /// leading zeros kept, as the built-in protocols write it.
+    /// `String(crc, radix: 16)` drops them: a server comparing text then
+    /// refuses one chunk in sixteen.
+    public static func hex(_ crc: UInt32) -> String {
+        CRC32.hex(crc)
     }
 
     /// `bytes` in standard base64 (with padding).

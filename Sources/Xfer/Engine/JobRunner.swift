@@ -63,7 +63,7 @@ final class JobRunner: JobRun {
                 smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil))
         let worker = Worker(
             jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
-            bytesSent: LockedValue(0))
+            bytesSent: TransferByteCounter())
         var open: [Int: OpenFile] = [:]
         var context = jobContext(scheduler.record, fileCount: scheduler.fileCount)
 
@@ -134,7 +134,7 @@ final class JobRunner: JobRun {
             try? await store.commit(.putJob(ended))
             return .failure(failure)
         }
-        return await complete(&scheduler, bytesSent: worker.bytesSent.withLock { $0 })
+        return await complete(&scheduler, bytesSent: Int64(worker.bytesSent.value))
     }
 
     private func complete(_ scheduler: inout Scheduler, bytesSent: Int64) async -> Result<JobReport, XferError> {

@@ -18,7 +18,9 @@ public enum TransferEvent: Sendable, Hashable {
     /// One HTTP request ended, answered or not; only with
     /// `TransferOptions.reportsRequests`.
     case requestFinished(RequestSummary)
-    /// A request failed and will be tried again after `delay`.
+    /// A request failed and will be tried again after `delay`: `operation`
+    /// says what was tried, `reason` why it failed (without repeating the
+    /// operation), so "\(operation): \(reason)" reads as one sentence.
     case retrying(operation: String, attempt: Int, delay: Duration, reason: String)
     /// The server asked for chunks or files again (a failed merge check).
     case resending(file: Int, chunks: Int, reason: String)
@@ -151,7 +153,9 @@ public struct JobReport: Sendable, Hashable {
     public var job: JobID
     /// Every file of the job, in the order given to `push`.
     public var files: Files
-    /// Chunk bytes sent by this run, retries included.
+    /// Chunk bytes this run sent: what curl took to put on the wire,
+    /// retries and attempts cut short included; an attempt that never
+    /// connected counts nothing.
     public var bytesSent: Int64
     /// Bytes already on the server when this run began (after reconciling).
     public var bytesResumed: Int64

@@ -11,7 +11,8 @@ struct Worker: Sendable {
     let transport: HTTPTransport
     let events: AsyncStream<TransferEvent>.Continuation
     /// Chunk bytes handed to the transport by this run, retries included.
-    let bytesSent: LockedValue<Int64>
+    /// Chunk bytes curl took to send, retries and cut attempts included.
+    let bytesSent: TransferByteCounter
 
     /// How a step ended when it did not yield an outcome.
     private typealias StepError = RetryLoop.Failure
@@ -322,21 +323,17 @@ struct Worker: Sendable {
                 do throws(XferError) { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
             }
             let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
-            if countBytes {
-                let size = Int64(request.body.count)
-                bytesSent.withLock { $0 += size }
-            }
-            let response = try await send(request)
+            let response = try await send(request, counting: countBytes ? bytesSent : nil)
             return try exchange.interpret(response)
         }
     }
 
     /// Sends `request`, reporting it when the options ask for every request.
-    private func send(_ request: HTTPRequest) async throws(TransportError) -> HTTPResponse {
-        guard options.reportsRequests else { return try await transport.send(request) }
+    private func send(_ request: HTTPRequest, counting counter: TransferByteCounter?) async throws(TransportError) -> HTTPResponse {
+        guard options.reportsRequests else { return try await transport.send(request, counting: counter) }
         let start = ContinuousClock.now
         let outcome: Result<HTTPResponse, TransportError>
-        do { outcome = .success(try await transport.send(request)) } catch { outcome = .failure(error) }
+        do { outcome = .success(try await transport.send(request, counting: counter)) } catch { outcome = .failure(error) }
         var status: Int?
         var failure: String?
         switch outcome {

@@ -73,6 +73,8 @@ struct TransferSubmission: Sendable {
     var request: HTTPRequest
     var target: TransportURL
     var slot: TransferCompletionSlot
+    /// Where the caller counts the body bytes curl takes for this request.
+    var counter: TransferByteCounter? = nil
 }
 
 /// One curl multi handle driven by one dedicated thread, which is also a task
@@ -336,7 +338,8 @@ private final class TransferTable {
             id: submission.id,
             responseLimit: options.maximumResponseBodySize,
             bodyBytesSent: bodyBytesSent,
-            throttle: throttle
+            throttle: throttle,
+            requestBytesSent: submission.counter
         )
         do {
             try easy.prepare(submission.request, target: submission.target, options: options, context: context)

@@ -31,16 +31,18 @@ final class HTTPTransport: Sendable {
     var bodyBytesSent: Int { loop.bodyBytesSent.value }
 
     /// Sends one request and returns the final response, whatever its
-    /// status; redirects are not followed.
+    /// status; redirects are not followed. `counting` hears of every body
+    /// byte curl takes to send, so an attempt that never reached the wire
+    /// (a refused connection) counts nothing.
     ///
     /// Cancelling the calling task removes the transfer and throws
     /// `.cancelled` promptly.
-    func send(_ request: HTTPRequest) async throws(TransportError) -> HTTPResponse {
+    func send(_ request: HTTPRequest, counting counter: TransferByteCounter? = nil) async throws(TransportError) -> HTTPResponse {
         let target = try TransportURL(parsing: request.url)
         let loop = self.loop
         let slot = TransferCompletionSlot()
         let id = loop.makeRequestID()
-        let submission = TransferSubmission(id: id, request: request, target: target, slot: slot)
+        let submission = TransferSubmission(id: id, request: request, target: target, slot: slot, counter: counter)
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 if slot.install(continuation) {

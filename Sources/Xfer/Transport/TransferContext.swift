@@ -28,6 +28,8 @@ final class TransferContext {
     /// never holds mixed bytes.
     private(set) var bodyFailure: XferError?
     private let bodyBytesSent: TransferByteCounter
+    /// The caller's own count of this request's body bytes, when it keeps one.
+    private let requestBytesSent: TransferByteCounter?
 
     /// The transport's send budget when it has a rate limit; the body then
     /// goes out only as fast as `allowance` is granted.
@@ -46,12 +48,14 @@ final class TransferContext {
     let requestHeaderValues: [String]
 
     init(
-        request: HTTPRequest, id: UInt64, responseLimit: Int, bodyBytesSent: TransferByteCounter, throttle: SendThrottle? = nil
+        request: HTTPRequest, id: UInt64, responseLimit: Int, bodyBytesSent: TransferByteCounter, throttle: SendThrottle? = nil,
+        requestBytesSent: TransferByteCounter? = nil
     ) {
         body = request.body
         requestID = id
         self.responseLimit = max(0, responseLimit)
         self.bodyBytesSent = bodyBytesSent
+        self.requestBytesSent = requestBytesSent
         self.throttle = throttle
         requestHeaderValues = request.headers.map(\.value)
     }
@@ -81,7 +85,10 @@ final class TransferContext {
 
     /// Counts an inline body as sent (curl read it from memory, not through `readBody`).
     func noteInlineBodySent() {
-        if inlineBody != nil { bodyBytesSent.add(body.count) }
+        if inlineBody != nil {
+            bodyBytesSent.add(body.count)
+            requestBytesSent?.add(body.count)
+        }
     }
 
     /// Moves the collected body out, so the response does not share (and
@@ -119,6 +126,7 @@ final class TransferContext {
         position += written
         allowance = max(0, allowance - written)
         bodyBytesSent.add(written)
+        requestBytesSent?.add(written)
         return .bytes(written)
     }
 
