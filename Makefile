@@ -2,6 +2,9 @@
 # Both install the system packages they need first (apt-get, as root or via sudo).
 
 SWIFT ?= swift
+# The command and its receiver are a package of their own over the engine's
+# (the root one), so that apps embedding the engine resolve none of theirs.
+CLI = --package-path CLI
 
 .PHONY: all deps python-tools build release man test torture demo bench clean install install-files uninstall
 
@@ -17,16 +20,17 @@ python-tools: deps
 
 build: deps
 	$(SWIFT) build
+	$(SWIFT) build $(CLI)
 
 release: deps
-	$(SWIFT) build -c release --product xfer
+	$(SWIFT) build $(CLI) -c release --product xfer
 
 # The man page, made from the command's own help by swift-argument-parser's
 # generate-manual plugin (which first builds every product in MAN_CONFIGURATION).
 MAN_CONFIGURATION ?= release
-MAN_PAGES = .build/plugins/GenerateManual/outputs/XferCLI
+MAN_PAGES = CLI/.build/plugins/GenerateManual/outputs/XferCLI
 man: deps
-	$(SWIFT) package plugin generate-manual --configuration $(MAN_CONFIGURATION)
+	$(SWIFT) package $(CLI) plugin generate-manual --configuration $(MAN_CONFIGURATION)
 
 # `make install` (PREFIX, default /usr/local; DESTDIR for staging): the release
 # xfer, its man page and bash, zsh and fish completions.
@@ -38,7 +42,7 @@ ZSH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
 install: release man
-	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build -c release --show-bin-path)"
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build $(CLI) -c release --show-bin-path)"
 
 # Copies the xfer in BIN_DIR and the man page in MAN_PAGES, and writes the
 # completion scripts that xfer prints. Builds nothing, so that `make test`
@@ -58,11 +62,15 @@ uninstall:
 	rm -f "$(BIN_TARGET)/xfer" "$(MAN_TARGET)/xfer.1" "$(MAN_TARGET)"/xfer.*.1 \
 		"$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
 
-# The man page is made from the debug build here, for InstallTests to install.
+# The engine's tests (and the example program the end-to-end tests run), then
+# the command's end-to-end tests. The man page is made from the debug build
+# here, for InstallTests to install.
 test: python-tools
 	$(SWIFT) build --build-tests
-	$(SWIFT) package plugin generate-manual --configuration debug
 	$(SWIFT) test --skip-build
+	$(SWIFT) build $(CLI) --build-tests
+	$(SWIFT) package $(CLI) plugin generate-manual --configuration debug
+	$(SWIFT) test $(CLI) --skip-build
 
 # Kill -9 torture, long version (the short one runs inside `make test`): per
 # backend TRIALS pushes SIGKILLed KILLS times each against a receiver injecting
@@ -72,27 +80,28 @@ KILLS ?= 4
 FAULTS ?= 503=0.03,429=0.01,reset=0.03,truncate=0.03,garble=0.02
 SEED ?= 42
 torture: python-tools
-	$(SWIFT) build --build-tests
+	$(SWIFT) build $(CLI) --build-tests
 	XFER_TORTURE_TRIALS=$(TRIALS) XFER_TORTURE_KILLS=$(KILLS) XFER_TORTURE_FAULTS='$(FAULTS)' XFER_TORTURE_SEED=$(SEED) \
-		$(SWIFT) test --skip-build --filter TortureTests
+		$(SWIFT) test $(CLI) --skip-build --filter TortureTests
 
 # Pushes a 256 MiB file to a local `xfer serve`, kills the push with SIGKILL
 # half way, resumes it, and checks the SHA-256 of what the receiver serves.
 demo: release
-	./scripts/demo.sh "$$($(SWIFT) build -c release --show-bin-path)/xfer"
+	./scripts/demo.sh "$$($(SWIFT) build $(CLI) -c release --show-bin-path)/xfer"
 
 # Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
 # prints a table and rewrites the generated part of Docs/benchmarks.md (~25 min).
 # ONLY=s3 runs xfer (Content-MD5, and --part-checksum crc32) against `aws s3 cp` (with and without its
 # CRC32s) and `rclone copy` on a moto S3 server.
-# QUICK=1 for a short run; BUILD_DIR=DIR to use binaries built elsewhere (no build then).
+# QUICK=1 for a short run; BUILD_DIR=DIR (xfer, apple-resumable-server) and STORE_BENCH_DIR=DIR
+# (xfer-store-bench) to use binaries built elsewhere (no build then).
 bench: python-tools
 	@./scripts/install-bench-deps.sh
 	@if [ -z "$(BUILD_DIR)" ]; then \
-		$(SWIFT) build -c release --product xfer && \
-		$(SWIFT) build -c release --product xfer-store-bench && \
-		$(SWIFT) build -c release --product apple-resumable-server; fi
-	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
+		$(SWIFT) build $(CLI) -c release --product xfer && \
+		$(SWIFT) build $(CLI) -c release --product apple-resumable-server && \
+		$(SWIFT) build -c release --product xfer-store-bench; fi
+	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" STORE_BENCH_DIR="$(STORE_BENCH_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 
 clean:
-	rm -rf .build
+	rm -rf .build CLI/.build

@@ -1,6 +1,10 @@
 // swift-tools-version:6.2
 import PackageDescription
 
+// The engine and the built-in backends: what an app embedding xfer depends
+// on, so it needs swift-crypto and swift-log and nothing else. The `xfer`
+// command and its receiver (Hummingbird, swift-argument-parser) are the
+// package in CLI/, which depends on this one (Docs/backend-guide.md, section 0).
 let package = Package(
     name: "xfer",
     platforms: [.macOS(.v14)],
@@ -12,21 +16,18 @@ let package = Package(
         .library(name: "XferS3", targets: ["XferS3"]),
         .library(name: "XferTus", targets: ["XferTus"]),
         .library(name: "XferIETF", targets: ["XferIETF"]),
-        .library(name: "XferReceiver", targets: ["XferReceiver"]),
         // For tests of a backend's steps, with no network (Docs/backend-guide.md).
         .library(name: "XferBackendTesting", targets: ["XferBackendTesting"]),
-        .executable(name: "xfer", targets: ["XferCLI"]),
+        // What the receiver in CLI/ shares with the engine (hex, CRCs, chunk sets).
+        .library(name: "XferPrimitives", targets: ["XferPrimitives"]),
+        // This repository's own test helpers and example, for CLI/'s end-to-end tests.
+        .library(name: "XferTestSupport", targets: ["XferTestSupport"]),
+        .library(name: "CWBackend", targets: ["CWBackend"]),
+        .executable(name: "CWUpload", targets: ["CWUpload"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-        // For the test server around Apple's resumable-upload handler only;
-        // Hummingbird already resolves all three at these versions.
-        .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),
-        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
-        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         // C libraries from Debian's -dev packages.
@@ -72,49 +73,11 @@ let package = Package(
             name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
         .target(name: "XferIETF", dependencies: ["Xfer"], path: "Backends/IETF"),
 
-        // The reference receiver behind `xfer serve`.
-        .target(
-            name: "XferReceiver",
-            dependencies: [
-                "XferPrimitives",
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Sources/XferReceiver"
-        ),
-
-        .executableTarget(
-            name: "XferCLI",
-            dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferReceiver",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Sources/XferCLI"
-        ),
-
         // A backend written outside the engine against its public API only,
         // and a program embedding the engine with it (Docs/backend-guide.md).
         .target(name: "CWBackend", dependencies: ["Xfer"], path: "Examples/CustomBackend/Sources/CWBackend"),
         .executableTarget(
             name: "CWUpload", dependencies: ["Xfer", "CWBackend"], path: "Examples/CustomBackend/Sources/CWUpload"),
-
-        // Apple's NIOResumableUpload (IETF resumable uploads draft) serving
-        // files, for end-to-end tests against a server written elsewhere.
-        .executableTarget(
-            name: "apple-resumable-server",
-            dependencies: [
-                .product(name: "NIOResumableUpload", package: "swift-nio-extras"),
-                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
-                .product(name: "NIOHTTPTypesHTTP1", package: "swift-nio-extras"),
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-            ],
-            path: "Tests/Tools/AppleResumableServer"),
 
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
@@ -132,16 +95,6 @@ let package = Package(
                 "Xfer", "XferBackendTesting", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF",
             ],
             path: "Tests/XferBackendTests"
-        ),
-        .testTarget(
-            name: "XferEndToEndTests",
-            dependencies: [
-                "Xfer", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferReceiver", "XferCLI",
-                "XferTestSupport",
-                "CWBackend", "CWUpload",
-                .product(name: "Crypto", package: "swift-crypto"),
-            ],
-            path: "Tests/XferEndToEndTests"
         ),
 
         // State-store benchmark: LMDB (the product's store) against SQLite,

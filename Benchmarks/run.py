@@ -5,8 +5,9 @@ Everything runs on 127.0.0.1 against `xfer serve`. Every figure is the median of
 several runs; every comparison is a ratio of two things measured alternately in
 the same run. Prints a table and rewrites the generated part of Docs/benchmarks.md.
 
-Environment: BUILD_DIR (directory holding `xfer` and `xfer-store-bench`; default
-`swift build -c release --show-bin-path`), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
+Environment: BUILD_DIR (directory holding `xfer` and `apple-resumable-server`; default
+`swift build --package-path CLI -c release --show-bin-path`), STORE_BENCH_DIR (the one holding
+`xfer-store-bench`; default the root package's release directory), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
 small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf (comma list), KEEP=1 (keep the work directory).
 Python 3 standard library only; the s3 section also runs moto, the AWS CLI
 (from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.
@@ -74,18 +75,20 @@ def median(values):
 
 # ---------------------------------------------------------------- binaries
 
-def bin_dir():
-    given = os.environ.get("BUILD_DIR")
+def bin_dir(variable, package):
+    """The release binaries of `package` (CLI/ for xfer and the Apple server, the root for
+    xfer-store-bench), or the directory `variable` names."""
+    given = os.environ.get(variable)
     if given:
         return os.path.abspath(given)
-    out = subprocess.run(["swift", "build", "-c", "release", "--show-bin-path"], cwd=REPO,
+    out = subprocess.run(["swift", "build", "--package-path", package, "-c", "release", "--show-bin-path"], cwd=REPO,
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
-BIN = bin_dir()
+BIN = bin_dir("BUILD_DIR", "CLI")
 XFER = os.path.join(BIN, "xfer")
-STORE_BENCH = os.path.join(BIN, "xfer-store-bench")
+STORE_BENCH = os.path.join(bin_dir("STORE_BENCH_DIR", "."), "xfer-store-bench")
 APPLE_SERVER = os.path.join(BIN, "apple-resumable-server")
 
 
@@ -936,7 +939,7 @@ def bench_datapath(work):
 # ---------------------------------------------------------------- s3 (issue 8)
 
 S3_PYTHON = os.path.join(REPO, ".tools", "venv-s3", "bin", "python")
-S3_TOOL = os.path.join(REPO, "Tests", "Tools", "s3tool.py")
+S3_TOOL = os.path.join(REPO, "CLI", "Tests", "Tools", "s3tool.py")
 S3_ENV = dict(os.environ, AWS_ACCESS_KEY_ID="AKIABENCH", AWS_SECRET_ACCESS_KEY="bench-secret", AWS_REGION="us-east-1",
               AWS_DEFAULT_REGION="us-east-1", AWS_SHARED_CREDENTIALS_FILE="/nonexistent")
 
@@ -1341,7 +1344,7 @@ def bench_stream(work):
 # ---------------------------------------------------------------- tus (issue 9)
 
 TUS_PYTHON = os.path.join(REPO, ".tools", "venv-tus", "bin", "python")
-TUS_TOOL = os.path.join(REPO, "Tests", "Tools", "tustool.py")
+TUS_TOOL = os.path.join(REPO, "CLI", "Tests", "Tools", "tustool.py")
 
 
 class TusServer:
@@ -1427,7 +1430,7 @@ def bench_tus(work):
 # ---------------------------------------------------------------- ietf (issue 20)
 
 class AppleServer:
-    """Apple's NIOResumableUpload (Tests/Tools/AppleResumableServer) on 127.0.0.1: uploads in memory, files in root."""
+    """Apple's NIOResumableUpload (CLI/Tests/Tools/AppleResumableServer) on 127.0.0.1: uploads in memory, files in root."""
 
     def __init__(self, root):
         os.makedirs(root, exist_ok=True)

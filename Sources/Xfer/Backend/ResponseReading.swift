@@ -214,7 +214,7 @@ public enum JSONValue: Sendable, Hashable {
 
     /// Writes a JSON string literal with every non-ASCII character escaped as
     /// `\uXXXX`, so the result is plain ASCII (safe even in a header).
-    package static func writeString(_ value: String, into out: inout String) {
+    public static func writeString(_ value: String, into out: inout String) {
         // Most strings need no escape: appending them whole is many times
         // faster than the loop below (felt by `xfer list --json`).
         if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x22 && $0 != 0x5c }) {

@@ -81,6 +81,6 @@ final class InstallTests: XCTestCase {
     /// Runs `make` in the repository with `arguments`, not as a part of the
     /// `make test` it may run under (whose variables and job server it would inherit).
     private func make(_ arguments: [String]) throws -> RunResult {
-        try runToEnd("/usr/bin/make", ["-s", "-C", packageRoot] + arguments, environment: ["MAKEFLAGS": "", "MFLAGS": "", "MAKELEVEL": ""])
+        try runToEnd("/usr/bin/make", ["-s", "-C", repositoryRoot] + arguments, environment: ["MAKEFLAGS": "", "MFLAGS": "", "MAKELEVEL": ""])
     }
 }

@@ -22,8 +22,8 @@ final class CustomBackendTests: XCTestCase {
 
     private var state: String { work.file("state") }
 
-    /// The example program built alongside the tests.
-    private var uploader: String { (productsDirectory as NSString).appendingPathComponent("CWUpload") }
+    /// The example program, built with the engine's package (`make test` builds it).
+    private var uploader: String { repositoryRoot + "/.build/debug/CWUpload" }
 
     func testFilesOfEverySizeArriveThroughTheLibrary() async throws {
         let sizes = [("empty.bin", 0), ("one.bin", 1), ("exact.bin", 4 << 16), ("odd.bin", 300_001)]
@@ -127,8 +127,7 @@ extension CustomBackendTests {
     /// Docs/backend-guide.md shows the example backend in full; it must be
     /// the code that these tests run, not a copy that drifted.
     func testTheBackendGuideShowsTheExampleCode() throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent()
+        let root = URL(fileURLWithPath: repositoryRoot)
         let code = try String(
             contentsOf: root.appendingPathComponent("Examples/CustomBackend/Sources/CWBackend/CWBackend.swift"), encoding: .utf8)
         let guide = try String(contentsOf: root.appendingPathComponent("Docs/backend-guide.md"), encoding: .utf8)

@@ -48,7 +48,7 @@ final class CephGateway: @unchecked Sendable {
         return result
     }()
 
-    private static var script: String { packageRoot + "/scripts/ceph-cluster.sh" }
+    private static var script: String { repositoryRoot + "/scripts/ceph-cluster.sh" }
 
     private init() throws {
         python = try pythonTool(venv: "venv-s3")

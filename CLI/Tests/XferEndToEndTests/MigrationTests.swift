@@ -3,6 +3,7 @@ import XCTest
 import XferTestSupport
 
 @testable import Xfer
+@testable import XferPrimitives
 
 /// A state directory of the previous layout (2: one JSON record per job,
 /// written by the previous release) holding an interrupted push: the next

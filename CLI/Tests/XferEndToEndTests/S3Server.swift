@@ -2,16 +2,19 @@ import Foundation
 import XCTest
 import XferTestSupport
 
-/// The repository's root, from this file's place in it.
+/// The CLI package's root (CLI/), from this file's place in it.
 let packageRoot: String = {
     var url = URL(fileURLWithPath: #filePath)
     for _ in 0..<3 { url.deleteLastPathComponent() }
     return url.path
 }()
 
+/// The repository's root: the engine's package, the Makefile, scripts/ and .tools/.
+let repositoryRoot: String = (packageRoot as NSString).deletingLastPathComponent
+
 /// A Python program from `.tools/` (installed by `make python-tools`).
 func pythonTool(venv: String) throws -> String {
-    let python = packageRoot + "/.tools/\(venv)/bin/python"
+    let python = repositoryRoot + "/.tools/\(venv)/bin/python"
     guard FileManager.default.isExecutableFile(atPath: python) else {
         throw HarnessError("\(python) is missing; run `make python-tools` (make test does)")
     }

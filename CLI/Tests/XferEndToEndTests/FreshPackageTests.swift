@@ -1,0 +1,57 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// What a newcomer does (Docs/backend-guide.md, section 0): a package of their
+/// own, made from the guide's text alone (its `Package.swift` lines and its
+/// smallest program), next to a copy of the engine's package. It resolves only
+/// what the engine needs, builds, and pushes a file to `xfer serve`.
+final class FreshPackageTests: XCTestCase {
+    func testThePackageOfTheGuideResolvesLeanBuildsAndPushes() throws {
+        let work = TemporaryDirectory("xfer-fresh")
+        let guide = try String(contentsOfFile: repositoryRoot + "/Docs/backend-guide.md", encoding: .utf8)
+        let section = try XCTUnwrap(guide.range(of: "## 0. Use it from your package").map { String(guide[$0.upperBound...]) })
+        let manifest = try Self.block(after: "```swift\n// swift-tools-version", in: section, keepingMarker: true)
+        let program = try Self.block(after: "(FreshPackageTests); it fails when they differ. -->\n```swift\n", in: section)
+
+        // The engine's package as a checkout named as the guide's lines say ("xfer"):
+        // its sources, not this repository's builds, tools or command.
+        let engine = work.file("xfer")
+        let copy = try runToEnd("/bin/sh", ["-c", """
+            mkdir -p "$1" && tar -C "$0" --exclude=./.build --exclude='./.build-*' --exclude=./CLI --exclude=./.tools \
+              --exclude=./Docs --exclude='./Benchmarks/.bench-work-*' -cf - . | tar -C "$1" -xf -
+            """, repositoryRoot, engine])
+        XCTAssertEqual(copy.status, 0, copy.stderr)
+        let app = work.file("MyUploader")
+        try FileManager.default.createDirectory(atPath: app + "/Sources/MyUploader", withIntermediateDirectories: true)
+        try manifest.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
+        try program.write(toFile: app + "/Sources/MyUploader/main.swift", atomically: true, encoding: .utf8)
+
+        let resolve = try runToEnd("/usr/bin/env", ["swift", "package", "--package-path", app, "resolve"])
+        XCTAssertEqual(resolve.status, 0, resolve.stderr)
+        let resolved = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: app + "/Package.resolved"))) as? [String: Any]
+        let pins = Set(((resolved?["pins"] as? [[String: Any]]) ?? []).compactMap { $0["identity"] as? String })
+        XCTAssertEqual(pins, ["swift-crypto", "swift-asn1", "swift-log"], "only what the engine needs")
+
+        let build = try runToEnd("/usr/bin/env", ["swift", "build", "--package-path", app])
+        XCTAssertEqual(build.status, 0, build.stdout.suffix(20).joined(separator: "\n") + build.stderr)
+
+        let server = try ServeProcess(root: work.file("server"))
+        let file = work.file("video.mp4")
+        try makeTestFile(at: file, size: 3 << 20, seed: 9)
+        let run = try runToEnd(app + "/.build/debug/MyUploader", [file, server.url], environment: ["HOME": work.file("home")])
+        XCTAssertEqual(run.status, 0, run.stderr)
+        XCTAssertEqual(run.stdout.dropLast().last, "\(3 << 20)/\(3 << 20)", "progress up to the whole file")
+        let url = try XCTUnwrap(run.stdout.last)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
+    /// The text between `marker` and the next closing fence (with the marker's
+    /// own first line when `keepingMarker`, for a block whose marker is its start).
+    private static func block(after marker: String, in text: String, keepingMarker: Bool = false) throws -> String {
+        let start = try XCTUnwrap(text.range(of: marker), "the guide lost \(marker.prefix(40))")
+        let end = try XCTUnwrap(text.range(of: "\n```\n", range: start.upperBound..<text.endIndex))
+        let from = keepingMarker ? text.index(start.lowerBound, offsetBy: "```swift\n".count) : start.upperBound
+        return String(text[from..<end.lowerBound]) + "\n"
+    }
+}
