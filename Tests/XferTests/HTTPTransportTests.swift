@@ -522,7 +522,11 @@ import XferTestSupport
             try await transport.send(
                 HTTPRequest(method: .put, url: "http://127.0.0.1:\(port)/x", body: RequestBody(large)), counting: counter)
         }
-        #expect(counter.value == 0)
+        await #expect(throws: TransportError.self) {
+            try await transport.send(
+                HTTPRequest(method: .put, url: "http://127.0.0.1:\(port)/x", body: RequestBody(Array("abc".utf8))), counting: counter)
+        }
+        #expect(counter.value == 0, "neither a streamed nor an inline body reached the wire")
         _ = try await transport.send(HTTPRequest(method: .patch, url: server.url("/mirror"), body: RequestBody(large)), counting: counter)
         _ = try await transport.send(HTTPRequest(method: .post, url: server.url("/echo"), body: RequestBody(Array("a=b".utf8))), counting: counter)
         #expect(counter.value == large.count + 3)

@@ -224,6 +224,9 @@ final class CurlEasyHandle {
             return .failure(.network("transfer finished without a context"))
         }
         guard code == CURLE_OK else {
+            var uploaded: curl_off_t = 0
+            _ = xfer_easy_getinfo_off_t(raw, CURLINFO_SIZE_UPLOAD_T, &uploaded)
+            context.noteInlineBodySent(uploaded: Int(uploaded))
             if let failure = context.bodyFailure { return .failure(.localFile(failure)) }
             return .failure(error(for: code, context: context, target: target))
         }

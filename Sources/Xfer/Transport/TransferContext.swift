@@ -83,11 +83,14 @@ final class TransferContext {
         return UnsafeRawBufferPointer(rebasing: buffer[0..<count])
     }
 
-    /// Counts an inline body as sent (curl read it from memory, not through `readBody`).
-    func noteInlineBodySent() {
+    /// Counts an inline body as sent (curl read it from memory, not through
+    /// `readBody`): whole when the transfer succeeded, else the `uploaded`
+    /// bytes curl reports for it (none when it never connected).
+    func noteInlineBodySent(uploaded: Int? = nil) {
         if inlineBody != nil {
-            bodyBytesSent.add(body.count)
-            requestBytesSent?.add(body.count)
+            let count = min(body.count, uploaded ?? body.count)
+            bodyBytesSent.add(count)
+            requestBytesSent?.add(count)
         }
     }
 
