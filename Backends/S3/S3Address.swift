@@ -79,6 +79,17 @@ public struct S3Endpoint: Sendable, Hashable {
         S3Endpoint(base: "https://s3.\(region).amazonaws.com", addressing: .virtual)
     }
 
+    /// Where requests go and the region they are signed for: as given, else
+    /// the configuration's region (else us-east-1) and AWS's endpoint in it.
+    /// The `s3` backend and `S3ObjectRequests` resolve alike, so one set of
+    /// settings names the same store for both.
+    public static func resolved(
+        _ endpoint: S3Endpoint?, region: String?, configuration: AWSConfiguration
+    ) -> (endpoint: S3Endpoint, region: String) {
+        let region = region ?? configuration.region ?? "us-east-1"
+        return (endpoint ?? .aws(region: region), region)
+    }
+
     /// `--endpoint` checked: an http(s) URL with a host and no path.
     public static func parse(_ text: String, addressing: Addressing) throws(BackendError) -> S3Endpoint {
         let normalized = try HTTPTarget.normalized(text)

@@ -158,8 +158,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// Where new jobs send to and the region they sign for: as given, else
     /// the configuration's region (else us-east-1) and AWS's endpoint in it.
     var resolvedEndpoint: (endpoint: S3Endpoint, region: String) {
-        let region = self.region ?? configuration.region ?? "us-east-1"
-        return (endpoint ?? .aws(region: region), region)
+        S3Endpoint.resolved(endpoint, region: region, configuration: configuration)
     }
 
     /// The part size asked for, raised to S3's 5 MiB minimum, and to whole
@@ -190,14 +189,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         if let algorithm = session.partChecksum.algorithmName { request.headers.set("x-amz-checksum-algorithm", algorithm) }
         let operation = "start the multipart upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
-            guard response.status == 200 else { throw session.failure(response, operation) }
-            guard let document = S3XML(response.body), document.root.hasPrefix("InitiateMultipartUpload"),
-                let id = document.fields["UploadId"], !id.isEmpty
-            else {
-                if let error = response.s3Error { throw session.failure(response, operation, error) }
-                throw .transient("\(operation): the answer has no UploadId")
+            do throws(S3Failure) {
+                let id = try S3Answer.uploadID(response, operation: operation)
+                return OpenedFile(handles: [Self.uploadID: id, Self.objectKey: key])
+            } catch {
+                throw session.failure(error)
             }
-            return OpenedFile(handles: [Self.uploadID: id, Self.objectKey: key])
         }
     }
 
@@ -232,14 +229,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let crcHeader = session.partChecksum.crcHeader
         let crc = crcHeader.flatMap { request.headers[$0] }
         return Exchange(request) { response throws(BackendError) in
-            guard response.status == 200 else { throw session.failure(response, operation) }
-            guard let etag = response.headers["ETag"], !etag.isEmpty else {
-                throw .transient("\(operation): the answer has no ETag")
+            do throws(S3Failure) {
+                let etag = try S3Answer.storedETag(response, operation: operation, crcHeader: crcHeader, sentCRC: crc)
+                return .stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
+            } catch {
+                throw session.failure(error)
             }
-            if let crc, let crcHeader, let echoed = response.headers[crcHeader], echoed != crc {
-                throw .transient("\(operation): S3 reports \(crcHeader) \(echoed.prefix(16)), not the \(crc) sent")
-            }
-            return .stored(receipt: S3PartReceipt(etag: etag, crc: crc).stored, fileURL: objectURL)
         }
     }
 
@@ -291,41 +286,31 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     {
         let id = try file.handles.require(Self.uploadID)
         let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
-        var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
-        for (chunk, receipt) in parts.enumerated() {
-            xml += "<Part><PartNumber>\(chunk + 1)</PartNumber><ETag>\(S3XML.escaped(receipt.etag))</ETag>"
-            if let crc = receipt.crc, let element = session.partChecksum.crcElement {
-                xml += "<\(element)>\(S3XML.escaped(crc))</\(element)>"
-            }
-            xml += "</Part>"
-        }
-        xml += "</CompleteMultipartUpload>"
-        var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(Array(xml.utf8)))
+        let element = session.partChecksum.crcElement
+        let body = S3Answer.completionBody(
+            parts.enumerated().map { chunk, receipt in
+                (chunk + 1, receipt.etag, receipt.crc.flatMap { crc in element.map { ($0, crc) } })
+            })
+        var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(body))
         request.headers.set("Content-Type", "application/xml")
         let url = session.s3URL(file)
         return .send(request) { response throws(BackendError) in
-            guard response.status == 200 else {
-                switch response.s3Error?.code {
-                case "InvalidPart":
-                    // S3 lacks a part this job recorded (or holds another one): send them all again.
-                    return .missing(Array(0..<parts.count))
-                case "NoSuchUpload":
-                    // An earlier attempt may have completed it and lost its answer: let
-                    // reconcileFile's HEAD look for the object before anything is sent again.
-                    throw .outOfSync("\(operation): S3 no longer knows the upload; asking whether the object is already whole")
-                default:
-                    throw session.failure(response, operation)
-                }
+            let outcome: S3CompleteOutcome
+            do throws(S3Failure) {
+                outcome = try S3Answer.completion(response, operation: operation)
+            } catch {
+                // S3 lacks a part this job recorded (or holds another one): send them all again.
+                if error.code == "InvalidPart", !error.isErrorInSuccess { return .missing(Array(0..<parts.count)) }
+                throw session.failure(error)
             }
-            // S3 may answer 200 and report an error in the body, even after
-            // sending whitespace for minutes: only this root means done.
-            guard let document = S3XML(response.body) else {
-                throw .transient("\(operation): the answer was cut short")
+            switch outcome {
+            case .completed:
+                return .completed(url: url)
+            case .uploadUnknown:
+                // An earlier attempt may have completed it and lost its answer: let
+                // reconcileFile's HEAD look for the object before anything is sent again.
+                throw .outOfSync("\(operation): S3 no longer knows the upload; asking whether the object is already whole")
             }
-            // AWS names the root ...Result; moto ...Response.
-            if document.root.hasPrefix("CompleteMultipartUpload") { return .completed(url: url) }
-            if let error = response.s3Error { throw session.failure(response, operation, error, okStatus: true) }
-            throw .transient("\(operation): unexpected answer <\(document.root)>")
         }
     }
 
@@ -541,49 +526,50 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
         func sign(_ request: inout HTTPRequest) { signer.sign(&request) }
 
-        func failure(
-            _ response: HTTPResponse, _ operation: String, _ known: (code: String, message: String)? = nil, okStatus: Bool = false
-        ) -> BackendError {
-            S3Backend.failure(
-                response, operation, bucket: location.bucket, endpoint: endpoint, signer: signer, known: known, okStatus: okStatus)
+        func failure(_ response: HTTPResponse, _ operation: String) -> BackendError {
+            S3Backend.failure(response, operation, bucket: location.bucket, endpoint: endpoint, signer: signer)
+        }
+
+        /// A failure the shared reading of an answer (`S3Answer`) classified.
+        func failure(_ failure: S3Failure) -> BackendError {
+            S3Backend.failure(signer.reviewed(failure), bucket: location.bucket, endpoint: endpoint, signer: signer)
         }
     }
 
-    /// The error an unwanted answer means, by S3's error code first.
-    /// `signer`: whose credentials signed the request (named in messages,
-    /// and fetched again when S3 says temporary ones expired).
+    /// The error an unwanted answer means: S3's classification
+    /// (`S3Failure`, shared with `S3ObjectRequests`), reviewed against the
+    /// credentials that signed, then worded for a job: the engine acts on
+    /// `uploadUnknown`, and a user on a message naming the bucket or the
+    /// credentials' source. `signer`: whose credentials signed the request
+    /// (fetched again when S3 says temporary ones expired).
     static func failure(
         _ response: HTTPResponse, _ operation: String, bucket: String, endpoint: S3Endpoint, signer: S3RequestSigner,
         known: (code: String, message: String)? = nil, okStatus: Bool = false
     ) -> BackendError {
+        failure(
+            signer.reviewed(S3Failure(response, operation: operation, known: known, isErrorInSuccess: okStatus)), bucket: bucket,
+            endpoint: endpoint, signer: signer)
+    }
+
+    /// The job's wording of a classified failure (see above).
+    static func failure(_ failure: S3Failure, bucket: String, endpoint: S3Endpoint, signer: S3RequestSigner) -> BackendError {
+        let operation = failure.operation
         let credentials = signer.credentials
-        let source = credentials.source
-        let error = known ?? response.s3Error
-        let detail = error.map { ": \($0.code)" + ($0.message.isEmpty ? "" : " (\($0.message))") } ?? ""
-        let status = okStatus ? "HTTP 200 with an error" : "HTTP \(response.status)"
-        switch error?.code {
+        switch failure.code {
         case "NoSuchUpload":
             return .uploadUnknown("\(operation): S3 no longer knows the upload")
-        case "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest",
-            "XAmzContentSHA256Mismatch", "OperationAborted":
-            return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
-        case "ExpiredToken" where credentials.isRefreshable, "TokenRefreshRequired" where credentials.isRefreshable:
-            // Temporary credentials S3 holds expired (the machine slept, or
-            // its clock is behind): the next attempt waits for new ones.
-            credentials.markExpired(generation: signer.generation)
+        case "ExpiredToken" where failure.isRetryable, "TokenRefreshRequired" where failure.isRetryable:
+            // The next attempt waits for new ones (`S3RequestSigner.reviewed`).
             let failed = credentials.refreshFailure.map { "; the last attempt to fetch new ones failed: \($0)" } ?? ""
-            return .transient("\(operation): S3 says the credentials from \(source) expired; fetching new ones\(failed)")
+            return .transient("\(operation): S3 says the credentials from \(credentials.source) expired; fetching new ones\(failed)")
         case "RequestTimeTooSkewed":
             return .rejected("\(operation): this machine's clock is more than 15 minutes off S3's; set the clock right and resume")
         case "NoSuchBucket":
             return .rejected("\(operation): bucket '\(bucket)' does not exist at \(endpoint.base)")
-        case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
-            return .rejected("\(operation): S3 refused the credentials from \(source)\(detail)")
+        case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired":
+            return .rejected("\(operation): S3 refused the credentials from \(credentials.source)\(failure.detail)")
         default:
-            if okStatus || response.status >= 500 || response.status == 408 || response.status == 429 {
-                return .transient("\(operation): \(status)\(detail)", retryAfter: response.retryAfter)
-            }
-            return .rejected("\(operation): \(status)\(detail)")
+            return failure.backendError
         }
     }
 }

@@ -153,9 +153,11 @@ public struct S3UploadListing: Sendable {
         signer.sign(&request)
         let operation = "abort upload \(uploadID) of \(url(ofKey: key))"
         return Exchange(request) { [self] response throws(BackendError) in
-            if (200..<300).contains(response.status) { return .aborted }
-            if response.s3Error?.code == "NoSuchUpload" { return .alreadyGone }
-            throw failure(response, operation)
+            do throws(S3Failure) {
+                return try S3Answer.abort(response, operation: operation)
+            } catch {
+                throw S3Backend.failure(signer.reviewed(error), bucket: bucket, endpoint: endpoint, signer: signer)
+            }
         }
     }
 

@@ -97,14 +97,3 @@ struct S3XML {
         }
     }
 }
-
-extension HTTPResponse {
-    /// S3's `<Error><Code>…</Code><Message>…</Message></Error>`, as
-    /// "Code: Message". Only these two: S3's errors also echo the string to
-    /// sign and the access key id, which stay out of messages.
-    var s3Error: (code: String, message: String)? {
-        guard let document = S3XML(body), document.root == "Error", let code = document.fields["Code"] else { return nil }
-        let message = (document.fields["Message"] ?? "").split(whereSeparator: \.isNewline).joined(separator: " ")
-        return (code, String(message.prefix(300)))
-    }
-}

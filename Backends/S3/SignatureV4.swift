@@ -158,7 +158,27 @@ struct S3RequestSigner: Sendable {
 
     func sign(_ request: inout HTTPRequest) {
         let hash = signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
-        SignatureV4(credentials: credentials.credentials(), region: region).sign(&request, payloadHash: hash, at: now())
+        sign(&request, payloadHash: hash)
+    }
+
+    /// Signs with `payloadHash` as given: `SignatureV4.unsignedPayload` for a
+    /// body the caller streams itself, which is not in the request to hash.
+    func sign(_ request: inout HTTPRequest, payloadHash: String) {
+        SignatureV4(credentials: credentials.credentials(), region: region).sign(&request, payloadHash: payloadHash, at: now())
+    }
+
+    /// `failure` as it stands with these credentials: S3 saying temporary
+    /// ones expired (the machine slept, or its clock is behind) makes them be
+    /// fetched again, and the request retryable; long-term keys that S3
+    /// calls expired stay a final refusal.
+    func reviewed(_ failure: S3Failure) -> S3Failure {
+        guard failure.code == "ExpiredToken" || failure.code == "TokenRefreshRequired", credentials.isRefreshable else {
+            return failure
+        }
+        credentials.markExpired(generation: generation)
+        var reviewed = failure
+        reviewed.isRetryable = true
+        return reviewed
     }
 }
 

@@ -22,12 +22,18 @@ extension HTTPResponse {
     public var retryAfter: Duration? {
         guard let value = headers["Retry-After"]?.trimmingCharacters(in: .whitespaces) else { return nil }
         if let seconds = Int(value), seconds >= 0 { return .seconds(seconds) }
+        guard let date = Self.httpDate(value) else { return nil }
+        return .seconds(max(0, Int(date.timeIntervalSinceNow.rounded(.up))))
+    }
+
+    /// An HTTP date (RFC 9110's IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`),
+    /// as in `Retry-After` and `Last-Modified`; nil for anything else.
+    public static func httpDate(_ text: String) -> Date? {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
         formatter.timeZone = TimeZone(identifier: "GMT")
         formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        guard let date = formatter.date(from: value) else { return nil }
-        return .seconds(max(0, Int(date.timeIntervalSinceNow.rounded(.up))))
+        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))
     }
 
     /// A short, single-line message from the body: a JSON `error`, `msg` or
