@@ -152,7 +152,8 @@ public enum S3GetOutcome: Sendable, Hashable {
     case notFound
     /// The object is not the version `If-Match` named (HTTP 412).
     case preconditionFailed
-    /// The range starts past the object's end (HTTP 416); the object's size when S3 said.
+    /// The range starts past the object's end (HTTP 416); the object's size
+    /// when the store said (AWS does in `Content-Range`, Ceph 16 does not).
     case rangeNotSatisfiable(objectSize: Int64?)
 }
 

@@ -276,7 +276,9 @@ public struct S3ObjectRequests: Sendable {
     /// `UploadPartCopy`: part `partNumber` is made of bytes the store already
     /// holds — `range` (inclusive offsets; nil for all) of `sourceKey` in
     /// `sourceBucket` (nil: this bucket) — without them passing through the
-    /// caller. With `sourceETag`, only if the source is still that version.
+    /// caller. With `sourceETag`, only if the source is still that version
+    /// (`x-amz-copy-source-if-match`; AWS honours it, Ceph 16's gateway
+    /// ignores it and copies whatever the source holds).
     public func uploadPartCopy(
         key: String, uploadID: String, partNumber: Int, sourceKey: String, sourceBucket: String? = nil,
         range: ClosedRange<Int64>? = nil, sourceETag: S3ETag? = nil
