@@ -2,8 +2,10 @@
 # Both install the system packages they need first (apt-get, as root or via sudo).
 
 SWIFT ?= swift
-# The command and its receiver are a package of their own over the engine's
-# (the root one), so that apps embedding the engine resolve none of theirs.
+# Three packages: the engine (the root one), the receiver (Receiver/, which
+# apps embed in their own servers) and the command (CLI/, over both), so that
+# an app embedding the engine resolves none of what the others need.
+RECEIVER = --package-path Receiver
 CLI = --package-path CLI
 
 .PHONY: all deps python-tools build release man test torture demo bench clean install install-files uninstall
@@ -20,6 +22,7 @@ python-tools: deps
 
 build: deps
 	$(SWIFT) build
+	$(SWIFT) build $(RECEIVER)
 	$(SWIFT) build $(CLI)
 
 release: deps
@@ -62,12 +65,14 @@ uninstall:
 	rm -f "$(BIN_TARGET)/xfer" "$(MAN_TARGET)/xfer.1" "$(MAN_TARGET)"/xfer.*.1 \
 		"$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
 
-# The engine's tests (and the example program the end-to-end tests run), then
-# the command's end-to-end tests. The man page is made from the debug build
-# here, for InstallTests to install.
+# The engine's tests (and the example program the end-to-end tests run), the
+# receiver's route-level tests (no sockets), then the command's end-to-end
+# tests. The man page is made from the debug build here, for InstallTests to install.
 test: python-tools
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+	$(SWIFT) build $(RECEIVER) --build-tests
+	$(SWIFT) test $(RECEIVER) --skip-build
 	$(SWIFT) build $(CLI) --build-tests
 	$(SWIFT) package $(CLI) plugin generate-manual --configuration debug
 	$(SWIFT) test $(CLI) --skip-build
@@ -104,4 +109,4 @@ bench: python-tools
 	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" STORE_BENCH_DIR="$(STORE_BENCH_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 
 clean:
-	rm -rf .build CLI/.build
+	rm -rf .build Receiver/.build CLI/.build

@@ -2,9 +2,10 @@
 import Foundation
 import PackageDescription
 
-// The `xfer` command and `xfer serve`, its receiver, over the engine in the
-// folder above. Kept apart so that an app embedding the engine resolves
-// none of what these need (Hummingbird, SwiftNIO, swift-argument-parser).
+// The `xfer` command, over the engine in the folder above and the receiver
+// (`xfer serve`) in ../Receiver. Kept apart so that an app embedding the
+// engine resolves none of what these need (Hummingbird, SwiftNIO,
+// swift-argument-parser).
 //
 // A path dependency's identity is its folder's name, whatever the clone is
 // called: it is read from here, not written down.
@@ -18,6 +19,7 @@ let package = Package(
     ],
     dependencies: [
         .package(path: ".."),
+        .package(path: "../Receiver"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
@@ -29,18 +31,6 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
-        // The reference receiver behind `xfer serve`.
-        .target(
-            name: "XferReceiver",
-            dependencies: [
-                .product(name: "XferPrimitives", package: engine),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Sources/XferReceiver"
-        ),
-
         .executableTarget(
             name: "XferCLI",
             dependencies: [
@@ -51,7 +41,8 @@ let package = Package(
                 .product(name: "XferS3", package: engine),
                 .product(name: "XferTus", package: engine),
                 .product(name: "XferIETF", package: engine),
-                "XferReceiver",
+                .product(name: "XferReceiver", package: "Receiver"),
+                .product(name: "XferReceiverTesting", package: "Receiver"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -84,7 +75,9 @@ let package = Package(
                 .product(name: "XferS3", package: engine),
                 .product(name: "XferTestSupport", package: engine),
                 .product(name: "CWBackend", package: engine),
-                "XferReceiver", "XferCLI",
+                .product(name: "XferReceiver", package: "Receiver"),
+                .product(name: "XferReceiverTesting", package: "Receiver"),
+                "XferCLI",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

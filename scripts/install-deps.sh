@@ -25,6 +25,8 @@ command -v ceph-mon >/dev/null || need+=(ceph-mon)
 command -v ceph-osd >/dev/null || need+=(ceph-osd)
 command -v radosgw >/dev/null || need+=(radosgw)
 command -v ceph >/dev/null || need+=(ceph-common)
+# A load balancer with no stickiness in front of several receivers over one object store.
+command -v haproxy >/dev/null || need+=(haproxy)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 

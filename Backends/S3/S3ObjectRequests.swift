@@ -120,6 +120,19 @@ public struct S3ObjectRequests: Sendable {
         }
     }
 
+    /// `PutObject` of a body of `length` bytes that the caller sends itself, as `uploadPart`'s:
+    /// signed with `UNSIGNED-PAYLOAD` and the length, so the body can stream from elsewhere (a
+    /// client's request) without being held or hashed first. No condition: the key is the
+    /// caller's alone. Returns the object's ETag.
+    public func putObjectStreamed(key: String, length: Int64, contentType: String = "application/octet-stream") -> S3Operation<S3ETag> {
+        var request = HTTPRequest(method: .put, url: endpoint.url(bucket: bucket, key: key))
+        request.headers.set("Content-Type", contentType)
+        request.headers.set("Content-Length", String(length))
+        return describe("PutObject", key: key, request, checksum: .unsignedPayload) { response, operation throws(S3Failure) in
+            try S3Answer.storedETag(response, operation: operation)
+        }
+    }
+
     /// `GetObject` of the whole object or of `range` (inclusive byte
     /// offsets), only if it is still version `ifMatch` when one is named
     /// (sent quoted, which Ceph's gateway and AWS honour on GET).

@@ -84,6 +84,20 @@ final class S3ObjectRequestsTests: XCTestCase {
         XCTAssertEqual(signature(checked), "4f7b1f7a2c37f168a1d075d71f9c8aad41e7a161cda3f24eef6c4213cb058edf")
     }
 
+    /// A PutObject whose body streams from elsewhere (the receiver's single chunks and staged
+    /// pieces) is signed as UploadPart is: without its body, with its length.
+    func testStreamedPutIsSignedWithoutItsBody() {
+        let request = store.putObjectStreamed(key: "files/u/a b.bin", length: 4096).request
+        XCTAssertEqual(request.method, .put)
+        XCTAssertEqual(request.url, "http://127.0.0.1:7480/bkt/files/u/a%20b.bin")
+        XCTAssertTrue(request.body.isEmpty, "the caller attaches the body")
+        XCTAssertEqual(request.headers["Content-Length"], "4096")
+        XCTAssertEqual(request.headers["x-amz-content-sha256"], "UNSIGNED-PAYLOAD")
+        XCTAssertEqual(signedHeaders(request), ["content-length", "content-type", "host", "x-amz-content-sha256", "x-amz-date"])
+        let etag = try? store.putObjectStreamed(key: "k", length: 1).interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""]))
+        XCTAssertEqual(etag, S3ETag("abc"))
+    }
+
     func testConditionalPutSendsIfMatchUnquotedAndIsSignedAsBotocoreSignsIt() throws {
         let etag = S3ETag("\"9dd4e461268c8034f5c8564e155c67a6\"")
         let request = store.putObject(

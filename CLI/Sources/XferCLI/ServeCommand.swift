@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Xfer
 import XferReceiver
+import XferReceiverTesting
+import XferS3
 
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -12,8 +14,19 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 0
 
-    @Option(help: "Directory for received state and files.")
-    var root: String
+    @Option(help: "Directory for received state and files (with --storage s3://..., unused).")
+    var root: String?
+
+    @Option(help: ArgumentHelp(
+        "Where uploads live: disk (under --root, the default) or s3://BUCKET[/PREFIX], an S3-compatible store any number of receivers may share (with --endpoint, --region, --addressing, --profile as push's).",
+        valueName: "disk|s3://BUCKET[/PREFIX]"))
+    var storage: String?
+
+    @OptionGroup var s3Server: S3ServerArguments
+    @OptionGroup var profile: AWSProfileArgument
+
+    @Option(help: ArgumentHelp("Seconds an append's claim on an upload in an object store holds without renewal (for tests).", visibility: .hidden))
+    var claimLifetime: Double?
 
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
@@ -55,20 +68,47 @@ struct ServeCommand: AsyncParsableCommand {
 
     mutating func run() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
-        var configuration = ReceiverConfiguration(root: root)
+        var configuration = ReceiverConfiguration(root: root ?? "")
+        switch storage {
+        case nil, "disk":
+            guard root != nil else { throw XferError.invalidInput("--root is required (the directory uploads are stored under), unless --storage s3://BUCKET") }
+        case let text? where text.hasPrefix("s3://"):
+            let location: S3Location
+            do {
+                location = try S3Location(parsing: text)
+            } catch {
+                throw XferError.invalidInput("--storage: \(error.description)")
+            }
+            let aws = try profile.configuration()
+            var store = ObjectStoreLocation(
+                bucket: location.bucket, prefix: location.prefix, configuration: aws,
+                endpoint: try s3Server.endpoint(region: s3Server.region ?? aws.region), region: s3Server.region)
+            if let claimLifetime {
+                guard claimLifetime > 0 else { throw XferError.invalidInput("--claim-lifetime must be positive") }
+                store.claimLifetime = .milliseconds(Int(claimLifetime * 1000))
+            }
+            configuration.objectStore = store
+        case let text?:
+            throw XferError.invalidInput("--storage must be disk or s3://BUCKET[/PREFIX], not '\(text.prefix(60))'")
+        }
+        if storage?.hasPrefix("s3://") != true, !s3Server.isEmpty || profile.profile != nil {
+            throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --storage s3://...")
+        }
         configuration.host = host
         configuration.port = port
         guard maxChunkSize.bytes >= 1 else { throw XferError.invalidInput("--max-chunk-size must be at least 1 byte") }
         guard maxUploadSize.bytes >= 0 else { throw XferError.invalidInput("--max-upload-size must not be negative") }
         configuration.maximumChunkSize = maxChunkSize.bytes
         configuration.maximumUploadSize = maxUploadSize.bytes
+        // The test switches, XferReceiverTesting's: never part of a production configuration.
+        var switches = ReceiverTestSwitches()
         if let patchChunkSize {
             guard patchChunkSize.bytes > 0 else { throw XferError.invalidInput("--patch-chunk-size must be positive") }
-            configuration.forcedPatchChunkSize = patchChunkSize.bytes
+            switches.patchChunkSize = patchChunkSize.bytes
         }
-        configuration.holds = holds
-        configuration.stalls = stalls
-        configuration.onHold = { line in
+        switches.holds = holds
+        switches.stalls = stalls
+        switches.onHold = { line in
             Terminal.out(line)
             Terminal.flush()
         }
@@ -76,7 +116,7 @@ struct ServeCommand: AsyncParsableCommand {
             guard let plan = MergeFailurePlan(failMerge) else {
                 throw XferError.invalidInput("--fail-merge expects N or N@INDEX (N >= 1, INDEX >= 0), not '\(failMerge)'")
             }
-            configuration.failMerge = plan
+            switches.failMerge = plan
         }
         if let token = authToken ?? ProcessInfo.processInfo.environment["XFER_AUTH_TOKEN"] {
             guard !token.isEmpty, !token.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value > 0x7E }) else {
@@ -89,13 +129,18 @@ struct ServeCommand: AsyncParsableCommand {
                 throw XferError.invalidInput(
                     "--faults expects KIND=P[,KIND=P...] with KIND one of \(FaultKind.allCases.map(\.rawValue).joined(separator: ", ")) and probabilities adding up to at most 1, not '\(faults)'")
             }
-            configuration.faults = plan
+            switches.faults = plan
         }
         var isDirectory: ObjCBool = false
-        if FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
+        if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
             throw XferError.invalidInput("--root \(root) exists and is not a directory")
         }
-        let receiver = Receiver(configuration: configuration)
+        let receiver: Receiver
+        do {
+            receiver = try Receiver(configuration: configuration, testing: switches)
+        } catch {
+            throw XferError.invalidInput(error.description)
+        }
         do {
             try await receiver.run { url in
                 Terminal.out("listening on \(url)")

@@ -2,7 +2,6 @@ import Foundation
 import XCTest
 import XferTestSupport
 
-@testable import XferReceiver
 
 /// The client against a receiver that misbehaves on purpose (`xfer serve
 /// --faults`, seeded so every run makes the same decisions), and against a
@@ -153,20 +152,6 @@ final class FaultTests: XCTestCase {
             XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file), backend)
             server.stop()
         }
-    }
-
-    /// Runs repeat: the decisions are a function of seed and request number.
-    func testFaultPlanIsDeterministicAndKeepsItsProportions() throws {
-        let spec = "503=0.2,reset=0.1"
-        let plan = try XCTUnwrap(FaultPlan(spec, seed: 7))
-        let decisions = (0..<UInt64(20_000)).map { plan.fault(forRequest: $0) }
-        let again = try XCTUnwrap(FaultPlan(spec, seed: 7))
-        let other = try XCTUnwrap(FaultPlan(spec, seed: 8))
-        XCTAssertEqual(decisions, (0..<UInt64(20_000)).map { again.fault(forRequest: $0) })
-        XCTAssertNotEqual(decisions, (0..<UInt64(20_000)).map { other.fault(forRequest: $0) })
-        XCTAssertEqual(Double(decisions.filter { $0 == .unavailable }.count) / 20_000, 0.2, accuracy: 0.02)
-        XCTAssertEqual(Double(decisions.filter { $0 == .reset }.count) / 20_000, 0.1, accuracy: 0.02)
-        XCTAssertEqual(Double(decisions.filter { $0 == nil }.count) / 20_000, 0.7, accuracy: 0.02)
     }
 
     func testBadTimeoutsAndAuthTokensAreRefused() throws {

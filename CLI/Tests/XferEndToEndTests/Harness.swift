@@ -14,6 +14,14 @@ final class ServeProcess {
             "xfer serve", executable: xferExecutable, arguments: ["serve", "--port", String(port), "--root", root] + extraArguments)
     }
 
+    /// A receiver on other storage than a root directory (`--storage ...` in `storage`).
+    init(storage: [String], port: Int = 0, environment: [String: String]) throws {
+        root = ""
+        (child, url) = try startServer(
+            "xfer serve", executable: xferExecutable, arguments: ["serve", "--port", String(port)] + storage,
+            environment: ProcessInfo.processInfo.environment.merging(environment) { $1 })
+    }
+
     var port: Int { Int(url.split(separator: ":").last ?? "0") ?? 0 }
 
     func stop() {

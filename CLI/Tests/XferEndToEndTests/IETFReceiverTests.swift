@@ -1,9 +1,9 @@
 import Crypto
 import Foundation
 import XCTest
+import XferPrimitives
 import XferTestSupport
 
-@testable import XferReceiver
 
 /// `xfer serve` speaking the IETF resumable uploads draft at `/resumable/`, driven by curl with
 /// requests written from the draft's examples: creation (and its 104), offset retrieval, append,
@@ -74,9 +74,9 @@ final class IETFReceiverTests: XCTestCase {
         let id = try XCTUnwrap(url.split(separator: "/").last)
         let log = try String(contentsOfFile: server.root + "/uploads/\(id).log", encoding: .utf8)
         let completion = try XCTUnwrap(log.split(separator: ";").first { $0.contains("=") }, log)
-        var crc = StreamingDigest(.crc32c)
+        var crc = CRC32C()
         data.withUnsafeBytes { crc.update($0) }
-        XCTAssertEqual(completion.trimmingCharacters(in: .newlines), "=.\(data.count)." + crc.finalize().map { String(format: "%02x", $0) }.joined())
+        XCTAssertEqual(completion.trimmingCharacters(in: .newlines), "=.\(data.count)." + CRC32.hex(crc.value))
         // The client lost the final answer and completes again: the same answer.
         XCTAssertEqual(try append(url, offset: data.count, complete: true, Data()).status, 201)
         XCTAssertEqual(try append(url, offset: data.count, complete: false, Data("x".utf8)).status, 400)

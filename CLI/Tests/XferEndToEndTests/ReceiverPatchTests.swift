@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Testing
 import XferReceiver
+import XferReceiverTesting
 import Xfer
 
 #if canImport(Glibc)
@@ -228,7 +229,9 @@ struct ReceiverPatchTests {
 
     @Test("the server's chunk size wins when forced")
     func forcedChunkSize() async throws {
-        try await withReceiver(configure: { $0.forcedPatchChunkSize = 40 }) { server in
+        var switches = ReceiverTestSwitches()
+        switches.patchChunkSize = 40
+        try await withReceiver(testing: switches) { server in
             let client = PatchTestClient(base: server.baseURL)
             let data = testBytes(100, seed: 6)
             let created = try await client.create(fileName: "d.bin", size: data.count, chunkSize: 1000)
@@ -629,10 +632,12 @@ private struct RunningReceiver: Sendable {
 
     var port: Int { Int(baseURL.split(separator: ":").last!)! }
 
-    static func start(root: String, configure: (inout ReceiverConfiguration) -> Void = { _ in }) async throws -> RunningReceiver {
+    static func start(
+        root: String, configure: (inout ReceiverConfiguration) -> Void = { _ in }, testing switches: ReceiverTestSwitches = .init()
+    ) async throws -> RunningReceiver {
         var configuration = ReceiverConfiguration(root: root)
         configure(&configuration)
-        let receiver = Receiver(configuration: configuration)
+        let receiver = try Receiver(configuration: configuration, testing: switches)
         let (urls, continuation) = AsyncStream.makeStream(of: String.self)
         let task = Task {
             defer { continuation.finish() }
@@ -654,11 +659,12 @@ private struct RunningReceiver: Sendable {
 
 private func withReceiver(
     configure: (inout ReceiverConfiguration) -> Void = { _ in },
+    testing switches: ReceiverTestSwitches = .init(),
     _ body: (RunningReceiver) async throws -> Void
 ) async throws {
     let root = try makeTemporaryRoot()
     defer { try? FileManager.default.removeItem(atPath: root) }
-    let server = try await RunningReceiver.start(root: root, configure: configure)
+    let server = try await RunningReceiver.start(root: root, configure: configure, testing: switches)
     do {
         try await body(server)
     } catch {

@@ -1,10 +1,10 @@
 import Foundation
 import NIOCore
 import XCTest
+import XferPrimitives
 import Xfer
 import XferTestSupport
 
-@testable import XferReceiver
 
 /// `xfer push --backend sequence` end to end: the real binary against a real
 /// `xfer serve`, killed with SIGKILL at the moments the protocol has to get
@@ -390,7 +390,7 @@ final class SequenceReceiverTests: XCTestCase {
 
     private func send(_ sequenceNo: Int, token: String, bytes: [UInt8]? = nil, crc: String? = nil) throws -> Answer {
         let bytes = bytes ?? blockBytes(sequenceNo)
-        return try post(fields(sequenceNo, upToken: token, crc: crc ?? SequenceCRC.hex(Checksums.crc32(bytes))), block: bytes)
+        return try post(fields(sequenceNo, upToken: token, crc: crc ?? CRC32.hex(Checksums.crc32(bytes))), block: bytes)
     }
 
     private func blocksLog(_ token: String) throws -> String {
@@ -459,7 +459,7 @@ final class SequenceReceiverTests: XCTestCase {
 
         let badCRC = try post(fields(2, upToken: token, crc: "ABCDEF01"), block: blockBytes(2))
         XCTAssertEqual(badCRC.code, 400)
-        let otherSize = try post(fields(2, upToken: token, crc: SequenceCRC.hex(Checksums.crc32(blockBytes(2))), blockSize: 5), block: blockBytes(2))
+        let otherSize = try post(fields(2, upToken: token, crc: CRC32.hex(Checksums.crc32(blockBytes(2))), blockSize: 5), block: blockBytes(2))
         XCTAssertEqual(otherSize.code, 400, otherSize.msg)
         let beyond = try send(4, token: token, bytes: [])
         XCTAssertEqual(beyond.code, 400, beyond.msg)
@@ -526,99 +526,5 @@ final class SequenceReceiverTests: XCTestCase {
         let path = work.file("expected-\(UUID().uuidString.prefix(8))")
         _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
         return try sha256sum(path)
-    }
-}
-
-// MARK: - The streaming form reader
-
-/// `StreamingFormReader` (the sequence receiver's body parser) must find every boundary wherever
-/// the network splits the body.
-final class SequenceStreamingFormReaderTests: XCTestCase {
-    private let body = Array(
-        ("preamble\r\n--XyZ\r\nContent-Disposition: form-data; name=\"sequenceNo\"\r\n\r\n7\r\n"
-            + "--XyZ\r\nContent-Disposition: form-data; name=\"block\"; filename=\"a %22b%22.bin\"\r\n"
-            + "Content-Type: application/octet-stream\r\n\r\n").utf8)
-        + Array("\r\n--XyZ".utf8.dropLast()) + [0, 13, 10, 45, 45] + Array("\r\n--XyZ--\r\nepilogue".utf8)
-
-    private struct Pieces: AsyncSequence, Sendable {
-        typealias Element = ByteBuffer
-        let pieces: [[UInt8]]
-
-        struct AsyncIterator: AsyncIteratorProtocol {
-            var remaining: [[UInt8]]
-            mutating func next() async throws -> ByteBuffer? {
-                remaining.isEmpty ? nil : ByteBuffer(bytes: remaining.removeFirst())
-            }
-        }
-
-        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(remaining: pieces) }
-    }
-
-    private func read(_ pieces: [[UInt8]]) async throws -> (FormPart?, String, FormPart?, [UInt8], FormPart?) {
-        let reader = StreamingFormReader(body: Pieces(pieces: pieces), boundary: "XyZ")
-        let first = try await reader.nextPart()
-        let text = try await reader.readText(limit: 16)
-        let second = try await reader.nextPart()
-        var content: [UInt8] = []
-        while let piece = try await reader.nextContent() { content += piece.readableBytesView }
-        let third = try await reader.nextPart()
-        return (first, text, second, content, third)
-    }
-
-    func testEverySplitOfTheBodyReadsTheSame() async throws {
-        let expectedContent = Array("\r\n--XyZ".utf8.dropLast()) + [0, 13, 10, 45, 45]
-        // One split at every position, and the whole body in tiny pieces.
-        let splits = (0...body.count).map { [Array(body[..<$0]), Array(body[$0...])] }
-        let crumbs = [1, 3, 7].map { size in stride(from: 0, to: body.count, by: size).map { Array(body[$0..<min($0 + size, body.count)]) } }
-        for (split, pieces) in (splits + crumbs).enumerated() {
-            do {
-                let (first, text, second, content, third) = try await read(pieces)
-                XCTAssertEqual(first, FormPart(name: "sequenceNo"), "split \(split)")
-                XCTAssertEqual(text, "7")
-                XCTAssertEqual(second, FormPart(name: "block", filename: "a \"b\".bin", contentType: "application/octet-stream"))
-                XCTAssertEqual(content, expectedContent, "split \(split)")
-                XCTAssertNil(third)
-            }
-        }
-    }
-
-    func testLimitsAndTruncationAreReported() async throws {
-        let long = Array("--B\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n\(String(repeating: "x", count: 100))\r\n--B--".utf8)
-        let reader = StreamingFormReader(body: Pieces(pieces: [long]), boundary: "B")
-        _ = try await reader.nextPart()
-        do {
-            _ = try await reader.readText(limit: 10)
-            XCTFail("a long field must be refused")
-        } catch {
-            XCTAssertEqual(error, .tooLarge("a text field is longer than 10 bytes"))
-        }
-
-        let cut = Array("--B\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\nabc".utf8)
-        let truncated = StreamingFormReader(body: Pieces(pieces: [cut]), boundary: "B")
-        _ = try await truncated.nextPart()
-        do {
-            _ = try await truncated.readText(limit: 10)
-            XCTFail("a cut body must be refused")
-        } catch {
-            XCTAssertEqual(error, .malformed("the body ended inside a part"))
-        }
-
-        let headers = Array(("--B\r\nX-Pad: " + String(repeating: "p", count: 9000) + "\r\n\r\n").utf8)
-        let huge = StreamingFormReader(body: Pieces(pieces: [headers]), boundary: "B")
-        do {
-            _ = try await huge.nextPart()
-            XCTFail("oversized headers must be refused")
-        } catch {
-            guard case .tooLarge = error else { return XCTFail("\(error)") }
-        }
-    }
-
-    func testBoundaryComesFromTheContentType() {
-        XCTAssertEqual(StreamingFormReader<Pieces>.boundary(contentType: "multipart/form-data; boundary=xfer-abc"), "xfer-abc")
-        XCTAssertEqual(StreamingFormReader<Pieces>.boundary(contentType: "Multipart/Form-Data; charset=utf-8; Boundary=\"a b\""), "a b")
-        XCTAssertNil(StreamingFormReader<Pieces>.boundary(contentType: "application/x-www-form-urlencoded"))
-        XCTAssertNil(StreamingFormReader<Pieces>.boundary(contentType: "multipart/form-data"))
-        XCTAssertNil(StreamingFormReader<Pieces>.boundary(contentType: "multipart/form-data; boundary=" + String(repeating: "b", count: 71)))
-        XCTAssertNil(StreamingFormReader<Pieces>.boundary(contentType: nil))
     }
 }

@@ -1,0 +1,72 @@
+// swift-tools-version:6.2
+import Foundation
+import PackageDescription
+
+// The receiver behind `xfer serve`, as a package others embed: each
+// protocol's routes (patch, multipart, sequence, tus, ietf, raw PUT and the
+// downloads) mountable in any Hummingbird application, on the storage it is
+// given. The command's package (CLI/) depends on it; so can an app's server.
+//
+// It needs the engine's package (the folder above) for XferPrimitives (hex,
+// CRCs, chunk sets) and, for uploads on an object store, the `s3` backend's
+// S3 requests (XferS3). A path dependency's
+// identity is its folder's name, whatever the clone is called: it is read
+// from here, not written down.
+let engine = URL(fileURLWithPath: Context.packageDirectory).deletingLastPathComponent().lastPathComponent
+
+let package = Package(
+    name: "xfer-receiver",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "XferReceiver", targets: ["XferReceiver"]),
+        // Fault injection, held and stalled requests, failed merges: for tests
+        // of clients against a receiver that misbehaves on purpose. Kept out
+        // of XferReceiver so that a production configuration cannot hold them.
+        .library(name: "XferReceiverTesting", targets: ["XferReceiverTesting"]),
+    ],
+    dependencies: [
+        .package(path: ".."),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // The object storage's requests to the store: bodies stream from a client's request
+        // straight into them.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        .target(
+            name: "XferReceiver",
+            dependencies: [
+                .product(name: "XferPrimitives", package: engine),
+                // The object storage speaks S3 through the `s3` backend's own requests (signing,
+                // credentials, XML, errors): one S3 client, not a second copy.
+                .product(name: "XferS3", package: engine),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/XferReceiver"
+        ),
+        .target(
+            name: "XferReceiverTesting",
+            dependencies: [
+                "XferReceiver",
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            path: "Sources/XferReceiverTesting"
+        ),
+        // Route-level tests: the router driven without sockets
+        // (HummingbirdTesting's `.router`), and the storage's pure parts.
+        .testTarget(
+            name: "XferReceiverTests",
+            dependencies: [
+                "XferReceiver", "XferReceiverTesting",
+                .product(name: "XferPrimitives", package: engine),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            path: "Tests/XferReceiverTests"
+        ),
+    ]
+)

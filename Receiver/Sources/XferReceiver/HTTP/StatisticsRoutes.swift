@@ -1,0 +1,36 @@
+import Hummingbird
+import Synchronization
+
+/// Receiver-wide counters, kept in memory since the receiver started.
+final class ReceiverStatistics: Sendable {
+    /// File bytes read from chunk, fragment and block bodies, partial bodies included: what
+    /// clients really sent, so re-sends after a crash can be measured for every protocol.
+    let payloadBytesReceived = Atomic<Int>(0)
+}
+
+/// `GET /stats`: the counters as JSON (`payloadBytesReceived`, `syncRounds`), for tests, torture
+/// runs and benchmarks.
+struct StatisticsRoutes: ProtocolRoutes {
+    let environment: RouteEnvironment
+
+    init(_ environment: RouteEnvironment) {
+        self.environment = environment
+    }
+
+    private struct Answer: Encodable {
+        var payloadBytesReceived: Int
+        /// Group-commit rounds (`Durability`) run so far: requests made durable per round is how
+        /// well concurrent uploads share their flushes.
+        var syncRounds: Int
+    }
+
+    func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
+        router.get("stats") { _, _ in
+            JSONResponse.make(
+                .ok,
+                Answer(
+                    payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed),
+                    syncRounds: self.store.syncRounds))
+        }
+    }
+}

@@ -1,0 +1,150 @@
+import Foundation
+import Hummingbird
+import Logging
+
+/// The `patch` protocol: create an upload, PATCH raw chunks at agreed offsets, reconcile, complete.
+///
+///     POST   /uploads                      {"fileName","size","chunkSize"} -> 201 {"uploadId","chunkSize"} + Location
+///                                          (fileName: a relative path, `RelativePath`; 400 when unsafe)
+///     PATCH  /uploads/{id}/chunks/{n}      raw bytes, Content-Range, Content-MD5 -> 204
+///     GET    /uploads/{id}                 -> 200 {"uploadId","fileName","size","chunkSize","received"}
+///     POST   /uploads/{id}/complete        -> 200 {"url","sha256"} | 409 {"missing"}
+///     DELETE /uploads/{id}                 -> 204
+///
+/// Refusals are `{"error": ...}` with their status (PatchWire.swift has the wire's shapes).
+struct PatchRoutes: ProtocolRoutes {
+    static let protocolName = "patch"
+    /// Bounds the memory of a received set and the size of a status answer.
+    static let maximumChunkCount = 1 << 24
+
+    let environment: RouteEnvironment
+
+    init(_ environment: RouteEnvironment) {
+        self.environment = environment
+    }
+
+    func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
+        let routes = router.group().add(middleware: RefusalMiddleware(form: .error, logger: logger))
+        routes.post("uploads") { request, _ in try await self.create(request) }
+        routes.patch("uploads/:id/chunks/:chunk") { request, context in
+            try await self.writeChunk(request, id: context.parameters.get("id"), chunk: context.parameters.get("chunk"))
+        }
+        routes.get("uploads/:id") { _, context in try await self.status(id: context.parameters.get("id")) }
+        routes.post("uploads/:id/complete") { request, context in try await self.complete(request, id: context.parameters.get("id")) }
+        routes.delete("uploads/:id") { _, context in try await self.delete(id: context.parameters.get("id")) }
+    }
+
+    private func create(_ request: Request) async throws -> Response {
+        let create = try await PatchCreateRequest.read(request)
+        let path = try RelativePath.parse(create.fileName, field: "fileName") { .error(.badRequest, $0) }
+        guard create.size >= 0 else { throw Refusal.error(.badRequest, "size must be >= 0") }
+        guard create.size <= configuration.maximumUploadSize else {
+            throw Refusal.error(.contentTooLarge, "size \(create.size) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
+        }
+        guard create.chunkSize >= 1, create.chunkSize <= configuration.maximumChunkSize else {
+            throw Refusal.error(.badRequest, "chunkSize must be between 1 and \(configuration.maximumChunkSize)")
+        }
+        // The storage's floor where the file has more than one chunk (an object store's part minimum).
+        let chunkSize = max(1, testHooks.patchChunkSize ?? max(create.chunkSize, min(store.preferredMinimumChunkSize, create.size)))
+        let chunkCount = create.size == 0 ? 0 : (create.size - 1) / chunkSize + 1
+        guard chunkCount <= Self.maximumChunkCount else {
+            throw Refusal.error(.badRequest, "more than \(Self.maximumChunkCount) chunks: use a larger chunkSize")
+        }
+
+        let upload = try await store.create(NewUpload(protocolName: Self.protocolName, path: path, size: create.size, chunkSize: chunkSize))
+        let id = upload.meta.uploadId
+        return PatchAnswer.created(uploadId: id, chunkSize: chunkSize, location: baseURL.resolve(for: request) + "/uploads/" + id)
+    }
+
+    private func writeChunk(_ request: Request, id: String?, chunk chunkText: String?) async throws -> Response {
+        let upload = try await patchUpload(id)
+        let meta = upload.meta
+        guard let chunk = chunkText.flatMap({ Int($0) }), chunk >= 1, chunk <= meta.chunkCount else {
+            throw Refusal.error(.badRequest, "chunk number must be between 1 and \(meta.chunkCount)")
+        }
+        let range = meta.byteRange(ofChunk: chunk)
+        let expected = ContentRange(first: range.lowerBound, last: range.upperBound - 1, total: meta.size)
+        guard let header = request.headers[.contentRange], let contentRange = ContentRange(header: header) else {
+            throw Refusal.error(.badRequest, "Content-Range must be \"bytes \(expected.first)-\(expected.last)/\(expected.total)\"")
+        }
+        guard contentRange == expected else {
+            throw Refusal.error(.badRequest, "Content-Range of chunk \(chunk) must be \"bytes \(expected.first)-\(expected.last)/\(expected.total)\"")
+        }
+        // A digest is optional so a plain curl can drive the protocol; when present it is enforced:
+        // Content-Digest (negotiated by the create answer's Want-Content-Digest) or Content-MD5.
+        var check: BodyWriter.Check?
+        if let header = request.headers[.contentDigest] {
+            check = try ContentDigest.check(header)
+        }
+        if check == nil, let header = request.headers[.contentMD5] {
+            guard let digest = decodeContentMD5(header) else {
+                throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
+            }
+            check = BodyWriter.Check(algorithm: .md5, expected: digest)
+        }
+        // Refusing on the declared length avoids touching the chunk's bytes at all.
+        if let declared = request.headers[.contentLength] {
+            guard let length = Int(declared) else { throw Refusal.error(.badRequest, "Content-Length is not a number") }
+            if length > range.count {
+                throw Refusal.error(.contentTooLarge, "chunk \(chunk) has \(range.count) bytes, the body declares \(length)")
+            }
+            if length < range.count {
+                throw Refusal.error(.badRequest, "chunk \(chunk) has \(range.count) bytes, the body declares \(length)")
+            }
+        }
+
+        do {
+            try await upload.writeChunk(chunk, body: request.body, check: check)
+        } catch let failure as BodyWriter.Failure {
+            throw Refusal.patchChunk(failure)
+        } catch UploadError.deleted {
+            throw Refusal.unknownUpload
+        } catch UploadError.completed {
+            throw Refusal.error(.conflict, UploadError.completed.description)
+        }
+        return Response(status: .noContent)
+    }
+
+    private func status(id: String?) async throws -> Response {
+        let upload = try await patchUpload(id)
+        guard let received = try? await upload.receivedChunks() else { throw Refusal.unknownUpload }
+        let meta = upload.meta
+        return JSONResponse.make(
+            .ok,
+            PatchAnswer.Status(
+                uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: [],
+                bytesReceived: upload.bytesReceivedSoFar),
+            filling: "received", with: received)
+    }
+
+    private func complete(_ request: Request, id: String?) async throws -> Response {
+        let upload = try await patchUpload(id)
+        let outcome: CompletionOutcome
+        do {
+            outcome = try await upload.complete()
+        } catch UploadError.deleted {
+            throw Refusal.unknownUpload
+        }
+        switch outcome {
+        case .completed(let record):
+            return PatchAnswer.completed(
+                sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
+        case .missing(let missing):
+            return JSONResponse.make(.conflict, PatchAnswer.Missing(missing: missing))
+        }
+    }
+
+    private func delete(id: String?) async throws -> Response {
+        let upload = try await patchUpload(id)
+        guard try await store.delete(id: upload.meta.uploadId) else { throw Refusal.unknownUpload }
+        return Response(status: .noContent)
+    }
+
+    /// Uploads created by another protocol are unknown here: their chunk rules may differ.
+    private func patchUpload(_ id: String?) async throws -> any ChunkedUpload {
+        guard let id, let upload = try await store.upload(id: id), upload.meta.protocolName == Self.protocolName else {
+            throw Refusal.unknownUpload
+        }
+        return upload
+    }
+}

@@ -1,0 +1,267 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOPosix
+import ServiceLifecycle
+import XferS3
+import UnixSignals
+
+/// What a receiver is told in production: where it listens, where it stores, what it accepts,
+/// who may send. (What tests alone need, injected faults and withheld answers, is
+/// XferReceiverTesting's, not this.)
+public struct ReceiverConfiguration: Sendable {
+    /// Loopback unless told otherwise: without `authToken` anyone who can connect may upload.
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port; the chosen one is reported through `onListening`.
+    public var port: Int = 0
+    /// Directory holding all receiver state and files; created if missing.
+    public var root: String
+    /// Larger chunks are refused at creation (400) and larger chunk bodies at upload (413). Bounds
+    /// every request body that carries file bytes.
+    public var maximumChunkSize: Int = 256 << 20
+    /// Larger files are refused when their upload is created (patch 413, multipart 413 on the first
+    /// fragment, sequence at the open), before any byte of them is stored.
+    public var maximumUploadSize: Int = 1 << 40
+    /// Warnings only by default: request headers and bodies carry tokens and are never logged at any level.
+    public var logLevel: Logger.Level = .warning
+    /// How long SIGINT/SIGTERM waits for requests in flight before cutting them off.
+    public var shutdownGracePeriod: Duration = .seconds(10)
+    /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
+    public var authToken: String? = nil
+    /// When set, uploads live in this object store instead of under `root` (which is then unused):
+    /// any number of receivers may share it, behind any load balancer.
+    public var objectStore: ObjectStoreLocation? = nil
+
+    public init(root: String) {
+        self.root = root
+    }
+}
+
+/// An S3-compatible store holding a receiver's uploads: `s3://BUCKET/PREFIX` and how to reach it,
+/// with the credentials the `s3` backend would use.
+public struct ObjectStoreLocation: Sendable {
+    public var bucket: String
+    /// Every key the receiver writes starts with it (and a "/"); empty for the bucket's root.
+    public var prefix: String
+    public var configuration: AWSConfiguration
+    /// Nil for AWS in the region.
+    public var endpoint: S3Endpoint?
+    public var region: String?
+    /// How long an append's claim on an upload holds without renewal: how long an upload whose
+    /// receiver died mid-append waits before another may take it over.
+    public var claimLifetime: Duration = .seconds(30)
+
+    public init(bucket: String, prefix: String, configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil) {
+        self.bucket = bucket
+        self.prefix = prefix
+        self.configuration = configuration
+        self.endpoint = endpoint
+        self.region = region
+    }
+}
+
+/// What a test build of the receiver may add (XferReceiverTesting sets these; nothing else should):
+/// middleware in front of every route (faults, held and stalled requests), the chunk size `patch`
+/// answers, and merges of `multipart` that fail on purpose.
+@_spi(Testing) public struct ReceiverTestHooks: Sendable {
+    /// Outermost first, after the protocols' own and the authentication.
+    public var middleware: [any MiddlewareProtocol<Request, Response, ReceiverContext>] = []
+    /// When set, `POST /uploads` answers this chunk size instead of the client's (lets tests
+    /// exercise "the server picks the chunk size").
+    public var patchChunkSize: Int? = nil
+    /// Asked before a complete multipart file (its upload id, its index in its source) is merged:
+    /// true fails the merge and discards the file's fragments, as a real failed merge leaves them.
+    public var failsMerge: (@Sendable (_ uploadID: String, _ fileIndex: Int) async -> Bool)? = nil
+
+    public init() {}
+}
+
+/// Every protocol's routes over one storage, for mounting in a Hummingbird application: the
+/// application's own middleware (its authentication, say) wraps them as it wraps its other routes.
+///
+///     let receiver = try await ReceiverRoutes.open(ReceiverConfiguration(root: "/srv/uploads"), logger: logger)
+///     let uploads = router.group().add(middleware: MyAuthMiddleware())
+///     receiver.register([.tus, .ietf], on: uploads)
+///
+/// Paths are the protocols' own (`/files/`, `/resumable/`, ...), as Docs/protocols.md lists them.
+/// `authToken` is not checked here: mounted routes are behind the application's middleware.
+public struct ReceiverRoutes: Sendable {
+    let environment: RouteEnvironment
+
+    /// Opens (or creates) the storage under `configuration.root`, recovering what a crash left.
+    /// `threadPool` runs the blocking file work (writes, syncs, reads of downloads); it must be
+    /// running for as long as the routes serve.
+    public static func open(
+        _ configuration: ReceiverConfiguration, threadPool: NIOThreadPool = .singleton, logger: Logger
+    ) async throws -> ReceiverRoutes {
+        try await open(configuration, testHooks: ReceiverTestHooks(), threadPool: threadPool, logger: logger)
+    }
+
+    @_spi(Testing) public static func open(
+        _ configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, threadPool: NIOThreadPool, logger: Logger
+    ) async throws -> ReceiverRoutes {
+        let store: any UploadStorage
+        if let location = configuration.objectStore {
+            let requests = S3ObjectRequests(
+                bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
+            store = ObjectStorage(
+                client: ObjectStoreClient(requests: requests, logger: logger), prefix: location.prefix, claimLifetime: location.claimLifetime,
+                logger: logger)
+        } else {
+            store = try await DiskStorage.open(root: configuration.root, threadPool: threadPool, logger: logger)
+        }
+        return ReceiverRoutes(
+            environment: RouteEnvironment(
+                store: store, baseURL: BaseURL(configuredHost: configuration.host),
+                configuration: configuration, testHooks: testHooks, logger: logger))
+    }
+
+    /// Registers the routes of `protocols` on `router` (a router or a group of one). The
+    /// protocols' own middleware (tus's `Tus-Resumable`, the IETF draft's version echo) comes
+    /// with them.
+    public func register<Context: ReceiverRequestContext>(
+        _ protocols: Set<UploadProtocol> = Set(UploadProtocol.allCases), on router: some RouterMethods<Context>
+    ) {
+        let group = router.group()
+        if protocols.contains(.tus) { group.add(middleware: TusProtocolMiddleware()) }
+        if protocols.contains(.ietf) { group.add(middleware: IETFVersionMiddleware()) }
+        registerRoutes(protocols, on: group)
+    }
+
+    /// The routes alone: `Receiver` puts the protocols' middleware outermost on its whole router
+    /// instead, so that its own refusals (a 401, a 404 for no route) carry their headers too.
+    func registerRoutes<Context: ReceiverRequestContext>(_ protocols: Set<UploadProtocol>, on router: some RouterMethods<Context>) {
+        // In the list's order, so that the registration (and so the routing) never depends on a set's.
+        for kind in UploadProtocol.allCases where protocols.contains(kind) {
+            kind.routes.init(environment)?.register(on: router)
+        }
+    }
+}
+
+/// The reference receiver behind `xfer serve`: every protocol's routes on disk storage, served
+/// by a Hummingbird application of its own.
+public struct Receiver: Sendable {
+    public let configuration: ReceiverConfiguration
+    let testHooks: ReceiverTestHooks
+
+    public init(configuration: ReceiverConfiguration) {
+        self.configuration = configuration
+        self.testHooks = ReceiverTestHooks()
+    }
+
+    @_spi(Testing) public init(configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks) {
+        self.configuration = configuration
+        self.testHooks = testHooks
+    }
+
+    /// Runs until the task is cancelled or the process receives SIGINT/SIGTERM (graceful shutdown),
+    /// then returns normally. Throws if the root can't be prepared or the address can't be bound.
+    ///
+    /// Calls `onListening` exactly once with the base URL, e.g. "http://127.0.0.1:43817", once the
+    /// socket is bound and accepting.
+    public func run(onListening: @escaping @Sendable (String) -> Void) async throws {
+        var base = Logger(label: "xfer.receiver")
+        base.logLevel = configuration.logLevel
+        // Hummingbird gives every request a logger with its own metadata (a request id); the
+        // default handler formats all metadata each time it is set, for logs that are never
+        // written at this level. This one keeps metadata as given until something is logged.
+        let logger = Logger(label: "xfer.receiver") { _ in DeferredMetadataLogHandler(base: base.handler) }
+
+        // fsyncs wait on the disk, not the CPU, so a few more threads than cores keeps concurrent
+        // chunks from queueing behind each other's syncs.
+        let threadPool = NIOThreadPool(numberOfThreads: max(4, System.coreCount))
+        threadPool.start()
+        do {
+            try await serve(threadPool: threadPool, logger: logger, onListening: onListening)
+        } catch {
+            try? await threadPool.shutdownGracefully()
+            throw error
+        }
+        try await threadPool.shutdownGracefully()
+    }
+
+    private func serve(threadPool: NIOThreadPool, logger: Logger, onListening: @escaping @Sendable (String) -> Void) async throws {
+        let routes = try await ReceiverRoutes.open(configuration, testHooks: testHooks, threadPool: threadPool, logger: logger)
+        let router = Router(context: ReceiverContext.self)
+        // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
+        // the first added outermost. tus's goes first so that every answer under /files, refusals
+        // of the others included, carries Tus-Resumable.
+        router.add(middleware: TusProtocolMiddleware())
+        router.add(middleware: IETFVersionMiddleware())
+        router.add(middleware: JSONNotFoundMiddleware())
+        if let token = configuration.authToken {
+            router.add(middleware: AuthMiddleware(
+                token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential,
+                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) }))
+        }
+        for middleware in testHooks.middleware {
+            router.add(middleware: middleware)
+        }
+        routes.registerRoutes(Set(UploadProtocol.allCases), on: router)
+
+        let baseURL = routes.environment.baseURL
+        let app = Application(
+            router: router,
+            server: .eventLoopBoundHTTP1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+            onServerRunning: { channel in
+                onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))
+            },
+            logger: logger
+        )
+
+        var groupConfiguration = ServiceGroupConfiguration(
+            services: [app],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger
+        )
+        groupConfiguration.maximumGracefulShutdownDuration = configuration.shutdownGracePeriod
+        let group = ServiceGroup(configuration: groupConfiguration)
+        // Cancelling the caller's task is the in-process way to stop. Cancelling the group directly
+        // would make Hummingbird cut connections mid-response and log errors, so the group runs in
+        // its own task and cancellation asks it for the same graceful shutdown a signal would.
+        let running = Task { try await group.run() }
+        try await withTaskCancellationHandler {
+            try await running.value
+        } onCancel: {
+            Task { await group.triggerGracefulShutdown() }
+        }
+    }
+}
+
+extension Receiver {
+    /// What went wrong in `run`, in a user's words: NIO's and Foundation's
+    /// errors name the syscall and repeat errno, where a user needs the reason.
+    public static func reason(for error: any Error) -> String {
+        if let error = error as? NIOCore.IOError { return String(cString: strerror(error.errnoCode)).lowercased() }
+        if let error = error as? CocoaError, let underlying = error.underlying as? POSIXError {
+            return String(cString: strerror(underlying.code.rawValue)).lowercased()
+        }
+        return String(describing: error)
+    }
+}
+
+/// A log handler that stores metadata and hands it to `base` only with a message that is logged.
+struct DeferredMetadataLogHandler: LogHandler {
+    var base: any LogHandler
+    var metadata: Logger.Metadata = [:]
+
+    var logLevel: Logger.Level {
+        get { base.logLevel }
+        set { base.logLevel = newValue }
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        var merged = metadata
+        if let given = event.metadata { merged.merge(given) { $1 } }
+        event.metadata = merged
+        base.log(event: event)
+    }
+}

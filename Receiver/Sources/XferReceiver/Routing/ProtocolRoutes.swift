@@ -1,0 +1,73 @@
+import Hummingbird
+import Logging
+import NIOCore
+
+/// What every protocol's routes are built from, once per receiver: one storage, one set of limits,
+/// one way to make the URLs handed out, one log. A protocol's routes hold this and what is theirs
+/// alone (tus's and ietf's offset uploads, sequence's tokens, multipart's sources), nothing twice.
+struct RouteEnvironment: Sendable {
+    let store: any UploadStorage
+    let baseURL: BaseURL
+    let configuration: ReceiverConfiguration
+    let testHooks: ReceiverTestHooks
+    let logger: Logger
+}
+
+/// One protocol's routes: built from the receiver's environment, registered on any router (the
+/// receiver's own, or a group of someone else's application).
+protocol ProtocolRoutes: Sendable {
+    var environment: RouteEnvironment { get }
+    /// Nil when the environment's storage lacks a capability the protocol needs (resolved here, once).
+    init?(_ environment: RouteEnvironment)
+    func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>)
+}
+
+extension ProtocolRoutes {
+    var store: any UploadStorage { environment.store }
+    var baseURL: BaseURL { environment.baseURL }
+    var configuration: ReceiverConfiguration { environment.configuration }
+    var testHooks: ReceiverTestHooks { environment.testHooks }
+    var logger: Logger { environment.logger }
+}
+
+/// The wire protocols a receiver speaks, each a set of routes (Docs/protocols.md tells each
+/// one's story). The one list of them: the receiver registers what is here, and a new protocol
+/// is a case and its routes' type.
+public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
+    /// `POST /uploads`, `PATCH /uploads/{id}/chunks/{n}`, `GET`, `POST …/complete`, `DELETE`.
+    case patch
+    /// `POST /fileSection/preLoad.do`, `upload.do`, `isFinish.do`, `delete.do`.
+    case multipart
+    /// `POST /init`, `/block`, `/finish` (multipart forms with a token of their own).
+    case sequence
+    /// tus 1.0.0 under `/files/`: creation, creation-with-upload, checksum, termination, concatenation.
+    case tus
+    /// The IETF resumable uploads draft under `/resumable/` (interop versions 6 and 8).
+    case ietf
+    /// `PUT /raw/{name}`: one request per file, for baselines and simple scripts.
+    case raw
+    /// `GET /downloads/{id}/{path}` (with ranges): every protocol's completed files.
+    case downloads
+    /// `GET /stats`: bytes received, for measuring what clients send again.
+    case statistics
+
+    var routes: any ProtocolRoutes.Type {
+        switch self {
+        case .patch: PatchRoutes.self
+        case .multipart: MultipartRoutes.self
+        case .sequence: SequenceRoutes.self
+        case .tus: TusRoutes.self
+        case .ietf: IETFRoutes.self
+        case .raw: RawRoutes.self
+        case .downloads: DownloadRoutes.self
+        case .statistics: StatisticsRoutes.self
+        }
+    }
+}
+
+/// A request context the receiver's routes can run in: Hummingbird's, plus the request's channel
+/// (the IETF draft's creation writes an informational `104` on it before its final answer, which a
+/// route can only do there). An application mounting the routes gives its own context this.
+public protocol ReceiverRequestContext: RequestContext {
+    var channel: any Channel { get }
+}

@@ -1,0 +1,296 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import XferPrimitives
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Uploads whose progress is one offset: tus's and the IETF resumable uploads'. What such a
+/// protocol keeps per upload beyond the shared `Upload` (whose `meta.json` holds the protocol's
+/// name, the file name, `size` = the upload's length and a single chunk standing for the whole
+/// file; whose `data` file receives the bytes at their offsets; and whose completion publishes
+/// the file once the offset reaches the length):
+///
+///     root/uploads/<id>/<protocol>.json  what the client declared at creation (tus: metadata
+///                                        and concatenation role), written before the upload's
+///                                        URL is handed out
+///     root/uploads/<id>/offset.log       the acknowledged offset, one record per advance (DurableLog):
+///                                        `OFFSET~CRC32C`, the CRC-32C of the bytes below it
+///                                        computed as they were written (plain `OFFSET` when it
+///                                        is not known: after a concatenation)
+///
+/// `offset.log` is the protocol's truth: an offset counts once its record is synced, and that
+/// happens only after the bytes below it were fdatasync'd. Bytes past the recorded offset (a
+/// body refused by its checksum, or a crash before the record) are never served nor counted;
+/// the next PATCH simply writes over them.
+/// One offset upload: the shared `Upload` plus its offset.
+///
+/// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
+/// recording the new offset must not interleave with another PATCH of the same upload. A
+/// second PATCH waits for the first to end, then usually gets 409 (the offset moved).
+actor DiskOffsetUpload: OffsetUpload, TakesTurns {
+    nonisolated let upload: DiskUpload
+    nonisolated let info: OffsetUploadInfo
+    private let log: DurableLog
+    private let io: BlockingIO
+    private let durability: Durability
+    private let statistics: ReceiverStatistics
+    private let fileIO: FileIO
+    private var offset: Int
+    /// The CRC-32C of the bytes below `offset`, kept as they are written, so that completion
+    /// need not read the file back to hash it (a second pass over the whole file before the last
+    /// answer); nil when unknown.
+    private var crc: UInt32?
+    private var terminated = false
+    var turns = KeyedTurns<WholeUpload>()
+
+    init(
+        upload: DiskUpload, info: OffsetUploadInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
+        fileIO: FileIO, offset: Int, crc: UInt32?
+    ) {
+        self.fileIO = fileIO
+        self.upload = upload
+        self.info = info
+        self.log = log
+        self.io = io
+        self.durability = durability
+        self.statistics = statistics
+        self.offset = offset
+        self.crc = crc
+    }
+
+    nonisolated var id: String { upload.meta.uploadId }
+    /// Upload-Length.
+    nonisolated var length: Int { upload.meta.size }
+
+    /// The CRC-32C of the bytes below the offset, when known.
+    var currentCRC: UInt32? { crc }
+
+    /// The acknowledged offset; nil once the upload is terminated.
+    var currentOffset: Int? { terminated ? nil : offset }
+
+    /// Called by a DELETE before the files go: writes in flight then fail instead of recording.
+    func markTerminated() { terminated = true }
+
+    // MARK: Writing
+
+    /// Streams `body` into the data file from `start` (the current offset, checked by the caller
+    /// inside `exclusively`), makes it durable and records the new offset.
+    ///
+    /// At most `limit` bytes are taken (the caller passes what is left of the upload, bounded by
+    /// `--max-chunk-size`); a longer body is refused whole. A body with a `check` (tus's
+    /// `Upload-Checksum`, a `Content-Digest`) counts whole or not at all; one without keeps what arrived of it when cut.
+    nonisolated func write<Body: AsyncSequence>(
+        _ body: Body, at start: Int, limit: Int, declaredLength: Int?, check: BodyWriter.Check?
+    ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
+        let room = min(limit, length - start)
+        let writer = BodyWriter(
+            limit: room, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .round(durability),
+            counted: { count in
+                self.upload.bytesReceived.add(count, ordering: .relaxed)
+                self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+            })
+        let written: BodyWriter.Written
+        do {
+            written = try await writer.write(body, to: .path(upload.layout.data), at: start)
+        } catch let failure as BodyWriter.Failure {
+            switch failure {
+            case .tooLarge(let limit): return .failed(.tooLarge(limit: limit))
+            case .digestMismatch: return .failed(.checksumMismatch)
+            // Only a checked body is refused when cut: its checksum cannot be verified.
+            case .interrupted: return .failed(.interrupted(offset: start))
+            // Not asked for: a body of an offset upload has no fixed length.
+            case .tooShort: preconditionFailure("a body of an offset upload has no length to fall short of")
+            }
+        }
+        let reached = start + written.count
+        let part = written.digest.map(StreamingDigest.crc32(bytes:))
+        try await record(reached, extending: part)
+        return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
+    }
+
+    /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded
+    /// buffers; durable and recorded before it returns. `crc`: the partials' CRC-32Cs combined,
+    /// when every one is known.
+    func concatenate(_ partials: [any OffsetUpload], crc: UInt32?) async throws {
+        let sources = try partials.map { partial in
+            guard let partial = partial as? DiskOffsetUpload else { throw UploadError.corrupt("a partial upload of another storage") }
+            return partial.finishedFile
+        }
+        let destination = upload.layout.data
+        let total = length
+        try await io.run {
+            let output = try POSIXFile.open(destination, O_WRONLY)
+            defer { output.close() }
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var at = 0
+            for source in sources {
+                let input = try POSIXFile.open(source, O_RDONLY)
+                defer { input.close() }
+                var from = 0
+                while true {
+                    let n = try buffer.withUnsafeMutableBytes { try input.preadFully(into: $0, at: from) }
+                    if n == 0 { break }
+                    guard n <= total - at else { throw UploadError.corrupt("partial uploads hold more than \(total) bytes") }
+                    try buffer.withUnsafeBytes { try output.pwriteAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: at) }
+                    from += n
+                    at += n
+                }
+            }
+            guard at == total else { throw UploadError.corrupt("partial uploads hold \(at) bytes, expected \(total)") }
+        }
+        try await durability.sync()
+        try await record(total, crc: crc)
+    }
+
+    /// Records `newOffset` durably; the bytes below it are already synced.
+    /// `part`: the CRC-32C of the bytes from the current offset to `newOffset` (nil: unknown, and
+    /// so is the upload's from now on).
+    private func record(_ newOffset: Int, extending part: UInt32?) async throws {
+        let newCRC = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(newOffset - offset)) } }
+        try await record(newOffset, crc: newCRC)
+    }
+
+    /// `newCRC`: the CRC-32C of the bytes below `newOffset` (nil: unknown from now on).
+    private func record(_ newOffset: Int, crc newCRC: UInt32?) async throws {
+        guard !terminated else { throw UploadError.deleted }
+        precondition(newOffset >= offset && newOffset <= length, "offsets only move forward, within the upload")
+        guard newOffset > offset else { return }
+        try await log.append(String(newOffset) + (newCRC.map { "~" + CRC32.hex($0) } ?? ""))
+        offset = newOffset
+        crc = newCRC
+    }
+
+    /// Publishes the file (as every protocol's completed files are) once the offset has reached
+    /// the length. Idempotent: also finishes what a restart cut short.
+    ///
+    /// Partial uploads are left as they are (the spec has servers not process them until they are
+    /// concatenated): their data stays in place, where concatenation and GET read it. That spares
+    /// each chunk of a parallel upload a hash and a publication's syncs.
+    func finish() async throws {
+        guard !terminated else { throw UploadError.deleted }
+        guard offset == length else { throw UploadError.corrupt("finish called at offset \(offset) of \(length)") }
+        guard info.role != .partial else { return }
+        _ = try await upload.completeWritten(crc32c: crc)
+    }
+
+    nonisolated var path: RelativePath { upload.layout.path }
+
+    func finishedBody(context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.loadFile(path: finishedFile, context: context, chunkLength: DiskStorage.readChunkLength)
+    }
+
+    /// Where a finished upload's bytes are read from (call `finish` first).
+    nonisolated var finishedFile: String {
+        info.role == .partial ? upload.layout.data : upload.layout.downloadFile
+    }
+}
+
+/// One protocol's offset uploads in a store, by id. Built on `UploadStore`, so their files are
+/// published (and also served at `/downloads/`), deleted and recovered like every other
+/// protocol's.
+actor DiskOffsetUploads: OffsetUploadStore {
+    /// "tus" or "ietf": stored in each upload's meta.json, and names its info file.
+    let protocolName: String
+
+    private let store: DiskUploads
+    private let logger: Logger
+    private let uploads = KeyedLoads<String, DiskOffsetUpload>()
+
+    private let fileIO: FileIO
+
+    init(store: DiskUploads, protocolName: String, fileIO: FileIO, logger: Logger) {
+        self.fileIO = fileIO
+        self.store = store
+        self.protocolName = protocolName
+        self.logger = logger
+    }
+
+    /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
+    func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload {
+        // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
+        // bytes would not do.
+        let encoded = try JSONEncoder().encode(info)
+        // The info file joins the upload's own creation round. offset.log is made by its first record.
+        let upload = try await store.create(protocolName: protocolName, path: path, size: length, chunkSize: max(1, length)) {
+            [protocolName] layout in
+            try FileSystemOps.writeNew(Array(encoded), to: OffsetUploadFiles(layout, protocolName: protocolName).info)
+        }
+        let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
+        let tusUpload = DiskOffsetUpload(
+            upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: 0, crc: 0)
+        uploads.insert(tusUpload, for: upload.meta.uploadId)
+        return tusUpload
+    }
+
+    /// Nil for ids that are malformed, unknown, terminated or of another protocol.
+    func upload(id: String) async throws -> (any OffsetUpload)? {
+        try await diskUpload(id: id)
+    }
+
+    private func diskUpload(id: String) async throws -> DiskOffsetUpload? {
+        guard UploadID.isValid(id) else { return nil }
+        return try await uploads.value(for: id) { [store, protocolName, fileIO, logger] in
+            try await Self.read(id: id, protocolName: protocolName, store: store, fileIO: fileIO, logger: logger)
+        }
+    }
+
+    /// Termination: false when the upload is unknown or already gone.
+    func delete(id: String) async throws -> Bool {
+        guard let upload = try await diskUpload(id: id), await upload.currentOffset != nil else { return false }
+        await upload.markTerminated()
+        let deleted = try await store.delete(id: id)
+        uploads.remove(id)
+        return deleted
+    }
+
+    private static func read(
+        id: String, protocolName: String, store: DiskUploads, fileIO: FileIO, logger: Logger
+    ) async throws -> DiskOffsetUpload? {
+        guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
+        let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
+        let size = upload.meta.size
+        let loaded: (OffsetUploadInfo, Int, UInt32?)? = try await store.io.run {
+            // A creation that died before the info file was synced (missing, or torn) never handed out its URL.
+            guard let infoBytes = try FileSystemOps.readAll(files.info),
+                let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes))
+            else { return nil }
+            var offset = 0
+            var crc: UInt32? = 0
+            for record in try DurableLog.readRecords(path: files.offsets) {
+                let fields = record.split(separator: "~", maxSplits: 1)
+                guard let first = fields.first, let value = Int(first), value >= offset, value <= size else {
+                    // Only tampering gets here; what follows an unreadable record cannot be trusted.
+                    logger.warning("Ignoring offset.log from an unreadable record on", metadata: ["upload": "\(id)"])
+                    break
+                }
+                offset = value
+                // Records of receivers before the CRC was kept have none: then it is not known.
+                crc = fields.count == 2 ? UInt32(fields[1], radix: 16) : nil
+            }
+            return (info, offset, crc)
+        }
+        guard case let (info, offset, crc)? = loaded else { return nil }
+        return DiskOffsetUpload(
+            upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: offset, crc: crc)
+    }
+}
+
+private struct OffsetUploadFiles {
+    let info: String
+    let offsets: String
+
+    init(_ layout: UploadLayout, protocolName: String) {
+        info = layout.file(protocolName + ".json")
+        offsets = layout.file("offset.log")
+    }
+}

@@ -1,0 +1,115 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOPosix
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Uploads on a local filesystem under one root (`StoreLayout` has the layout): `xfer serve`'s
+/// default storage, with every capability.
+///
+/// Bytes are written into the page cache and made durable by a group commit (`Durability`: one
+/// `syncfs` per round, shared by every request in flight) before the record that says they arrived;
+/// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
+/// killed with SIGKILL, loads each upload from its files on first access.
+final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
+    let uploads: DiskUploads
+    let fileIO: FileIO
+    let sequenceUploads: any SequenceUploadStore
+    let multipartSources: any MultipartSourceStore
+    private let logger: Logger
+    /// One store per protocol name, made on first use: each keeps the uploads it loaded.
+    private let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
+
+    /// Opens (or creates) the store under `root`, emptying the trash a crash left.
+    static func open(root: String, threadPool: NIOThreadPool, logger: Logger) async throws -> DiskStorage {
+        let uploads = try await DiskUploads.open(root: root, io: BlockingIO(pool: threadPool), logger: logger)
+        return DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), logger: logger)
+    }
+
+    private init(uploads: DiskUploads, fileIO: FileIO, logger: Logger) {
+        self.uploads = uploads
+        self.fileIO = fileIO
+        self.logger = logger
+        sequenceUploads = DiskSequenceUploads(store: uploads, logger: logger)
+        multipartSources = DiskMultipartSources(root: uploads.layout.root, io: uploads.io)
+    }
+
+    var statistics: ReceiverStatistics { uploads.statistics }
+    var syncRounds: Int { uploads.durability.rounds.load(ordering: .relaxed) }
+    var preferredMinimumChunkSize: Int { 1 }
+
+    func create(_ upload: NewUpload) async throws -> any ChunkedUpload {
+        try await uploads.create(protocolName: upload.protocolName, path: upload.path, size: upload.size, chunkSize: upload.chunkSize)
+    }
+
+    func upload(id: String) async throws -> (any ChunkedUpload)? {
+        try await uploads.upload(id: id)
+    }
+
+    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
+        try await uploads.upload(
+            id: id, creatingIfAbsent: upload.protocolName, path: upload.path, size: upload.size, chunkSize: upload.chunkSize)
+    }
+
+    func delete(id: String) async throws -> Bool {
+        try await uploads.delete(id: id)
+    }
+
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        guard let upload = upload as? DiskUpload else { throw UploadError.corrupt("an upload of another storage") }
+        return try await fileIO.loadFile(path: upload.layout.downloadFile, context: context, chunkLength: Self.readChunkLength)
+    }
+
+    /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
+    static let readChunkLength = 256 * 1024
+
+    func offsetUploads(protocolName: String) -> any OffsetUploadStore {
+        offsetStores.withLock { stores in
+            if let store = stores[protocolName] { return store }
+            let store = DiskOffsetUploads(store: uploads, protocolName: protocolName, fileIO: fileIO, logger: logger)
+            stores[protocolName] = store
+            return store
+        }
+    }
+
+    /// Streamed as chunk bodies are (`BodyWriter`: pwrite into the page cache), synced with one
+    /// fdatasync at the end, then renamed into place under `ROOT/raw/`.
+    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int) async throws -> Int where Body.Element == ByteBuffer {
+        let io = uploads.io
+        let directory = uploads.layout.root + "/raw"
+        let partial = directory + "/.partial-" + UploadID.generate()
+        try await io.run { try FileSystemOps.makeDirectory(directory) }
+        let file = try POSIXFile.open(partial, O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
+        let statistics = self.statistics
+        let writer = BodyWriter(limit: limit, sync: .fileData(io), counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+        let written: Int
+        do {
+            defer { file.close() }
+            written = try await writer.write(body, to: .file(file), at: 0).count
+        } catch {
+            try? FileManager.default.removeItem(atPath: partial)
+            throw error
+        }
+        try await io.run {
+            try FileSystemOps.rename(partial, to: directory + "/" + name)
+            try FileSystemOps.syncDirectory(directory)
+        }
+        return written
+    }
+}
+
+extension DiskUpload: ChunkedUpload {
+    nonisolated var path: RelativePath { layout.path }
+    nonisolated var bytesReceivedSoFar: Int { bytesReceived.load(ordering: .relaxed) }
+}
+
+extension DiskMultipartSources: MultipartSourceStore {}

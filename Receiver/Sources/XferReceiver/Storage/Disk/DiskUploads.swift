@@ -1,0 +1,446 @@
+import XferPrimitives
+import Foundation
+import Logging
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Where everything lives under the receiver's root. An upload's working state is a few files
+/// named by its id directly in `uploads/` (no directory of its own: creating one cost as much as
+/// the rest of a small file's storage); published files live apart so their URL path
+/// (`downloads/<id>/<path>`) maps straight to disk.
+///
+///     root/uploads/<id>.log             line 1: what the upload is (`UploadMeta`, JSON); then
+///                                       +n / -n records of chunks and, once assembled, one
+///                                       =<sha256>.<size> record (DurableLog)
+///     root/uploads/<id>.data            chunks land here at their offsets
+///     root/uploads/<id>.<name>          a protocol's own files (tus: tus.json, offset.log;
+///                                       sequence: sequence.json, blocks.log)
+///     root/downloads/<id>/<path>        the data file, moved here on completion; <path> is the
+///                                       client's relative path (`RelativePath`), directories and all
+///     root/trash/                       deleted uploads on their way out; emptied at startup
+///
+/// Uploads a receiver of layout 1 left keep theirs: a directory `uploads/<id>/` holding
+/// `meta.json`, `received.log`, `complete.json`, `data` and the protocol's files, read and
+/// written as before.
+struct StoreLayout: Sendable {
+    let root: String
+
+    var uploads: String { root + "/uploads" }
+    var downloads: String { root + "/downloads" }
+    var trash: String { root + "/trash" }
+
+    func upload(_ id: String, path: RelativePath, format: UploadLayout.Format = .flat) -> UploadLayout {
+        UploadLayout(
+            id: id,
+            uploads: uploads,
+            downloadsRoot: downloads,
+            downloadDirectory: downloads + "/" + id,
+            path: path,
+            format: format
+        )
+    }
+}
+
+struct UploadLayout: Sendable {
+    enum Format: Sendable {
+        /// `uploads/<id>.log` holds the meta, the chunk records and the completion.
+        case flat
+        /// Layout 1: `uploads/<id>/` with `meta.json`, `received.log`, `complete.json`.
+        case directory
+    }
+
+    /// Every name a flat upload's files may have, the log first (it makes the upload exist).
+    static let flatNames = ["log", "data", "tus.json", "offset.log", "sequence.json", "blocks.log"]
+
+    let id: String
+    let uploads: String
+    let downloadsRoot: String
+    let downloadDirectory: String
+    /// Where the file lands below `downloadDirectory`.
+    let path: RelativePath
+    let format: Format
+
+    /// The upload's file `name`: `uploads/<id>.<name>`, or `uploads/<id>/<name>` in layout 1.
+    func file(_ name: String) -> String {
+        uploads + "/" + id + (format == .flat ? "." : "/") + name
+    }
+
+    var data: String { file("data") }
+    /// Chunk records (and, when flat, the meta line and the completion record).
+    var log: String { file(format == .flat ? "log" : "received.log") }
+    /// Layout 1 only: the upload's directory.
+    var directory: String { uploads + "/" + id }
+    /// Layout 1 only.
+    var completion: String { file("complete.json") }
+    var downloadFile: String { downloadDirectory + "/" + path.text }
+}
+
+/// The registry of uploads: creates them, finds them (loading from disk on first access, which is
+/// how a restarted receiver, even one killed with SIGKILL, picks up where it left off) and deletes them.
+///
+/// Shared by every protocol: a protocol's routes validate their own wire format and then work on
+/// `Upload`s from here.
+actor DiskUploads {
+    nonisolated let layout: StoreLayout
+    nonisolated let io: BlockingIO
+    /// The group commit every protocol's acknowledgements wait on.
+    nonisolated let durability: Durability
+    nonisolated let statistics = ReceiverStatistics()
+    private let logger: Logger
+
+    private let uploads = KeyedLoads<String, DiskUpload>()
+
+    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, logger: Logger) {
+        self.layout = layout
+        self.io = io
+        self.durability = durability
+        self.logger = logger
+    }
+
+    /// Creates the root's directories and empties the trash left by deletes a crash interrupted.
+    static func open(root: String, io: BlockingIO, logger: Logger) async throws -> DiskUploads {
+        let layout = StoreLayout(root: root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root)
+        let durability = try await io.run {
+            try FileManager.default.createDirectory(atPath: layout.root, withIntermediateDirectories: true)
+            for directory in [layout.uploads, layout.downloads, layout.trash] {
+                try FileSystemOps.makeDirectory(directory)
+            }
+            for leftover in (try? FileManager.default.contentsOfDirectory(atPath: layout.trash)) ?? [] {
+                try? FileManager.default.removeItem(atPath: layout.trash + "/" + leftover)
+            }
+            // Each filesystem the store spans is flushed by every round (an operator may mount
+            // downloads/ elsewhere).
+            return try Durability(directories: [layout.root, layout.uploads, layout.downloads, layout.trash], pool: io.pool)
+        }
+        return DiskUploads(layout: layout, io: io, durability: durability, logger: logger)
+    }
+
+    /// `size`/`chunkSize` must already be validated by the protocol. Returns once the creation is
+    /// durable, with whatever `alsoWrite` wrote (a protocol's own files) in the same sync round.
+    ///
+    /// `format` is `.flat` but for protocols whose files something outside the receiver reads in
+    /// layout 1's places (sequence: its end-to-end tests read `uploads/<id>/blocks.log`).
+    func create(
+        protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat,
+        alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
+    ) async throws -> DiskUpload {
+        let layout = self.layout
+        // Inline, not on the blocking pool: creating two small files costs less than the two
+        // thread switches a hop there and back takes. Layout 1 makes a directory: that one hops.
+        let make: @Sendable () throws -> (UploadMeta, UploadLayout) = {
+            while true {
+                let id = UploadID.generate()
+                let uploadLayout = layout.upload(id, path: path, format: format)
+                let meta = UploadMeta(
+                    formatVersion: UploadMeta.currentFormatVersion,
+                    protocolName: protocolName,
+                    uploadId: id,
+                    fileName: path.text,
+                    size: size,
+                    chunkSize: chunkSize
+                )
+                // The log claims the id; another upload holding it (never, with 128 random bits)
+                // would only make this draw again.
+                guard try Self.initialize(meta, in: uploadLayout) else { continue }
+                try alsoWrite(uploadLayout)
+                return (meta, uploadLayout)
+            }
+        }
+        let (meta, uploadLayout) = format == .flat ? try make() : try await io.run(make)
+        try await durability.sync()
+        let upload = DiskUpload(
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
+            received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+        uploads.insert(upload, for: meta.uploadId)
+        return upload
+    }
+
+    /// DiskUpload `id`, created as described when it does not exist yet.
+    ///
+    /// For protocols that hand out ids before anything says what the file is (multipart's fileIds,
+    /// given per source before the first fragment brings name and size). Concurrent calls for one id
+    /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
+    func upload(id: String, creatingIfAbsent protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> DiskUpload {
+        precondition(UploadID.isValid(id), "upload ids name directories")
+        let loadOrCreate: @Sendable () async throws -> DiskUpload = { [layout, io, durability, statistics, logger] in
+            let (upload, created) = try await io.run { () throws -> (DiskUpload, Bool) in
+                if let existing = try Self.load(
+                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                {
+                    return (existing, false)
+                }
+                let meta = UploadMeta(
+                    formatVersion: UploadMeta.currentFormatVersion, protocolName: protocolName, uploadId: id,
+                    fileName: path.text, size: size, chunkSize: chunkSize)
+                let uploadLayout = layout.upload(id, path: path)
+                // Files that do not load are a creation a crash cut short: nothing in them
+                // was ever acknowledged, and their names are needed again.
+                try Self.moveToTrash(id: id, layout: layout, suffix: ".partial")
+                guard try Self.initialize(meta, in: uploadLayout) else {
+                    throw UploadError.corrupt("upload \(id) reappeared during its creation")
+                }
+                let upload = DiskUpload(
+                    meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
+                    received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                return (upload, true)
+            }
+            // Durable before anyone writes a chunk into it.
+            if created { try await durability.sync() }
+            return upload
+        }
+        while true {
+            if let upload = try await uploads.value(for: id, loading: loadOrCreate) { return upload }
+            // Nil only from a plain lookup (`upload(id:)`) that was under way and found nothing
+            // (`loadOrCreate` always gives one). That lookup is forgotten now: the next pass creates.
+        }
+    }
+
+    /// Nil for ids that are malformed or unknown.
+    func upload(id: String) async throws -> DiskUpload? {
+        guard UploadID.isValid(id) else { return nil }
+        return try await uploads.value(for: id) { [layout, io, durability, statistics, logger] in
+            try await io.run {
+                try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+            }
+        }
+    }
+
+    /// False when the upload is unknown or already deleted.
+    func delete(id: String) async throws -> Bool {
+        guard let upload = try await upload(id: id) else { return false }
+        guard await upload.markDeleted() else { return false }
+        let layout = self.layout
+        let uploadLayout = upload.layout
+        // Renames make the upload vanish (the log first: without it the id is unknown); the slow
+        // removal happens after, and a crash during it is cleaned up by the next startup.
+        let trashed = try await io.run {
+            var trashed = try Self.moveToTrash(id: id, layout: layout, suffix: ".upload")
+            if FileSystemOps.exists(uploadLayout.downloadDirectory) {
+                let target = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".download"
+                try FileSystemOps.rename(uploadLayout.downloadDirectory, to: target)
+                trashed.append(target)
+            }
+            return trashed
+        }
+        try await durability.sync()
+        // Only now: until the renames are done a fresh load could still find the files on disk.
+        uploads.remove(id)
+        _ = try? await io.run {
+            for path in trashed where FileSystemOps.exists(path) {
+                try FileManager.default.removeItem(atPath: path)
+            }
+        }
+        return true
+    }
+
+    /// Creates a flat upload's log, holding the meta line, then its empty data file; false when the
+    /// log exists. (Layout 1: its directory, `meta.json` and the data file; false when the
+    /// directory exists.) Not synced: the caller waits for a sync round before anyone learns the
+    /// id. Blocking.
+    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout) throws -> Bool {
+        if uploadLayout.format == .directory {
+            guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { return false }
+            try FileSystemOps.writeNew(meta.jsonLine(), to: uploadLayout.file("meta.json"))
+            try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_EXCL).close()
+            try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL).close()
+            return true
+        }
+        let log: POSIXFile
+        do {
+            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL)
+        } catch let error as IOError where error.code == EEXIST {
+            return false
+        }
+        defer { log.close() }
+        try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
+        try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC).close()
+        return true
+    }
+
+    /// Renames whatever files upload `id` has in `uploads/` (flat: its log first; layout 1: its
+    /// directory) into the trash; returns where they went. Blocking.
+    @discardableResult
+    private static func moveToTrash(id: String, layout: StoreLayout, suffix: String) throws -> [String] {
+        let tag = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + suffix
+        var moved: [String] = []
+        let directory = layout.uploads + "/" + id
+        if FileSystemOps.exists(directory) {
+            try FileSystemOps.rename(directory, to: tag)
+            moved.append(tag)
+        }
+        for name in UploadLayout.flatNames {
+            let path = layout.uploads + "/" + id + "." + name
+            guard FileSystemOps.exists(path) else { continue }
+            try FileSystemOps.rename(path, to: tag + "." + name)
+            moved.append(tag + "." + name)
+        }
+        return moved
+    }
+
+    /// Blocking.
+    private static func load(
+        id: String, layout: StoreLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics, logger: Logger
+    ) throws -> DiskUpload? {
+        let directory = layout.uploads + "/" + id
+        let meta: UploadMeta
+        let records: ArraySlice<UInt8>
+        let format: UploadLayout.Format
+        var completion: CompletionRecord?
+        if let bytes = try FileSystemOps.readAll(layout.uploads + "/" + id + ".log") {
+            format = .flat
+            let newline = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+            // A meta line that does not decode was never synced, so never answered: the creation
+            // a crash cut short, unknown like a directory without the file.
+            guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(bytes[..<newline])) else { return nil }
+            meta = decoded
+            records = bytes[newline...]
+        } else if let metaBytes = try FileSystemOps.readAll(directory + "/meta.json") {
+            format = .directory
+            // Torn only if its creation's sync round never ended (so never answered), as above.
+            guard let decoded = try? JSONDecoder().decode(UploadMeta.self, from: Data(metaBytes)) else { return nil }
+            meta = decoded
+            records = try FileSystemOps.readAll(directory + "/received.log")?[...] ?? []
+            if let bytes = try FileSystemOps.readAll(directory + "/complete.json") {
+                completion = try JSONDecoder().decode(CompletionRecord.self, from: Data(bytes))
+            }
+        } else {
+            return nil
+        }
+        guard meta.uploadId == id, meta.formatVersion == UploadMeta.currentFormatVersion else {
+            throw UploadError.corrupt("the meta of \(id) does not describe it")
+        }
+        // Checked again: whatever the meta says, the file can only land inside downloads/<id>/.
+        guard let path = RelativePath.validated(meta.fileName), path.text.utf8.elementsEqual(meta.fileName.utf8) else {
+            throw UploadError.corrupt("the meta of \(id) names no safe relative path")
+        }
+        let uploadLayout = layout.upload(id, path: path, format: format)
+
+        var received = ChunkSet(chunkCount: meta.chunkCount)
+        var crcs = ChunkCRCs(chunkCount: meta.chunkCount)
+        // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
+        // checked against the data below.
+        var digest: String?
+        var malformed = 0
+        DurableLog.forEachRecord(in: records) { record in
+            if record.first == UInt8(ascii: "="), format == .flat {
+                guard let parsed = CompletionRecord(logRecord: Substring(decoding: record, as: UTF8.self)) else {
+                    logger.warning("Ignoring malformed completion record in the upload's log", metadata: ["upload": "\(id)"])
+                    return
+                }
+                completion = parsed
+                return
+            }
+            guard let chunkRecord = ChunkRecord(record), chunkRecord.number <= meta.chunkCount,
+                chunkRecord.digest == nil || (chunkRecord.received && DiskUpload.isSingleSmallChunk(meta, uploadLayout))
+            else {
+                malformed += 1
+                return
+            }
+            let chunk = chunkRecord.number
+            if chunkRecord.received { received.insert(number: chunk) } else { received.remove(number: chunk) }
+            crcs.set(number: chunk, chunkRecord.received ? chunkRecord.crc : nil)
+            if chunkRecord.digest != nil || digest != nil { digest = chunkRecord.received ? chunkRecord.digest : nil }
+        }
+        if malformed > 0 {
+            logger.warning("Ignoring malformed records in the upload's log", metadata: ["upload": "\(id)", "records": "\(malformed)"])
+        }
+
+        if completion != nil {
+            // Killed between recording completion and publishing: finish the publication now.
+            if FileSystemOps.exists(uploadLayout.data) && !FileSystemOps.exists(uploadLayout.downloadFile) {
+                try DiskUpload.publish(uploadLayout)
+                try durability.syncNow()
+            }
+        } else if !FileSystemOps.exists(uploadLayout.data) {
+            if FileSystemOps.exists(uploadLayout.downloadFile) {
+                // Killed in the round that was making a completion durable, with the rename kept
+                // and the record lost: every chunk was durable before completion began, so the
+                // published file is whole. Hash it again and record it.
+                let record = try DiskUpload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.downloadFile)
+                try DiskUpload.write(record, for: uploadLayout)
+                try durability.syncNow()
+                completion = record
+            } else {
+                // The data file is made with the log and the pair is synced before the id is
+                // answered: without it, this creation never completed either.
+                return nil
+            }
+        }
+        if completion == nil, let expected = digest {
+            // Written with its bytes in one round: a crash during that round can have kept the
+            // record without them, and then they no longer match.
+            let actual = try? DiskUpload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.data)
+            if actual?.sha256 != expected {
+                received.remove(number: 1)
+                digest = nil
+            }
+        }
+        return DiskUpload(
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, received: received,
+            crcs: crcs, completion: completion, digest: digest)
+    }
+
+}
+
+/// One chunk record of an upload's log, read from its bytes: `+n` or `-n` (chunk n received or
+/// rolled back), `+n.<sha256 hex>` (a single small chunk's digest) or `+n~<crc32c hex>`.
+/// Bytes, not Strings: a log holds a record per chunk, a million for a large file.
+struct ChunkRecord: Equatable {
+    var received: Bool
+    var number: Int
+    var digest: String?
+    var crc: UInt32?
+
+    init(received: Bool, number: Int, digest: String? = nil, crc: UInt32? = nil) {
+        self.received = received
+        self.number = number
+        self.digest = digest
+        self.crc = crc
+    }
+
+    /// nil for anything else (a torn or foreign record).
+    init?(_ bytes: ArraySlice<UInt8>) {
+        guard let sign = bytes.first, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") else { return nil }
+        received = sign == UInt8(ascii: "+")
+        var index = bytes.startIndex + 1
+        var number = 0
+        // 18 digits cannot overflow an Int; no log has that many chunks.
+        while index < bytes.endIndex, index - bytes.startIndex <= 18, let digit = Self.decimal(bytes[index]) {
+            number = number * 10 + digit
+            index += 1
+        }
+        guard index > bytes.startIndex + 1, number >= 1 else { return nil }
+        self.number = number
+        guard index < bytes.endIndex else { return }
+        let rest = bytes[(index + 1)...]
+        switch bytes[index] {
+        case UInt8(ascii: "~"):
+            guard rest.count == 8, let crc = Self.lowercaseHex(rest) else { return nil }
+            self.crc = UInt32(crc)
+        case UInt8(ascii: "."):
+            guard rest.count == 64, rest.allSatisfy(Hex.isLowercaseDigit) else { return nil }
+            digest = String(decoding: rest, as: UTF8.self)
+        default:
+            return nil
+        }
+    }
+
+    private static func decimal(_ byte: UInt8) -> Int? {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") ? Int(byte - UInt8(ascii: "0")) : nil
+    }
+
+    private static func lowercaseHex(_ bytes: ArraySlice<UInt8>) -> UInt64? {
+        var value: UInt64 = 0
+        for byte in bytes {
+            guard Hex.isLowercaseDigit(byte), let nibble = Hex.value(of: byte) else { return nil }
+            value = value << 4 | UInt64(nibble)
+        }
+        return value
+    }
+}

@@ -1,0 +1,317 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import XferPrimitives
+import XferS3
+
+/// One protocol's offset uploads (tus's, the IETF draft's) in an object store.
+///
+/// An append becomes a part of the upload's multipart upload when it ends the file or, with the
+/// staged tail before it, reaches the minimum part size (the tail is then read back from the store
+/// and sent ahead of the append's bytes, so each byte is staged at most once); else it is staged as
+/// an object of its own. So every part but the last is at least the minimum, and completion is one
+/// `CompleteMultipartUpload`.
+///
+/// Appends to one upload from several instances are ordered by a claim in the upload's state
+/// (`ObjectUploadState.Claim`), taken and released by compare-and-swap: the offset it starts at,
+/// the part number it sends, until when it holds. A second append at the same offset waits for the
+/// claim to end, then finds the offset moved (409, as on disk). A claim whose sender died lapses
+/// after `ObjectStorage.claimLifetime`, and a live sender renews its own while its body streams.
+/// Part numbers are never handed out twice, so a lapsed sender that wakes up late writes into a
+/// part nobody will name.
+actor ObjectOffsetUploads: OffsetUploadStore {
+    let storage: ObjectStorage
+    let protocolName: String
+    private let uploads = KeyedLoads<String, ObjectOffsetUpload>()
+
+    init(storage: ObjectStorage, protocolName: String) {
+        self.storage = storage
+        self.protocolName = protocolName
+    }
+
+    func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload {
+        let created = try await storage.createUpload(
+            NewUpload(protocolName: protocolName, path: path, size: length, chunkSize: max(1, length))
+        ) { state in
+            state.info = info
+        }
+        let upload = ObjectOffsetUpload(storage: storage, meta: created.meta, info: info)
+        uploads.insert(upload, for: created.id)
+        return upload
+    }
+
+    func upload(id: String) async throws -> (any OffsetUpload)? {
+        try await objectUpload(id: id)
+    }
+
+    private func objectUpload(id: String) async throws -> ObjectOffsetUpload? {
+        guard UploadID.isValid(id) else { return nil }
+        return try await uploads.value(for: id) { [storage, protocolName] in
+            guard let (state, _) = try await storage.readState(id), state.meta.protocolName == protocolName, let info = state.info else {
+                return nil
+            }
+            return ObjectOffsetUpload(storage: storage, meta: state.meta, info: info)
+        }
+    }
+
+    func delete(id: String) async throws -> Bool {
+        guard try await objectUpload(id: id) != nil else { return false }
+        let deleted = try await storage.delete(id: id)
+        uploads.remove(id)
+        return deleted
+    }
+}
+
+/// One offset upload in an object store. What it holds never changes; the offset, the pieces and
+/// the claim are read from the store whenever they matter.
+actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
+    nonisolated let storage: ObjectStorage
+    nonisolated let meta: UploadMeta
+    nonisolated let info: OffsetUploadInfo
+    nonisolated let path: RelativePath
+    var turns = KeyedTurns<WholeUpload>()
+
+    init(storage: ObjectStorage, meta: UploadMeta, info: OffsetUploadInfo) {
+        self.storage = storage
+        self.meta = meta
+        self.info = info
+        path = RelativePath.validated(meta.fileName) ?? RelativePath.validated("file")!
+    }
+
+    nonisolated var id: String { meta.uploadId }
+    nonisolated var length: Int { meta.size }
+    private nonisolated var fileKey: String { storage.layout.file(id, path: path) }
+
+    var currentOffset: Int? {
+        get async { (try? await storage.readState(id))??.0.offset }
+    }
+
+    var currentCRC: UInt32? {
+        get async { (try? await storage.readState(id))??.0.crc }
+    }
+
+    nonisolated func write<Body: AsyncSequence>(
+        _ body: Body, at start: Int, limit: Int, declaredLength: Int?, check: BodyWriter.Check?
+    ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
+        let room = min(limit, length - start)
+        guard let count = declaredLength else { return .failed(.lengthRequired) }
+        guard count <= room else { return .failed(.tooLarge(limit: room)) }
+        if count == 0 {
+            // Nothing to send to the store, and nothing that could move the offset.
+            for try await buffer in body where buffer.readableBytes > 0 { return .failed(.tooLarge(limit: 0)) }
+            return .stored(offset: start)
+        }
+        let nonce = UploadID.generate()
+
+        // Take the upload: the offset must still be `start`, and no other append may be under way.
+        let claimed: ObjectUploadState
+        switch try await claim(at: start, count: count, nonce: nonce) {
+        case .moved(let offset): return .failed(.offsetMoved(offset: offset))
+        case .claimed(let state): claimed = state
+        }
+        guard let claim = claimed.claim else { preconditionFailure("a claimed state holds its claim") }
+
+        let renewal = Task { [storage, id] in
+            // A third of the lifetime: two renewals may fail before the claim lapses.
+            while !Task.isCancelled {
+                try await Task.sleep(for: storage.claimLifetime / 3)
+                try await storage.updateState(id) { state in
+                    guard state.claim?.by == nonce else { return false }
+                    state.claim?.until = Date() + storage.claimLifetime.seconds
+                    return true
+                }
+            }
+        }
+        defer { renewal.cancel() }
+
+        let statistics = storage.statistics
+        let checked = CheckedBody(
+            UncheckedSendableBody(body), limit: count, exactLength: true, check: check,
+            counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+        let requests = storage.client.requests
+        let tail = claim.part == nil ? [] : claimed.stagedTail
+        let tailLength = tail.reduce(0) { $0 + $1.length }
+        let piece: ObjectUploadState.Piece
+        do {
+            if let part = claim.part {
+                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey)
+                let keys = tail.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
+                let etag = try await storage.client.perform(
+                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: part, length: Int64(tailLength + count)),
+                    streaming: Chained(first: storage.concatenation(of: keys), second: checked), length: tailLength + count)
+                let tailCRC = tail.reduce(UInt32(0)) { CRC32C.combine($0, $1.crc, lengthOfSecond: Int64($1.length)) }
+                piece = .init(
+                    at: start - tailLength, length: tailLength + count, part: part, etag: etag.unquoted,
+                    crc: CRC32C.combine(tailCRC, checked.outcome.crc32c, lengthOfSecond: Int64(count)))
+            } else {
+                let name = "o\(start)-\(nonce.prefix(8))"
+                let etag = try await storage.client.perform(
+                    requests.putObjectStreamed(key: storage.layout.staged(id, name), length: Int64(count)), streaming: checked, length: count)
+                piece = .init(at: start, length: count, staged: name, etag: etag.unquoted, crc: checked.outcome.crc32c)
+            }
+        } catch {
+            await release(nonce)
+            switch checked.outcome.failure {
+            case .digestMismatch?: return .failed(.checksumMismatch)
+            case .tooLarge(let limit)?: return .failed(.tooLarge(limit: limit))
+            // The store keeps nothing of a body cut short: the offset stays where it was.
+            case .interrupted?, .tooShort?: return .failed(.interrupted(offset: start))
+            case nil: throw error
+            }
+        }
+
+        // Record it, if the claim is still ours.
+        var lost = false
+        let recorded = try await storage.updateState(id) { state in
+            guard state.claim?.by == nonce, state.offset == start else {
+                lost = true
+                return false
+            }
+            if piece.part != nil { state.pieces.removeAll { $0.staged != nil } }
+            state.pieces.append(piece)
+            state.crc = state.crc.map { CRC32C.combine($0, checked.outcome.crc32c, lengthOfSecond: Int64(count)) }
+            state.offset = start + count
+            state.claim = nil
+            return true
+        }
+        if lost {
+            // Our claim lapsed and another append took the upload: these bytes count for nothing.
+            if let name = piece.staged { _ = try? await storage.client.perform({ requests.deleteObject(key: self.storage.layout.staged(self.id, name)) }) }
+            return .failed(.offsetMoved(offset: recorded.offset))
+        }
+        for staged in tail {
+            if let name = staged.staged { _ = try? await storage.client.perform({ requests.deleteObject(key: self.storage.layout.staged(self.id, name)) }) }
+        }
+        return .stored(offset: recorded.offset)
+    }
+
+    private enum ClaimOutcome {
+        case claimed(ObjectUploadState)
+        case moved(Int)
+    }
+
+    /// Claims the upload for an append of `count` bytes at `start`, waiting out another instance's
+    /// live claim.
+    private nonisolated func claim(at start: Int, count: Int, nonce: String) async throws -> ClaimOutcome {
+        var wait = Duration.milliseconds(20)
+        while true {
+            var moved: Int?
+            var busyUntil: Date?
+            let state = try await storage.updateState(id) { state in
+                if state.completion != nil || state.offset != start {
+                    moved = state.offset
+                    return false
+                }
+                if let claim = state.claim, claim.until > Date() {
+                    busyUntil = claim.until
+                    return false
+                }
+                let tail = state.stagedTail.reduce(0) { $0 + $1.length }
+                let asPart = tail + count >= minimumPartSize || start + count == state.meta.size
+                state.claim = .init(at: start, part: asPart ? state.nextPart : nil, until: Date() + storage.claimLifetime.seconds, by: nonce)
+                if asPart { state.nextPart += 1 }
+                return true
+            }
+            if let moved { return .moved(moved) }
+            if busyUntil == nil { return .claimed(state) }
+            try await Task.sleep(for: wait)
+            wait = min(wait * 2, .milliseconds(500))
+        }
+    }
+
+    /// Gives up a claim this append holds (its body failed), so the next append need not wait.
+    private nonisolated func release(_ nonce: String) async {
+        _ = try? await storage.updateState(id) { state in
+            guard state.claim?.by == nonce else { return false }
+            state.claim = nil
+            return true
+        }
+    }
+
+    /// The partials' completed objects, in order, as the parts of this (final) upload: a partial of
+    /// at least the minimum part size (or the last) is copied by the store; smaller ones are read
+    /// back and sent together until they reach it.
+    nonisolated func concatenate(_ partials: [any OffsetUpload], crc: UInt32?) async throws {
+        let requests = storage.client.requests
+        let uploadID = try await storage.multipartUploadID(of: id, key: fileKey)
+        var pieces: [ObjectUploadState.Piece] = []
+        var group: [(key: String, length: Int)] = []
+        var at = 0
+        var number = 1
+        func flush() async throws {
+            guard !group.isEmpty else { return }
+            let length = group.reduce(0) { $0 + $1.length }
+            let etag: S3ETag
+            if group.count == 1 {
+                etag = try await storage.client.perform({
+                    requests.uploadPartCopy(key: self.fileKey, uploadID: uploadID, partNumber: number, sourceKey: group[0].key)
+                })
+            } else {
+                etag = try await storage.client.perform(
+                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: number, length: Int64(length)),
+                    streaming: storage.concatenation(of: group.map(\.key)), length: length)
+            }
+            pieces.append(.init(at: at, length: length, part: number, etag: etag.unquoted, crc: 0))
+            at += length
+            number += 1
+            group = []
+        }
+        for partial in partials {
+            guard let partial = partial as? ObjectOffsetUpload else { throw UploadError.corrupt("a partial upload of another storage") }
+            group.append((partial.fileKey, partial.length))
+            if group.reduce(0, { $0 + $1.length }) >= minimumPartSize { try await flush() }
+        }
+        try await flush()
+        let recorded = pieces
+        try await storage.updateState(id) { state in
+            state.pieces = recorded
+            state.nextPart = number
+            state.offset = state.meta.size
+            state.crc = crc
+            return true
+        }
+    }
+
+    /// Completes the multipart upload into the file's object once the offset reached the length
+    /// (partials too: a concatenation reads them as objects). Idempotent.
+    nonisolated func finish() async throws {
+        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        guard state.completion == nil else { return }
+        guard state.offset == length else { throw UploadError.corrupt("finish called at offset \(state.offset) of \(length)") }
+        let client = storage.client
+        let requests = client.requests
+        let key = fileKey
+        if let uploadID = state.multipartUploadID {
+            let parts = state.pieces.compactMap { piece in piece.part.map { S3CompletedPart(number: $0, etag: S3ETag(piece.etag)) } }
+            switch try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
+            case .completed: break
+            case .uploadUnknown:
+                guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
+                    throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
+                }
+            }
+        } else {
+            // Only an empty upload has no part.
+            _ = try await client.perform({ requests.putObject(key: key, bytes: []) })
+        }
+        let record = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex))
+        try await storage.updateState(id) { state in
+            guard state.completion == nil else { return false }
+            state.completion = record
+            state.multipartUploadID = nil
+            return true
+        }
+    }
+
+    nonisolated func finishedBody(context: some RequestContext) async throws -> ResponseBody {
+        try await storage.body(ofKey: fileKey)
+    }
+}
+
+extension Duration {
+    /// In seconds, for dates.
+    var seconds: TimeInterval {
+        let (seconds, attoseconds) = components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

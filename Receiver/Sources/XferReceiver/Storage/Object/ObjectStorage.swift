@@ -1,0 +1,508 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Synchronization
+import XferPrimitives
+import XferS3
+
+/// Uploads in an S3-compatible object store (`xfer serve --storage s3://BUCKET/PREFIX`), shared by
+/// any number of receivers with no lock service and no sticky sessions: every upload's state is a
+/// small object replaced by compare-and-swap (`ObjectUploadState`), bodies stream from the client
+/// straight to the store (checked on the way, `CheckedBody`), and a completed upload is one object
+/// at a stable key. Docs/architecture.md, "Uploads on an object store", tells the whole design.
+///
+/// Chunks of at least the store's minimum part size (5 MiB) are parts of one multipart upload,
+/// chunk n as part n; a single chunk goes straight to the file's key; smaller chunks are staged as
+/// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
+/// ietf) append parts under a claim (`ObjectOffsetUploads`).
+final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring {
+    let client: ObjectStoreClient
+    let layout: ObjectLayout
+    let statistics = ReceiverStatistics()
+    let logger: Logger
+    /// How long a claim on an offset upload holds without being renewed.
+    let claimLifetime: Duration
+    let multipartSources: any MultipartSourceStore
+    private let offsetStores = Mutex<[String: ObjectOffsetUploads]>([:])
+
+    init(client: ObjectStoreClient, prefix: String, claimLifetime: Duration = .seconds(30), logger: Logger) {
+        self.client = client
+        layout = ObjectLayout(prefix: prefix)
+        self.claimLifetime = claimLifetime
+        self.logger = logger
+        multipartSources = ObjectMultipartSources(client: client, layout: layout)
+    }
+
+    /// Keeps nothing of its own: every sequence upload's state is in the store.
+    var sequenceUploads: any SequenceUploadStore { ObjectSequenceUploads(storage: self) }
+
+    var syncRounds: Int { 0 }
+    /// Chunks of a part's minimum go to the store as parts, with no staging.
+    var preferredMinimumChunkSize: Int { minimumPartSize }
+
+    // MARK: State, by compare-and-swap
+
+    /// The upload's state as the store holds it now, with the version it was read at.
+    func readState(_ id: String) async throws -> (ObjectUploadState, S3ETag)? {
+        guard UploadID.isValid(id) else { return nil }
+        let key = layout.state(id)
+        switch try await client.perform({ client.requests.getObject(key: key) }) {
+        case .found(let content):
+            guard let etag = content.metadata.etag else { throw UploadError.corrupt("the store gave no ETag for \(key)") }
+            do {
+                return (try JSONDecoder.objectState.decode(ObjectUploadState.self, from: Data(content.body)), etag)
+            } catch {
+                throw UploadError.corrupt("the state of \(id) does not decode")
+            }
+        case .notFound:
+            return nil
+        case .preconditionFailed, .rangeNotSatisfiable:
+            throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
+        }
+    }
+
+    /// Creates `state` under `id` only if no upload has that id: false when one has.
+    func createState(_ id: String, _ state: ObjectUploadState) async throws -> Bool {
+        let bytes = Array(try JSONEncoder.objectState.encode(state))
+        let key = layout.state(id)
+        switch try await client.perform(
+            { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent, contentType: "application/json") }, body: bytes)
+        {
+        case .stored: return true
+        case .preconditionFailed: return false
+        }
+    }
+
+    /// Applies `change` to the upload's current state and stores the result only if nobody changed
+    /// it meanwhile; on a lost race, reads again and applies `change` anew. `change` returns false
+    /// to store nothing. Returns the state as stored (or as found). Throws `UploadError.deleted`
+    /// when the upload is gone.
+    @discardableResult
+    func updateState(_ id: String, _ change: (inout ObjectUploadState) throws -> Bool) async throws -> ObjectUploadState {
+        let key = layout.state(id)
+        while true {
+            guard var (state, etag) = try await readState(id) else { throw UploadError.deleted }
+            guard try change(&state) else { return state }
+            let bytes = Array(try JSONEncoder.objectState.encode(state))
+            switch try await client.perform(
+                { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfCurrent(etag), contentType: "application/json") },
+                body: bytes)
+            {
+            case .stored: return state
+            case .preconditionFailed: continue
+            }
+        }
+    }
+
+    /// The multipart upload receiving upload `id`'s parts: made and recorded on first need. Of two
+    /// instances making one at once, one records its own and the other aborts its spare.
+    func multipartUploadID(of id: String, key: String) async throws -> String {
+        if let known = try await readState(id)?.0.multipartUploadID { return known }
+        let made = try await client.perform({ client.requests.createMultipartUpload(key: key) })
+        let state = try await updateState(id) { state in
+            guard state.multipartUploadID == nil else { return false }
+            state.multipartUploadID = made
+            return true
+        }
+        if state.multipartUploadID != made {
+            _ = try? await client.perform({ client.requests.abortMultipartUpload(key: key, uploadID: made) })
+        }
+        guard let recorded = state.multipartUploadID else { throw UploadError.corrupt("no multipart upload recorded for \(id)") }
+        return recorded
+    }
+
+    // MARK: The base
+
+    func create(_ upload: NewUpload) async throws -> any ChunkedUpload {
+        try await createUpload(upload, extra: { _ in })
+    }
+
+    /// A new upload with a fresh id; `extra` adds a protocol's own fields to its first state.
+    func createUpload(_ upload: NewUpload, extra: (inout ObjectUploadState) -> Void) async throws -> ObjectChunkedUpload {
+        while true {
+            let id = UploadID.generate()
+            var state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
+            extra(&state)
+            if try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta) }
+        }
+    }
+
+    func upload(id: String) async throws -> (any ChunkedUpload)? {
+        try await chunkedUpload(id: id)
+    }
+
+    func chunkedUpload(id: String) async throws -> ObjectChunkedUpload? {
+        guard let (state, _) = try await readState(id) else { return nil }
+        return ObjectChunkedUpload(storage: self, meta: state.meta)
+    }
+
+    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
+        precondition(UploadID.isValid(id), "upload ids name objects")
+        while true {
+            if let existing = try await chunkedUpload(id: id) { return existing }
+            let state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
+            if try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta) }
+        }
+    }
+
+    /// Aborts the multipart upload, removes staged pieces and the file, then the state: the state
+    /// goes last, so that a crash part way leaves an upload a repeated delete finishes.
+    func delete(id: String) async throws -> Bool {
+        guard let (state, _) = try await readState(id) else { return false }
+        let fileKey = try fileKey(state)
+        if let uploadID = state.multipartUploadID {
+            _ = try await client.perform({ client.requests.abortMultipartUpload(key: fileKey, uploadID: uploadID) })
+        }
+        for piece in state.pieces {
+            if let name = piece.staged {
+                try await client.perform({ client.requests.deleteObject(key: layout.staged(id, name)) })
+            }
+        }
+        try await client.perform({ client.requests.deleteObject(key: fileKey) })
+        try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
+        return true
+    }
+
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path))
+    }
+
+    /// A stored object's bytes, streamed from the store as the client reads them.
+    func body(ofKey key: String) async throws -> ResponseBody {
+        let response = try await client.open(client.requests.getObject(key: key))
+        guard response.status == .ok else { throw UploadError.corrupt("the store answered \(response.status.code) for \(key)") }
+        let contentLength = response.headers.first(name: "Content-Length").flatMap(Int.init)
+        return ResponseBody(contentLength: contentLength) { writer in
+            for try await buffer in response.body { try await writer.write(buffer) }
+            try await writer.finish(nil)
+        }
+    }
+
+    func fileKey(_ state: ObjectUploadState) throws -> String {
+        guard let path = RelativePath.validated(state.meta.fileName) else { throw UploadError.corrupt("the state names no safe path") }
+        return layout.file(state.meta.uploadId, path: path)
+    }
+
+    static func meta(id: String, _ upload: NewUpload) -> UploadMeta {
+        UploadMeta(
+            formatVersion: UploadMeta.currentFormatVersion, protocolName: upload.protocolName, uploadId: id, fileName: upload.path.text,
+            size: upload.size, chunkSize: upload.chunkSize)
+    }
+
+    // MARK: Capabilities
+
+    func offsetUploads(protocolName: String) -> any OffsetUploadStore {
+        offsetStores.withLock { stores in
+            if let store = stores[protocolName] { return store }
+            let store = ObjectOffsetUploads(storage: self, protocolName: protocolName)
+            stores[protocolName] = store
+            return store
+        }
+    }
+
+    // MARK: Streams of stored bytes
+
+    /// The bytes of `keys`, one object after another, as one body: what folds staged pieces into a
+    /// part, read from the store as it is sent back to it (one buffer at a time in memory).
+    func concatenation(of keys: [String]) -> ConcatenatedObjects {
+        ConcatenatedObjects(client: client, keys: keys)
+    }
+}
+
+/// Staged objects read one after another, then (optionally) a body: the contents of a part made of
+/// a staged tail and an append's own bytes.
+struct ConcatenatedObjects: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+    let client: ObjectStoreClient
+    let keys: [String]
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let client: ObjectStoreClient
+        var keys: ArraySlice<String>
+        var current: HTTPClientResponse.Body.AsyncIterator?
+
+        mutating func next() async throws -> ByteBuffer? {
+            while true {
+                if var iterator = current {
+                    let buffer = try await iterator.next()
+                    current = iterator
+                    if let buffer { return buffer }
+                    current = nil
+                }
+                guard let key = keys.popFirst() else { return nil }
+                let response = try await client.open(client.requests.getObject(key: key))
+                guard response.status == .ok else { throw UploadError.corrupt("the store answered \(response.status.code) for \(key)") }
+                current = response.body.makeAsyncIterator()
+            }
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(client: client, keys: keys[...]) }
+}
+
+/// A body made of two: the first's bytes, then the second's.
+struct Chained<First: AsyncSequence & Sendable, Second: AsyncSequence & Sendable>: AsyncSequence, Sendable
+where First.Element == ByteBuffer, Second.Element == ByteBuffer {
+    typealias Element = ByteBuffer
+    let first: First
+    let second: Second
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var first: First.AsyncIterator?
+        var second: Second.AsyncIterator
+
+        mutating func next() async throws -> ByteBuffer? {
+            if var iterator = first {
+                let buffer = try await iterator.next()
+                first = iterator
+                if let buffer { return buffer }
+                first = nil
+            }
+            return try await second.next()
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(first: first.makeAsyncIterator(), second: second.makeAsyncIterator()) }
+}
+
+/// One chunked upload (patch, multipart, sequence's blocks) in an object store. Holds nothing but
+/// what never changes: every question is asked of the store.
+final class ObjectChunkedUpload: ChunkedUpload {
+    let storage: ObjectStorage
+    let meta: UploadMeta
+    let path: RelativePath
+    private let received = Atomic<Int>(0)
+
+    init(storage: ObjectStorage, meta: UploadMeta) {
+        self.storage = storage
+        self.meta = meta
+        path = RelativePath.validated(meta.fileName) ?? RelativePath.validated("file")!
+    }
+
+    var id: String { meta.uploadId }
+    var bytesReceivedSoFar: Int { received.load(ordering: .relaxed) }
+    private var fileKey: String { storage.layout.file(id, path: path) }
+
+    /// Where chunk `chunk` goes: the file's own key for a single chunk, part `chunk` when chunks are
+    /// at least a part's minimum, else an object of its own to be folded in at completion.
+    private enum Target {
+        case file
+        case part(Int)
+        case staged(String)
+    }
+
+    private var target: (Int) -> Target {
+        let single = meta.chunkCount == 1
+        let asParts = meta.chunkSize >= minimumPartSize
+        return { chunk in single ? .file : asParts ? .part(chunk) : .staged("chunk-\(chunk)") }
+    }
+
+    func writeChunk<Body: AsyncSequence>(
+        _ chunk: Int, body: Body, check: BodyWriter.Check?, trailer: (() async throws -> Void)?
+    ) async throws where Body.Element == ByteBuffer {
+        precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
+        let range = meta.byteRange(ofChunk: chunk)
+        // A chunk written again is unmarked first: neither a bad body nor a crash may leave it
+        // marked received over bytes that changed.
+        let state = try await storage.updateState(id) { state in
+            if state.completion != nil { throw UploadError.completed }
+            guard let index = state.pieces.firstIndex(where: { $0.chunk == chunk }) else { return false }
+            state.pieces.remove(at: index)
+            return true
+        }
+        _ = state
+        let statistics = storage.statistics
+        let checked = CheckedBody(
+            UncheckedSendableBody(body), limit: range.count, exactLength: true, check: check,
+            trailer: trailer.map { trailer in
+                let handed = UncheckedSendableTrailer(run: trailer)
+                return { @Sendable in try await handed.run() }
+            },
+            counted: { [self] count in
+                received.add(count, ordering: .relaxed)
+                statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+            })
+        let requests = storage.client.requests
+        let etag: S3ETag
+        let piece: ObjectUploadState.Piece
+        do {
+            switch target(chunk) {
+            case .file:
+                etag = try await storage.client.perform(
+                    requests.putObjectStreamed(key: fileKey, length: Int64(range.count)), streaming: checked, length: range.count)
+                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: nil, etag: etag.unquoted, crc: 0)
+            case .part(let number):
+                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey)
+                etag = try await storage.client.perform(
+                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: number, length: Int64(range.count)),
+                    streaming: checked, length: range.count)
+                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: number, staged: nil, etag: etag.unquoted, crc: 0)
+            case .staged(let name):
+                etag = try await storage.client.perform(
+                    requests.putObjectStreamed(key: storage.layout.staged(id, name), length: Int64(range.count)), streaming: checked,
+                    length: range.count)
+                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: name, etag: etag.unquoted, crc: 0)
+            }
+        } catch {
+            if let failure = checked.outcome.failure { throw failure }
+            throw error
+        }
+        var recorded = piece
+        recorded.crc = checked.outcome.crc32c
+        try await storage.updateState(id) { state in
+            if state.completion != nil { throw UploadError.completed }
+            state.pieces.removeAll { $0.chunk == chunk }
+            state.pieces.append(recorded)
+            state.pieces.sort { $0.at < $1.at }
+            return true
+        }
+    }
+
+    func receivedChunks() async throws -> [Int] {
+        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        if state.completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
+        return state.receivedChunks
+    }
+
+    func completionRecord() async throws -> CompletionRecord? {
+        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        return state.completion
+    }
+
+    func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
+        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        if let completion = state.completion { return .completed(completion) }
+        let have = Set(state.receivedChunks)
+        let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
+        guard missing.isEmpty else { return .missing(missing) }
+        try await assemble(state)
+        let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? state.combinedCRC() ?? 0))
+        let stored = try await storage.updateState(id) { state in
+            guard state.completion == nil else { return false }
+            state.completion = record
+            return true
+        }
+        // Staged pieces are in the file now.
+        for piece in state.pieces {
+            if let name = piece.staged {
+                _ = try? await storage.client.perform({ self.storage.client.requests.deleteObject(key: self.storage.layout.staged(self.id, name)) })
+            }
+        }
+        return .completed(stored.completion ?? record)
+    }
+
+    /// Makes the file's object from the pieces: nothing to do for a single chunk (already there);
+    /// an empty object for an empty file; else a multipart completion, staged pieces folded into
+    /// parts of at least the minimum size, in order. Repeatable: a completion whose answer was
+    /// lost is found done.
+    private func assemble(_ state: ObjectUploadState) async throws {
+        let client = storage.client
+        let requests = client.requests
+        let key = fileKey
+        if meta.chunkCount == 0 {
+            _ = try await client.perform({ requests.putObject(key: key, bytes: []) })
+            return
+        }
+        if meta.chunkCount == 1 { return }
+        let uploadID = try await storage.multipartUploadID(of: id, key: key)
+        var parts: [S3CompletedPart] = []
+        var group: [ObjectUploadState.Piece] = []
+        var nextNumber = max(state.nextPart, meta.chunkCount + 1)
+        func flush() async throws {
+            guard !group.isEmpty else { return }
+            let length = group.reduce(0) { $0 + $1.length }
+            let keys = group.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
+            let number = nextNumber
+            nextNumber += 1
+            let etag = try await client.perform(
+                requests.uploadPart(key: key, uploadID: uploadID, partNumber: number, length: Int64(length)),
+                streaming: storage.concatenation(of: keys), length: length)
+            parts.append(S3CompletedPart(number: number, etag: etag))
+            group = []
+        }
+        for piece in state.pieces.sorted(by: { $0.at < $1.at }) {
+            if let part = piece.part {
+                try await flush()
+                parts.append(S3CompletedPart(number: part, etag: S3ETag(piece.etag)))
+            } else {
+                group.append(piece)
+                if group.reduce(0, { $0 + $1.length }) >= minimumPartSize { try await flush() }
+            }
+        }
+        try await flush()
+        switch try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
+        case .completed:
+            return
+        case .uploadUnknown:
+            // Completed by an earlier attempt whose answer was lost, or gone: the object tells.
+            guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
+                throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
+            }
+        }
+    }
+}
+
+/// What must follow a body's last byte (sequence's closing boundary), run by whoever reads the
+/// body to its end: like the body, by one task at a time.
+struct UncheckedSendableTrailer: @unchecked Sendable {
+    let run: () async throws -> Void
+}
+
+/// A request body as the protocols hand it over: read by one task at a time, as the sender's
+/// connection delivers it. Sending it to the store from that same task is what makes it safe.
+struct UncheckedSendableBody<Base: AsyncSequence>: AsyncSequence, @unchecked Sendable where Base.Element == ByteBuffer {
+    typealias Element = ByteBuffer
+    let base: Base
+    init(_ base: Base) { self.base = base }
+    func makeAsyncIterator() -> Base.AsyncIterator { base.makeAsyncIterator() }
+}
+
+// MARK: multipart's sources
+
+/// multipart's sources as small objects, created only if absent: two instances preloading one
+/// source at once agree on the ids the store kept.
+struct ObjectMultipartSources: MultipartSourceStore {
+    let client: ObjectStoreClient
+    let layout: ObjectLayout
+
+    private func key(_ sourceId: String) -> String {
+        layout.source(Hex.lowercase(SHA256.hash(data: Array(sourceId.utf8))))
+    }
+
+    func preload(sourceId: String, fileCount: Int) async throws -> MultipartSourceRecord {
+        if let existing = try await source(id: sourceId) { return existing }
+        let record = MultipartSourceRecord(
+            formatVersion: MultipartSourceRecord.currentFormatVersion, sourceId: sourceId,
+            fileIds: (0..<fileCount).map { _ in UploadID.generate() })
+        let bytes = Array(try JSONEncoder.objectState.encode(record))
+        let key = key(sourceId)
+        switch try await client.perform({ client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent) }, body: bytes) {
+        case .stored: return record
+        case .preconditionFailed:
+            guard let kept = try await source(id: sourceId) else { throw UploadError.corrupt("source \(sourceId.prefix(64)) vanished") }
+            return kept
+        }
+    }
+
+    func source(id sourceId: String) async throws -> MultipartSourceRecord? {
+        let key = key(sourceId)
+        switch try await client.perform({ client.requests.getObject(key: key) }) {
+        case .found(let content):
+            return try JSONDecoder.objectState.decode(MultipartSourceRecord.self, from: Data(content.body))
+        case .notFound:
+            return nil
+        case .preconditionFailed, .rangeNotSatisfiable:
+            throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
+        }
+    }
+
+    func remove(id sourceId: String) async throws -> Bool {
+        guard try await source(id: sourceId) != nil else { return false }
+        let key = key(sourceId)
+        try await client.perform({ client.requests.deleteObject(key: key) })
+        return true
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import XferPrimitives
+import XferS3
+
+/// Where an object storage keeps what, below its prefix:
+///
+///     PREFIX/uploads/<id>.json         the upload's state (`ObjectUploadState`), replaced only by
+///                                      compare-and-swap: the one truth about it, for every instance
+///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key
+///     PREFIX/staging/<id>/<name>       pieces below the store's minimum part size, until completion
+///                                      folds them into a part
+///     PREFIX/sources/<sha256>.json     multipart's sources, created only if absent
+struct ObjectLayout: Sendable {
+    /// Empty, or ending in "/".
+    let prefix: String
+
+    init(prefix: String) {
+        let trimmed = prefix.split(separator: "/").joined(separator: "/")
+        self.prefix = trimmed.isEmpty ? "" : trimmed + "/"
+    }
+
+    func state(_ id: String) -> String { prefix + "uploads/" + id + ".json" }
+    func file(_ id: String, path: RelativePath) -> String { prefix + "files/" + id + "/" + path.text }
+    func staged(_ id: String, _ name: String) -> String { prefix + "staging/" + id + "/" + name }
+    func stagingPrefix(_ id: String) -> String { prefix + "staging/" + id + "/" }
+    func source(_ key: String) -> String { prefix + "sources/" + key + ".json" }
+    var uploadsPrefix: String { prefix + "uploads/" }
+}
+
+/// One upload's state in an object store: what it is, where its bytes are, what has been
+/// acknowledged. Small, JSON, and replaced only by a conditional `PutObject` naming the version it
+/// was read at (`S3WriteCondition.onlyIfCurrent`): of two instances changing it at once, the store
+/// lets exactly one win, and the other reads it again and decides anew. No instance keeps anything
+/// of an upload that another would need.
+struct ObjectUploadState: Codable, Sendable {
+    var meta: UploadMeta
+    var created: Date
+    /// The store's multipart upload receiving this upload's parts, once one was needed: recorded
+    /// before the first part is sent to it, so that a crash never leaves parts nobody can find.
+    var multipartUploadID: String?
+    /// The next part number to hand out. Never reused, even for a part whose sender died before
+    /// recording it: a number is unique to one body.
+    var nextPart = 1
+    /// What holds the bytes, in byte order: a chunk (chunked uploads, by number), a part, or a
+    /// staged object.
+    var pieces: [Piece] = []
+
+    /// Offset uploads (tus, ietf): what the client declared, the acknowledged offset, the CRC-32C
+    /// of the bytes below it, and the append under way.
+    var info: OffsetUploadInfo?
+    var offset = 0
+    var crc: UInt32? = 0
+    var claim: Claim?
+
+    /// sequence: its token's digest and suffix, and each accepted block's CRC-32, in order.
+    var sequence: SequenceMeta?
+    var blocks: [UInt32] = []
+
+    var completion: CompletionRecord?
+
+    struct Piece: Codable, Sendable, Equatable {
+        /// Chunked uploads: the chunk (1-based) this is.
+        var chunk: Int? = nil
+        /// The byte range it holds: `at..<at + length`.
+        var at: Int
+        var length: Int
+        /// The multipart part holding it; nil when staged (or when a single chunk went straight to
+        /// the file's own key).
+        var part: Int? = nil
+        /// The staged object holding it, by name (`ObjectLayout.staged`).
+        var staged: String? = nil
+        var etag: String
+        /// The CRC-32C of its bytes, for the file's at completion.
+        var crc: UInt32
+
+        var end: Int { at + length }
+    }
+
+    /// An append of an offset upload under way on some instance: the offset it starts at, the part
+    /// number it will send, and until when it holds the upload. A claim past its time belongs to a
+    /// sender that died: another append may take the upload over.
+    struct Claim: Codable, Sendable, Equatable {
+        var at: Int
+        var part: Int?
+        var until: Date
+        var by: String
+    }
+
+    /// Chunks received, ascending.
+    var receivedChunks: [Int] { pieces.compactMap(\.chunk).sorted() }
+
+    /// Staged pieces after the last part: the tail an offset upload keeps below the minimum part size.
+    var stagedTail: [Piece] {
+        Array(pieces.reversed().prefix { $0.staged != nil }.reversed())
+    }
+}
+
+/// How large a part must be, but for the last: S3's 5 MiB (Ceph's gateway enforces it at
+/// `CompleteMultipartUpload` with `EntityTooSmall`).
+let minimumPartSize = 5 << 20
+
+extension ObjectUploadState {
+    /// The CRC-32C of the whole file from its pieces', when they cover it in order.
+    func combinedCRC() -> UInt32? {
+        var crc: UInt32 = 0
+        var at = 0
+        for piece in pieces.sorted(by: { $0.at < $1.at }) {
+            guard piece.at == at else { return nil }
+            crc = CRC32C.combine(crc, piece.crc, lengthOfSecond: Int64(piece.length))
+            at = piece.end
+        }
+        return at == meta.size ? crc : nil
+    }
+}
+
+extension JSONEncoder {
+    /// Sorted keys: the same state always makes the same bytes.
+    static let objectState: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        encoder.dateEncodingStrategy = .secondsSince1970
+        return encoder
+    }()
+}
+
+extension JSONDecoder {
+    static let objectState: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .secondsSince1970
+        return decoder
+    }()
+}
