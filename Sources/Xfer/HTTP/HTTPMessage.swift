@@ -153,6 +153,15 @@ public struct RequestBody: Sendable, Hashable {
     /// Whether the body has no bytes.
     public var isEmpty: Bool { count == 0 }
 
+    /// The body's bytes when it holds them in memory (framing included); nil when it names a chunk
+    /// of a file, which only the engine's transport reads. For a client of another transport that
+    /// sends what a backend or `XferS3` described (the receiver's object storage).
+    public var bytesInMemory: [UInt8]? {
+        guard case .bytes(let bytes) = content else { return nil }
+        if framingBefore.isEmpty, framingAfter.isEmpty { return bytes }
+        return framingBefore + bytes + framingAfter
+    }
+
     /// The SHA-256 of the whole body (32 bytes), e.g. for a signature over
     /// the payload. A chunk's bytes are read from the file for it (and the
     /// chunk's digest is kept for the next attempt).

@@ -69,7 +69,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         let bytes = Array(try JSONEncoder.objectState.encode(state))
         let key = layout.state(id)
         switch try await client.perform(
-            { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent, contentType: "application/json") }, body: bytes)
+            { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent, contentType: "application/json") })
         {
         case .stored: return true
         case .preconditionFailed: return false
@@ -88,8 +88,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             guard try change(&state) else { return state }
             let bytes = Array(try JSONEncoder.objectState.encode(state))
             switch try await client.perform(
-                { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfCurrent(etag), contentType: "application/json") },
-                body: bytes)
+                { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfCurrent(etag), contentType: "application/json") })
             {
             case .stored: return state
             case .preconditionFailed: continue
@@ -479,7 +478,7 @@ struct ObjectMultipartSources: MultipartSourceStore {
             fileIds: (0..<fileCount).map { _ in UploadID.generate() })
         let bytes = Array(try JSONEncoder.objectState.encode(record))
         let key = key(sourceId)
-        switch try await client.perform({ client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent) }, body: bytes) {
+        switch try await client.perform({ client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent) }) {
         case .stored: return record
         case .preconditionFailed:
             guard let kept = try await source(id: sourceId) else { throw UploadError.corrupt("source \(sourceId.prefix(64)) vanished") }

@@ -38,13 +38,13 @@ final class ObjectStoreClient: Sendable {
     }
 
     /// Performs a small operation, retrying what may succeed on another try. `describe` is called
-    /// for every attempt; `body` is the request's body, held in memory: the bytes the operation
-    /// was described with (its signature covers them).
-    func perform<Outcome>(_ describe: () -> S3Operation<Outcome>, body: [UInt8] = []) async throws -> Outcome {
+    /// for every attempt; the operation's body is in memory (a state record, a completion's XML).
+    func perform<Outcome>(_ describe: () -> S3Operation<Outcome>) async throws -> Outcome {
         var delay = Duration.milliseconds(50)
         var attempt = 1
         while true {
             let operation = describe()
+            let body = operation.request.body.bytesInMemory ?? []
             do {
                 let response = try await send(operation.request, body: .bytes(ByteBuffer(bytes: body)), length: body.count)
                 return try operation.interpret(response)
