@@ -80,7 +80,11 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
     nonisolated var id: String { meta.uploadId }
     nonisolated var length: Int { meta.size }
-    private nonisolated var fileKey: String { storage.layout.file(id, path: path) }
+    /// A partial upload (tus's `Upload-Concat: partial`) is completed into an object of its own
+    /// among the staged ones, which a concatenation copies from: only files live under `files/`.
+    private nonisolated var fileKey: String {
+        info.role == .partial ? storage.layout.staged(id, ObjectLayout.completedPartial) : storage.layout.file(id, path: path)
+    }
 
     var currentOffset: Int? {
         get async { (try? await storage.readState(id))??.0.offset }

@@ -151,7 +151,8 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// goes last, so that a crash part way leaves an upload a repeated delete finishes.
     func delete(id: String) async throws -> Bool {
         guard let (state, _) = try await readState(id) else { return false }
-        let fileKey = try fileKey(state)
+        var fileKey = try fileKey(state)
+        if state.info?.role == .partial { fileKey = layout.staged(id, ObjectLayout.completedPartial) }
         if let uploadID = state.multipartUploadID {
             _ = try await client.perform({ client.requests.abortMultipartUpload(key: fileKey, uploadID: uploadID) })
         }

@@ -8,7 +8,7 @@ import XferS3
 ///                                      compare-and-swap: the one truth about it, for every instance
 ///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key
 ///     PREFIX/staging/<id>/<name>       pieces below the store's minimum part size, until completion
-///                                      folds them into a part
+///                                      folds them into a part; a completed tus partial upload
 ///     PREFIX/sources/<sha256>.json     multipart's sources, created only if absent
 struct ObjectLayout: Sendable {
     /// Empty, or ending in "/".
@@ -23,6 +23,8 @@ struct ObjectLayout: Sendable {
     func file(_ id: String, path: RelativePath) -> String { prefix + "files/" + id + "/" + path.text }
     func staged(_ id: String, _ name: String) -> String { prefix + "staging/" + id + "/" + name }
     func stagingPrefix(_ id: String) -> String { prefix + "staging/" + id + "/" }
+    /// The staged name of a completed partial upload's object.
+    static let completedPartial = "partial"
     func source(_ key: String) -> String { prefix + "sources/" + key + ".json" }
     var uploadsPrefix: String { prefix + "uploads/" }
 }
