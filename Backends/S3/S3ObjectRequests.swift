@@ -341,6 +341,24 @@ public struct S3ObjectRequests: Sendable {
         }
     }
 
+    /// `ListMultipartUploads` of the keys under `prefix`: the page after `marker` (nil: the
+    /// first), read as `S3UploadListing` (`xfer uploads`) reads it. What finds a multipart upload
+    /// whose creator died before recording it (the receiver's object storage aborts those of a key
+    /// it completes).
+    public func listMultipartUploads(prefix: String, after marker: S3UploadPage.Marker? = nil, maxUploads: Int = 1000) -> S3Operation<S3UploadPage> {
+        let signer = S3RequestSigner(credentials, region: region, endpoint: endpoint, now: now)
+        let exchange = S3UploadListing(bucket: bucket, prefix: prefix, endpoint: endpoint, pageSize: maxUploads, signer: signer)
+            .listPage(after: marker)
+        let operation = "ListMultipartUploads \(s3URL(ofKey: prefix))"
+        return S3Operation(exchange.request, operation: operation) { response throws(S3Failure) in
+            do throws(BackendError) {
+                return try exchange.interpret(response)
+            } catch {
+                throw signer.reviewed(S3Failure(response, operation: operation))
+            }
+        }
+    }
+
     // MARK: Helpers
 
     /// How a request's body is checked by the store.

@@ -138,3 +138,140 @@ final class ObjectStorageTests: XCTestCase {
         return Answer(status: status, headers: headers)
     }
 }
+
+/// Several receivers over one bucket behind Debian's haproxy, `balance roundrobin` and no
+/// stickiness: any request of any upload may land on any receiver, and one of them is killed
+/// with SIGKILL mid-push and started again.
+final class LoadBalancedReceiverTests: XCTestCase {
+    var work: TemporaryDirectory!
+    var ceph: CephGateway!
+    var bucket: String!
+
+    override func setUpWithError() throws {
+        try XCTSkipIf(!FileManager.default.isExecutableFile(atPath: "/usr/sbin/haproxy"),
+                      "haproxy is not installed (scripts/install-deps.sh installs it: `make test` runs that)")
+        work = TemporaryDirectory("xfer-balanced")
+        ceph = try CephGateway.shared()
+        bucket = try ceph.makeBucket()
+    }
+
+    override func tearDownWithError() throws {
+        defer {
+            bucket = nil
+            work = nil
+        }
+        if let bucket { try ceph.removeBucket(bucket) }
+    }
+
+    private func serve(port: Int = 0) throws -> ServeProcess {
+        // Claims lapse after 2 s here, so that an append cut off by the kill is taken over soon.
+        try ServeProcess(
+            storage: ["--storage", "s3://\(bucket!)/shared", "--endpoint", ceph.url, "--claim-lifetime", "2"], port: port,
+            environment: CephGateway.environment)
+    }
+
+    func testPushesThroughABalancerSurviveAReceiverKilledMidPush() throws {
+        var receivers = [try serve(), try serve()]
+        let balancer = try HAProxy(backends: receivers.map(\.port), directory: work.path)
+        let large = work.file("large.bin"), small = work.file("small.bin")
+        try makeTestFile(at: large, size: (22 << 20) + 12_345, seed: 11)
+        try makeTestFile(at: small, size: 3000, seed: 12)
+        for backend in ObjectStorageTests.backends {
+            let target = backend == "tus" ? balancer.url + "/files/" : backend == "ietf" ? balancer.url + "/resumable/" : balancer.url
+            let push = try ChildProcess(
+                executable: xferExecutable,
+                arguments: [
+                    "push", small, large, "--backend", backend, "--to", target, "--state", work.file("state-\(backend)"),
+                    "--chunk-size", "5MiB", "--concurrency", "3", "--json",
+                ])
+            var chunks = 0
+            while chunks < 2, let line = push.readLine() {
+                if line.contains("\"event\":\"chunk\"") { chunks += 1 }
+            }
+            // One receiver dies mid-push and comes back on its port; the balancer sends requests
+            // to the other meanwhile.
+            let victim = receivers.removeFirst()
+            let port = victim.port
+            victim.child.kill(SIGKILL)
+            victim.child.wait()
+            receivers.append(try serve(port: port))
+            let rest = push.readRemaining()
+            XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError)")
+            let completed = rest.last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let urls = (completed?["files"] as? [[String: Any]])?.compactMap { $0["url"] as? String } ?? []
+            XCTAssertEqual(urls.count, 2, "\(backend): \(rest.suffix(2))")
+            for (url, file) in zip(urls, [small, large]) {
+                XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file), "\(backend): \(url)")
+            }
+        }
+        XCTAssertEqual(try ceph.uploadsInProgress(bucket: bucket).count, 0, "no multipart upload is left unfinished")
+    }
+}
+
+/// Debian's haproxy on 127.0.0.1 in front of receivers: round robin, no stickiness, a failed
+/// connection sent to another receiver, a receiver that fails its check taken out at once.
+final class HAProxy {
+    let child: ChildProcess
+    let url: String
+
+    init(backends: [Int], directory: String) throws {
+        let port = try Self.freePort()
+        let servers = backends.enumerated().map { index, port in
+            "  server r\(index) 127.0.0.1:\(port) check inter 200ms fall 1 rise 1"
+        }.joined(separator: "\n")
+        let configuration = """
+            global
+              maxconn 512
+            defaults
+              mode http
+              timeout connect 2s
+              timeout client 120s
+              timeout server 120s
+              retries 3
+              option redispatch 1
+            frontend receivers
+              bind 127.0.0.1:\(port)
+              default_backend receivers
+            backend receivers
+              balance roundrobin
+              option httpchk GET /stats
+            \(servers)
+
+            """
+        let path = directory + "/haproxy.cfg"
+        try configuration.write(toFile: path, atomically: true, encoding: .utf8)
+        child = try ChildProcess(executable: "/usr/sbin/haproxy", arguments: ["-f", path, "-db"])
+        url = "http://127.0.0.1:\(port)"
+        // Ready when it accepts: a bounded readiness check, not a guess at a delay.
+        for _ in 0..<200 {
+            if Self.accepts(port) { return }
+            usleep(25_000)
+        }
+        child.kill(SIGKILL)
+        child.wait()
+        throw HarnessError("haproxy did not start: \(child.standardError)")
+    }
+
+    deinit {
+        child.kill(SIGKILL)
+        child.wait()
+    }
+
+    private static func freePort() throws -> Int {
+        let result = try runToEnd("/usr/bin/python3", ["-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
+        guard let port = result.stdout.first.flatMap({ Int($0) }) else { throw HarnessError("no free port: \(result.stderr)") }
+        return port
+    }
+
+    private static func accepts(_ port: Int) -> Bool {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+}

@@ -294,6 +294,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
                     throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
                 }
             }
+            await storage.abortStrays(key: key, keeping: nil)
         } else {
             // Only an empty upload has no part.
             _ = try await client.perform({ requests.putObject(key: key, bytes: []) })

@@ -113,6 +113,16 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         return recorded
     }
 
+    /// Aborts the multipart uploads of `key` but `keeping`: those whose creator died between
+    /// creating one and recording it. The key is one upload's alone, so nobody else's are touched.
+    /// Best effort: a stray left now is found by the next completion or deletion of the key.
+    func abortStrays(key: String, keeping: String?) async {
+        guard let page = try? await client.perform({ client.requests.listMultipartUploads(prefix: key) }) else { return }
+        for upload in page.uploads where upload.key == key && upload.uploadID != keeping {
+            _ = try? await client.perform({ client.requests.abortMultipartUpload(key: key, uploadID: upload.uploadID) })
+        }
+    }
+
     // MARK: The base
 
     func create(_ upload: NewUpload) async throws -> any ChunkedUpload {
@@ -156,6 +166,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         if let uploadID = state.multipartUploadID {
             _ = try await client.perform({ client.requests.abortMultipartUpload(key: fileKey, uploadID: uploadID) })
         }
+        await abortStrays(key: fileKey, keeping: nil)
         for piece in state.pieces {
             if let name = piece.staged {
                 try await client.perform({ client.requests.deleteObject(key: layout.staged(id, name)) })
@@ -379,6 +390,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
         let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
         guard missing.isEmpty else { return .missing(missing) }
         try await assemble(state)
+        if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
         let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? state.combinedCRC() ?? 0))
         let stored = try await storage.updateState(id) { state in
             guard state.completion == nil else { return false }
