@@ -15,6 +15,11 @@ import XferTestSupport
 ///
 /// A kill moment is "after the Nth chunk acknowledgement the push printed"
 /// (N = 0: as soon as it started), so runs repeat for a seed without sleeps.
+///
+/// `testKill9TortureOnTwoReceiversOverCeph` runs the same trials against two
+/// `xfer serve --storage s3://` over one bucket of the Ceph gateway, behind
+/// haproxy's round robin, with faults injected by both (XFER_TORTURE_FAULTS,
+/// else a default mix).
 final class TortureTests: XCTestCase {
     struct Trial {
         var backend: String
@@ -33,30 +38,84 @@ final class TortureTests: XCTestCase {
         ProcessInfo.processInfo.environment[name].flatMap { Int($0) } ?? value
     }
 
-    func testKill9Torture() throws {
-        let trials = Self.setting("XFER_TORTURE_TRIALS", default: 2)
-        let kills = Self.setting("XFER_TORTURE_KILLS", default: 2)
-        let seed = UInt64(Self.setting("XFER_TORTURE_SEED", default: 42))
-        let faults = ProcessInfo.processInfo.environment["XFER_TORTURE_FAULTS"].flatMap { $0.isEmpty ? nil : $0 }
-        let chunk = 64 << 10
-        var random = SeededRandom(seed: seed)
-        var results: [Trial] = []
-        let work = TemporaryDirectory("xfer-torture")
+    /// Where a torture's pushes go: one receiver on disk, or several over one object store
+    /// behind a balancer. `received` adds up what every receiver read.
+    private struct Receivers {
+        var url: String
+        var servers: [ServeProcess]
+        var balancer: HAProxy?
 
-        for backend in Self.backends {
+        func received() throws -> Int {
+            try servers.reduce(0) { $0 + int(try getJSON($1.url + "/stats")["payloadBytesReceived"]) }
+        }
+
+        func stop() {
+            for server in servers { server.stop() }
+        }
+    }
+
+    func testKill9Torture() throws {
+        let faults = ProcessInfo.processInfo.environment["XFER_TORTURE_FAULTS"].flatMap { $0.isEmpty ? nil : $0 }
+        let work = TemporaryDirectory("xfer-torture")
+        let seed = UInt64(Self.setting("XFER_TORTURE_SEED", default: 42))
+        try torture(work: work, chunk: 64 << 10, sizeInChunks: 24..<64, faults: faults, seed: seed) { backend in
             let serverArguments = faults.map { ["--faults", $0, "--fault-seed", String(seed)] } ?? []
             let server = try ServeProcess(root: work.file("server-\(backend)"), extraArguments: serverArguments)
+            return Receivers(url: server.url, servers: [server])
+        }
+    }
+
+    func testKill9TortureOnTwoReceiversOverCeph() throws {
+        try XCTSkipIf(!FileManager.default.isExecutableFile(atPath: "/usr/sbin/haproxy"),
+                      "haproxy is not installed (scripts/install-deps.sh installs it: `make test` runs that)")
+        let faults = ProcessInfo.processInfo.environment["XFER_TORTURE_FAULTS"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? "503=0.03,429=0.01,reset=0.03,truncate=0.03,garble=0.02"
+        let ceph = try CephGateway.shared()
+        let bucket = try ceph.makeBucket()
+        defer { try? ceph.removeBucket(bucket) }
+        let work = TemporaryDirectory("xfer-torture-ceph")
+        let seed = UInt64(Self.setting("XFER_TORTURE_SEED", default: 42))
+        // 1 MiB chunks over 6-10 MiB files: parts and staged pieces both (patch's are 5 MiB, the
+        // object store's part minimum).
+        try torture(
+            work: work, backends: Self.backends + ["tus"], chunk: 1 << 20, sizeInChunks: 6..<11, faults: faults, seed: seed, trialsByDefault: 1
+        ) { backend in
+            let servers = try (0..<2).map { index in
+                try ServeProcess(
+                    storage: [
+                        "--storage", "s3://\(bucket)/\(backend)", "--endpoint", ceph.url, "--claim-lifetime", "2",
+                        "--faults", faults, "--fault-seed", String(seed &+ UInt64(index)),
+                    ], environment: CephGateway.environment)
+            }
+            let balancer = try HAProxy(backends: servers.map(\.port), directory: work.path)
+            return Receivers(url: balancer.url, servers: servers, balancer: balancer)
+        }
+        XCTAssertEqual(try ceph.uploadsInProgress(bucket: bucket).count, 0, "no multipart upload is left unfinished")
+    }
+
+    private func torture(
+        work: TemporaryDirectory, backends: [String] = TortureTests.backends, chunk: Int, sizeInChunks: Range<Int>, faults: String?, seed: UInt64,
+        trialsByDefault: Int = 2,
+        receivers makeReceivers: (String) throws -> Receivers
+    ) throws {
+        let trials = Self.setting("XFER_TORTURE_TRIALS", default: trialsByDefault)
+        let kills = Self.setting("XFER_TORTURE_KILLS", default: 2)
+        var random = SeededRandom(seed: seed)
+        var results: [Trial] = []
+
+        for backend in backends {
+            let server = try makeReceivers(backend)
             for number in 1...max(1, trials) {
-                let chunks = 24 + Int(random.next() % 40)
+                let chunks = sizeInChunks.lowerBound + Int(random.next() % UInt64(sizeInChunks.count))
                 let size = (chunks - 1) * chunk + 1 + Int(random.next() % UInt64(chunk))
                 let file = work.file("\(backend)-\(number).bin")
                 try makeTestFile(at: file, size: size, seed: random.next())
-                // The IETF draft's uploads are created under /resumable/.
-                let target = backend == "ietf" ? server.url + "/resumable/" : server.url
+                // The IETF draft's uploads are created under /resumable/, tus's under /files/.
+                let target = backend == "ietf" ? server.url + "/resumable/" : backend == "tus" ? server.url + "/files/" : server.url
                 let arguments = ["push", file, "--backend", backend, "--to", target, "--state", work.file("state"),
                                  "--chunk-size", String(chunk), "--concurrency", "3", "--max-attempts", "30", "--json"]
                 var trial = Trial(backend: backend, number: number, size: size)
-                let receivedBefore = int(try getJSON(server.url + "/stats")["payloadBytesReceived"])
+                let receivedBefore = try server.received()
                 var acknowledged = 0
                 // A run may finish before its kill moment comes (nothing left
                 // but the last steps); its own `completed` event ends the trial.
@@ -104,7 +163,7 @@ final class TortureTests: XCTestCase {
                 if let url = finalURL {
                     trial.identical = try downloadSHA256(url, into: work) == sha256sum(file)
                 }
-                trial.resent = int(try getJSON(server.url + "/stats")["payloadBytesReceived"]) - receivedBefore - size
+                trial.resent = try server.received() - receivedBefore - size
                 if faults == nil {
                     // Without faults only a kill makes a re-send, and at most what was in flight.
                     XCTAssertLessThanOrEqual(trial.resent, trial.kills * 3 * chunk, "\(backend) trial \(number): re-sent more than in flight")
@@ -119,7 +178,7 @@ final class TortureTests: XCTestCase {
             server.stop()
         }
 
-        for backend in Self.backends {
+        for backend in backends {
             let mine = results.filter { $0.backend == backend }
             let resent = mine.map(\.resent)
             print("torture summary \(backend): trials=\(mine.count) kills=\(mine.map(\.kills).reduce(0, +)) "
