@@ -116,6 +116,35 @@ final class ObjectStorageTests: XCTestCase {
         XCTAssertEqual(head.headers["upload-offset"], String(64 << 10), "one body counted, once")
     }
 
+    /// A PATCH cut mid-body on one receiver leaves nothing: a HEAD through another reports the
+    /// offset before it, and the body sent again through that other one completes the upload.
+    func testAPatchCutOnOneReceiverCountsNothingOnAnother() throws {
+        let one = try serve(), two = try serve()
+        let body = work.file("body.bin")
+        let length = 6 << 20
+        try makeTestFile(at: body, size: length, seed: 13)
+        let created = try curl(["-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Length: \(length)", one.url + "/files/"])
+        let path = try XCTUnwrap(URL(string: try XCTUnwrap(created.headers["location"]))?.path)
+        let patch = ["-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream",
+                     "--data-binary", "@" + body]
+        let slow = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-sS", "-o", "/dev/null", "--limit-rate", "512K"] + patch + [one.url + path])
+        // Cut once the first receiver has read part of the body (its own count says so).
+        var received = 0
+        for _ in 0..<400 where received == 0 {
+            received = int(try getJSON(one.url + "/stats")["payloadBytesReceived"])
+            if received == 0 { usleep(25_000) }
+        }
+        XCTAssertGreaterThan(received, 0, "the body started")
+        slow.kill(SIGKILL)
+        slow.wait()
+        let head = try curl(["-I", "-H", "Tus-Resumable: 1.0.0", two.url + path])
+        XCTAssertEqual(head.headers["upload-offset"], "0", "nothing of the cut body is durable, so nothing is reported")
+        let again = try curl(patch + [two.url + path])
+        XCTAssertEqual(again.status, 204)
+        XCTAssertEqual(again.headers["upload-offset"], String(length))
+        XCTAssertEqual(try downloadSHA256(two.url + path, into: work), try sha256sum(body))
+    }
+
     private struct Answer {
         var status: Int
         var headers: [String: String]
