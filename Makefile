@@ -99,7 +99,8 @@ demo: release
 # Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
 # prints a table and rewrites the generated part of Docs/benchmarks.md (~25 min).
 # ONLY=s3 runs xfer (Content-MD5, and --part-checksum crc32) against `aws s3 cp` (with and without its
-# CRC32s) and `rclone copy` on a moto S3 server.
+# CRC32s) and `rclone copy` on a moto S3 server. ONLY=objectstore: `xfer serve --storage s3://` on the
+# Ceph gateway (1 and 2 instances behind haproxy) beside s5cmd straight to it and the receiver on disk.
 # QUICK=1 for a short run; BUILD_DIR=DIR (xfer, apple-resumable-server) and STORE_BENCH_DIR=DIR
 # (xfer-store-bench) to use binaries built elsewhere (no build then).
 bench: python-tools

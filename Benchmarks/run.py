@@ -8,7 +8,8 @@ the same run. Prints a table and rewrites the generated part of Docs/benchmarks.
 Environment: BUILD_DIR (directory holding `xfer` and `apple-resumable-server`; default
 `swift build --package-path CLI -c release --show-bin-path`), STORE_BENCH_DIR (the one holding
 `xfer-store-bench`; default the root package's release directory), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
-small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf (comma list), KEEP=1 (keep the work directory).
+small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf,objectstore (comma list), KEEP=1 (keep the work
+directory).
 Python 3 standard library only; the s3 section also runs moto, the AWS CLI
 (from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.
 """
@@ -21,6 +22,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -61,6 +63,9 @@ SIZES = {
     "ceph": 256 * MiB if QUICK else 1 * GiB,
     "ietf": 128 * MiB if QUICK else 1 * GiB,
     "ceph_files": 1_000 if QUICK else 10_000,
+    "objectstore": 256 * MiB if QUICK else 1 * GiB,
+    "objectstore_files": 1_000 if QUICK else 10_000,
+    "objectstore_memory": 128 * MiB if QUICK else 512 * MiB,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 
@@ -97,11 +102,11 @@ APPLE_SERVER = os.path.join(BIN, "apple-resumable-server")
 class Receiver:
     """`xfer serve` on 127.0.0.1; stdout lines (listening, stalled ...) are queued with their arrival time."""
 
-    def __init__(self, root, port=0, extra=()):
+    def __init__(self, root, port=0, extra=(), env=None):
         self.root = root
         os.makedirs(root, exist_ok=True)
         self.proc = subprocess.Popen([XFER, "serve", "--root", root, "--port", str(port), *extra],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         self.lines = queue.Queue()
         first = self.proc.stdout.readline().decode()
         m = re.search(r"listening on (http://\S+)", first)
@@ -130,8 +135,11 @@ class Receiver:
                 return at, line
 
     def stats(self):
+        return self.counters()["payloadBytesReceived"]
+
+    def counters(self):
         with urllib.request.urlopen(self.url + "/stats", timeout=30) as r:
-            return json.load(r)["payloadBytesReceived"]
+            return json.load(r)
 
     def clear(self):
         for sub in ("uploads", "downloads", "raw"):
@@ -1108,6 +1116,14 @@ class Ceph:
         return self.boto("import hashlib;h=hashlib.sha256();b=s.get_object(Bucket=sys.argv[2],Key=sys.argv[3])['Body'];"
                          "[h.update(c) for c in iter(lambda: b.read(1<<20), b'')];print(h.hexdigest())", bucket, key)
 
+    def count_prefix(self, bucket, prefix):
+        return int(self.boto("p=s.get_paginator('list_objects_v2');"
+                             "print(sum(x.get('KeyCount',0) for x in p.paginate(Bucket=sys.argv[2],Prefix=sys.argv[3])))",
+                             bucket, prefix))
+
+    def uploads_in_progress(self, bucket):
+        return int(self.boto("print(len(s.list_multipart_uploads(Bucket=sys.argv[2]).get('Uploads',[])))", bucket))
+
     def empty(self, bucket):
         """Deletes what a run wrote (the gateway's garbage collector frees the space soon after)."""
         subprocess.run([S5CMD, "--endpoint-url", self.url, "rm", f"s3://{bucket}/*"], env=CEPH_ENV,
@@ -1269,6 +1285,178 @@ def bench_ceph(work):
             "rows": [[parts_expected, acknowledged, sent_again, found, f"{resent} parts = {resent * 8} MiB",
                       f"{concurrency} × 8 MiB = {concurrency * 8} MiB", "yes"]],
         }
+        os.unlink(big)
+        shutil.rmtree(tree)
+    finally:
+        ceph.stop()
+
+
+# ---------------------------------------------------------------- the receiver on an object store (issue 29)
+
+class Balancer:
+    """Debian's haproxy on 127.0.0.1: round robin over receivers, no stickiness."""
+
+    def __init__(self, ports, directory):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        servers = "\n".join(f"  server r{i} 127.0.0.1:{p} check inter 500ms" for i, p in enumerate(ports))
+        config = os.path.join(directory, "haproxy.cfg")
+        with open(config, "w") as out:
+            out.write(f"global\n  maxconn 1024\ndefaults\n  mode http\n  timeout connect 2s\n  timeout client 300s\n"
+                      f"  timeout server 300s\n  retries 3\n  option redispatch 1\nfrontend f\n  bind 127.0.0.1:{self.port}\n"
+                      f"  default_backend b\nbackend b\n  balance roundrobin\n  option httpchk GET /stats\n{servers}\n")
+        self.proc = subprocess.Popen(["haproxy", "-f", config, "-db"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}"
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.025)
+        raise RuntimeError("haproxy did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def bench_objectstore(work):
+    """`xfer serve --storage s3://` on the Ceph gateway, one and two instances (haproxy round robin),
+    beside s5cmd straight to the gateway (the store's own limit) and `xfer serve` on disk, alternating."""
+    if not os.path.exists(S5CMD):
+        raise RuntimeError(f"{S5CMD} is missing (make bench installs it)")
+    ceph = Ceph(work.path("ceph-objectstore"))
+    try:
+        size, files = SIZES["objectstore"], SIZES["objectstore_files"]
+        big = work.path("objectstore.bin")
+        make_random_file(big, size)
+        tree = work.path("objectstore-tree")
+        make_tree(tree, files)
+
+        def receivers(bucket, count):
+            servers = [Receiver(work.fresh("os-root"), extra=("--storage", f"s3://{bucket}/r", "--endpoint", ceph.url), env=CEPH_ENV)
+                       for _ in range(count)]
+            balancer = Balancer([r.port for r in servers], work.dir) if count > 1 else None
+            return servers, balancer, (balancer.url if balancer else servers[0].url)
+
+        def run(kind, source, is_tree, backend):
+            """(wall s, client CPU s, receivers CPU s, gateway+OSD CPU s, receivers peak RSS, store requests per file)."""
+            bucket = ceph.bucket()
+            servers, balancer = [], None
+            if kind == "s5cmd":
+                args, env = s3_clients("s5cmd", source, bucket, "t" if is_tree else "one.bin", ceph.url, work, tree=is_tree)
+                url = None
+            else:
+                if kind == "disk":
+                    servers, url = [Receiver(work.fresh("os-disk"))], None
+                    url = servers[0].url
+                else:
+                    servers, balancer, url = receivers(bucket, 2 if kind == "s3x2" else 1)
+                target = url + ("/resumable/" if backend == "ietf" else "/files/" if backend == "tus" else "")
+                args = [XFER, "push", source, "--backend", backend, "--to", target, "--state", work.fresh("state-os"), "--quiet"]
+                env = None
+            try:
+                before = [cpu_seconds(r.proc.pid) for r in servers]
+                requests_before = sum(r.counters().get("storeRequests", 0) for r in servers)
+                tv = work.path("time-os.txt")
+                gateway = ceph.cpu()
+                start = time.monotonic()
+                out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True, env=env)
+                wall = time.monotonic() - start
+                gateway = ceph.cpu() - gateway
+                if out.returncode != 0:
+                    raise RuntimeError(f"{kind} {backend}: exited {out.returncode}: {out.stderr.strip()[-300:]}")
+                received_cpu = sum(cpu_seconds(r.proc.pid) - b for r, b in zip(servers, before))
+                store_requests = sum(r.counters().get("storeRequests", 0) for r in servers) - requests_before
+                rss = max((int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{r.proc.pid}/status").read()).group(1)) * 1024
+                           for r in servers), default=0)
+                # Proof of work: the objects are in the bucket (or the files on disk), each of the right size.
+                expected = files if is_tree else 1
+                if kind == "s5cmd":
+                    found = ceph.count(bucket)
+                elif kind == "disk":
+                    found = sum(len(f) for _, _, f in os.walk(os.path.join(servers[0].root, "downloads")))
+                else:
+                    found = ceph.count_prefix(bucket, "r/files/")
+                if found != expected:
+                    raise RuntimeError(f"{kind} {backend}: {found} objects of {expected}")
+                if kind in ("s3", "s3x2") and ceph.uploads_in_progress(bucket):
+                    raise RuntimeError(f"{kind} {backend}: multipart uploads left unfinished")
+                peak, _ = parse_time_v(tv)
+                return wall, parse_cpu_v(tv), received_cpu, gateway, rss, store_requests / expected, peak
+            finally:
+                for r in servers:
+                    r.stop()
+                if balancer:
+                    balancer.stop()
+                ceph.empty(bucket)
+
+        plans = {
+            "one": [("s5cmd", None), ("s3", "patch"), ("s3x2", "patch"), ("disk", "patch")],
+            "tree": [("s5cmd", None), ("s3", "ietf"), ("s3x2", "ietf"), ("s3", "patch"), ("disk", "ietf")],
+        }
+        results = {name: {plan: [] for plan in plans[name]} for name in plans}
+        for rnd in range(ROUNDS):
+            for name, source, is_tree in (("one", big, False), ("tree", tree, True)):
+                for kind, backend in plans[name]:
+                    measured = run(kind, source, is_tree, backend or "patch")
+                    results[name][(kind, backend)].append(measured)
+                    unit = files / measured[0] if is_tree else size / MiB / measured[0]
+                    log(f"  objectstore {name} round {rnd + 1} {kind} {backend or ''}: {unit:.0f} {'files/s' if is_tree else 'MiB/s'} "
+                        f"({measured[0]:.2f} s, store requests/file {measured[5]:.1f})")
+
+        how = {"s5cmd": "s5cmd straight to the gateway (its defaults)", "s3": "xfer → 1 × xfer serve --storage s3://",
+               "s3x2": "xfer → haproxy → 2 × xfer serve --storage s3://", "disk": "xfer → xfer serve on disk"}
+
+        def rows(name, rate):
+            base = median([rate(m) for m in results[name][("s5cmd", None)]])
+            out = []
+            for kind, backend in plans[name]:
+                ms = results[name][(kind, backend)]
+                rates = [rate(m) for m in ms]
+                out.append([how[kind], backend or "—", f"{median(rates):.0f}", " ".join(f"{r:.0f}" for r in rates),
+                            f"{median(rates) / base:.2f}", f"{median([m[1] for m in ms]):.2f}",
+                            f"{median([m[2] for m in ms]):.2f}", f"{median([m[3] for m in ms]):.2f}",
+                            f"{median([m[4] for m in ms]) / MiB:.0f}" if kind != "s5cmd" else "—",
+                            f"{median([m[5] for m in ms]):.1f}" if kind in ("s3", "s3x2") else "—"])
+            return out
+
+        header = lambda unit: ["path", "protocol", f"median {unit}", f"runs {unit}", "÷ s5cmd direct", "client CPU s",
+                               "receivers CPU s", "gateway+OSD CPU s", "receiver peak RSS MiB", "store requests per file"]
+        RESULTS["objectstore"] = {
+            "title": (f"11. The receiver on an object store: {size // MiB} MiB, one file, through `xfer serve --storage s3://` "
+                      f"into the Ceph gateway (xfer at its defaults), {ROUNDS} alternating rounds"),
+            "header": header("MiB/s"), "rows": rows("one", lambda m: size / MiB / m[0]),
+        }
+        RESULTS["objectstore_tree"] = {
+            "title": f"{files:,} files of 4 KiB through the same receivers (xfer at its defaults), {ROUNDS} alternating rounds",
+            "header": header("files/s"), "rows": rows("tree", lambda m: files / m[0]),
+        }
+
+        # Memory: 64 uploads' 8 MiB chunks in flight at once through one receiver (4 pushes × 16).
+        bucket = ceph.bucket()
+        servers, _, url = receivers(bucket, 1)
+        try:
+            mem_file = work.path("objectstore-memory.bin")
+            make_random_file(mem_file, SIZES["objectstore_memory"])
+            pushes = [subprocess.Popen([XFER, "push", mem_file, "--backend", "patch", "--to", url, "--state", work.fresh("state-mem"),
+                                        "--chunk-size", "8MiB", "--concurrency", "16", "--quiet"]) for _ in range(4)]
+            statuses = [p.wait() for p in pushes]
+            if any(statuses):
+                raise RuntimeError(f"memory pushes exited {statuses}")
+            rss = int(re.search(r"VmHWM:\s+(\d+)", open(f"/proc/{servers[0].proc.pid}/status").read()).group(1)) * 1024
+            if ceph.count_prefix(bucket, "r/files/") != 4:
+                raise RuntimeError("memory pushes: not every object is in the bucket")
+            RESULTS["objectstore_memory"] = {
+                "title": "the receiver's memory with 64 chunks of 8 MiB in flight (4 pushes × --concurrency 16, patch)",
+                "header": ["file per push", "receiver peak RSS MiB", "goal"],
+                "rows": [[f"{SIZES['objectstore_memory'] // MiB} MiB", f"{rss / MiB:.0f}", "≤ 128 MiB"]],
+            }
+        finally:
+            for r in servers:
+                r.stop()
+            ceph.empty(bucket)
         os.unlink(big)
         shutil.rmtree(tree)
     finally:
@@ -1581,7 +1769,7 @@ def write_doc(text, section=None):
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf")
+OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf", "objectstore")
 
 
 def main():
@@ -1604,6 +1792,7 @@ def main():
         ("stream", lambda: bench_stream(work)),
         ("ceph", lambda: bench_ceph(work)),
         ("ietf", lambda: bench_ietf(work)),
+        ("objectstore", lambda: bench_objectstore(work)),
     ]
     try:
         for name, run in plan:

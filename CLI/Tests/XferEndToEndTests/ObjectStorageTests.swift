@@ -2,16 +2,15 @@ import Foundation
 import XCTest
 import XferTestSupport
 
-/// `xfer serve --storage s3://BUCKET/PREFIX` on the Ceph gateway the tests start (`CephGateway`):
-/// every protocol's pushes end byte-identical when read back through the receiver and straight
-/// from the bucket; two receivers over one bucket decide a race through the store alone.
-final class ObjectStorageTests: XCTestCase {
+/// A test case with a fresh bucket of the Ceph gateway (`CephGateway`), emptied and removed
+/// afterwards, and a temporary directory.
+class CephBucketTestCase: XCTestCase {
     var work: TemporaryDirectory!
     var ceph: CephGateway!
     var bucket: String!
 
     override func setUpWithError() throws {
-        work = TemporaryDirectory("xfer-object-storage")
+        work = TemporaryDirectory("xfer-\(Self.self)")
         ceph = try CephGateway.shared()
         bucket = try ceph.makeBucket()
     }
@@ -23,7 +22,12 @@ final class ObjectStorageTests: XCTestCase {
         }
         if let bucket { try ceph.removeBucket(bucket) }
     }
+}
 
+/// `xfer serve --storage s3://BUCKET/PREFIX` on the Ceph gateway the tests start (`CephGateway`):
+/// every protocol's pushes end byte-identical when read back through the receiver and straight
+/// from the bucket; two receivers over one bucket decide a race through the store alone.
+final class ObjectStorageTests: CephBucketTestCase {
     static let backends = ["patch", "multipart", "sequence", "tus", "ietf"]
 
     /// A receiver over the test's bucket, under `prefix`.
@@ -171,25 +175,11 @@ final class ObjectStorageTests: XCTestCase {
 /// Several receivers over one bucket behind Debian's haproxy, `balance roundrobin` and no
 /// stickiness: any request of any upload may land on any receiver, and one of them is killed
 /// with SIGKILL mid-push and started again.
-final class LoadBalancedReceiverTests: XCTestCase {
-    var work: TemporaryDirectory!
-    var ceph: CephGateway!
-    var bucket: String!
-
+final class LoadBalancedReceiverTests: CephBucketTestCase {
     override func setUpWithError() throws {
         try XCTSkipIf(!FileManager.default.isExecutableFile(atPath: "/usr/sbin/haproxy"),
                       "haproxy is not installed (scripts/install-deps.sh installs it: `make test` runs that)")
-        work = TemporaryDirectory("xfer-balanced")
-        ceph = try CephGateway.shared()
-        bucket = try ceph.makeBucket()
-    }
-
-    override func tearDownWithError() throws {
-        defer {
-            bucket = nil
-            work = nil
-        }
-        if let bucket { try ceph.removeBucket(bucket) }
+        try super.setUpWithError()
     }
 
     private func serve(port: Int = 0) throws -> ServeProcess {

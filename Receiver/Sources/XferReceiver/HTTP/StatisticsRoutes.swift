@@ -6,6 +6,9 @@ final class ReceiverStatistics: Sendable {
     /// File bytes read from chunk, fragment and block bodies, partial bodies included: what
     /// clients really sent, so re-sends after a crash can be measured for every protocol.
     let payloadBytesReceived = Atomic<Int>(0)
+    /// Requests sent to an object store (state records, parts, completions, reads): what each
+    /// protocol's file costs the store. 0 on disk.
+    let storeRequests = Atomic<Int>(0)
 }
 
 /// `GET /stats`: the counters as JSON (`payloadBytesReceived`, `syncRounds`), for tests, torture
@@ -22,6 +25,8 @@ struct StatisticsRoutes: ProtocolRoutes {
         /// Group-commit rounds (`Durability`) run so far: requests made durable per round is how
         /// well concurrent uploads share their flushes.
         var syncRounds: Int
+        /// Requests to the object store so far (0 on disk).
+        var storeRequests: Int
     }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
@@ -30,7 +35,8 @@ struct StatisticsRoutes: ProtocolRoutes {
                 .ok,
                 Answer(
                     payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed),
-                    syncRounds: self.store.syncRounds))
+                    syncRounds: self.store.syncRounds,
+                    storeRequests: self.store.statistics.storeRequests.load(ordering: .relaxed)))
         }
     }
 }

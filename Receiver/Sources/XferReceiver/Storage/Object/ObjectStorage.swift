@@ -21,7 +21,7 @@ import XferS3
 final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring {
     let client: ObjectStoreClient
     let layout: ObjectLayout
-    let statistics = ReceiverStatistics()
+    var statistics: ReceiverStatistics { client.statistics }
     let logger: Logger
     /// How long a claim on an offset upload holds without being renewed.
     let claimLifetime: Duration

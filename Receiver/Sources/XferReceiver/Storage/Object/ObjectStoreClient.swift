@@ -15,6 +15,8 @@ import XferS3
 /// are gone after the first attempt, and the client, which still has them, is the one to retry.
 final class ObjectStoreClient: Sendable {
     let requests: S3ObjectRequests
+    /// The receiver's counters: every request to the store is counted there.
+    let statistics = ReceiverStatistics()
     private let http: HTTPClient
     private let logger: Logger
     /// Attempts of a small request, the first included.
@@ -71,10 +73,12 @@ final class ObjectStoreClient: Sendable {
 
     /// Sends a GET and hands back the answer with its body unread, for a download to stream on.
     func open(_ operation: S3Operation<S3GetOutcome>) async throws -> HTTPClientResponse {
-        try await http.execute(Self.clientRequest(operation.request, body: nil), timeout: .hours(24), logger: logger)
+        statistics.storeRequests.add(1, ordering: .relaxed)
+        return try await http.execute(Self.clientRequest(operation.request, body: nil), timeout: .hours(24), logger: logger)
     }
 
     private func send(_ request: HTTPRequest, body: HTTPClientRequest.Body, length: Int) async throws -> HTTPResponse {
+        statistics.storeRequests.add(1, ordering: .relaxed)
         var outgoing = Self.clientRequest(request, body: body)
         if length == 0, request.method != .put, request.method != .post { outgoing.body = nil }
         let response = try await http.execute(outgoing, timeout: .hours(24), logger: logger)
