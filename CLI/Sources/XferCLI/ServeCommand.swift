@@ -28,6 +28,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Seconds an append's claim on an upload in an object store holds without renewal (for tests).", visibility: .hidden))
     var claimLifetime: Double?
 
+    @Option(help: ArgumentHelp(
+        "With --storage s3://: drop an unfinished upload nobody touched for this long (90s, 30m, 24h, 7d), aborting its multipart upload (default: keep it until deleted).",
+        valueName: "DURATION"))
+    var expireAfter: DurationArgument?
+
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
 
@@ -87,12 +92,16 @@ struct ServeCommand: AsyncParsableCommand {
                 guard claimLifetime > 0 else { throw XferError.invalidInput("--claim-lifetime must be positive") }
                 store.claimLifetime = .milliseconds(Int(claimLifetime * 1000))
             }
+            if let expireAfter {
+                guard expireAfter.duration > .zero else { throw XferError.invalidInput("--expire-after must be longer than 0") }
+                store.expireAfter = expireAfter.duration
+            }
             configuration.objectStore = store
         case let text?:
             throw XferError.invalidInput("--storage must be disk or s3://BUCKET[/PREFIX], not '\(text.prefix(60))'")
         }
-        if storage?.hasPrefix("s3://") != true, !s3Server.isEmpty || profile.profile != nil {
-            throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --storage s3://...")
+        if storage?.hasPrefix("s3://") != true, !s3Server.isEmpty || profile.profile != nil || expireAfter != nil {
+            throw XferError.invalidInput("--endpoint, --region, --addressing, --profile and --expire-after are for --storage s3://...")
         }
         configuration.host = host
         configuration.port = port

@@ -109,6 +109,10 @@ final class BadInputTests: XCTestCase {
             ("serve: --max-chunk-size 0", ["serve", "--root", work.file("srv"), "--max-chunk-size", "0"], 2, "max-chunk-size"),
             ("serve: --faults nonsense", ["serve", "--root", work.file("srv"), "--faults", "flood=2"], 2, "--faults"),
             ("serve: no --root", ["serve"], 2, "--root"),
+            ("serve: --storage of no kind", ["serve", "--storage", "ftp://bucket"], 2, "--storage must be disk or s3://"),
+            ("serve: --storage s3 without a bucket", ["serve", "--storage", "s3://"], 2, "--storage"),
+            ("serve: --expire-after on disk", ["serve", "--root", work.file("srv"), "--expire-after", "1h"], 2, "--expire-after"),
+            ("serve: --endpoint on disk", ["serve", "--root", work.file("srv"), "--endpoint", "http://127.0.0.1:1"], 2, "--endpoint"),
             ("serve: --auth-token with a space", ["serve", "--root", work.file("srv"), "--auth-token", "a b"], 2, "auth-token"),
         ]
         XCTAssertGreaterThanOrEqual(rows.count, 25)

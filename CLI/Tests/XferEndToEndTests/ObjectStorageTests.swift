@@ -149,6 +149,35 @@ final class ObjectStorageTests: CephBucketTestCase {
         XCTAssertEqual(try downloadSHA256(two.url + path, into: work), try sha256sum(body))
     }
 
+    /// An unfinished upload untouched for `--expire-after` is dropped by the receivers' sweep,
+    /// its multipart upload aborted; a completed one stays.
+    func testUnfinishedUploadsExpireAndTheirMultipartUploadsAreAborted() throws {
+        let server = try serve(extra: ["--expire-after", "2s"])
+        let body = work.file("part.bin")
+        try makeTestFile(at: body, size: 6 << 20, seed: 21)
+        let created = try curl(["-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Length: \(12 << 20)", server.url + "/files/"])
+        let path = try XCTUnwrap(URL(string: try XCTUnwrap(created.headers["location"]))?.path)
+        let patched = try curl([
+            "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream",
+            "--data-binary", "@" + body, server.url + path,
+        ])
+        XCTAssertEqual(patched.headers["upload-offset"], String(6 << 20))
+        XCTAssertEqual(try ceph.uploadsInProgress(bucket: bucket).count, 1, "its first part is in a multipart upload")
+        let small = work.file("small.bin")
+        try makeTestFile(at: small, size: 1000, seed: 22)
+        let finished = try runXfer(push([small], backend: "ietf", to: server.url))
+        XCTAssertEqual(finished.status, 0, finished.stderr)
+        // The sweep runs every second here: wait, bounded, for the store to show it happened.
+        var left = 1
+        for _ in 0..<120 where left > 0 {
+            left = try ceph.uploadsInProgress(bucket: bucket).count
+            if left > 0 { usleep(100_000) }
+        }
+        XCTAssertEqual(left, 0, "the expired upload's multipart upload is aborted")
+        XCTAssertEqual(try curl(["-I", "-H", "Tus-Resumable: 1.0.0", server.url + path]).status, 404)
+        XCTAssertEqual(try downloadSHA256(try XCTUnwrap(finished.stdout.first), into: work), try sha256sum(small), "a completed upload stays")
+    }
+
     private struct Answer {
         var status: Int
         var headers: [String: String]

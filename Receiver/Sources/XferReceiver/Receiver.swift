@@ -51,6 +51,10 @@ public struct ObjectStoreLocation: Sendable {
     /// How long an append's claim on an upload holds without renewal: how long an upload whose
     /// receiver died mid-append waits before another may take it over.
     public var claimLifetime: Duration = .seconds(30)
+    /// An unfinished upload untouched this long is dropped (its multipart upload aborted, its
+    /// staged pieces deleted): by whichever receiver meets it first, or by a sweep each receiver
+    /// runs now and then (never a scan at startup). Nil keeps unfinished uploads until deleted.
+    public var expireAfter: Duration? = nil
 
     public init(bucket: String, prefix: String, configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil) {
         self.bucket = bucket
@@ -107,7 +111,7 @@ public struct ReceiverRoutes: Sendable {
                 bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
             store = ObjectStorage(
                 client: ObjectStoreClient(requests: requests, logger: logger), prefix: location.prefix, claimLifetime: location.claimLifetime,
-                logger: logger)
+                expireAfter: location.expireAfter, logger: logger)
         } else {
             store = try await DiskStorage.open(root: configuration.root, threadPool: threadPool, logger: logger)
         }
@@ -183,6 +187,9 @@ public struct Receiver: Sendable {
 
     private func serve(threadPool: NIOThreadPool, logger: Logger, onListening: @escaping @Sendable (String) -> Void) async throws {
         let routes = try await ReceiverRoutes.open(configuration, testHooks: testHooks, threadPool: threadPool, logger: logger)
+        // Unfinished uploads of an object store expire by sweeps while the receiver runs.
+        let sweeping = (routes.environment.store as? ObjectStorage).map { storage in Task { await storage.sweepExpired() } }
+        defer { sweeping?.cancel() }
         let router = Router(context: ReceiverContext.self)
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
         // the first added outermost. tus's goes first so that every answer under /files, refusals

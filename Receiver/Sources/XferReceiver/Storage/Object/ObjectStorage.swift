@@ -25,11 +25,14 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     let logger: Logger
     /// How long a claim on an offset upload holds without being renewed.
     let claimLifetime: Duration
+    /// How long an unfinished upload may go untouched before it is dropped; nil: never.
+    let expireAfter: Duration?
     let multipartSources: any MultipartSourceStore
     private let offsetStores = Mutex<[String: ObjectOffsetUploads]>([:])
 
-    init(client: ObjectStoreClient, prefix: String, claimLifetime: Duration = .seconds(30), logger: Logger) {
+    init(client: ObjectStoreClient, prefix: String, claimLifetime: Duration = .seconds(30), expireAfter: Duration? = nil, logger: Logger) {
         self.client = client
+        self.expireAfter = expireAfter
         layout = ObjectLayout(prefix: prefix)
         self.claimLifetime = claimLifetime
         self.logger = logger
@@ -45,18 +48,25 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
 
     // MARK: State, by compare-and-swap
 
-    /// The upload's state as the store holds it now, with the version it was read at.
+    /// The upload's state as the store holds it now, with the version it was read at. An
+    /// unfinished upload past its expiry is dropped here, and reads as unknown.
     func readState(_ id: String) async throws -> (ObjectUploadState, S3ETag)? {
         guard UploadID.isValid(id) else { return nil }
         let key = layout.state(id)
         switch try await client.perform({ client.requests.getObject(key: key) }) {
         case .found(let content):
             guard let etag = content.metadata.etag else { throw UploadError.corrupt("the store gave no ETag for \(key)") }
+            let state: ObjectUploadState
             do {
-                return (try JSONDecoder.objectState.decode(ObjectUploadState.self, from: Data(content.body)), etag)
+                state = try JSONDecoder.objectState.decode(ObjectUploadState.self, from: Data(content.body))
             } catch {
                 throw UploadError.corrupt("the state of \(id) does not decode")
             }
+            if state.completion == nil, isExpired(lastChanged: content.metadata.lastModified) {
+                _ = try await delete(id: id, state: state)
+                return nil
+            }
+            return (state, etag)
         case .notFound:
             return nil
         case .preconditionFailed, .rangeNotSatisfiable:
@@ -161,6 +171,10 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// goes last, so that a crash part way leaves an upload a repeated delete finishes.
     func delete(id: String) async throws -> Bool {
         guard let (state, _) = try await readState(id) else { return false }
+        return try await delete(id: id, state: state)
+    }
+
+    private func delete(id: String, state: ObjectUploadState) async throws -> Bool {
         var fileKey = try fileKey(state)
         if state.info?.role == .partial { fileKey = layout.staged(id, ObjectLayout.completedPartial) }
         if let uploadID = state.multipartUploadID {
@@ -201,6 +215,42 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         UploadMeta(
             formatVersion: UploadMeta.currentFormatVersion, protocolName: upload.protocolName, uploadId: id, fileName: upload.path.text,
             size: upload.size, chunkSize: upload.chunkSize)
+    }
+
+    // MARK: Expiry
+
+    /// Whether an unfinished upload last changed at `lastChanged` has expired. (A state is
+    /// replaced by every change, an append's claim renewals included: its age is its idleness.)
+    private func isExpired(lastChanged: Date?) -> Bool {
+        guard let expireAfter, let lastChanged else { return false }
+        return Date().timeIntervalSince(lastChanged) > expireAfter.seconds
+    }
+
+    /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time,
+    /// every quarter of it (at most every minute, at least every second), until cancelled. Each
+    /// receiver sweeps; a drop is the same whoever does it, and a repeated one finds nothing.
+    func sweepExpired() async {
+        guard let expireAfter else { return }
+        let interval = min(max(expireAfter / 4, .seconds(1)), .seconds(60))
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: interval)
+            } catch {
+                return
+            }
+            var token: String?
+            repeat {
+                guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
+                else { break }
+                for object in page.objects where isExpired(lastChanged: object.lastModified) {
+                    let name = object.key.dropFirst(layout.uploadsPrefix.count)
+                    guard name.hasSuffix(".json") else { continue }
+                    // Read again: the state decides (a completed upload stays; a fresh change wins).
+                    _ = try? await readState(String(name.dropLast(".json".count)))
+                }
+                token = page.nextContinuationToken
+            } while token != nil && !Task.isCancelled
+        }
     }
 
     // MARK: Capabilities
