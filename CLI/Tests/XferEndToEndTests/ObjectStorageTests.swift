@@ -178,6 +178,19 @@ final class ObjectStorageTests: CephBucketTestCase {
         XCTAssertEqual(try downloadSHA256(try XCTUnwrap(finished.stdout.first), into: work), try sha256sum(small), "a completed upload stays")
     }
 
+    /// `PUT /raw/NAME` streams the body into one object under the prefix.
+    func testRawPutIsOneObject() throws {
+        let server = try serve()
+        let file = work.file("raw.bin")
+        try makeTestFile(at: file, size: 3 << 20, seed: 31)
+        let put = try curl(["-T", file, server.url + "/raw/a.bin"])
+        XCTAssertEqual(put.status, 201)
+        let stored = try ceph.head(bucket: bucket, key: "uploads/raw/a.bin")
+        XCTAssertEqual(stored.length, 3 << 20)
+        _ = try ceph.download(bucket: bucket, key: "uploads/raw/a.bin", to: work.file("back.bin"))
+        XCTAssertEqual(try sha256sum(work.file("back.bin")), try sha256sum(file))
+    }
+
     private struct Answer {
         var status: Int
         var headers: [String: String]

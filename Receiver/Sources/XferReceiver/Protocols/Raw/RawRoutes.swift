@@ -38,9 +38,12 @@ struct RawRoutes: ProtocolRoutes {
         }
         let written: Int
         do {
-            written = try await storage.storeWhole(request.body, name: name, limit: limit)
+            written = try await storage.storeWhole(
+                request.body, name: name, limit: limit, declaredLength: request.headers[.contentLength].flatMap { Int($0) })
         } catch BodyWriter.Failure.tooLarge {
             throw Refusal.rawTooLarge(limit: limit)
+        } catch WholeFileFailure.lengthRequired {
+            throw Refusal.error(.lengthRequired, "this receiver needs the body's Content-Length")
         }
         return JSONResponse.make(.created, RawAnswer(name: name, bytes: written))
     }

@@ -83,7 +83,8 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
 
     /// Streamed as chunk bodies are (`BodyWriter`: pwrite into the page cache), synced with one
     /// fdatasync at the end, then renamed into place under `ROOT/raw/`.
-    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int) async throws -> Int where Body.Element == ByteBuffer {
+    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
+    where Body.Element == ByteBuffer {
         let io = uploads.io
         let directory = uploads.layout.root + "/raw"
         let partial = directory + "/.partial-" + UploadID.generate()

@@ -18,7 +18,7 @@ import XferS3
 /// chunk n as part n; a single chunk goes straight to the file's key; smaller chunks are staged as
 /// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
 /// ietf) append parts under a claim (`ObjectOffsetUploads`).
-final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring {
+final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
     let client: ObjectStoreClient
     let layout: ObjectLayout
     var statistics: ReceiverStatistics { client.statistics }
@@ -262,6 +262,28 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             stores[protocolName] = store
             return store
         }
+    }
+
+    // MARK: Whole files
+
+    /// One `PutObject` streamed through at `PREFIX/raw/NAME` (so at most the store's 5 GiB).
+    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
+    where Body.Element == ByteBuffer {
+        guard let length = declaredLength else { throw WholeFileFailure.lengthRequired }
+        let limit = min(limit, 5 << 30)
+        guard length <= limit else { throw BodyWriter.Failure.tooLarge(limit: limit) }
+        let statistics = self.statistics
+        let checked = CheckedBody(
+            UncheckedSendableBody(body), limit: length, exactLength: true, check: nil,
+            counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+        do {
+            _ = try await client.perform(
+                client.requests.putObjectStreamed(key: layout.prefix + "raw/" + name, length: Int64(length)), streaming: checked, length: length)
+        } catch {
+            if let failure = checked.outcome.failure { throw failure }
+            throw error
+        }
+        return length
     }
 
     // MARK: Streams of stored bytes
