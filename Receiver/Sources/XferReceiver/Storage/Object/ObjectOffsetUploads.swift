@@ -36,6 +36,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
             state.info = info
         }
         let upload = ObjectOffsetUpload(storage: storage, meta: created.meta, info: info)
+        upload.version.latest = created.version.latest
         uploads.insert(upload, for: created.id)
         return upload
     }
@@ -47,10 +48,12 @@ actor ObjectOffsetUploads: OffsetUploadStore {
     private func objectUpload(id: String) async throws -> ObjectOffsetUpload? {
         guard UploadID.isValid(id) else { return nil }
         return try await uploads.value(for: id) { [storage, protocolName] in
-            guard let (state, _) = try await storage.readState(id), state.meta.protocolName == protocolName, let info = state.info else {
+            guard let read = try await storage.readState(id), read.0.meta.protocolName == protocolName, let info = read.0.info else {
                 return nil
             }
-            return ObjectOffsetUpload(storage: storage, meta: state.meta, info: info)
+            let upload = ObjectOffsetUpload(storage: storage, meta: read.0.meta, info: info)
+            upload.version.latest = read
+            return upload
         }
     }
 
@@ -69,6 +72,8 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     nonisolated let meta: UploadMeta
     nonisolated let info: OffsetUploadInfo
     nonisolated let path: RelativePath
+    /// The last sight of the state a request here read or wrote: where the next change starts.
+    nonisolated let version = StateVersion()
     var turns = KeyedTurns<WholeUpload>()
 
     init(storage: ObjectStorage, meta: UploadMeta, info: OffsetUploadInfo) {
@@ -86,8 +91,13 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         info.role == .partial ? storage.layout.staged(id, ObjectLayout.completedPartial) : storage.layout.file(id, path: path)
     }
 
+    /// Read from the store (another receiver may have moved it), and kept as the latest sight.
     var currentOffset: Int? {
-        get async { (try? await storage.readState(id))??.0.offset }
+        get async {
+            guard let read = (try? await storage.readState(id)) ?? nil else { return nil }
+            version.latest = read
+            return read.0.offset
+        }
     }
 
     var currentCRC: UInt32? {
@@ -119,7 +129,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             // A third of the lifetime: two renewals may fail before the claim lapses.
             while !Task.isCancelled {
                 try await Task.sleep(for: storage.claimLifetime / 3)
-                try await storage.updateState(id) { state in
+                try await storage.updateState(id, from: version) { state in
                     guard state.claim?.by == nonce else { return false }
                     state.claim?.until = Date() + storage.claimLifetime.seconds
                     return true
@@ -138,7 +148,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         let piece: ObjectUploadState.Piece
         do {
             if let part = claim.part {
-                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey)
+                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey, version: version)
                 let keys = tail.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
                 let etag = try await storage.client.perform(
                     requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: part, length: Int64(tailLength + count)),
@@ -166,7 +176,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
         // Record it, if the claim is still ours.
         var lost = false
-        let recorded = try await storage.updateState(id) { state in
+        let recorded = try await storage.updateState(id, from: version) { state in
             guard state.claim?.by == nonce, state.offset == start else {
                 lost = true
                 return false
@@ -201,7 +211,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         while true {
             var moved: Int?
             var busyUntil: Date?
-            let state = try await storage.updateState(id) { state in
+            let state = try await storage.updateState(id, from: version) { state in
                 if state.completion != nil || state.offset != start {
                     moved = state.offset
                     return false
@@ -225,7 +235,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
     /// Gives up a claim this append holds (its body failed), so the next append need not wait.
     private nonisolated func release(_ nonce: String) async {
-        _ = try? await storage.updateState(id) { state in
+        _ = try? await storage.updateState(id, from: version) { state in
             guard state.claim?.by == nonce else { return false }
             state.claim = nil
             return true
@@ -267,7 +277,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         }
         try await flush()
         let recorded = pieces
-        try await storage.updateState(id) { state in
+        try await storage.updateState(id, from: version) { state in
             state.pieces = recorded
             state.nextPart = number
             state.offset = state.meta.size
@@ -279,7 +289,11 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     /// Completes the multipart upload into the file's object once the offset reached the length
     /// (partials too: a concatenation reads them as objects). Idempotent.
     nonisolated func finish() async throws {
-        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        // The state the write that reached the length left (or a fresh read): a completion already
+        // done elsewhere is found by the store (the multipart upload unknown, the object there).
+        var seen = version.latest
+        if seen == nil { seen = try await storage.readState(id) }
+        guard let (state, _) = seen else { throw UploadError.deleted }
         guard state.completion == nil else { return }
         guard state.offset == length else { throw UploadError.corrupt("finish called at offset \(state.offset) of \(length)") }
         let client = storage.client
@@ -300,7 +314,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             _ = try await client.perform({ requests.putObject(key: key, bytes: []) })
         }
         let record = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex))
-        try await storage.updateState(id) { state in
+        try await storage.updateState(id, from: version) { state in
             guard state.completion == nil else { return false }
             state.completion = record
             state.multipartUploadID = nil

@@ -19,11 +19,11 @@ struct ObjectSequenceUploads: SequenceUploadStore {
     }
 
     func upload(forToken token: String) async throws -> (any SequenceUpload)? {
-        guard case let (id, secret)? = UpToken.split(token), let (state, _) = try await storage.readState(id),
+        guard case let (id, secret)? = UpToken.split(token), let read = try await storage.readState(id), case let state = read.0,
             state.meta.protocolName == DiskSequenceUploads.protocolName, let meta = state.sequence,
             UpToken.matches(secret, digest: meta.tokenDigest)
         else { return nil }
-        return ObjectSequenceUpload(upload: ObjectChunkedUpload(storage: storage, meta: state.meta), meta: meta)
+        return ObjectSequenceUpload(upload: ObjectChunkedUpload(storage: storage, meta: state.meta, seen: read), meta: meta)
     }
 }
 
@@ -60,7 +60,7 @@ actor ObjectSequenceUpload: SequenceUpload, TakesTurns {
     }
 
     func recordAccepted(_ sequenceNo: Int, crc: UInt32) async throws {
-        try await objectUpload.storage.updateState(objectUpload.id) { state in
+        try await objectUpload.storage.updateState(objectUpload.id, from: objectUpload.version) { state in
             guard state.blocks.count == sequenceNo - 1 else { return false }
             state.blocks.append(crc)
             return true

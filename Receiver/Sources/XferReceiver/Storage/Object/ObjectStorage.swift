@@ -74,15 +74,15 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         }
     }
 
-    /// Creates `state` under `id` only if no upload has that id: false when one has.
-    func createState(_ id: String, _ state: ObjectUploadState) async throws -> Bool {
+    /// Creates `state` under `id` only if no upload has that id: its version, nil when one has.
+    func createState(_ id: String, _ state: ObjectUploadState) async throws -> S3ETag? {
         let bytes = Array(try JSONEncoder.objectState.encode(state))
         let key = layout.state(id)
         switch try await client.perform(
             { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent, contentType: "application/json") })
         {
-        case .stored: return true
-        case .preconditionFailed: return false
+        case .stored(let etag): return etag
+        case .preconditionFailed: return nil
         }
     }
 
@@ -90,28 +90,55 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// it meanwhile; on a lost race, reads again and applies `change` anew. `change` returns false
     /// to store nothing. Returns the state as stored (or as found). Throws `UploadError.deleted`
     /// when the upload is gone.
+    ///
+    /// `version`, a handle's last sight of the state, saves the first read: a write from it is
+    /// still conditional on it being current, and a decision to write nothing is only taken on a
+    /// fresh read. The new version is left there.
     @discardableResult
-    func updateState(_ id: String, _ change: (inout ObjectUploadState) throws -> Bool) async throws -> ObjectUploadState {
+    func updateState(
+        _ id: String, from version: StateVersion? = nil, _ change: (inout ObjectUploadState) throws -> Bool
+    ) async throws -> ObjectUploadState {
         let key = layout.state(id)
+        var known = version?.latest
         while true {
-            guard var (state, etag) = try await readState(id) else { throw UploadError.deleted }
-            guard try change(&state) else { return state }
+            let fresh = known == nil
+            let current: (ObjectUploadState, S3ETag)
+            if let seen = known {
+                current = seen
+                known = nil
+            } else {
+                guard let read = try await readState(id) else { throw UploadError.deleted }
+                current = read
+            }
+            var (state, etag) = current
+            guard try change(&state) else {
+                if fresh {
+                    version?.latest = current
+                    return state
+                }
+                continue
+            }
             let bytes = Array(try JSONEncoder.objectState.encode(state))
             switch try await client.perform(
                 { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfCurrent(etag), contentType: "application/json") })
             {
-            case .stored: return state
-            case .preconditionFailed: continue
+            case .stored(let newETag):
+                version?.latest = (state, newETag)
+                return state
+            case .preconditionFailed:
+                continue
             }
         }
     }
 
     /// The multipart upload receiving upload `id`'s parts: made and recorded on first need. Of two
     /// instances making one at once, one records its own and the other aborts its spare.
-    func multipartUploadID(of id: String, key: String) async throws -> String {
+    func multipartUploadID(of id: String, key: String, version: StateVersion? = nil) async throws -> String {
+        // Recorded once and never changed while parts are sent: a sight of it is as good as a read.
+        if let known = version?.latest?.0.multipartUploadID { return known }
         if let known = try await readState(id)?.0.multipartUploadID { return known }
         let made = try await client.perform({ client.requests.createMultipartUpload(key: key) })
-        let state = try await updateState(id) { state in
+        let state = try await updateState(id, from: version) { state in
             guard state.multipartUploadID == nil else { return false }
             state.multipartUploadID = made
             return true
@@ -145,7 +172,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             let id = UploadID.generate()
             var state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
             extra(&state)
-            if try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta) }
+            if let etag = try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag)) }
         }
     }
 
@@ -154,8 +181,8 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     }
 
     func chunkedUpload(id: String) async throws -> ObjectChunkedUpload? {
-        guard let (state, _) = try await readState(id) else { return nil }
-        return ObjectChunkedUpload(storage: self, meta: state.meta)
+        guard let read = try await readState(id) else { return nil }
+        return ObjectChunkedUpload(storage: self, meta: read.0.meta, seen: read)
     }
 
     func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
@@ -163,7 +190,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         while true {
             if let existing = try await chunkedUpload(id: id) { return existing }
             let state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
-            if try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta) }
+            if let etag = try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag)) }
         }
     }
 
@@ -295,6 +322,18 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     }
 }
 
+/// A handle's last sight of an upload's state and the version the store gave it: where a
+/// compare-and-swap starts, so that a request that just read or wrote the state does not read it
+/// again. A stale sight costs one refused write (412) and a read, never a wrong one.
+final class StateVersion: Sendable {
+    private let seen = Mutex<(ObjectUploadState, S3ETag)?>(nil)
+
+    var latest: (ObjectUploadState, S3ETag)? {
+        get { seen.withLock { $0 } }
+        set { seen.withLock { $0 = newValue } }
+    }
+}
+
 /// Staged objects read one after another, then (optionally) a body: the contents of a part made of
 /// a staged tail and an append's own bytes.
 struct ConcatenatedObjects: AsyncSequence, Sendable {
@@ -357,12 +396,15 @@ final class ObjectChunkedUpload: ChunkedUpload {
     let storage: ObjectStorage
     let meta: UploadMeta
     let path: RelativePath
+    /// This handle's last sight of the state, which a compare-and-swap tries first.
+    let version = StateVersion()
     private let received = Atomic<Int>(0)
 
-    init(storage: ObjectStorage, meta: UploadMeta) {
+    init(storage: ObjectStorage, meta: UploadMeta, seen: (ObjectUploadState, S3ETag)? = nil) {
         self.storage = storage
         self.meta = meta
         path = RelativePath.validated(meta.fileName) ?? RelativePath.validated("file")!
+        version.latest = seen
     }
 
     var id: String { meta.uploadId }
@@ -390,13 +432,12 @@ final class ObjectChunkedUpload: ChunkedUpload {
         let range = meta.byteRange(ofChunk: chunk)
         // A chunk written again is unmarked first: neither a bad body nor a crash may leave it
         // marked received over bytes that changed.
-        let state = try await storage.updateState(id) { state in
+        try await storage.updateState(id, from: version) { state in
             if state.completion != nil { throw UploadError.completed }
             guard let index = state.pieces.firstIndex(where: { $0.chunk == chunk }) else { return false }
             state.pieces.remove(at: index)
             return true
         }
-        _ = state
         let statistics = storage.statistics
         let checked = CheckedBody(
             UncheckedSendableBody(body), limit: range.count, exactLength: true, check: check,
@@ -418,7 +459,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
                     requests.putObjectStreamed(key: fileKey, length: Int64(range.count)), streaming: checked, length: range.count)
                 piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: nil, etag: etag.unquoted, crc: 0)
             case .part(let number):
-                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey)
+                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey, version: version)
                 etag = try await storage.client.perform(
                     requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: number, length: Int64(range.count)),
                     streaming: checked, length: range.count)
@@ -435,7 +476,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
         }
         var recorded = piece
         recorded.crc = checked.outcome.crc32c
-        try await storage.updateState(id) { state in
+        try await storage.updateState(id, from: version) { state in
             if state.completion != nil { throw UploadError.completed }
             state.pieces.removeAll { $0.chunk == chunk }
             state.pieces.append(recorded)
@@ -456,7 +497,9 @@ final class ObjectChunkedUpload: ChunkedUpload {
     }
 
     func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
-        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        guard let read = try await storage.readState(id) else { throw UploadError.deleted }
+        version.latest = read
+        let state = read.0
         if let completion = state.completion { return .completed(completion) }
         let have = Set(state.receivedChunks)
         let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
@@ -464,7 +507,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
         try await assemble(state)
         if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
         let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? state.combinedCRC() ?? 0))
-        let stored = try await storage.updateState(id) { state in
+        let stored = try await storage.updateState(id, from: version) { state in
             guard state.completion == nil else { return false }
             state.completion = record
             return true
@@ -491,7 +534,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
             return
         }
         if meta.chunkCount == 1 { return }
-        let uploadID = try await storage.multipartUploadID(of: id, key: key)
+        let uploadID = try await storage.multipartUploadID(of: id, key: key, version: version)
         var parts: [S3CompletedPart] = []
         var group: [ObjectUploadState.Piece] = []
         var nextNumber = max(state.nextPart, meta.chunkCount + 1)
