@@ -537,7 +537,10 @@ final class ObjectChunkedUpload: ChunkedUpload {
         let uploadID = try await storage.multipartUploadID(of: id, key: key, version: version)
         var parts: [S3CompletedPart] = []
         var group: [ObjectUploadState.Piece] = []
-        var nextNumber = max(state.nextPart, meta.chunkCount + 1)
+        // Staged chunks (the only kind folded here) never share an upload with chunks sent as
+        // parts, so the folded parts are numbered from 1: a file of many small chunks still needs
+        // at most size / 5 MiB of S3's 10,000 part numbers.
+        var nextNumber = 1
         func flush() async throws {
             guard !group.isEmpty else { return }
             let length = group.reduce(0) { $0 + $1.length }
