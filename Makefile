@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all deps python-tools build release man test torture demo bench clean install install-files uninstall
+.PHONY: all deps python-tools build release man test test-objectstore torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -70,14 +70,27 @@ uninstall:
 # The engine's tests (and the example program the end-to-end tests run), the
 # receiver's route-level tests (no sockets), then the command's end-to-end
 # tests. The man page is made from the debug build here, for InstallTests to install.
+# All three packages build in the command's build folder (the engine's and the
+# receiver's modules are the command's own), so nothing is compiled twice.
+ENGINE = --scratch-path CLI/.build
 test: python-tools
-	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
 	$(SWIFT) build $(CLI) --build-tests
+	$(SWIFT) build $(ENGINE) --build-tests
+	$(SWIFT) test $(ENGINE) --skip-build
 	$(SWIFT) build $(RECEIVER) --build-tests
 	$(SWIFT) test $(RECEIVER) --skip-build
 	$(SWIFT) package $(CLI) plugin generate-manual --configuration debug
-	$(SWIFT) test $(CLI) --skip-build
+	SWIFT="$(SWIFT)" ./scripts/test-end-to-end.sh
+
+# The end-to-end suites of every protocol the receiver speaks, run again with the
+# receiver on the Ceph gateway's S3 (`xfer serve --storage s3://...`) instead of a
+# directory: the same tests (SuiteStorage in the harness), ~15 min. `make test`
+# runs the short version (ObjectStorageTests, LoadBalancedReceiverTests, the torture
+# on two receivers over Ceph).
+OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|SequencePushTests|TusPushTests|TusReceiverTests|IETFPushTests|IETFReceiverTests|ReceiverRawTests|ReceiverTreeTests|TreePushTests|StreamPushTests|FaultTests
+test-objectstore: python-tools
+	$(SWIFT) build $(CLI) --build-tests
+	XFER_TEST_STORAGE=ceph $(SWIFT) test $(CLI) --skip-build --filter '$(OBJECT_STORE_SUITES)'
 
 # Kill -9 torture, long version (the short one runs inside `make test`): per
 # backend TRIALS pushes SIGKILLed KILLS times each against a receiver injecting

@@ -197,6 +197,32 @@ public struct S3ObjectRequests: Sendable {
         }
     }
 
+    /// `DeleteObjects` of up to 1,000 `keys` in one request (quiet: S3 answers only failures).
+    /// Keys that hold nothing count as deleted, as with `deleteObject`. S3 wants the body's MD5
+    /// on this request whatever else signs it.
+    public func deleteObjects(keys: [String]) -> S3Operation<Void> {
+        precondition(keys.count <= 1000, "S3 deletes at most 1,000 keys a request")
+        var xml = "<Delete xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Quiet>true</Quiet>"
+        for key in keys { xml += "<Object><Key>\(S3XML.escaped(key))</Key></Object>" }
+        xml += "</Delete>"
+        let body = Array(xml.utf8)
+        var request = HTTPRequest(method: .post, url: endpoint.url(bucket: bucket, key: "", query: "delete"), body: RequestBody(body))
+        request.headers.set("Content-Type", "application/xml")
+        request.headers.set("Content-MD5", Checksums.base64(Array(Insecure.MD5.hash(data: body))))
+        return describe("DeleteObjects (\(keys.count) keys)", request) { response, operation throws(S3Failure) in
+            guard response.status == 200 else { throw S3Failure(response, operation: operation) }
+            guard let document = S3XML(response.body, recordNames: ["Error"]), document.root == "DeleteResult" else {
+                if let error = response.s3Error { throw S3Failure(response, operation: operation, known: error, isErrorInSuccess: true) }
+                throw S3Failure.unreadable(response, operation: operation, "the answer is not a DeleteResult")
+            }
+            if let failed = document.records.first(where: { $0["Code"] != "NoSuchKey" }) {
+                throw S3Failure(
+                    operation: operation, status: response.status, code: failed["Code"],
+                    message: "\(failed["Key"] ?? "a key"): \(failed["Message"] ?? "not deleted")", isRetryable: failed["Code"] == "InternalError")
+            }
+        }
+    }
+
     /// `ListObjectsV2`: a page of the keys under `prefix` (as S3 matches it,
     /// character by character), after `continuationToken` (nil: the first
     /// page), at most `maxKeys` (1–1,000). With a `delimiter`, keys below

@@ -22,8 +22,12 @@ final class CustomBackendTests: XCTestCase {
 
     private var state: String { work.file("state") }
 
-    /// The example program, built with the engine's package (`make test` builds it).
-    private var uploader: String { repositoryRoot + "/.build/debug/CWUpload" }
+    /// The example program, built with the engine's package: `make test` builds it beside xfer
+    /// (one build folder for the three packages); a plain `swift build` of the engine, in its own.
+    private var uploader: String {
+        let besideXfer = (productsDirectory as NSString).appendingPathComponent("CWUpload")
+        return FileManager.default.fileExists(atPath: besideXfer) ? besideXfer : repositoryRoot + "/.build/debug/CWUpload"
+    }
 
     func testFilesOfEverySizeArriveThroughTheLibrary() async throws {
         let sizes = [("empty.bin", 0), ("one.bin", 1), ("exact.bin", 4 << 16), ("odd.bin", 300_001)]

@@ -34,7 +34,7 @@ final class FaultTests: XCTestCase {
         for (index, backend) in Self.backends.enumerated() {
             let server = try ServeProcess(
                 root: work.file("server-\(backend)"),
-                extraArguments: ["--faults", "503=0.08,429=0.04,reset=0.08,truncate=0.08,garble=0.08",
+                extraArguments: SuiteStorage.patchChunks(of: Self.chunk) + ["--faults", "503=0.08,429=0.04,reset=0.08,truncate=0.08,garble=0.08",
                                  "--fault-seed", String(11 + index)])
             let result = try runXfer(arguments(file, backend: backend, server: server, state: work.file("state-\(backend)"),
                                                ["--max-attempts", "30", "--concurrency", "3"]))
@@ -52,7 +52,7 @@ final class FaultTests: XCTestCase {
     func testADamagedChunkIsRefusedByItsDigestAndSentAgain() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 30 * Self.chunk + 5, seed: 8)
-        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--faults", "damage=0.2", "--fault-seed", "2"])
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--faults", "damage=0.2", "--fault-seed", "2"] + SuiteStorage.patchChunks(of: Self.chunk))
         let result = try runXfer(arguments(file, backend: "patch", server: server, state: work.file("state"), ["--max-attempts", "20"]))
         XCTAssertEqual(result.status, 0, result.stderr)
         let reasons = result.events.filter { $0["event"] as? String == "retry" }.compactMap { $0["reason"] as? String }
@@ -68,7 +68,7 @@ final class FaultTests: XCTestCase {
         try makeTestFile(at: file, size: 12 * Self.chunk, seed: 4)
         for backend in Self.backends {
             let server = try ServeProcess(
-                root: work.file("server-\(backend)"), extraArguments: ["--faults", "stall=0.15", "--fault-seed", "5"])
+                root: work.file("server-\(backend)"), extraArguments: ["--faults", "stall=0.15", "--fault-seed", "5"] + SuiteStorage.patchChunks(of: Self.chunk))
             let result = try runXfer(arguments(file, backend: backend, server: server, state: work.file("state-\(backend)"),
                                                ["--low-speed-time", "1", "--max-attempts", "20"]))
             XCTAssertEqual(result.status, 0, "\(backend): \(result.stderr)")
@@ -83,7 +83,7 @@ final class FaultTests: XCTestCase {
     func testRetryAfterIsHonoured() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 8 * Self.chunk, seed: 6)
-        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--faults", "429=0.3", "--fault-seed", "1"])
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--faults", "429=0.3", "--fault-seed", "1"] + SuiteStorage.patchChunks(of: Self.chunk))
         let result = try runXfer(arguments(file, backend: "patch", server: server, state: work.file("state"), ["--max-attempts", "20"]))
         XCTAssertEqual(result.status, 0, result.stderr)
         let throttled = result.events.filter { ($0["reason"] as? String)?.contains("429") == true }

@@ -8,10 +8,20 @@ final class ServeProcess {
     let url: String
     let root: String
 
+    /// A receiver on `root`: a directory on disk, or, when the suites run over the object
+    /// store (`SuiteStorage.isObjectStore`), a prefix of the suites' bucket named after
+    /// `root`, so that a receiver restarted on the same root finds the same uploads.
     init(root: String, port: Int = 0, extraArguments: [String] = []) throws {
         self.root = root
-        (child, url) = try startServer(
-            "xfer serve", executable: xferExecutable, arguments: ["serve", "--port", String(port), "--root", root] + extraArguments)
+        if let objectStore = try SuiteStorage.objectStore() {
+            (child, url) = try startServer(
+                "xfer serve", executable: xferExecutable,
+                arguments: ["serve", "--port", String(port)] + objectStore.arguments(forRoot: root) + extraArguments,
+                environment: ProcessInfo.processInfo.environment.merging(CephGateway.environment) { $1 })
+        } else {
+            (child, url) = try startServer(
+                "xfer serve", executable: xferExecutable, arguments: ["serve", "--port", String(port), "--root", root] + extraArguments)
+        }
     }
 
     /// A receiver on other storage than a root directory (`--storage ...` in `storage`).
@@ -32,6 +42,55 @@ final class ServeProcess {
     deinit {
         child.kill(SIGKILL)
         child.wait()
+    }
+}
+
+/// Where the receivers of the suites keep uploads: on disk (`make test`), or, with
+/// `XFER_TEST_STORAGE=ceph` (`make test-objectstore`), in one bucket of the Ceph gateway the
+/// tests start (`CephGateway`) — the same suites, so that every protocol is held to the same
+/// expectations on both storages. A test that looks at the receiver's directory itself says so
+/// with `try SuiteStorage.requireDisk()`, and is skipped over the object store.
+enum SuiteStorage {
+    static var isObjectStore: Bool { ProcessInfo.processInfo.environment["XFER_TEST_STORAGE"] == "ceph" }
+
+    /// The bucket of the process's receivers, made on first use.
+    struct ObjectStore {
+        let gateway: CephGateway
+        let bucket: String
+
+        /// `--storage s3://BUCKET/roots/<root's last two components>`: readable in the bucket,
+        /// and distinct per test (every test's directory has a unique name).
+        func arguments(forRoot root: String) -> [String] {
+            let components = root.split(separator: "/").suffix(2).map {
+                String($0.map { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." ? $0 : "_" })
+            }
+            return ["--storage", "s3://\(bucket)/roots/" + components.joined(separator: "/"), "--endpoint", gateway.url]
+        }
+    }
+
+    static func objectStore() throws -> ObjectStore? {
+        guard isObjectStore else { return nil }
+        return try madeBucket.get()
+    }
+
+    private static let madeBucket = Result { () throws -> ObjectStore in
+        let gateway = try CephGateway.shared()
+        return ObjectStore(gateway: gateway, bucket: try gateway.makeBucket())
+    }
+
+    /// A body cut mid-way keeps what arrived on disk; an object store keeps nothing of a request
+    /// that did not end (Docs/architecture.md, "What differs from disk").
+    static var keepsWhatArrivedOfACutBody: Bool { !isObjectStore }
+
+    /// `--patch-chunk-size BYTES` over the object store, where the receiver otherwise answers
+    /// chunks of at least 5 MiB: for a test whose point needs many chunks of the client's size.
+    static func patchChunks(of bytes: Int) -> [String] {
+        isObjectStore ? ["--patch-chunk-size", String(bytes)] : []
+    }
+
+    /// Skips the calling test over the object store: it reads the receiver's directory.
+    static func requireDisk(_ why: String = "it reads the receiver's directory") throws {
+        if isObjectStore { throw XCTSkip("on disk only: \(why)") }
     }
 }
 

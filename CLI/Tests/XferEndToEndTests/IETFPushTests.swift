@@ -62,7 +62,7 @@ final class IETFPushTests: XCTestCase {
         // At most the two chunks in flight at the kill, and only their parts the server lacked.
         XCTAssertLessThanOrEqual(int(resumed.lastEvent?["bytesSent"]), size - 3 * chunk)
         XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(large))
-        XCTAssertTrue(FileManager.default.fileExists(atPath: try servedFile(root: root, "in/large.bin")))
+        if !SuiteStorage.isObjectStore { XCTAssertTrue(FileManager.default.fileExists(atPath: try servedFile(root: root, "in/large.bin"))) }
 
         // Files of one chunk (an empty one too) go in one request each.
         let urls = try completedURLs(try runXfer(arguments([small, empty], to: target)))

@@ -118,6 +118,7 @@ final class MultipartPushTests: XCTestCase {
     // MARK: Sizes and order
 
     func testThreeFilesOfDifferentSizesArriveInOrderByteIdentical() throws {
+        try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         // The backend's own 512 KiB fragments: the large file has 11.
         let paths = try makeThreeFiles(fragment: 512 << 10, fragments: 11)
         let result = try runXfer(arguments(paths))
@@ -145,6 +146,7 @@ final class MultipartPushTests: XCTestCase {
     }
 
     func testNonASCIIAndQuotedNamesArriveIntact() throws {
+        try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         let names = ["视频 01.mp4", "say \"hi\".txt"]
         let paths = try names.enumerated().map { index, name in
             let path = work.file(name)
@@ -180,6 +182,7 @@ final class MultipartPushTests: XCTestCase {
     }
 
     func testAMergeThatFailsEveryRoundEndsInOneClearErrorAndKeepsState() throws {
+        try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         try restartServer(["--fail-merge", "1000"])
         let paths = try makeThreeFiles(fragments: 3)
         let failed = try runXfer(arguments(paths, ["--chunk-size", "64KiB", "--json"]))
@@ -205,6 +208,7 @@ final class MultipartPushTests: XCTestCase {
     // MARK: SIGKILL and resume
 
     func testKilledBeforePreloadsAnswerIsStoredTheRerunGetsTheSameFileIds() throws {
+        try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         try restartServer(["--hold", "/fileSection/preLoad.do"])
         let paths = try makeThreeFiles(fragments: 3)
         let push = arguments(paths, ["--chunk-size", "64KiB"])
@@ -219,6 +223,7 @@ final class MultipartPushTests: XCTestCase {
     }
 
     func testKilledBetweenFragmentsResumesWithoutForgettingAcknowledgedOnes() throws {
+        try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         let paths = try makeThreeFiles(fragments: 48)
         let push = arguments(paths, ["--chunk-size", "64KiB", "--json"])
         let first = try ChildProcess(executable: xferExecutable, arguments: push)

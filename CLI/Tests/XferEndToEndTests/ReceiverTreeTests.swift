@@ -39,6 +39,7 @@ final class ReceiverTreeTests: XCTestCase {
     ]
 
     override func setUpWithError() throws {
+        try SuiteStorage.requireDisk("every test reads the paths the receiver wrote under its root")
         work = TemporaryDirectory("xfer-tree-serve")
         scratch = TemporaryDirectory("xfer-tree-scratch")
         try FileManager.default.createDirectory(atPath: work.file("sibling"), withIntermediateDirectories: true)

@@ -146,8 +146,15 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         let tail = claim.part == nil ? [] : claimed.stagedTail
         let tailLength = tail.reduce(0) { $0 + $1.length }
         let piece: ObjectUploadState.Piece
+        // The whole upload in one append (a small file created with its body, typically): one
+        // object at the file's key, no multipart upload, and the record completes it.
+        let whole = start == 0 && count == length && count <= Self.largestObject
         do {
-            if let part = claim.part {
+            if whole {
+                let etag = try await storage.client.perform(
+                    requests.putObjectStreamed(key: fileKey, length: Int64(count)), streaming: checked, length: count)
+                piece = .init(at: 0, length: count, etag: etag.unquoted, crc: checked.outcome.crc32c)
+            } else if let part = claim.part {
                 let uploadID = try await storage.multipartUploadID(of: id, key: fileKey, version: version)
                 let keys = tail.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
                 let etag = try await storage.client.perform(
@@ -186,6 +193,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             state.crc = state.crc.map { CRC32C.combine($0, checked.outcome.crc32c, lengthOfSecond: Int64(count)) }
             state.offset = start + count
             state.claim = nil
+            if whole { state.completion = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex)) }
             return true
         }
         if lost {
@@ -198,6 +206,9 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         }
         return .stored(offset: recorded.offset)
     }
+
+    /// The most one `PutObject` stores (S3's 5 GiB).
+    private static let largestObject = 5 << 30
 
     private enum ClaimOutcome {
         case claimed(ObjectUploadState)

@@ -62,7 +62,9 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             } catch {
                 throw UploadError.corrupt("the state of \(id) does not decode")
             }
-            if state.completion == nil, isExpired(lastChanged: content.metadata.lastModified) {
+            if state.completion == nil, isExpired(lastChanged: content.metadata.lastModified),
+                try await isExpired(chunksOf: id, recordedApart: state.meta.chunkCount > 1 && state.info == nil)
+            {
                 _ = try await delete(id: id, state: state)
                 return nil
             }
@@ -134,9 +136,13 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// The multipart upload receiving upload `id`'s parts: made and recorded on first need. Of two
     /// instances making one at once, one records its own and the other aborts its spare.
     func multipartUploadID(of id: String, key: String, version: StateVersion? = nil) async throws -> String {
-        // Recorded once and never changed while parts are sent: a sight of it is as good as a read.
-        if let known = version?.latest?.0.multipartUploadID { return known }
-        if let known = try await readState(id)?.0.multipartUploadID { return known }
+        // Recorded once and never changed while parts are sent: a sight of it is as good as a read,
+        // and a sight without one costs at worst a refused write (another instance recorded one).
+        if let seen = version?.latest {
+            if let known = seen.0.multipartUploadID { return known }
+        } else if let known = try await readState(id)?.0.multipartUploadID {
+            return known
+        }
         let made = try await client.perform({ client.requests.createMultipartUpload(key: key) })
         let state = try await updateState(id, from: version) { state in
             guard state.multipartUploadID == nil else { return false }
@@ -172,8 +178,17 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             let id = UploadID.generate()
             var state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
             extra(&state)
-            if let etag = try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag)) }
+            if let etag = try await createState(id, state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
         }
+    }
+
+    /// A new chunked upload whose chunks will be parts gets its multipart upload now, while no
+    /// sender knows its id: its chunks then never race to make one.
+    private func prepared(_ upload: ObjectChunkedUpload) async throws -> ObjectChunkedUpload {
+        if upload.meta.chunkCount > 1, upload.meta.chunkSize >= minimumPartSize, upload.version.latest?.0.info == nil {
+            _ = try await multipartUploadID(of: upload.id, key: upload.fileKey, version: upload.version)
+        }
+        return upload
     }
 
     func upload(id: String) async throws -> (any ChunkedUpload)? {
@@ -190,7 +205,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         while true {
             if let existing = try await chunkedUpload(id: id) { return existing }
             let state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
-            if let etag = try await createState(id, state) { return ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag)) }
+            if let etag = try await createState(id, state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
         }
     }
 
@@ -208,11 +223,8 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             _ = try await client.perform({ client.requests.abortMultipartUpload(key: fileKey, uploadID: uploadID) })
         }
         await abortStrays(key: fileKey, keeping: nil)
-        for piece in state.pieces {
-            if let name = piece.staged {
-                try await client.perform({ client.requests.deleteObject(key: layout.staged(id, name)) })
-            }
-        }
+        try await deleteAll(under: layout.stagingPrefix(id))
+        try await deleteAll(under: layout.receivedPrefix(id))
         try await client.perform({ client.requests.deleteObject(key: fileKey) })
         try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
         return true
@@ -244,6 +256,72 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             size: upload.size, chunkSize: upload.chunkSize)
     }
 
+    // MARK: Keys under a prefix
+
+    /// Every object under `prefix`, a page (1,000) at a time.
+    func objects(under prefix: String) async throws -> [S3ObjectSummary] {
+        var objects: [S3ObjectSummary] = []
+        var token: String?
+        repeat {
+            let page = try await client.perform({ client.requests.listObjects(prefix: prefix, continuationToken: token) })
+            objects += page.objects
+            token = page.nextContinuationToken
+        } while token != nil
+        return objects
+    }
+
+    /// Deletes every object under `prefix`: one listing and one `DeleteObjects` per 1,000 keys.
+    func deleteAll(under prefix: String) async throws {
+        let keys = try await objects(under: prefix).map(\.key)
+        for start in stride(from: 0, to: keys.count, by: 1000) {
+            let batch = Array(keys[start..<min(start + 1000, keys.count)])
+            try await client.perform({ client.requests.deleteObjects(keys: batch) })
+        }
+    }
+
+    /// The chunks of upload `id` recorded apart (a chunked upload of several), by number.
+    func receivedChunkNumbers(_ id: String) async throws -> [Int] {
+        let prefix = layout.receivedPrefix(id)
+        return try await objects(under: prefix).compactMap { Int($0.key.dropFirst(prefix.count)) }.sorted()
+    }
+
+    /// The records of the chunks of upload `id` recorded apart, read 16 at a time.
+    func receivedPieces(_ id: String) async throws -> [ObjectUploadState.Piece] {
+        let chunks = try await receivedChunkNumbers(id)
+        var pieces: [ObjectUploadState.Piece] = []
+        pieces.reserveCapacity(chunks.count)
+        try await withThrowingTaskGroup(of: ObjectUploadState.Piece?.self) { group in
+            var next = chunks.makeIterator()
+            func start() {
+                guard let chunk = next.next() else { return }
+                group.addTask { [self] in try await receivedPiece(id, chunk: chunk) }
+            }
+            for _ in 0..<16 { start() }
+            while let piece = try await group.next() {
+                if let piece { pieces.append(piece) }
+                start()
+            }
+        }
+        return pieces.sorted { $0.at < $1.at }
+    }
+
+    private func receivedPiece(_ id: String, chunk: Int) async throws -> ObjectUploadState.Piece? {
+        let key = layout.received(id, chunk: chunk)
+        switch try await client.perform({ client.requests.getObject(key: key) }) {
+        case .found(let content):
+            do {
+                return try JSONDecoder.objectState.decode(ObjectUploadState.Piece.self, from: Data(content.body))
+            } catch {
+                throw UploadError.corrupt("the record of chunk \(chunk) of \(id) does not decode")
+            }
+        case .notFound:
+            // Unrecorded since the listing (a completion's repair): not received.
+            return nil
+        case .preconditionFailed, .rangeNotSatisfiable:
+            throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
+        }
+    }
+
     // MARK: Expiry
 
     /// Whether an unfinished upload last changed at `lastChanged` has expired. (A state is
@@ -251,6 +329,14 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     private func isExpired(lastChanged: Date?) -> Bool {
         guard let expireAfter, let lastChanged else { return false }
         return Date().timeIntervalSince(lastChanged) > expireAfter.seconds
+    }
+
+    /// A chunked upload of several records its chunks apart, leaving its state unchanged: it is
+    /// idle when its newest chunk record is too (asked only of a state that looks expired).
+    private func isExpired(chunksOf id: String, recordedApart: Bool) async throws -> Bool {
+        guard recordedApart else { return true }
+        let newest = try await objects(under: layout.receivedPrefix(id)).compactMap(\.lastModified).max()
+        return newest.map { isExpired(lastChanged: $0) } ?? true
     }
 
     /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time,
@@ -392,6 +478,11 @@ where First.Element == ByteBuffer, Second.Element == ByteBuffer {
 
 /// One chunked upload (patch, multipart, sequence's blocks) in an object store. Holds nothing but
 /// what never changes: every question is asked of the store.
+///
+/// A single chunk is recorded in the upload's state. Chunks of an upload of several are recorded
+/// each in an object of its own (`ObjectLayout.received`), written once the chunk's bytes are
+/// stored: chunks sent at once, from any instances, never contend for one object, and a chunk
+/// costs the store two requests (its bytes, its record). Completion lists the records.
 final class ObjectChunkedUpload: ChunkedUpload {
     let storage: ObjectStorage
     let meta: UploadMeta
@@ -409,7 +500,8 @@ final class ObjectChunkedUpload: ChunkedUpload {
 
     var id: String { meta.uploadId }
     var bytesReceivedSoFar: Int { received.load(ordering: .relaxed) }
-    private var fileKey: String { storage.layout.file(id, path: path) }
+    var fileKey: String { storage.layout.file(id, path: path) }
+    private var recordsChunksApart: Bool { meta.chunkCount > 1 }
 
     /// Where chunk `chunk` goes: the file's own key for a single chunk, part `chunk` when chunks are
     /// at least a part's minimum, else an object of its own to be folded in at completion.
@@ -419,10 +511,12 @@ final class ObjectChunkedUpload: ChunkedUpload {
         case staged(String)
     }
 
-    private var target: (Int) -> Target {
-        let single = meta.chunkCount == 1
-        let asParts = meta.chunkSize >= minimumPartSize
-        return { chunk in single ? .file : asParts ? .part(chunk) : .staged("chunk-\(chunk)") }
+    private func target(_ chunk: Int) -> Target {
+        if meta.chunkCount == 1 { return .file }
+        if meta.chunkSize >= minimumPartSize { return .part(chunk) }
+        // A name of its own per body: a chunk sent again never replaces the bytes its record names,
+        // so a crash between the two leaves the record true.
+        return .staged("chunk-\(chunk)-\(UploadID.generate().prefix(8))")
     }
 
     func writeChunk<Body: AsyncSequence>(
@@ -430,13 +524,17 @@ final class ObjectChunkedUpload: ChunkedUpload {
     ) async throws where Body.Element == ByteBuffer {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         let range = meta.byteRange(ofChunk: chunk)
-        // A chunk written again is unmarked first: neither a bad body nor a crash may leave it
-        // marked received over bytes that changed.
-        try await storage.updateState(id, from: version) { state in
-            if state.completion != nil { throw UploadError.completed }
-            guard let index = state.pieces.firstIndex(where: { $0.chunk == chunk }) else { return false }
-            state.pieces.remove(at: index)
-            return true
+        // The sight this request's look-up took: enough to refuse a completed upload.
+        if version.latest?.0.completion != nil { throw UploadError.completed }
+        if !recordsChunksApart, version.latest?.0.pieces.contains(where: { $0.chunk == chunk }) ?? true {
+            // A single chunk written again is unmarked first: neither a bad body nor a crash may
+            // leave it marked received over bytes that changed.
+            try await storage.updateState(id, from: version) { state in
+                if state.completion != nil { throw UploadError.completed }
+                guard let index = state.pieces.firstIndex(where: { $0.chunk == chunk }) else { return false }
+                state.pieces.remove(at: index)
+                return true
+            }
         }
         let statistics = storage.statistics
         let checked = CheckedBody(
@@ -476,47 +574,68 @@ final class ObjectChunkedUpload: ChunkedUpload {
         }
         var recorded = piece
         recorded.crc = checked.outcome.crc32c
+        if recordsChunksApart {
+            let bytes = Array(try JSONEncoder.objectState.encode(recorded))
+            let key = storage.layout.received(id, chunk: chunk)
+            _ = try await storage.client.perform({ requests.putObject(key: key, bytes: bytes, contentType: "application/json") })
+            return
+        }
         try await storage.updateState(id, from: version) { state in
             if state.completion != nil { throw UploadError.completed }
             state.pieces.removeAll { $0.chunk == chunk }
             state.pieces.append(recorded)
-            state.pieces.sort { $0.at < $1.at }
             return true
         }
     }
 
+    /// The state as this request's look-up saw it, else as the store holds it now.
+    private func state() async throws -> ObjectUploadState {
+        if let seen = version.latest { return seen.0 }
+        guard let read = try await storage.readState(id) else { throw UploadError.deleted }
+        version.latest = read
+        return read.0
+    }
+
     func receivedChunks() async throws -> [Int] {
-        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
+        let state = try await state()
         if state.completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
-        return state.receivedChunks
+        return recordsChunksApart ? try await storage.receivedChunkNumbers(id) : state.pieces.compactMap(\.chunk)
     }
 
     func completionRecord() async throws -> CompletionRecord? {
-        guard let (state, _) = try await storage.readState(id) else { throw UploadError.deleted }
-        return state.completion
+        try await state().completion
     }
 
     func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
-        guard let read = try await storage.readState(id) else { throw UploadError.deleted }
-        version.latest = read
-        let state = read.0
+        let state = try await state()
         if let completion = state.completion { return .completed(completion) }
-        let have = Set(state.receivedChunks)
+        let pieces = recordsChunksApart ? try await storage.receivedPieces(id) : state.pieces
+        let have = Set(pieces.compactMap(\.chunk))
         let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
         guard missing.isEmpty else { return .missing(missing) }
-        try await assemble(state)
+        do {
+            try await assemble(pieces)
+        } catch let failure as S3Failure where failure.code == "InvalidPart" && !failure.isErrorInSuccess {
+            // A part sent again after its record was written, by a sender that died before
+            // recording it anew: which one the store cannot say. Every part is asked for again.
+            let parts = pieces.filter { $0.part != nil }.compactMap(\.chunk)
+            try await storage.client.perform({
+                self.storage.client.requests.deleteObjects(keys: parts.map { self.storage.layout.received(self.id, chunk: $0) })
+            })
+            return .missing(parts)
+        }
         if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
-        let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? state.combinedCRC() ?? 0))
+        let combined = ObjectUploadState.Piece.combinedCRC(of: pieces, length: meta.size)
+        let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? combined ?? 0))
         let stored = try await storage.updateState(id, from: version) { state in
             guard state.completion == nil else { return false }
             state.completion = record
             return true
         }
-        // Staged pieces are in the file now.
-        for piece in state.pieces {
-            if let name = piece.staged {
-                _ = try? await storage.client.perform({ self.storage.client.requests.deleteObject(key: self.storage.layout.staged(self.id, name)) })
-            }
+        // The file holds the staged pieces now, and the state says it is complete.
+        if recordsChunksApart {
+            try? await storage.deleteAll(under: storage.layout.stagingPrefix(id))
+            try? await storage.deleteAll(under: storage.layout.receivedPrefix(id))
         }
         return .completed(stored.completion ?? record)
     }
@@ -525,7 +644,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
     /// an empty object for an empty file; else a multipart completion, staged pieces folded into
     /// parts of at least the minimum size, in order. Repeatable: a completion whose answer was
     /// lost is found done.
-    private func assemble(_ state: ObjectUploadState) async throws {
+    private func assemble(_ pieces: [ObjectUploadState.Piece]) async throws {
         let client = storage.client
         let requests = client.requests
         let key = fileKey
@@ -553,7 +672,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
             parts.append(S3CompletedPart(number: number, etag: etag))
             group = []
         }
-        for piece in state.pieces.sorted(by: { $0.at < $1.at }) {
+        for piece in pieces.sorted(by: { $0.at < $1.at }) {
             if let part = piece.part {
                 try await flush()
                 parts.append(S3CompletedPart(number: part, etag: S3ETag(piece.etag)))

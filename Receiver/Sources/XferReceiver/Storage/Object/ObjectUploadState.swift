@@ -9,6 +9,10 @@ import XferS3
 ///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key
 ///     PREFIX/staging/<id>/<name>       pieces below the store's minimum part size, until completion
 ///                                      folds them into a part; a completed tus partial upload
+///     PREFIX/received/<id>/<chunk>     a chunk of a chunked upload of several, received: the
+///                                      `ObjectUploadState.Piece` that holds it, written once its
+///                                      bytes are stored (chunks sent at once never contend for
+///                                      one object)
 ///     PREFIX/sources/<sha256>.json     multipart's sources, created only if absent
 struct ObjectLayout: Sendable {
     /// Empty, or ending in "/".
@@ -23,6 +27,8 @@ struct ObjectLayout: Sendable {
     func file(_ id: String, path: RelativePath) -> String { prefix + "files/" + id + "/" + path.text }
     func staged(_ id: String, _ name: String) -> String { prefix + "staging/" + id + "/" + name }
     func stagingPrefix(_ id: String) -> String { prefix + "staging/" + id + "/" }
+    func received(_ id: String, chunk: Int) -> String { receivedPrefix(id) + String(chunk) }
+    func receivedPrefix(_ id: String) -> String { prefix + "received/" + id + "/" }
     /// The staged name of a completed partial upload's object.
     static let completedPartial = "partial"
     func source(_ key: String) -> String { prefix + "sources/" + key + ".json" }
@@ -43,8 +49,9 @@ struct ObjectUploadState: Codable, Sendable {
     /// The next part number to hand out. Never reused, even for a part whose sender died before
     /// recording it: a number is unique to one body.
     var nextPart = 1
-    /// What holds the bytes, in byte order: a chunk (chunked uploads, by number), a part, or a
-    /// staged object.
+    /// What holds the bytes, in byte order: a part or a staged object (offset uploads), or the
+    /// single chunk of a chunked upload of one. (A chunked upload of several records its chunks
+    /// apart, under `ObjectLayout.receivedPrefix`.)
     var pieces: [Piece] = []
 
     /// Offset uploads (tus, ietf): what the client declared, the acknowledged offset, the CRC-32C
@@ -88,8 +95,6 @@ struct ObjectUploadState: Codable, Sendable {
         var by: String
     }
 
-    /// Chunks received, ascending.
-    var receivedChunks: [Int] { pieces.compactMap(\.chunk).sorted() }
 
     /// Staged pieces after the last part: the tail an offset upload keeps below the minimum part size.
     var stagedTail: [Piece] {
@@ -101,9 +106,9 @@ struct ObjectUploadState: Codable, Sendable {
 /// `CompleteMultipartUpload` with `EntityTooSmall`).
 let minimumPartSize = 5 << 20
 
-extension ObjectUploadState {
-    /// The CRC-32C of the whole file from its pieces', when they cover it in order.
-    func combinedCRC() -> UInt32? {
+extension ObjectUploadState.Piece {
+    /// The CRC-32C of a file of `length` bytes from its pieces', when they cover it in order.
+    static func combinedCRC(of pieces: [Self], length: Int) -> UInt32? {
         var crc: UInt32 = 0
         var at = 0
         for piece in pieces.sorted(by: { $0.at < $1.at }) {
@@ -111,7 +116,7 @@ extension ObjectUploadState {
             crc = CRC32C.combine(crc, piece.crc, lengthOfSecond: Int64(piece.length))
             at = piece.end
         }
-        return at == meta.size ? crc : nil
+        return at == length ? crc : nil
     }
 }
 

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The command's end-to-end tests (make test), as two `swift test` processes at once over
+# the one debug build: most of these tests wait — on servers, on kill and restart, on
+# the Ceph gateway, on a compiler in another process — so two lanes on two cores take
+# little more than the longer lane. The second lane holds the suites that wait longest
+# on something other than this machine's CPU being free (the Ceph cluster, and the
+# fresh package's build); each lane's output is printed whole, one after the other.
+# --ignore-lock: SwiftPM otherwise serialises every command on the build folder, and
+# with --skip-build neither lane writes to it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SWIFT="${SWIFT:-swift}"
+SECOND_LANE='FreshPackageTests|CephS3Tests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests'
+
+log="$(mktemp -t xfer-e2e-lane.XXXXXX)"
+trap 'rm -f "$log"' EXIT
+"$SWIFT" test --package-path CLI --skip-build --ignore-lock --filter "$SECOND_LANE" >"$log" 2>&1 &
+second=$!
+"$SWIFT" test --package-path CLI --skip-build --ignore-lock --skip "$SECOND_LANE"
+first_status=$?
+wait "$second"
+second_status=$?
+echo "---- second lane ($SECOND_LANE) ----"
+cat "$log"
+echo "---- end-to-end: first lane exit $first_status, second lane exit $second_status ----"
+[ "$first_status" -eq 0 ] && [ "$second_status" -eq 0 ]
