@@ -2,15 +2,16 @@
 # The command's end-to-end tests (make test), as two `swift test` processes at once over
 # the one debug build: most of these tests wait — on servers, on kill and restart, on
 # the Ceph gateway, on a compiler in another process — so two lanes on two cores take
-# little more than the longer lane. The second lane holds the suites that wait longest
-# on something other than this machine's CPU being free (the Ceph cluster, and the
-# fresh package's build); each lane's output is printed whole, one after the other.
+# little more than the longer lane. The second lane holds the suites of the object
+# stores (the Ceph cluster, moto) and the fresh package's build: about half of the
+# suite's time in a serial run; each lane's output is printed whole, one after
+# the other.
 # --ignore-lock: SwiftPM otherwise serialises every command on the build folder, and
 # with --skip-build neither lane writes to it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SWIFT="${SWIFT:-swift}"
-SECOND_LANE='FreshPackageTests|CephS3Tests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests'
+SECOND_LANE='FreshPackageTests|CephS3Tests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests|S3PushTests|S3UploadsTests'
 
 log="$(mktemp -t xfer-e2e-lane.XXXXXX)"
 trap 'rm -f "$log"' EXIT

@@ -162,3 +162,26 @@ extension CephGateway: S3ObjectReading {
         return try head(bucket: bucket, key: key).etag
     }
 }
+
+/// A test case with a fresh bucket of the Ceph gateway (`CephGateway`), emptied and removed
+/// afterwards (what a test wrote goes, so the cluster stays small for the next), and a
+/// temporary directory.
+class CephBucketTestCase: XCTestCase {
+    var work: TemporaryDirectory!
+    var ceph: CephGateway!
+    var bucket: String!
+
+    override func setUpWithError() throws {
+        work = TemporaryDirectory("xfer-\(Self.self)")
+        ceph = try CephGateway.shared()
+        bucket = try ceph.makeBucket()
+    }
+
+    override func tearDownWithError() throws {
+        defer {
+            bucket = nil
+            work = nil
+        }
+        if let bucket { try ceph.removeBucket(bucket) }
+    }
+}

@@ -7,26 +7,8 @@ import XferTestSupport
 /// moto: Ceph's RADOS Gateway (one cluster for the whole test process, see
 /// `CephGateway`), real xfer processes SIGKILLed mid-push, objects read back
 /// with the AWS CLI.
-final class CephS3Tests: XCTestCase {
-    var work: TemporaryDirectory!
-    var ceph: CephGateway!
-    var bucket: String!
+final class CephS3Tests: CephBucketTestCase {
     let partSize = 5 << 20
-
-    override func setUpWithError() throws {
-        work = TemporaryDirectory("xfer-ceph-test")
-        ceph = try CephGateway.shared()
-        bucket = try ceph.makeBucket()
-    }
-
-    override func tearDownWithError() throws {
-        defer {
-            bucket = nil
-            work = nil
-        }
-        // What a test wrote goes, so the cluster stays small for the next.
-        if let bucket { try ceph.removeBucket(bucket) }
-    }
 
     private var state: String { work.file("state") }
 

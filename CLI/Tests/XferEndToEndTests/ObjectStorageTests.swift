@@ -2,28 +2,6 @@ import Foundation
 import XCTest
 import XferTestSupport
 
-/// A test case with a fresh bucket of the Ceph gateway (`CephGateway`), emptied and removed
-/// afterwards, and a temporary directory.
-class CephBucketTestCase: XCTestCase {
-    var work: TemporaryDirectory!
-    var ceph: CephGateway!
-    var bucket: String!
-
-    override func setUpWithError() throws {
-        work = TemporaryDirectory("xfer-\(Self.self)")
-        ceph = try CephGateway.shared()
-        bucket = try ceph.makeBucket()
-    }
-
-    override func tearDownWithError() throws {
-        defer {
-            bucket = nil
-            work = nil
-        }
-        if let bucket { try ceph.removeBucket(bucket) }
-    }
-}
-
 /// `xfer serve --storage s3://BUCKET/PREFIX` on the Ceph gateway the tests start (`CephGateway`):
 /// every protocol's pushes end byte-identical when read back through the receiver and straight
 /// from the bucket; two receivers over one bucket decide a race through the store alone.

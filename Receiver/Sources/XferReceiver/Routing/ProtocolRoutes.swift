@@ -30,6 +30,20 @@ extension ProtocolRoutes {
     var logger: Logger { environment.logger }
 }
 
+/// Routes over the storage's offset uploads (tus's, the IETF draft's): the same capability, each
+/// protocol's uploads under its own name, resolved once.
+protocol OffsetUploadRoutes: ProtocolRoutes {
+    static var protocolName: String { get }
+    init(environment: RouteEnvironment, uploads: any OffsetUploadStore)
+}
+
+extension OffsetUploadRoutes {
+    init?(_ environment: RouteEnvironment) {
+        guard let storage = environment.store as? any OffsetUploadStoring else { return nil }
+        self.init(environment: environment, uploads: storage.offsetUploads(protocolName: Self.protocolName))
+    }
+}
+
 /// The wire protocols a receiver speaks, each a set of routes (Docs/protocols.md tells each
 /// one's story). The one list of them: the receiver registers what is here, and a new protocol
 /// is a case and its routes' type.

@@ -42,18 +42,13 @@ import NIOPosix
 /// pipeline below the application and keeps uploads in memory (a restart forgets them, offsets
 /// count bytes received, not stored); it cannot sit in Hummingbird's pipeline nor give these
 /// guarantees, so the draft is implemented here, beside tus, on the same storage.
-struct IETFRoutes: ProtocolRoutes {
+struct IETFRoutes: OffsetUploadRoutes {
+    static let protocolName = "ietf"
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
 
     let environment: RouteEnvironment
     let uploads: any OffsetUploadStore
-
-    init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any OffsetUploadStoring else { return nil }
-        self.environment = environment
-        uploads = storage.offsetUploads(protocolName: "ietf")
-    }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
         let routes = router.group().add(

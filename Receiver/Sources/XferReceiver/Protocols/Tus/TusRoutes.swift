@@ -32,15 +32,10 @@ import XferPrimitives
 /// offset is recorded (`offset.log`) and acknowledged. A body cut mid-way keeps what arrived,
 /// durably, unless it carries `Upload-Checksum` (then nothing of it counts); a body past the
 /// upload's end or `--max-chunk-size` is refused whole. See Docs/protocols.md.
-struct TusRoutes: ProtocolRoutes {
+struct TusRoutes: OffsetUploadRoutes {
+    static let protocolName = "tus"
     let environment: RouteEnvironment
     let uploads: any OffsetUploadStore
-
-    init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any OffsetUploadStoring else { return nil }
-        self.environment = environment
-        uploads = storage.offsetUploads(protocolName: "tus")
-    }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
         // An upload terminated mid-request is the client's 404.
