@@ -83,7 +83,7 @@ enum SuiteStorage {
     static var keepsWhatArrivedOfACutBody: Bool { !isObjectStore }
 
     /// `--patch-chunk-size BYTES` over the object store, where the receiver otherwise answers
-    /// chunks of at least 5 MiB: for a test whose point needs many chunks of the client's size.
+    /// chunks of at least 8 MiB: for a test whose point needs many chunks of the client's size.
     static func patchChunks(of bytes: Int) -> [String] {
         isObjectStore ? ["--patch-chunk-size", String(bytes)] : []
     }

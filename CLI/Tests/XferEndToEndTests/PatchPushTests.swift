@@ -68,7 +68,7 @@ final class PatchPushTests: XCTestCase {
     }
 
     func testJSONEventsEndWithCompleted() throws {
-        try SuiteStorage.requireDisk("it counts the client's 64 KiB chunks, which the receiver over the store raises to 5 MiB")
+        try SuiteStorage.requireDisk("it counts the client's 64 KiB chunks, which the receiver over the store raises to 8 MiB")
         try makeTestFile(at: work.file("a.bin"), size: 300_000)
         let result = try push([work.file("a.bin")], ["--chunk-size", "64KiB", "--json"])
         XCTAssertEqual(result.status, 0, result.stderr)

@@ -75,8 +75,8 @@ final class TortureTests: XCTestCase {
         defer { try? ceph.removeBucket(bucket) }
         let work = TemporaryDirectory("xfer-torture-ceph")
         let seed = UInt64(Self.setting("XFER_TORTURE_SEED", default: 42))
-        // 1 MiB chunks over 6-10 MiB files: parts and staged pieces both (patch's are 5 MiB, the
-        // object store's part minimum).
+        // 1 MiB chunks over 6-10 MiB files: parts and staged pieces both (patch's are 8 MiB, the
+        // object storage's preferred chunk, above the part minimum).
         try torture(
             work: work, backends: Self.backends + ["tus"], chunk: 1 << 20, sizeInChunks: 6..<11, faults: faults, seed: seed, trialsByDefault: 1
         ) { backend in

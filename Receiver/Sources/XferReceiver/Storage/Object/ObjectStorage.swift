@@ -43,8 +43,10 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     var sequenceUploads: any SequenceUploadStore { ObjectSequenceUploads(storage: self) }
 
     var syncRounds: Int { 0 }
-    /// Chunks of a part's minimum go to the store as parts, with no staging.
-    var preferredMinimumChunkSize: Int { minimumPartSize }
+    /// Chunks of at least a part's minimum go to the store as parts, with no staging; 8 MiB (the
+    /// AWS CLI's part size) rather than the 5 MiB minimum, because every chunk costs the store its
+    /// request and its record whatever its size (Docs/benchmarks.md, section 11).
+    var preferredMinimumChunkSize: Int { 8 << 20 }
 
     // MARK: State, by compare-and-swap
 
@@ -270,9 +272,10 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         return objects
     }
 
-    /// Deletes every object under `prefix`: one listing and one `DeleteObjects` per 1,000 keys.
-    func deleteAll(under prefix: String) async throws {
-        let keys = try await objects(under: prefix).map(\.key)
+    /// Deletes every object under `prefix` (that `including` takes): one listing and one
+    /// `DeleteObjects` per 1,000 keys.
+    func deleteAll(under prefix: String, including: (String) -> Bool = { _ in true }) async throws {
+        let keys = try await objects(under: prefix).map(\.key).filter(including)
         for start in stride(from: 0, to: keys.count, by: 1000) {
             let batch = Array(keys[start..<min(start + 1000, keys.count)])
             try await client.perform({ client.requests.deleteObjects(keys: batch) })
@@ -282,44 +285,24 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// The chunks of upload `id` recorded apart (a chunked upload of several), by number.
     func receivedChunkNumbers(_ id: String) async throws -> [Int] {
         let prefix = layout.receivedPrefix(id)
-        return try await objects(under: prefix).compactMap { Int($0.key.dropFirst(prefix.count)) }.sorted()
+        let chunks = try await objects(under: prefix).compactMap { ObjectChunkRecord.chunk(ofKey: $0.key, under: prefix) }
+        return Set(chunks).sorted()
     }
 
-    /// The records of the chunks of upload `id` recorded apart, read 16 at a time.
-    func receivedPieces(_ id: String) async throws -> [ObjectUploadState.Piece] {
-        let chunks = try await receivedChunkNumbers(id)
-        var pieces: [ObjectUploadState.Piece] = []
-        pieces.reserveCapacity(chunks.count)
-        try await withThrowingTaskGroup(of: ObjectUploadState.Piece?.self) { group in
-            var next = chunks.makeIterator()
-            func start() {
-                guard let chunk = next.next() else { return }
-                group.addTask { [self] in try await receivedPiece(id, chunk: chunk) }
+    /// The records of the chunks of upload `id` recorded apart, from one listing (each record is
+    /// all in its key). A chunk recorded twice (sent again) is what its newest record says.
+    func receivedRecords(_ id: String, meta: UploadMeta) async throws -> [ObjectChunkRecord] {
+        let prefix = layout.receivedPrefix(id)
+        var newest: [Int: (record: ObjectChunkRecord, at: Date)] = [:]
+        for object in try await objects(under: prefix) {
+            guard let record = ObjectChunkRecord(key: object.key, under: prefix, meta: meta) else {
+                throw UploadError.corrupt("\(object.key) is not a chunk record")
             }
-            for _ in 0..<16 { start() }
-            while let piece = try await group.next() {
-                if let piece { pieces.append(piece) }
-                start()
-            }
+            let at = object.lastModified ?? .distantPast
+            if let seen = newest[record.chunk], seen.at > at { continue }
+            newest[record.chunk] = (record, at)
         }
-        return pieces.sorted { $0.at < $1.at }
-    }
-
-    private func receivedPiece(_ id: String, chunk: Int) async throws -> ObjectUploadState.Piece? {
-        let key = layout.received(id, chunk: chunk)
-        switch try await client.perform({ client.requests.getObject(key: key) }) {
-        case .found(let content):
-            do {
-                return try JSONDecoder.objectState.decode(ObjectUploadState.Piece.self, from: Data(content.body))
-            } catch {
-                throw UploadError.corrupt("the record of chunk \(chunk) of \(id) does not decode")
-            }
-        case .notFound:
-            // Unrecorded since the listing (a completion's repair): not received.
-            return nil
-        case .preconditionFailed, .rangeNotSatisfiable:
-            throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
-        }
+        return newest.values.map(\.record).sorted { $0.chunk < $1.chunk }
     }
 
     // MARK: Expiry
@@ -516,7 +499,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
         if meta.chunkSize >= minimumPartSize { return .part(chunk) }
         // A name of its own per body: a chunk sent again never replaces the bytes its record names,
         // so a crash between the two leaves the record true.
-        return .staged("chunk-\(chunk)-\(UploadID.generate().prefix(8))")
+        return .staged(ObjectChunkRecord.stagedPrefix(chunk) + UploadID.generate().prefix(8))
     }
 
     func writeChunk<Body: AsyncSequence>(
@@ -575,9 +558,8 @@ final class ObjectChunkedUpload: ChunkedUpload {
         var recorded = piece
         recorded.crc = checked.outcome.crc32c
         if recordsChunksApart {
-            let bytes = Array(try JSONEncoder.objectState.encode(recorded))
-            let key = storage.layout.received(id, chunk: chunk)
-            _ = try await storage.client.perform({ requests.putObject(key: key, bytes: bytes, contentType: "application/json") })
+            let key = storage.layout.receivedPrefix(id) + ObjectChunkRecord.name(of: recorded, chunk: chunk)
+            _ = try await storage.client.perform({ requests.putObject(key: key, bytes: []) })
             return
         }
         try await storage.updateState(id, from: version) { state in
@@ -609,7 +591,8 @@ final class ObjectChunkedUpload: ChunkedUpload {
     func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
         let state = try await state()
         if let completion = state.completion { return .completed(completion) }
-        let pieces = recordsChunksApart ? try await storage.receivedPieces(id) : state.pieces
+        let records = recordsChunksApart ? try await storage.receivedRecords(id, meta: meta) : []
+        let pieces = recordsChunksApart ? records.map(\.piece) : state.pieces
         let have = Set(pieces.compactMap(\.chunk))
         let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
         guard missing.isEmpty else { return .missing(missing) }
@@ -618,11 +601,11 @@ final class ObjectChunkedUpload: ChunkedUpload {
         } catch let failure as S3Failure where failure.code == "InvalidPart" && !failure.isErrorInSuccess {
             // A part sent again after its record was written, by a sender that died before
             // recording it anew: which one the store cannot say. Every part is asked for again.
-            let parts = pieces.filter { $0.part != nil }.compactMap(\.chunk)
-            try await storage.client.perform({
-                self.storage.client.requests.deleteObjects(keys: parts.map { self.storage.layout.received(self.id, chunk: $0) })
-            })
-            return .missing(parts)
+            let parts = records.filter { $0.piece.part != nil }
+            try await storage.deleteAll(under: storage.layout.receivedPrefix(id)) { key in
+                parts.contains { key == self.storage.layout.receivedPrefix(self.id) + ObjectChunkRecord.name(of: $0.piece, chunk: $0.chunk) }
+            }
+            return .missing(parts.map(\.chunk))
         }
         if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
         let combined = ObjectUploadState.Piece.combinedCRC(of: pieces, length: meta.size)

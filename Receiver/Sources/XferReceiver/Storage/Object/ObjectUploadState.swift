@@ -9,10 +9,10 @@ import XferS3
 ///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key
 ///     PREFIX/staging/<id>/<name>       pieces below the store's minimum part size, until completion
 ///                                      folds them into a part; a completed tus partial upload
-///     PREFIX/received/<id>/<chunk>     a chunk of a chunked upload of several, received: the
-///                                      `ObjectUploadState.Piece` that holds it, written once its
-///                                      bytes are stored (chunks sent at once never contend for
-///                                      one object)
+///     PREFIX/received/<id>/<chunk>/…  a chunk of a chunked upload of several, received: an
+///                                      empty object whose key is the record (`ObjectChunkRecord`),
+///                                      written once its bytes are stored (chunks sent at once
+///                                      never contend for one object)
 ///     PREFIX/sources/<sha256>.json     multipart's sources, created only if absent
 struct ObjectLayout: Sendable {
     /// Empty, or ending in "/".
@@ -27,7 +27,6 @@ struct ObjectLayout: Sendable {
     func file(_ id: String, path: RelativePath) -> String { prefix + "files/" + id + "/" + path.text }
     func staged(_ id: String, _ name: String) -> String { prefix + "staging/" + id + "/" + name }
     func stagingPrefix(_ id: String) -> String { prefix + "staging/" + id + "/" }
-    func received(_ id: String, chunk: Int) -> String { receivedPrefix(id) + String(chunk) }
     func receivedPrefix(_ id: String) -> String { prefix + "received/" + id + "/" }
     /// The staged name of a completed partial upload's object.
     static let completedPartial = "partial"
@@ -136,4 +135,63 @@ extension JSONDecoder {
         decoder.dateDecodingStrategy = .secondsSince1970
         return decoder
     }()
+}
+
+/// The record of a received chunk of a chunked upload of several, all in its key so that one
+/// listing answers a completion: `<chunk>/<where>.<etag>.<crc>` below `ObjectLayout.receivedPrefix`,
+/// where `<where>` is `p` (part `<chunk>`) or `s<nonce>` (the staged object `chunk-<chunk>-<nonce>`),
+/// the ETag as the store gave it (or `x` and its bytes in hex, should it hold other characters than
+/// letters, digits and `-`, or start with `x`), the CRC-32C in hex. The byte range follows from the chunk's number.
+struct ObjectChunkRecord: Sendable {
+    let chunk: Int
+    let piece: ObjectUploadState.Piece
+
+    /// The record's name below the upload's prefix.
+    static func name(of piece: ObjectUploadState.Piece, chunk: Int) -> String {
+        let place: String
+        if piece.part != nil {
+            place = "p"
+        } else {
+            place = "s" + (piece.staged ?? "").dropFirst(stagedPrefix(chunk).count)
+        }
+        let etag = piece.etag.allSatisfy(isPlain) && !piece.etag.hasPrefix("x") ? piece.etag : "x" + Hex.lowercase(Array(piece.etag.utf8))
+        return "\(chunk)/\(place).\(etag).\(String(piece.crc, radix: 16))"
+    }
+
+    /// The staged object of chunk `chunk` is `chunk-<chunk>-<nonce>`.
+    static func stagedPrefix(_ chunk: Int) -> String { "chunk-\(chunk)-" }
+
+    private static func isPlain(_ character: Character) -> Bool {
+        character.isASCII && (character.isLetter || character.isNumber || character == "-")
+    }
+
+    static func chunk(ofKey key: String, under prefix: String) -> Int? {
+        guard key.hasPrefix(prefix) else { return nil }
+        return key.dropFirst(prefix.count).split(separator: "/").first.flatMap { Int($0) }
+    }
+
+    init?(key: String, under prefix: String, meta: UploadMeta) {
+        guard key.hasPrefix(prefix) else { return nil }
+        let parts = key.dropFirst(prefix.count).split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let chunk = Int(parts[0]), chunk >= 1, chunk <= meta.chunkCount else { return nil }
+        let fields = parts[1].split(separator: ".", omittingEmptySubsequences: false)
+        guard fields.count == 3, let place = fields[0].first, let crc = UInt32(fields[2], radix: 16) else { return nil }
+        var etag = String(fields[1])
+        if etag.hasPrefix("x") {
+            guard let bytes = Hex.bytes(String(etag.dropFirst())), let text = String(bytes: bytes, encoding: .utf8) else { return nil }
+            etag = text
+        }
+        let range = meta.byteRange(ofChunk: chunk)
+        switch place {
+        case "p":
+            piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: chunk, staged: nil, etag: etag, crc: crc)
+        case "s":
+            piece = .init(
+                chunk: chunk, at: range.lowerBound, length: range.count, part: nil,
+                staged: Self.stagedPrefix(chunk) + fields[0].dropFirst(), etag: etag, crc: crc)
+        default:
+            return nil
+        }
+        self.chunk = chunk
+    }
 }
