@@ -17,6 +17,10 @@ log="$(mktemp -t xfer-e2e-lane.XXXXXX)"
 trap 'rm -f "$log"' EXIT
 "$SWIFT" test --package-path CLI --skip-build --ignore-lock --filter "$SECOND_LANE" >"$log" 2>&1 &
 second=$!
+# Even with --skip-build, a starting `swift test` opens the build database, and two opening
+# it at once make one fail ("database is locked"): the first lane starts once the second's
+# tests run (or it has ended).
+until grep -q "^Test Suite '" "$log" 2>/dev/null || ! kill -0 "$second" 2>/dev/null; do sleep 0.2; done
 "$SWIFT" test --package-path CLI --skip-build --ignore-lock --skip "$SECOND_LANE"
 first_status=$?
 wait "$second"
