@@ -19,8 +19,9 @@ trap 'rm -f "$log"' EXIT
 second=$!
 # Even with --skip-build, a starting `swift test` opens the build database, and two opening
 # it at once make one fail ("database is locked"): the first lane starts once the second's
-# tests run (or it has ended).
-until grep -q "^Test Suite '" "$log" 2>/dev/null || ! kill -0 "$second" 2>/dev/null; do sleep 0.2; done
+# test binary runs (or the lane has ended). Not its log: that is buffered for minutes.
+tests="$PWD/CLI/.build/.*xfer-cliPackageTests.xctest"
+until pgrep -f "$tests" >/dev/null || ! kill -0 "$second" 2>/dev/null; do sleep 0.2; done
 "$SWIFT" test --package-path CLI --skip-build --ignore-lock --skip "$SECOND_LANE"
 first_status=$?
 wait "$second"
