@@ -84,7 +84,7 @@ test: python-tools
 
 # The end-to-end suites of every protocol the receiver speaks, run again with the
 # receiver on the Ceph gateway's S3 (`xfer serve --storage s3://...`) instead of a
-# directory: the same tests (SuiteStorage in the harness), ~15 min. `make test`
+# directory: the same tests (SuiteStorage in the harness), ~10 min. `make test`
 # runs the short version (ObjectStorageTests, LoadBalancedReceiverTests, the torture
 # on two receivers over Ceph).
 OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|SequencePushTests|TusPushTests|TusReceiverTests|IETFPushTests|IETFReceiverTests|ReceiverRawTests|ReceiverTreeTests|TreePushTests|StreamPushTests|FaultTests
