@@ -601,11 +601,13 @@ final class ObjectChunkedUpload: ChunkedUpload {
         } catch let failure as S3Failure where failure.code == "InvalidPart" && !failure.isErrorInSuccess {
             // A part sent again after its record was written, by a sender that died before
             // recording it anew: which one the store cannot say. Every part is asked for again.
-            let parts = records.filter { $0.piece.part != nil }
-            try await storage.deleteAll(under: storage.layout.receivedPrefix(id)) { key in
-                parts.contains { key == self.storage.layout.receivedPrefix(self.id) + ObjectChunkRecord.name(of: $0.piece, chunk: $0.chunk) }
+            // Every record of those chunks goes, older ones of a chunk sent twice too.
+            let parts = Set(records.filter { $0.piece.part != nil }.map(\.chunk))
+            let prefix = storage.layout.receivedPrefix(id)
+            try await storage.deleteAll(under: prefix) { key in
+                ObjectChunkRecord.chunk(ofKey: key, under: prefix).map(parts.contains) ?? false
             }
-            return .missing(parts.map(\.chunk))
+            return .missing(parts.sorted())
         }
         if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
         let combined = ObjectUploadState.Piece.combinedCRC(of: pieces, length: meta.size)
