@@ -27,6 +27,8 @@ command -v radosgw >/dev/null || need+=(radosgw)
 command -v ceph >/dev/null || need+=(ceph-common)
 # A load balancer with no stickiness in front of several receivers over one object store.
 command -v haproxy >/dev/null || need+=(haproxy)
+# pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
+command -v pgrep >/dev/null || need+=(procps)
 
 [ ${#need[@]} -eq 0 ] && exit 0
 
