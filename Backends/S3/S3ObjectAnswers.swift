@@ -75,10 +75,15 @@ public struct S3ObjectMetadata: Sendable, Hashable {
     public var lastModified: Date?
     /// `Content-Type`, as stored with the object.
     public var contentType: String?
+    /// User metadata stored with the object: `x-amz-meta-NAME` headers, by NAME (lowercase).
+    public var userMetadata: [String: String]
+
+    /// Where user metadata headers' names start.
+    public static let userPrefix = "x-amz-meta-"
 
     public init(
         etag: S3ETag?, contentLength: Int64, size: Int64?, range: ClosedRange<Int64>? = nil, lastModified: Date? = nil,
-        contentType: String? = nil
+        contentType: String? = nil, userMetadata: [String: String] = [:]
     ) {
         self.etag = etag
         self.contentLength = contentLength
@@ -86,6 +91,7 @@ public struct S3ObjectMetadata: Sendable, Hashable {
         self.range = range
         self.lastModified = lastModified
         self.contentType = contentType
+        self.userMetadata = userMetadata
     }
 
     /// The metadata of a 200 or 206 answer's headers; nil without a
@@ -108,7 +114,12 @@ public struct S3ObjectMetadata: Sendable, Hashable {
         self.init(
             etag: S3ETag(header: response), contentLength: length, size: size, range: range,
             lastModified: response.headers["Last-Modified"].flatMap(HTTPResponse.httpDate),
-            contentType: response.headers["Content-Type"])
+            contentType: response.headers["Content-Type"],
+            userMetadata: Dictionary(
+                response.headers.compactMap { field in
+                    let name = field.name.lowercased()
+                    return name.hasPrefix(Self.userPrefix) ? (String(name.dropFirst(Self.userPrefix.count)), field.value) : nil
+                }, uniquingKeysWith: { first, _ in first }))
     }
 }
 

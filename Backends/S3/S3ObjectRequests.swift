@@ -124,10 +124,16 @@ public struct S3ObjectRequests: Sendable {
     /// signed with `UNSIGNED-PAYLOAD` and the length, so the body can stream from elsewhere (a
     /// client's request) without being held or hashed first. No condition: the key is the
     /// caller's alone. Returns the object's ETag.
-    public func putObjectStreamed(key: String, length: Int64, contentType: String = "application/octet-stream") -> S3Operation<S3ETag> {
+    ///
+    /// `metadata`: user metadata stored with the object (`x-amz-meta-NAME`; names lowercase,
+    /// values printable ASCII, at most 2 KiB in all on AWS), read back by `headObject`.
+    public func putObjectStreamed(
+        key: String, length: Int64, contentType: String = "application/octet-stream", metadata: [String: String] = [:]
+    ) -> S3Operation<S3ETag> {
         var request = HTTPRequest(method: .put, url: endpoint.url(bucket: bucket, key: key))
         request.headers.set("Content-Type", contentType)
         request.headers.set("Content-Length", String(length))
+        for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { request.headers.set(S3ObjectMetadata.userPrefix + name, value) }
         return describe("PutObject", key: key, request, checksum: .unsignedPayload) { response, operation throws(S3Failure) in
             try S3Answer.storedETag(response, operation: operation)
         }
@@ -168,7 +174,7 @@ public struct S3ObjectRequests: Sendable {
         }
     }
 
-    /// `HeadObject`: the object's size, ETag and date, without its bytes.
+    /// `HeadObject`: the object's size, ETag, date and user metadata, without its bytes.
     public func headObject(key: String, ifMatch: S3ETag? = nil) -> S3Operation<S3HeadOutcome> {
         var request = HTTPRequest(method: .head, url: endpoint.url(bucket: bucket, key: key))
         if let ifMatch { request.headers.set("If-Match", ifMatch.quoted) }

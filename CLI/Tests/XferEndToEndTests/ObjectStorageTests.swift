@@ -157,6 +157,55 @@ final class ObjectStorageTests: CephBucketTestCase {
     }
 
     /// `PUT /raw/NAME` streams the body into one object under the prefix.
+    /// A small file whole in the request that creates its upload (the IETF draft's one-request
+    /// upload, tus's creation-with-upload) costs the store one request: the file's object, the
+    /// upload's state in its metadata, no state object. Another receiver finds each upload
+    /// complete, serves it and deletes it; then the first finds it gone.
+    func testAWholeFileInItsCreationIsOneStoreRequest() throws {
+        let one = try serve(), two = try serve()
+        let body = work.file("small.bin")
+        try makeTestFile(at: body, size: 4096, seed: 21)
+        let before = int(try getJSON(one.url + "/stats")["storeRequests"])
+        let ietf = try curl(["-X", "POST", "-H", "Upload-Complete: ?1", "--data-binary", "@" + body, one.url + "/resumable/small.bin"])
+        let tus = try curl([
+            "-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Length: 4096", "-H", "Content-Type: application/offset+octet-stream",
+            "--data-binary", "@" + body, one.url + "/files/",
+        ])
+        XCTAssertEqual(int(try getJSON(one.url + "/stats")["storeRequests"]) - before, 2, "one PutObject a file")
+        XCTAssertEqual(ietf.status, 201)
+        XCTAssertEqual(tus.status, 201)
+        XCTAssertEqual(tus.headers["upload-offset"], "4096")
+        let ietfPath = try XCTUnwrap(URL(string: try XCTUnwrap(ietf.headers["location"]))?.path)
+        let tusPath = try XCTUnwrap(URL(string: try XCTUnwrap(tus.headers["location"]))?.path)
+
+        let stored = try keys(under: "uploads/")
+        XCTAssertEqual(stored.filter { $0.hasPrefix("uploads/uploads/") }, [], "no state object: \(stored)")
+        XCTAssertEqual(stored.filter { $0.hasPrefix("uploads/files/") }.count, 2, "\(stored)")
+        XCTAssertEqual(try curl(["-I", two.url + ietfPath]).headers["upload-complete"], "?1")
+        XCTAssertEqual(try curl(["-I", "-H", "Tus-Resumable: 1.0.0", two.url + tusPath]).headers["upload-offset"], "4096")
+        for path in [ietfPath, tusPath] {
+            XCTAssertEqual(try downloadSHA256(two.url + path, into: work), try sha256sum(body), path)
+        }
+        // An append at an offset the upload has left is refused as on disk, from the state in the
+        // metadata.
+        let late = try curl([
+            "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream",
+            "--data-binary", "x", two.url + tusPath,
+        ])
+        XCTAssertEqual(late.status, 409)
+
+        XCTAssertEqual(try curl(["-X", "DELETE", two.url + ietfPath]).status, 204)
+        XCTAssertEqual(try curl(["-X", "DELETE", "-H", "Tus-Resumable: 1.0.0", two.url + tusPath]).status, 204)
+        XCTAssertEqual(try curl(["-I", one.url + ietfPath]).status, 404)
+        XCTAssertEqual(try curl(["-I", "-H", "Tus-Resumable: 1.0.0", one.url + tusPath]).status, 404)
+        XCTAssertEqual(try keys(under: "uploads/"), [], "each upload went with its file")
+    }
+
+    private func keys(under prefix: String) throws -> [String] {
+        let listing = try ceph.awsJSON(["list-objects-v2", "--bucket", bucket, "--prefix", prefix])
+        return (listing["Contents"] as? [[String: Any]] ?? []).compactMap { $0["Key"] as? String }
+    }
+
     func testRawPutIsOneObject() throws {
         let server = try serve()
         let file = work.file("raw.bin")

@@ -3,7 +3,9 @@ import XferPrimitives
 enum UploadID {
     static let length = 32
 
-    static func generate() -> String {
+    /// 127 random bits in 32 lowercase hex digits. The first digit's top bit says how the upload
+    /// was stored: set for one stored whole by the request that created it (`isStoredWhole`).
+    static func generate(storedWhole: Bool = false) -> String {
         var generator = SystemRandomNumberGenerator()
         let digits = Array("0123456789abcdef".utf8)
         var bytes = [UInt8]()
@@ -15,7 +17,16 @@ enum UploadID {
                 value >>= 4
             }
         }
+        bytes[0] = digits[Int((generator.next() as UInt8) & 0x7) | (storedWhole ? 0x8 : 0)]
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Whether `id` (valid) names an upload stored whole by the request that created it: an
+    /// object store keeps such an upload's state in its file's metadata, not in a state object
+    /// (`ObjectOffsetUploads`), and only these ids are worth looking for there.
+    static func isStoredWhole(_ id: some StringProtocol) -> Bool {
+        guard let first = id.utf8.first else { return false }
+        return first >= UInt8(ascii: "8")
     }
 
     /// Anything else (`..`, `/`, uppercase, percent escapes) is refused before it can name a path.

@@ -104,10 +104,54 @@ protocol OffsetUploadStoring: UploadStorage {
 protocol OffsetUploadStore: Sendable {
     /// Creates an upload at offset 0. Everything its URL unlocks is durable before it returns.
     func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload
+    /// Creates an upload with the request's body as its first append (tus's creation-with-upload,
+    /// the IETF draft's creation): `create`, then `write` from offset 0 in the upload's turn, with
+    /// `announce` called with the upload before the body's first byte is read (where a protocol
+    /// tells the client its URL early). A storage may take a shorter way when the body is the
+    /// whole upload, as long as the outcome is the same once this returns (`ObjectOffsetUploads`:
+    /// one object, its state in the object's metadata).
+    func create<Body: AsyncSequence>(
+        path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
+        check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
+    ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer
     /// Nil for ids that are malformed, unknown, terminated or of another protocol.
     func upload(id: String) async throws -> (any OffsetUpload)?
     /// Termination: false when the upload is unknown or already gone.
     func delete(id: String) async throws -> Bool
+}
+
+extension OffsetUploadStore {
+    func create<Body: AsyncSequence>(
+        path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
+        check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
+    ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer {
+        try await createThenWrite(path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check, announce: announce)
+    }
+
+    /// The way every storage can take: the upload made durable first, then its first append.
+    func createThenWrite<Body: AsyncSequence>(
+        path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
+        check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
+    ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer {
+        let upload = try await create(path: path, length: length, info: info)
+        do {
+            // The body's turn starts before the client can learn the URL: an offset asked for
+            // meanwhile waits for what this request brings.
+            let result = try await upload.exclusively {
+                try await announce(upload)
+                return try await upload.write(body, at: 0, limit: limit, declaredLength: declaredLength, check: check)
+            }
+            return (upload, result)
+        } catch {
+            throw OffsetCreationFailure(upload: upload, error: error)
+        }
+    }
+}
+
+/// A creation whose first append threw: the upload exists (the caller decides whether it stays).
+struct OffsetCreationFailure: Error {
+    let upload: any OffsetUpload
+    let error: any Error
 }
 
 /// One offset upload. Requests that write take turns (`exclusively`): checking the offset, writing

@@ -148,30 +148,28 @@ struct IETFRoutes: OffsetUploadRoutes {
         let check = try digestCheck(request)
 
         let info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
-        let upload = try await uploads.create(path: path, length: length, info: info)
-        let location = url(of: upload.id, for: request)
+        let upload: any OffsetUpload
         let result: OffsetWriteResult
         do {
-            // The body's turn starts before the client learns the URL: an offset asked for after
-            // the 104 waits for what this request brings.
-            result = try await upload.exclusively {
-                // The upload is on disk: from here the client may resume it, so it learns where
+            (upload, result) = try await uploads.create(
+                path: path, length: length, info: info, body: request.body, limit: length, declaredLength: declared, check: check
+            ) { upload in
+                // The upload exists: from here the client may resume it, so it learns where
                 // before any byte is read. Only a client that named its version gets the 104 (the
                 // draft's rule).
-                if let version {
-                    var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
-                    head.headerFields[.location] = location
-                    head.headerFields[.uploadLimit] = limit
-                    head.headerFields[.uploadDraftInteropVersion] = String(version)
-                    head.headerFields[.wantContentDigest] = ContentDigest.wanted
-                    try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
-                }
-                return try await upload.write(request.body, at: 0, limit: length, declaredLength: declared, check: check)
+                guard let version else { return }
+                var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
+                head.headerFields[.location] = url(of: upload.id, for: request)
+                head.headerFields[.uploadLimit] = limit
+                head.headerFields[.uploadDraftInteropVersion] = String(version)
+                head.headerFields[.wantContentDigest] = ContentDigest.wanted
+                try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
             }
-        } catch {
-            if version == nil { _ = try? await uploads.delete(id: upload.id) }
-            throw error
+        } catch let failure as OffsetCreationFailure {
+            if version == nil { _ = try? await uploads.delete(id: failure.upload.id) }
+            throw failure.error
         }
+        let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
             if offset == length { try await upload.finish() }

@@ -191,24 +191,30 @@ struct TusRoutes: OffsetUploadRoutes {
         }
 
         let info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
-        let upload = try await uploads.create(path: path, length: length, info: info)
-        let location = url(of: upload.id, for: request)
         guard withData else {
+            let upload = try await uploads.create(path: path, length: length, info: info)
             if length == 0 { try await upload.finish() }
-            return Response(status: .created, headers: [.location: location])
+            return Response(status: .created, headers: [.location: url(of: upload.id, for: request)])
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
         // answer the client cannot know the upload, so a body that fails leaves nothing behind.
+        let upload: any OffsetUpload
         let result: OffsetWriteResult
         do {
-            result = try await upload.exclusively {
-                try await upload.write(request.body, at: 0, limit: configuration.maximumChunkSize, declaredLength: declared, check: check)
-            }
+            (upload, result) = try await uploads.create(
+                path: path, length: length, info: info, body: request.body, limit: configuration.maximumChunkSize,
+                declaredLength: declared, check: check, announce: { _ in })
+        } catch let failure as OffsetCreationFailure {
+            _ = try? await uploads.delete(id: failure.upload.id)
+            throw failure.error
+        }
+        do {
             if case .stored(let offset) = result, offset == length { try await upload.finish() }
         } catch {
             _ = try? await uploads.delete(id: upload.id)
             throw error
         }
+        let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
             return Response(status: .created, headers: [.location: location, .uploadOffset: String(offset)])

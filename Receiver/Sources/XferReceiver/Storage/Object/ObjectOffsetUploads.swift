@@ -41,6 +41,78 @@ actor ObjectOffsetUploads: OffsetUploadStore {
         return upload
     }
 
+    /// The most a body may hold to be stored whole at creation: beyond it, the longer way's cost
+    /// (three more small requests) is nothing beside the body's, and a body cut early is better
+    /// left resumable by a state made before it (see below).
+    static let storedWholeLimit = 16 << 20
+
+    /// A creation whose body is the whole upload — a small file, typically — is one `PutObject` of
+    /// the file, its state in the object's metadata (`ObjectStorage.stateInFileMetadata`) and its
+    /// id marked so (`UploadID.isStoredWhole`): one store request for the file, where the longer
+    /// way takes four (a state, a claim, the object, the record). Its outcome is the same once
+    /// this returns: a completed upload any instance finds.
+    ///
+    /// What differs is only while the body streams: the upload exists nowhere yet, so a `HEAD` of
+    /// the URL a 104 announced answers 404 until the body ends. A body that fails leaves the
+    /// upload as the longer way would, at offset 0 (its state written then), unless this process
+    /// dies first — then the URL is unknown, and the client, which had sent nothing durable,
+    /// starts again.
+    nonisolated func create<Body: AsyncSequence>(
+        path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
+        check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
+    ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer {
+        let id = UploadID.generate(storedWhole: true)
+        let meta = ObjectStorage.meta(id: id, NewUpload(protocolName: protocolName, path: path, size: length, chunkSize: max(1, length)))
+        var state = ObjectUploadState(meta: meta, created: Date())
+        state.info = info
+        state.offset = length
+        state.crc = nil
+        state.completion = CompletionRecord(sha256: nil, size: length, crc32c: nil)
+        guard info.role == .single, length > 0, length <= min(limit, Self.storedWholeLimit), declaredLength == length,
+            let metadata = ObjectStorage.fileMetadata(holding: state)
+        else {
+            return try await createThenWrite(
+                path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check,
+                announce: announce)
+        }
+        let upload = ObjectOffsetUpload(storage: storage, meta: meta, info: info)
+        // Known here from now on, and in its turn until the body is in: a request of this
+        // instance asking for it meanwhile (a HEAD after the 104) waits for the outcome.
+        await remember(upload)
+        let result: OffsetWriteResult = try await upload.exclusively {
+            try await announce(upload)
+            let statistics = storage.statistics
+            let checked = CheckedBody(
+                UncheckedSendableBody(body), limit: length, exactLength: true, check: check,
+                counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+            do {
+                _ = try await storage.client.perform(
+                    storage.client.requests.putObjectStreamed(
+                        key: storage.layout.file(id, path: path), length: Int64(length), metadata: metadata),
+                    streaming: checked, length: length)
+            } catch {
+                // Nothing of the body is in the store: the upload is left at offset 0, as the
+                // longer way leaves it, for a client that learned its URL.
+                var empty = ObjectUploadState(meta: meta, created: state.created)
+                empty.info = info
+                if let made = try? await storage.createState(id, empty) { upload.version.latest = (empty, made) }
+                switch checked.outcome.failure {
+                case .digestMismatch?: return .failed(.checksumMismatch)
+                case .tooLarge(let limit)?: return .failed(.tooLarge(limit: limit))
+                case .interrupted?, .tooShort?: return .failed(.interrupted(offset: 0))
+                case nil: throw OffsetCreationFailure(upload: upload, error: error)
+                }
+            }
+            upload.version.latest = (state, ObjectStorage.noStateObject)
+            return .stored(offset: length)
+        }
+        return (upload, result)
+    }
+
+    private func remember(_ upload: ObjectOffsetUpload) {
+        uploads.insert(upload, for: upload.id)
+    }
+
     func upload(id: String) async throws -> (any OffsetUpload)? {
         try await objectUpload(id: id)
     }

@@ -72,10 +72,35 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             }
             return (state, etag)
         case .notFound:
-            return nil
+            return UploadID.isStoredWhole(id) ? try await stateInFileMetadata(id) : nil
         case .preconditionFailed, .rangeNotSatisfiable:
             throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
         }
+    }
+
+    /// The version of a state read from a file's metadata: there is no state object yet, so a
+    /// change creates one (`updateState` writes it only if absent).
+    static let noStateObject = S3ETag("")
+
+    /// The state of an upload stored whole by the request that created it, read from its file's
+    /// metadata (the file's key holds a name the id alone does not give: one listing finds it).
+    private func stateInFileMetadata(_ id: String) async throws -> (ObjectUploadState, S3ETag)? {
+        let page = try await client.perform({ client.requests.listObjects(prefix: layout.filesPrefix(id), maxKeys: 1) })
+        guard let key = page.objects.first?.key else { return nil }
+        guard case .found(let metadata) = try await client.perform({ client.requests.headObject(key: key) }) else { return nil }
+        guard let encoded = metadata.userMetadata[ObjectLayout.stateMetadataName], let json = Data(base64Encoded: encoded),
+            let state = try? JSONDecoder.objectState.decode(ObjectUploadState.self, from: json), state.meta.uploadId == id
+        else {
+            throw UploadError.corrupt("\(key) holds no readable state of upload \(id)")
+        }
+        return (state, Self.noStateObject)
+    }
+
+    /// `state` as user metadata of its file's object; nil when it is too large to go there.
+    static func fileMetadata(holding state: ObjectUploadState) -> [String: String]? {
+        guard let json = try? JSONEncoder.objectState.encode(state) else { return nil }
+        let encoded = json.base64EncodedString()
+        return encoded.utf8.count <= ObjectLayout.stateMetadataLimit ? [ObjectLayout.stateMetadataName: encoded] : nil
     }
 
     /// Creates `state` under `id` only if no upload has that id: its version, nil when one has.
@@ -123,8 +148,9 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
                 continue
             }
             let bytes = Array(try JSONEncoder.objectState.encode(state))
+            let condition: S3WriteCondition = etag == Self.noStateObject ? .onlyIfAbsent : .onlyIfCurrent(etag)
             switch try await client.perform(
-                { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfCurrent(etag), contentType: "application/json") })
+                { client.requests.putObject(key: key, bytes: bytes, condition: condition, contentType: "application/json") })
             {
             case .stored(let newETag):
                 version?.latest = (state, newETag)

@@ -6,7 +6,10 @@ import XferS3
 ///
 ///     PREFIX/uploads/<id>.json         the upload's state (`ObjectUploadState`), replaced only by
 ///                                      compare-and-swap: the one truth about it, for every instance
-///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key
+///     PREFIX/files/<id>/<path>         the completed file, one object at a stable key; for an
+///                                      upload stored whole by the request that created it
+///                                      (`UploadID.isStoredWhole`), its state too, in the object's
+///                                      metadata (`stateMetadataName`), and no state object
 ///     PREFIX/staging/<id>/<name>       pieces below the store's minimum part size, until completion
 ///                                      folds them into a part; a completed tus partial upload
 ///     PREFIX/received/<id>/<chunk>/…  a chunk of a chunked upload of several, received: an
@@ -25,6 +28,12 @@ struct ObjectLayout: Sendable {
 
     func state(_ id: String) -> String { prefix + "uploads/" + id + ".json" }
     func file(_ id: String, path: RelativePath) -> String { prefix + "files/" + id + "/" + path.text }
+    func filesPrefix(_ id: String) -> String { prefix + "files/" + id + "/" }
+    /// The user metadata (`x-amz-meta-…`) holding the state of an upload stored whole at creation:
+    /// the state's JSON, base64.
+    static let stateMetadataName = "xfer-upload"
+    /// The most state a file's metadata carries (AWS allows 2 KiB of user metadata in all).
+    static let stateMetadataLimit = 1800
     func staged(_ id: String, _ name: String) -> String { prefix + "staging/" + id + "/" + name }
     func stagingPrefix(_ id: String) -> String { prefix + "staging/" + id + "/" }
     func receivedPrefix(_ id: String) -> String { prefix + "received/" + id + "/" }
