@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all deps python-tools build release man test test-objectstore torture demo bench clean install install-files uninstall
+.PHONY: all deps python-tools build release man test test-objectstore test-package torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -91,6 +91,13 @@ OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|Seque
 test-objectstore: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_TEST_STORAGE=ceph $(SWIFT) test $(CLI) --skip-build --filter '$(OBJECT_STORE_SUITES)'
+
+# What a newcomer's app does (Docs/backend-guide.md, section 0): a package made
+# from the guide's text resolves 3 packages, builds the engine from nothing and
+# pushes a file to `xfer serve` (~4 min; `make test` checks only the resolution).
+test-package: python-tools
+	$(SWIFT) build $(CLI) --build-tests
+	XFER_FRESH_PACKAGE_BUILD=1 $(SWIFT) test $(CLI) --skip-build --filter FreshPackageTests
 
 # Kill -9 torture, long version (the short one runs inside `make test`): per
 # backend TRIALS pushes SIGKILLed KILLS times each against a receiver injecting

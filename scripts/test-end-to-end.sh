@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The command's end-to-end tests (make test), as two `swift test` processes at once over
 # the one debug build: most of these tests wait — on servers, on kill and restart, on
-# the Ceph gateway, on a compiler in another process — so two lanes on two cores take
+# the Ceph gateway — so two lanes on two cores take
 # little more than the longer lane. The second lane holds the suites of the object
-# stores (the Ceph cluster, moto) and the fresh package's build: about half of the
+# stores (the Ceph cluster, moto), the faults and the rate limits: about half of the
 # suite's time in a serial run; each lane's output is printed whole, one after
 # the other.
 # --ignore-lock: SwiftPM otherwise serialises every command on the build folder, and
@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SWIFT="${SWIFT:-swift}"
-SECOND_LANE='FreshPackageTests|CephS3Tests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests|S3PushTests|S3UploadsTests'
+SECOND_LANE='FreshPackageTests|CephS3Tests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests|S3PushTests|S3UploadsTests|FaultTests|RateLimitTests'
 
 log="$(mktemp -t xfer-e2e-lane.XXXXXX)"
 trap 'rm -f "$log"' EXIT

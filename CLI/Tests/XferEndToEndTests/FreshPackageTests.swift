@@ -5,34 +5,29 @@ import XferTestSupport
 /// What a newcomer does (Docs/backend-guide.md, section 0): a package of their
 /// own, made from the guide's text alone (its `Package.swift` lines and its
 /// smallest program), next to a copy of the engine's package. It resolves only
-/// what the engine needs, builds, and pushes a file to `xfer serve`.
+/// what the engine needs (in `make test`), builds, and pushes a file to
+/// `xfer serve` (`make test-package`).
 final class FreshPackageTests: XCTestCase {
-    func testThePackageOfTheGuideResolvesLeanBuildsAndPushes() throws {
+    /// Resolving is quick: `make test` checks it every time.
+    func testThePackageOfTheGuideResolvesOnlyWhatTheEngineNeeds() throws {
         let work = TemporaryDirectory("xfer-fresh")
-        let guide = try String(contentsOfFile: repositoryRoot + "/Docs/backend-guide.md", encoding: .utf8)
-        let section = try XCTUnwrap(guide.range(of: "## 0. Use it from your package").map { String(guide[$0.upperBound...]) })
-        let manifest = try Self.block(after: "```swift\n// swift-tools-version", in: section, keepingMarker: true)
-        let program = try Self.block(after: "(FreshPackageTests); it fails when they differ. -->\n```swift\n", in: section)
-
-        // The engine's package as a checkout named as the guide's lines say ("xfer"):
-        // its sources, not this repository's builds, tools or command.
-        let engine = work.file("xfer")
-        let copy = try runToEnd("/bin/sh", ["-c", """
-            mkdir -p "$1" && tar -C "$0" --exclude=./.build --exclude='./.build-*' --exclude=./CLI --exclude=./.tools \
-              --exclude=./Docs --exclude='./Benchmarks/.bench-work-*' -cf - . | tar -C "$1" -xf -
-            """, repositoryRoot, engine])
-        XCTAssertEqual(copy.status, 0, copy.stderr)
-        let app = work.file("MyUploader")
-        try FileManager.default.createDirectory(atPath: app + "/Sources/MyUploader", withIntermediateDirectories: true)
-        try manifest.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
-        try program.write(toFile: app + "/Sources/MyUploader/main.swift", atomically: true, encoding: .utf8)
-
+        let app = try Self.makePackage(in: work)
         let resolve = try runToEnd("/usr/bin/env", ["swift", "package", "--package-path", app, "resolve"])
         XCTAssertEqual(resolve.status, 0, resolve.stderr)
         let resolved = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: app + "/Package.resolved"))) as? [String: Any]
         let pins = Set(((resolved?["pins"] as? [[String: Any]]) ?? []).compactMap { $0["identity"] as? String })
         XCTAssertEqual(pins, ["swift-crypto", "swift-asn1", "swift-log"], "only what the engine needs")
+    }
 
+    /// Building compiles the engine and its packages from nothing (about three CPU-minutes on
+    /// this 2-core machine, beside the other lane's tests): `make test-package` runs it
+    /// (`XFER_FRESH_PACKAGE_BUILD=1`).
+    func testThePackageOfTheGuideBuildsAndPushes() throws {
+        try XCTSkipUnless(
+            ProcessInfo.processInfo.environment["XFER_FRESH_PACKAGE_BUILD"] == "1",
+            "builds the engine from nothing: `make test-package` runs it")
+        let work = TemporaryDirectory("xfer-fresh")
+        let app = try Self.makePackage(in: work)
         let build = try runToEnd("/usr/bin/env", ["swift", "build", "--package-path", app])
         XCTAssertEqual(build.status, 0, build.stdout.suffix(20).joined(separator: "\n") + build.stderr)
 
@@ -44,6 +39,27 @@ final class FreshPackageTests: XCTestCase {
         XCTAssertEqual(run.stdout.dropLast().last, "\(3 << 20)/\(3 << 20)", "progress up to the whole file")
         let url = try XCTUnwrap(run.stdout.last)
         XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
+    /// The newcomer's package, from the guide's text alone, beside a copy of the engine's package
+    /// named as the guide's lines say ("xfer"): its sources, not this repository's builds, tools
+    /// or command. Returns the package's directory.
+    private static func makePackage(in work: TemporaryDirectory) throws -> String {
+        let guide = try String(contentsOfFile: repositoryRoot + "/Docs/backend-guide.md", encoding: .utf8)
+        let section = try XCTUnwrap(guide.range(of: "## 0. Use it from your package").map { String(guide[$0.upperBound...]) })
+        let manifest = try block(after: "```swift\n// swift-tools-version", in: section, keepingMarker: true)
+        let program = try block(after: "(FreshPackageTests; `make test` resolves its package); it fails when they differ. -->\n```swift\n", in: section)
+        let engine = work.file("xfer")
+        let copy = try runToEnd("/bin/sh", ["-c", """
+            mkdir -p "$1" && tar -C "$0" --exclude=./.build --exclude='./.build-*' --exclude=./CLI --exclude=./.tools \
+              --exclude=./Docs --exclude='./Benchmarks/.bench-work-*' -cf - . | tar -C "$1" -xf -
+            """, repositoryRoot, engine])
+        XCTAssertEqual(copy.status, 0, copy.stderr)
+        let app = work.file("MyUploader")
+        try FileManager.default.createDirectory(atPath: app + "/Sources/MyUploader", withIntermediateDirectories: true)
+        try manifest.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
+        try program.write(toFile: app + "/Sources/MyUploader/main.swift", atomically: true, encoding: .utf8)
+        return app
     }
 
     /// The text between `marker` and the next closing fence (with the marker's
