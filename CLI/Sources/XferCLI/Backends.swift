@@ -48,6 +48,13 @@ enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
         }
     }
 
+    /// Every built-in backend, unconfigured: enough to read how a job's files are cut (`status`),
+    /// never to send (no credentials).
+    static var describingJobs: [any UploadBackend] {
+        let none = AWSConfiguration(credentials: AWSCredentials(accessKeyID: "", secretAccessKey: ""), region: nil, source: "none")
+        return [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend(), IETFBackend(), S3Backend(configuration: none)]
+    }
+
     /// The backends an existing job may name: its endpoint and region come
     /// from the job, credentials from the environment or `--profile`.
     /// Credentials are resolved only for a job that needs them.

@@ -188,7 +188,7 @@ struct StatusCommand: AsyncParsableCommand {
     mutating func run() async throws {
         let engine = try TransferEngine(stateDirectory: state.directory)
         let details = try engine.details(
-            of: try engine.jobID(matching: job), files: files ? .all : .first(Self.shownFiles))
+            of: try engine.jobID(matching: job), files: files ? .all : .first(Self.shownFiles), using: BuiltInBackend.describingJobs)
         let now = Date()
         if json {
             var object = JobJSON.summary(details.summary, now: now)

@@ -30,8 +30,14 @@ struct ProgressTally: Sendable {
         case .reconciled(_, _, let doneBytes):
             done = doneBytes
             startDone = doneBytes
-        case .chunkStored(_, _, _, let doneBytes, _):
+        case .chunkStored(_, _, let bytes, let doneBytes, let totalBytes):
+            // A file that changed since the last run is sent anew: the engine's total takes its
+            // new size, and what it had done of the old bytes is no longer done, nor part of
+            // what this run sent (the done bytes before this chunk are then below those shown).
+            let before = doneBytes - Int64(bytes)
+            if before < done { startDone = max(0, startDone - (done - before)) }
             done = doneBytes
+            total = totalBytes
         case .completed(let report):
             completed = true
             // A stream's length is known once it ended.

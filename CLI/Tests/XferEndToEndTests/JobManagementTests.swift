@@ -231,6 +231,23 @@ final class JobManagementTests: XCTestCase {
         XCTAssertFalse(everything.contains(header), "header value leaked")
     }
 
+    /// An empty file is one chunk for protocols that announce it with an empty chunk (multipart
+    /// here) and none for patch: `status` counts them as the engine sends them.
+    func testStatusCountsAnEmptyFilesChunkAsItsProtocolSendsIt() throws {
+        let empty = work.file("empty.bin")
+        try makeTestFile(at: empty, size: 0)
+        for (backend, chunks) in [("multipart", 1), ("patch", 0)] {
+            let pushed = try xfer(["push", empty, "--backend", backend, "--to", server.url, "--json"])
+            XCTAssertEqual(pushed.status, 0, pushed.stderr)
+            let job = try XCTUnwrap(pushed.events.first?["job"] as? String, "\(pushed.events.first ?? [:])")
+            let file = try XCTUnwrap((try statusJSON(job)["files"] as? [[String: Any]])?.first)
+            XCTAssertEqual(int(file["chunkCount"]), chunks, backend)
+            XCTAssertEqual(int(file["chunksDone"]), chunks, backend)
+            let text = try xfer(["status", job]).stdout.joined(separator: "\n")
+            XCTAssertTrue(text.contains("\(chunks)/\(chunks) chunks"), "\(backend): \(text)")
+        }
+    }
+
     func testJobCommandsAnswerBadInputWithTheDocumentedCodes() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 1000)

@@ -55,6 +55,24 @@ final class ProgressTextTests: XCTestCase {
             "done 1000 B / 1000 B (100%), 1/1 file, 400 B/s, took 2.5s")
     }
 
+    /// A file that shrank from 286 MiB to 19 MiB after an interrupted run is sent anew: the closing
+    /// line names the job as it is now, and the rate only what this run sent.
+    func testAFileThatChangedIsCountedAtItsNewSize() {
+        var tally = ProgressTally()
+        _ = tally.apply(.started(job: JobID(rawValue: "j"), totalBytes: 286 << 20, doneBytes: 100 << 20, files: 1, doneFiles: 0, resumed: true))
+        _ = tally.apply(.resending(file: 0, chunks: 3, reason: "it changed since the last run"))
+        for chunk in 0..<3 {
+            let bytes = chunk < 2 ? 8 << 20 : 3 << 20
+            let done = chunk < 2 ? (chunk + 1) * (8 << 20) : 19 << 20
+            _ = tally.apply(.chunkStored(file: 0, chunk: chunk, bytes: bytes, doneBytes: Int64(done), totalBytes: 19 << 20))
+        }
+        _ = tally.apply(.fileCompleted(file: 0, path: "/a", url: "u"))
+        _ = tally.apply(.completed(JobReport(job: JobID(rawValue: "j"), files: JobReport.Files([]), bytesSent: 19 << 20, bytesResumed: 0)))
+        XCTAssertEqual(
+            ProgressText.line(tally, tally.figures(after: .seconds(1)), final: true),
+            "done 19.0 MiB / 19.0 MiB (100%), 1/1 file, 19.0 MiB/s, took 1.0s")
+    }
+
     func testRequestLines() {
         XCTAssertEqual(
             ProgressText.request(

@@ -174,12 +174,17 @@ extension TransferEngine {
     ///
     /// Costs O(files asked for): `.first(n)` keeps it small for a job of
     /// 100,000 files.
-    public func details(of id: JobID, files listing: FileListing = .all, failureLimit: Int = 100) throws(XferError)
-        -> JobDetails
-    {
+    ///
+    /// - Parameter backends: Candidates; the one whose `name` the job was
+    ///   pushed with says how its files are cut (an empty file is one chunk
+    ///   for some protocols). Without it, an empty file counts no chunk.
+    public func details(
+        of id: JobID, files listing: FileListing = .all, failureLimit: Int = 100, using backends: [any UploadBackend] = []
+    ) throws(XferError) -> JobDetails {
         guard let record = try store.job(id) else {
             throw .unknownJob(id.rawValue)
         }
+        let traits = backends.first { $0.name == record.backend }?.traits
         let counters = try store.counters(id)
         let summary = summary(of: JobListing(record: record, counters: counters), paths: try store.roots(id))
         let limit: Int
@@ -191,20 +196,22 @@ extension TransferEngine {
         var start = 0
         while files.count < limit {
             let page = try store.files(job: id, from: start, limit: min(4096, limit - files.count))
-            for (index, file) in page { files.append(try fileDetails(index, file, record: record)) }
+            for (index, file) in page { files.append(try fileDetails(index, file, record: record, traits: traits)) }
             guard let last = page.last else { break }
             start = last.index + 1
         }
         let failed = try store.failedFiles(job: id, limit: failureLimit).map { entry throws(XferError) in
-            try fileDetails(entry.index, entry.record, record: record)
+            try fileDetails(entry.index, entry.record, record: record, traits: traits)
         }
         return JobDetails(
             summary: summary, handles: record.handles.redacted, concurrency: record.concurrency, files: files,
             failedFiles: failed)
     }
 
-    private func fileDetails(_ index: Int, _ file: FileRecord, record: JobRecord) throws(XferError) -> JobDetails.File {
-        let plan = ChunkPlan(fileSize: file.size, chunkSize: max(1, file.chunkSize))
+    private func fileDetails(_ index: Int, _ file: FileRecord, record: JobRecord, traits: BackendTraits?) throws(XferError)
+        -> JobDetails.File
+    {
+        let plan = traits.map(file.chunkPlan) ?? ChunkPlan(fileSize: file.size, chunkSize: max(1, file.chunkSize))
         let done = try store.fileProgress(job: record.id, file: index)
         let complete = record.phase == .completed || file.isComplete
         return JobDetails.File(

@@ -184,9 +184,7 @@ final class JobRunner: JobRun {
                 return (.loadFailed(file: index, record: nil, reason: "it is missing from the job's state"), nil)
             }
             record = stored
-            let plan = ChunkPlan(
-                fileSize: record.size, chunkSize: max(1, record.chunkSize),
-                emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk)
+            let plan = record.chunkPlan(backend.traits)
             if record.isComplete {
                 // A complete file keeps no bitmap. Unchanged since (one stat, no
                 // descriptor), it is settled without being opened: a re-run
@@ -357,8 +355,7 @@ final class JobRunner: JobRun {
         }
         return FileContext(
             index: index, path: record.path, relativePath: record.relativePath, name: record.name, size: record.size,
-            plan: ChunkPlan(
-                fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk),
+            plan: record.chunkPlan(traits),
             handles: record.handles)
     }
 }

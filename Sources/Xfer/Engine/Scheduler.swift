@@ -504,8 +504,7 @@ struct Scheduler {
     // MARK: Files
 
     private func plan(_ record: FileRecord) -> ChunkPlan {
-        ChunkPlan(
-            fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
+        record.chunkPlan(traits)
     }
 
     /// Takes up a loaded file: done already, changed since, or on its way.

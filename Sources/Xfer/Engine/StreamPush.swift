@@ -402,8 +402,7 @@ final class StreamRunner: JobRun {
         return FileContext(
             index: 0, path: source.description, relativePath: source.name,
             name: source.name.split(separator: "/").last.map(String.init) ?? source.name, size: size,
-            plan: ChunkPlan(
-                fileSize: size, chunkSize: max(1, progress.file.chunkSize), emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk),
+            plan: ChunkPlan(fileSize: size, chunkSize: progress.file.chunkSize, traits: backend.traits),
             handles: progress.file.handles)
     }
 }

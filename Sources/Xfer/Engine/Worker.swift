@@ -264,8 +264,7 @@ struct Worker: Sendable {
                 for index in Set(failed).sorted() {
                     guard var record = try store.file(job: jobID, index: index) else { continue }
                     record.url = nil
-                    let plan = ChunkPlan(
-                        fileSize: record.size, chunkSize: max(1, record.chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
+                    let plan = record.chunkPlan(traits)
                     changes.append(.putFiles(job: jobID, files: [(index, record)]))
                     changes.append(.replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]))
                     rolledBack.append(RolledBackFile(index: index, path: record.path, chunks: plan.count))

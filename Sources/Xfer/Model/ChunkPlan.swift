@@ -24,6 +24,13 @@ public struct ChunkPlan: Sendable, Hashable, Codable {
         }
     }
 
+    /// How the engine cuts a file of `fileSize` bytes for a backend with `traits`: the one plan
+    /// the scheduler, the worker, streams and `details(of:)` all use (a chunk size of 0, as a
+    /// record of an empty stream may hold, counts as 1).
+    public init(fileSize: Int64, chunkSize: Int, traits: BackendTraits) {
+        self.init(fileSize: fileSize, chunkSize: max(1, chunkSize), emptyFileHasOneChunk: traits.emptyFileHasOneChunk)
+    }
+
     /// The byte offset of chunk `index` (0-based).
     public func offset(of index: Int) -> Int64 {
         precondition(index >= 0 && index < count, "chunk \(index) is outside 0..<\(count)")
@@ -40,5 +47,12 @@ public struct ChunkPlan: Sendable, Hashable, Codable {
     public func range(of index: Int) -> Range<Int64> {
         let start = offset(of: index)
         return start..<(start + Int64(length(of: index)))
+    }
+}
+
+extension FileRecord {
+    /// The file's chunk plan as the engine sends it to a backend with `traits`.
+    func chunkPlan(_ traits: BackendTraits) -> ChunkPlan {
+        ChunkPlan(fileSize: size, chunkSize: chunkSize, traits: traits)
     }
 }
