@@ -92,7 +92,7 @@ let package = Package(
         .testTarget(
             name: "XferBackendTests",
             dependencies: [
-                "Xfer", "XferBackendTesting", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF",
+                "Xfer", "XferBackendTesting", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF",
             ],
             path: "Tests/XferBackendTests"
         ),

@@ -63,7 +63,7 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
         } else if let code = error?.code, Self.finalCodes.contains(code) {
             retryable = false
         } else {
-            retryable = isErrorInSuccess || response.status >= 500 || response.status == 408 || response.status == 429
+            retryable = isErrorInSuccess || response.isTransientStatus
         }
         self.init(
             operation: operation, status: response.status, code: error?.code, message: error?.message ?? "",

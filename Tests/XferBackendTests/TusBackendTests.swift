@@ -3,6 +3,7 @@ import Foundation
 import XCTest
 import Xfer
 import XferBackendTesting
+import XferPrimitives
 @testable import XferTus
 
 /// The tus backend is sans-IO: these tests check the requests it builds
@@ -42,6 +43,10 @@ final class TusBackendTests: XCTestCase {
         ])
         let handles = try start.outcome(for: answer).handles
         XCTAssertEqual(handles[Features.checksumKey], "sha1")
+        // CRC-32C where offered, in whatever order the server lists it.
+        var offersCRC = answer
+        offersCRC.headers.set("Tus-Checksum-Algorithm", "sha1,md5,crc32c")
+        XCTAssertEqual(try start.outcome(for: offersCRC).handles[Features.checksumKey], "crc32c")
         XCTAssertEqual(handles[Features.maximumSizeKey], "1000")
         let started = BackendTesting.job(target: target, handles: handles)
         XCTAssertEqual(backend.chunkOrder(for: started), .any)
@@ -80,6 +85,10 @@ final class TusBackendTests: XCTestCase {
         XCTAssertEqual([named.index, Int(named.offset), named.length], [1, 4, 4])
         XCTAssertEqual(exchange.request.bodyBytes, [1, 2, 3, 4])
         XCTAssertEqual(exchange.request.headers["Upload-Checksum"], "sha1 " + Checksums.base64(Array(Insecure.SHA1.hash(data: [1, 2, 3, 4]))))
+        let crcJob = self.job(checksum: "crc32c")
+        XCTAssertEqual(
+            try backend.uploadChunk(chunk, of: crcJob.files[0], in: crcJob).request.headers["Upload-Checksum"],
+            "crc32c " + Checksums.base64(CRC32.bigEndianBytes(CRC32C.of([1, 2, 3, 4]))))
         XCTAssertEqual(
             try exchange.interpret(HTTPResponse(status: 201, headers: ["Location": "/files/p2", "Upload-Offset": "4"])),
             .stored(receipt: "http://127.0.0.1:9/files/p2"))

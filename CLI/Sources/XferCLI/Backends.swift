@@ -7,65 +7,120 @@ import XferS3
 import XferSequence
 import XferTus
 
-/// The backends `--backend` can name; any other value is a usage error
-/// from ArgumentParser, which lists these.
-enum BuiltInBackend: String, CaseIterable, ExpressibleByArgument {
-    case patch
-    case multipart
-    case sequence
-    case s3
-    case tus
-    case ietf
+/// A backend `--backend` can name; any other value is a usage error from ArgumentParser, which
+/// lists these.
+///
+/// The built-in backends are one list (`makers`): `push`, `resume`, `cancel` and `status` all
+/// read it, their names are the backends' own (`UploadBackend.name`), and whether one takes a
+/// stream is whether its backend adopts `StreamUploading`. A new backend is its own folder under
+/// Backends/ and one line there.
+struct BuiltInBackend: Hashable, Sendable, ExpressibleByArgument, CustomStringConvertible {
+    /// Every built-in backend, made from what a command has (`BackendSettings`).
+    /// (Untyped throws: this compiler crashes on a typed-throws closure in an array literal; they
+    /// throw only `XferError`.)
+    private static var makers: [(BackendSettings) throws -> any UploadBackend] {
+        [
+            { _ in PatchBackend() },
+            { _ in MultipartBackend() },
+            { _ in SequenceBackend() },
+            { settings in try settings.s3Backend() },
+            { _ in TusBackend() },
+            { settings in IETFBackend(interopVersion: settings.interopVersion) },
+        ]
+    }
 
-    static var names: String { allCases.map(\.rawValue).joined(separator: ", ") }
+    /// The backend's `name`.
+    let name: String
+    private let maker: Int
 
-    /// Whether the protocol takes a stream of unknown length (its backend adopts `StreamUploading`).
-    var takesStreams: Bool {
-        switch self {
-        case .s3, .tus: return true
-        case .patch, .multipart, .sequence, .ietf: return false
+    static var all: [BuiltInBackend] {
+        makers.indices.map { BuiltInBackend(name: (try? makers[$0](.describing))?.name ?? "", maker: $0) }
+    }
+
+    static func == (a: Self, b: Self) -> Bool { a.name == b.name }
+    func hash(into hasher: inout Hasher) { hasher.combine(name) }
+
+    init?(argument: String) {
+        guard let found = Self.all.first(where: { $0.name == argument }) else { return nil }
+        self = found
+    }
+
+    private init(name: String, maker: Int) {
+        self.name = name
+        self.maker = maker
+    }
+
+    static var allValueStrings: [String] { all.map(\.name) }
+    var description: String { name }
+    static var names: String { allValueStrings.joined(separator: ", ") }
+
+    /// Its backend, made from `settings`.
+    func make(_ settings: BackendSettings) throws(XferError) -> any UploadBackend {
+        do {
+            return try Self.makers[maker](settings)
+        } catch let error as XferError {
+            throw error
+        } catch {
+            throw .invalidInput("\(name): \(error)")
         }
     }
 
-    static var streamNames: String { allCases.filter(\.takesStreams).map(\.rawValue).joined(separator: " and ") }
+    /// Whether the protocol takes a stream of unknown length (its backend adopts `StreamUploading`).
+    var takesStreams: Bool { (try? make(.describing)) is any StreamUploading }
 
-    /// The backend, configured for a new push (`s3` from `S3Arguments` and
-    /// the AWS environment, its credentials fetched through `transport`;
-    /// the others need nothing).
-    func makeBackend(
-        s3 arguments: S3Arguments, profile: AWSProfileArgument, object: S3ObjectArguments = S3ObjectArguments(),
-        transport: TransportOptions = TransportOptions(), interopVersion: IETFBackend.InteropVersion? = nil
-    ) throws(XferError) -> any UploadBackend {
-        switch self {
-        case .ietf: return IETFBackend(interopVersion: interopVersion)
-        case .patch: return PatchBackend()
-        case .multipart: return MultipartBackend()
-        case .sequence: return SequenceBackend()
-        case .tus: return TusBackend()
-        case .s3:
-            return try arguments.server.backend(
-                profile: profile, transport: transport, partChecksum: try arguments.checksum(), objectOptions: try object.options())
-        }
+    static var streamNames: String { all.filter(\.takesStreams).map(\.name).joined(separator: " and ") }
+
+    /// Whether a job's backend is built in: one pushed by another program may not be.
+    static func isBuiltIn(_ name: String) -> Bool { all.contains { $0.name == name } }
+
+    /// The backends an existing job may name: its endpoint and region come from the job,
+    /// credentials from the environment or `--profile`, resolved only for the job's own backend.
+    static func backends(
+        forJobUsing name: String, profile: AWSProfileArgument, transport: TransportOptions = TransportOptions()
+    ) throws(XferError) -> [any UploadBackend] {
+        let job = BackendSettings(s3: .job, profile: profile, transport: transport)
+        var backends: [any UploadBackend] = []
+        for backend in all { backends.append(try backend.make(backend.name == name ? job : .describing)) }
+        return backends
     }
 
     /// Every built-in backend, unconfigured: enough to read how a job's files are cut (`status`),
     /// never to send (no credentials).
     static var describingJobs: [any UploadBackend] {
-        let none = AWSConfiguration(credentials: AWSCredentials(accessKeyID: "", secretAccessKey: ""), region: nil, source: "none")
-        return [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend(), IETFBackend(), S3Backend(configuration: none)]
+        all.compactMap { try? $0.make(.describing) }
+    }
+}
+
+/// What a backend is made from: a new push's options, what resuming or cancelling a job needs
+/// (credentials only), or nothing (to read a backend's name and traits).
+struct BackendSettings {
+    enum S3Source {
+        /// A new push: the server and object options, from the command line.
+        case push(S3Arguments, S3ObjectArguments)
+        /// A job's: its endpoint and region are in the job; credentials from the profile.
+        case job
+        /// No credentials at all.
+        case none
     }
 
-    /// The backends an existing job may name: its endpoint and region come
-    /// from the job, credentials from the environment or `--profile`.
-    /// Credentials are resolved only for a job that needs them.
-    static func backends(
-        forJobUsing name: String, profile: AWSProfileArgument, transport: TransportOptions = TransportOptions()
-    ) throws(XferError) -> [any UploadBackend] {
-        var backends: [any UploadBackend] = [PatchBackend(), MultipartBackend(), SequenceBackend(), TusBackend(), IETFBackend()]
-        if name == BuiltInBackend.s3.rawValue {
-            backends.append(S3Backend(configuration: try profile.configuration(transport: transport)))
+    var s3: S3Source
+    var profile = AWSProfileArgument()
+    var transport = TransportOptions()
+    var interopVersion: IETFBackend.InteropVersion?
+
+    static var describing: BackendSettings { BackendSettings(s3: .none) }
+
+    func s3Backend() throws(XferError) -> S3Backend {
+        switch s3 {
+        case .push(let arguments, let object):
+            return try arguments.server.backend(
+                profile: profile, transport: transport, partChecksum: try arguments.checksum(), objectOptions: try object.options())
+        case .job:
+            return S3Backend(configuration: try profile.configuration(transport: transport))
+        case .none:
+            return S3Backend(
+                configuration: AWSConfiguration(credentials: AWSCredentials(accessKeyID: "", secretAccessKey: ""), region: nil, source: "none"))
         }
-        return backends
     }
 }
 

@@ -98,7 +98,7 @@ struct ResumeCommand: AsyncParsableCommand {
         } catch {
             var error = error
             if case .invalidInput = error, let summary = try? engine.details(of: id).summary,
-                BuiltInBackend(rawValue: summary.backend) == nil
+                !BuiltInBackend.isBuiltIn(summary.backend)
             {
                 error = .invalidInput(
                     "job \(id) uses the '\(summary.backend)' backend, which xfer does not have built in; resume it from the program that pushed it")

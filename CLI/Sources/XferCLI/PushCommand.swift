@@ -86,11 +86,11 @@ struct PushCommand: AsyncParsableCommand {
         if dryRun, files.contains("-") { throw ValidationError("--dry-run is for files, not a stream: - would be read and lost") }
         if dryRun { return }
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
-        if backend != .s3, !s3.isEmpty || !s3Object.isEmpty || aws.profile != nil {
+        if backend.name != "s3", !s3.isEmpty || !s3Object.isEmpty || aws.profile != nil {
             throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --profile and the object options (--content-type, --metadata, …) are for --backend s3")
         }
         if let interopVersion {
-            guard backend == .ietf else { throw ValidationError("--interop-version is for --backend ietf") }
+            guard backend.name == "ietf" else { throw ValidationError("--interop-version is for --backend ietf") }
             guard IETFBackend.InteropVersion(rawValue: interopVersion) != nil else {
                 throw ValidationError("--interop-version must be 6 or 8, not \(interopVersion)")
             }
@@ -106,7 +106,7 @@ struct PushCommand: AsyncParsableCommand {
             guard backend.takesStreams else {
                 let what = files == ["-"] ? "standard input" : "\(files[0]) is a FIFO, a stream"
                 throw ValidationError(
-                    "\(what): --backend \(backend.rawValue) cannot take a stream of unknown length; \(BuiltInBackend.streamNames) can")
+                    "\(what): --backend \(backend.name) cannot take a stream of unknown length; \(BuiltInBackend.streamNames) can")
             }
             if files == ["-"], name == nil { throw ValidationError("--name NAME is required with - (what the server calls the stream)") }
             if restart { throw ValidationError("--restart is for files: a stream is always sent from its start") }
@@ -130,9 +130,10 @@ struct PushCommand: AsyncParsableCommand {
 
         var transport = try network.transportOptions()
         rateLimit.apply(to: &transport)
-        let backend = try builtIn.makeBackend(
-            s3: s3, profile: aws, object: s3Object, transport: transport,
-            interopVersion: interopVersion.flatMap(IETFBackend.InteropVersion.init(rawValue:)))
+        let backend = try builtIn.make(
+            BackendSettings(
+                s3: .push(s3, s3Object), profile: aws, transport: transport,
+                interopVersion: interopVersion.flatMap(IETFBackend.InteropVersion.init(rawValue:))))
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+import XferPrimitives
 import XferTestSupport
 
 /// `xfer serve` speaking tus 1.0 at `/files/`: the official Python client
@@ -87,7 +88,8 @@ final class TusReceiverTests: XCTestCase {
         XCTAssertTrue(
             extensions.isSuperset(of: ["creation", "creation-with-upload", "termination", "checksum", "concatenation"]),
             "\(extensions)")
-        XCTAssertTrue(options.headers["tus-checksum-algorithm"]?.contains("sha1") == true)
+        // The cheapest first: a client taking the first it knows sends CRC-32C.
+        XCTAssertEqual(options.headers["tus-checksum-algorithm"], "crc32c,sha1,sha256,md5")
         XCTAssertNotNil(options.headers["tus-max-size"].flatMap(Int.init))
 
         // Another protocol version (or none, on a request that changes state) is refused first.
@@ -124,7 +126,11 @@ final class TusReceiverTests: XCTestCase {
         XCTAssertEqual(stored.headers["upload-offset"], "4")
         XCTAssertEqual(try patch(url, offset: 4, data + data).status, 413, "past Upload-Length")
         XCTAssertEqual(try tus("HEAD", url).headers["upload-offset"], "4")
-        XCTAssertEqual(try patch(url, offset: 4, data.suffix(6)).headers["upload-offset"], "10")
+        XCTAssertEqual(try patch(url, offset: 4, data.suffix(6), checksum: "crc32c " + crc32cBase64(data.prefix(6))).status, 460)
+        XCTAssertEqual(try patch(url, offset: 4, data.suffix(6), checksum: "crc32c AAAA").status, 400, "a CRC-32C is 4 bytes")
+        XCTAssertEqual(try tus("HEAD", url).headers["upload-offset"], "4")
+        let checked = try patch(url, offset: 4, data.suffix(6), checksum: "crc32c " + crc32cBase64(data.suffix(6)))
+        XCTAssertEqual(checked.headers["upload-offset"], "10")
         let download = try tus("GET", url)
         XCTAssertEqual(download.status, 200)
         XCTAssertEqual(download.body, data)
@@ -210,6 +216,10 @@ final class TusReceiverTests: XCTestCase {
         _ method: String, _ url: String, headers: [String] = [], body: Data? = nil, version: String? = "1.0.0"
     ) throws -> CurlReply {
         try curlRequest(method, url, headers: (version.map { ["Tus-Resumable: \($0)"] } ?? []) + headers, body: body, in: work)
+    }
+
+    private func crc32cBase64(_ data: Data) -> String {
+        Data(CRC32.bigEndianBytes(CRC32C.of(Array(data)))).base64EncodedString()
     }
 
     private func sha1Base64(_ data: Data) -> String {

@@ -9,10 +9,14 @@ extension HTTPResponse {
         throw unexpectedStatus(operation)
     }
 
+    /// Whether the status says "try again later": 5xx, 408 (the server timed the request out) and
+    /// 429 (too many requests). The one rule every retry of the engine follows.
+    public var isTransientStatus: Bool { status >= 500 || status == 408 || status == 429 }
+
     /// The error for a status the caller did not expect (see `require`).
     public func unexpectedStatus(_ operation: String) -> BackendError {
         let detail = serverMessage.map { ": \($0)" } ?? ""
-        if status >= 500 || status == 408 || status == 429 {
+        if isTransientStatus {
             return .transient("\(operation): HTTP \(status)\(detail)", retryAfter: retryAfter)
         }
         return .rejected("\(operation): HTTP \(status)\(detail)")

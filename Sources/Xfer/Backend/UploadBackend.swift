@@ -225,18 +225,21 @@ extension HTTPRequest {
     /// headers added (a header the backend set itself wins), then signed
     /// when the backend signs.
     package func prepared(adding extraHeaders: HTTPHeaders, for backend: any UploadBackend, in job: JobContext) -> HTTPRequest {
+        prepared(adding: extraHeaders, authentication: backend.traits.authentication, signing: backend as? any RequestSigning, in: job)
+    }
+
+    /// The same, with the backend's signer already resolved (the engine's steps: `BackendSteps`).
+    package func prepared(
+        adding extraHeaders: HTTPHeaders, authentication: BackendTraits.Authentication, signing: (any RequestSigning)?, in job: JobContext
+    ) -> HTTPRequest {
         var request = self
-        if backend.traits.authentication == .authorizationHeader, let value = job.credentials.authorization,
-            !request.headers.contains("Authorization")
-        {
+        if authentication == .authorizationHeader, let value = job.credentials.authorization, !request.headers.contains("Authorization") {
             request.headers.set("Authorization", value)
         }
         for field in extraHeaders where !request.headers.contains(field.name) {
             request.headers.add(field.name, field.value)
         }
-        if let signing = backend as? any RequestSigning {
-            signing.sign(&request, in: job)
-        }
+        signing?.sign(&request, in: job)
         return request
     }
 }

@@ -32,11 +32,32 @@ extension UploadBackend {
     func requestsToCancel(_ file: FileContext, in job: JobContext) -> [HTTPRequest] {
         (self as? any FileUploadCancelling)?.cancelRequests(forFile: file, in: job) ?? []
     }
+}
 
-    /// Whether the completion of `file` will report the server's SHA-256
-    /// (never without the capability).
-    func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool {
-        (self as? any SHA256Reporting)?.reportsSHA256(of: file, in: job) ?? false
+/// The steps a backend adopts, each resolved once when a job starts (as rclone fills its
+/// `Features` and tusd composes a `StoreComposer`): the engine's steps read these fields, and
+/// nothing on the path of a chunk or a request asks the backend's type again.
+struct BackendSteps: Sendable {
+    let backend: any UploadBackend
+    let jobStarting: (any JobStarting)?
+    let fileOpening: (any FileOpening)?
+    let fileReconciling: (any FileReconciling)?
+    let fileFinishing: (any FileFinishing)?
+    let jobFinishing: (any JobFinishing)?
+    let fileUploadCancelling: (any FileUploadCancelling)?
+    let sha256Reporting: (any SHA256Reporting)?
+    let requestSigning: (any RequestSigning)?
+
+    init(_ backend: any UploadBackend) {
+        self.backend = backend
+        jobStarting = backend as? any JobStarting
+        fileOpening = backend as? any FileOpening
+        fileReconciling = backend as? any FileReconciling
+        fileFinishing = backend as? any FileFinishing
+        jobFinishing = backend as? any JobFinishing
+        fileUploadCancelling = backend as? any FileUploadCancelling
+        sha256Reporting = backend as? any SHA256Reporting
+        requestSigning = backend as? any RequestSigning
     }
 
     /// Whether the backend completes a file in a step of its own and can
@@ -47,7 +68,11 @@ extension UploadBackend {
     /// again; for a file where the backend skips the question, it re-sends
     /// that one chunk, which was in flight. One transaction (and one
     /// fdatasync) fewer per small file.
-    var completesFilesAndReconciles: Bool {
-        self is any FileFinishing && self is any FileReconciling
+    var completesFilesAndReconciles: Bool { fileFinishing != nil && fileReconciling != nil }
+
+    /// `request` as the engine sends it (`HTTPRequest.prepared(adding:for:in:)`), with the signer
+    /// resolved here.
+    func prepared(_ request: HTTPRequest, adding extraHeaders: HTTPHeaders, in job: JobContext) -> HTTPRequest {
+        request.prepared(adding: extraHeaders, authentication: backend.traits.authentication, signing: requestSigning, in: job)
     }
 }

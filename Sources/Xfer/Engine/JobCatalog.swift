@@ -254,8 +254,9 @@ extension TransferEngine {
     }
 
     /// Drops job `id` for good: asks the server to drop what it holds (the
-    /// backend's `cancelRequests`, best-effort: one attempt each, answers
-    /// reported, failures not fatal), then deletes the job's local state.
+    /// backend's `cancelRequests`, best-effort: each tried up to three times
+    /// on a transient failure, answers reported, failures not fatal), then
+    /// deletes the job's local state.
     ///
     /// A completed job's files stay on the server; only its local record
     /// goes. When no backend in `backends` matches the job's, the server is
@@ -292,7 +293,8 @@ extension TransferEngine {
     }
 
     /// Sends the backend's `cancelRequests` for the job `record` describes,
-    /// one attempt each, and reports their answers: what the server holds of
+    /// each tried up to three times on a transient failure
+    /// (`RetryLoop.sendCleanup`), and reports their answers: what the server holds of
     /// an unfinished job goes (`cancel`, `--restart`, the next push of a
     /// stream). The caller holds the job's lock.
     func dropOnServer(

@@ -11,6 +11,8 @@ final class JobRunner: JobRun {
     let jobID: JobID
     private let initialRecord: JobRecord
     private let backend: any UploadBackend
+    /// The backend's steps, resolved once for the job.
+    private let steps: BackendSteps
     private let options: TransferOptions
     private let concurrency: Int
     private let chunkSize: @Sendable (Int64) -> Int
@@ -29,6 +31,7 @@ final class JobRunner: JobRun {
         jobID = record.id
         initialRecord = record
         self.backend = backend
+        steps = BackendSteps(backend)
         self.options = options
         self.concurrency = concurrency
         self.chunkSize = chunkSize
@@ -57,12 +60,12 @@ final class JobRunner: JobRun {
                 chunkOrder: { [options] record in
                     backend.chunkOrder(in: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
                 },
-                dropsUploads: backend is any FileUploadCancelling,
+                dropsUploads: steps.fileUploadCancelling != nil,
                 // A number the user named bounds every request; the backend's
                 // default may let small ones go wider.
                 smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil))
         let worker = Worker(
-            jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
+            jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
             bytesSent: TransferByteCounter())
         var open: [Int: OpenFile] = [:]
         var context = jobContext(scheduler.record, fileCount: scheduler.fileCount)
@@ -204,7 +207,7 @@ final class JobRunner: JobRun {
         }
         do {
             let local = try LocalFile(path: record.path)
-            let hash = backend is any SHA256Reporting ? StreamingFileHash(file: local) : nil
+            let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
             return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), OpenFile(local: local, hash: hash))
         } catch {
             guard case .fileUnreadable(_, let why) = error else { return (.failed(.loadFile(index), error), nil) }
@@ -263,8 +266,8 @@ final class JobRunner: JobRun {
                 return { await worker.finishFile(file, record: record, local: opened.local, hash: opened.hash, job: job) }
             case .chunk(_, let chunk):
                 let start = state.partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
-                let commits = !isLastChunk(state) || !backend.completesFilesAndReconciles
-                let hash = backend.reportsSHA256(of: file, in: job) ? opened.hash : nil
+                let commits = !isLastChunk(state) || !steps.completesFilesAndReconciles
+                let hash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true ? opened.hash : nil
                 return {
                     await worker.uploadChunk(
                         chunk, of: file, record: record, local: opened.local, from: start, hash: hash, job: job,

@@ -91,7 +91,7 @@ extension RetryLoop {
             do { outcome = .success(try await transport.send(request)) } catch { outcome = .failure(error) }
             let retryable: Bool
             switch outcome {
-            case .success(let response): retryable = response.status >= 500 || response.status == 408 || response.status == 429
+            case .success(let response): retryable = response.isTransientStatus
             case .failure(let error): retryable = error.isRetryable && error != .cancelled
             }
             guard retryable, cleanupPolicy.allowsRetry(after: attempt), !Task.isCancelled else { return outcome }

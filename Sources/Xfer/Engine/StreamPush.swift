@@ -154,7 +154,7 @@ final class StreamRunner: JobRun {
     func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
         defer { withExtendedLifetime(lock) {} }
         let worker = Worker(
-            jobID: jobID, backend: backend, options: options, store: store, transport: transport, events: events,
+            jobID: jobID, steps: BackendSteps(backend), options: options, store: store, transport: transport, events: events,
             bytesSent: TransferByteCounter())
         var progress = Progress(record: initialRecord, file: file)
         events.yield(
@@ -193,7 +193,7 @@ final class StreamRunner: JobRun {
     private func send(
         _ progress: inout Progress, worker: Worker, events: AsyncStream<TransferEvent>.Continuation
     ) async throws(XferError) -> String {
-        if let starting = backend as? any JobStarting {
+        if let starting = worker.steps.jobStarting {
             let job = context(progress)
             if let start = try await worker.send("start the upload", in: job, { () throws(BackendError) in try starting.startJob(job) }) {
                 progress.record.handles.merge(start.handles)
@@ -296,7 +296,7 @@ final class StreamRunner: JobRun {
         progress.length = Int64(bytes.count)
         progress.file.identity.size = progress.length
         progress.file.chunkSize = max(1, bytes.count)
-        if let opener = backend as? any FileOpening {
+        if let opener = worker.steps.fileOpening {
             let job = context(progress)
             let file = fileContext(progress)
             if let opened = try await worker.send("open the upload of \(source.name)", in: job, { () throws(BackendError) in
@@ -326,7 +326,7 @@ final class StreamRunner: JobRun {
             }
             events.yield(.chunkStored(file: 0, chunk: 0, bytes: bytes.count, doneBytes: progress.length, totalBytes: progress.length))
         }
-        if let finishing = backend as? any FileFinishing {
+        if let finishing = worker.steps.fileFinishing {
             let job = context(progress)
             let file = fileContext(progress).with(receipts: receipts)
             let finish = try await worker.send("complete the upload of \(source.name)", in: job) { () throws(BackendError) in
@@ -383,7 +383,7 @@ final class StreamRunner: JobRun {
             id: jobID, target: progress.record.target, handles: progress.record.handles,
             files: [fileContext(progress).with(receipts: receipts)], credentials: options.credentials)
         for unprepared in backend.requestsToCancel(job) {
-            _ = await RetryLoop.sendCleanup(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job), through: transport)
+            _ = await RetryLoop.sendCleanup(worker.steps.prepared(unprepared, adding: options.extraHeaders, in: job), through: transport)
         }
     }
 

@@ -5,14 +5,16 @@ import Foundation
 /// concurrent steps of a job.
 struct Worker: Sendable {
     let jobID: JobID
-    let backend: any UploadBackend
+    /// The backend's steps, resolved once for the job.
+    let steps: BackendSteps
     let options: TransferOptions
     let store: any JobStateStore
     let transport: HTTPTransport
     let events: AsyncStream<TransferEvent>.Continuation
-    /// Chunk bytes handed to the transport by this run, retries included.
-    /// Chunk bytes curl took to send, retries and cut attempts included.
+    /// Chunk bytes curl took to send in this run, retries and cut attempts included.
     let bytesSent: TransferByteCounter
+
+    var backend: any UploadBackend { steps.backend }
 
     /// How a step ended when it did not yield an outcome.
     private typealias StepError = RetryLoop.Failure
@@ -23,7 +25,7 @@ struct Worker: Sendable {
     /// records here, before the result is reported.
     func startJob(_ job: JobContext) async -> WorkResult {
         do {
-            guard let starting = backend as? any JobStarting else { return .started(nil) }
+            guard let starting = steps.jobStarting else { return .started(nil) }
             let start = try await perform("start the upload", in: job, countBytes: false) { () throws(BackendError) in
                 try starting.startJob(job)
             }
@@ -55,7 +57,7 @@ struct Worker: Sendable {
             let algorithms = backend.traits.digestsBeforeOpen
             if !algorithms.isEmpty { file = file.with(digests: try local.digests(algorithms)) }
             var opening: OpenedFile?
-            if let opener = backend as? any FileOpening {
+            if let opener = steps.fileOpening {
                 opening = try await perform("open \(local.path) on the server", in: job, countBytes: false) { () throws(BackendError) in
                     try opener.openFile(file, in: job)
                 }
@@ -89,7 +91,7 @@ struct Worker: Sendable {
 
     func reconcileFile(_ base: FileContext, job: JobContext) async -> WorkResult {
         let index = base.index
-        guard let reconciling = backend as? any FileReconciling else { return .reconciled(file: index, nil) }
+        guard let reconciling = steps.fileReconciling else { return .reconciled(file: index, nil) }
         do {
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
             return .reconciled(file: index, try await reconcile(file, with: reconciling, job: job))
@@ -134,7 +136,7 @@ struct Worker: Sendable {
     /// The acknowledgement (and a URL or receipt the answer carries) is
     /// committed before the result is reported; without
     /// `commitsAcknowledgement` a bare acknowledgement is left to the
-    /// file's completion (see `UploadBackend.completesFilesAndReconciles`).
+    /// file's completion (see `BackendSteps.completesFilesAndReconciles`).
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, local: LocalFile, from start: Int64? = nil,
         hash: StreamingFileHash?, job: JobContext, commitsAcknowledgement: Bool = true
@@ -188,12 +190,13 @@ struct Worker: Sendable {
         }
     }
 
-    /// The backend's `cancelRequests(forFile:in:)` (its earlier upload), one
-    /// attempt each; a failure is not the job's (the server may have expired
-    /// the upload already), so the result is always `.uploadDropped`.
+    /// The backend's `cancelRequests(forFile:in:)` (its earlier upload), sent as
+    /// every cleanup is (`RetryLoop.sendCleanup`); a failure is not the job's
+    /// (the server may have expired the upload already), so the result is
+    /// always `.uploadDropped`.
     func dropUpload(_ file: FileContext, job: JobContext) async -> WorkResult {
         for unprepared in backend.requestsToCancel(file, in: job) {
-            _ = try? await transport.send(unprepared.prepared(adding: options.extraHeaders, for: backend, in: job))
+            _ = await RetryLoop.sendCleanup(steps.prepared(unprepared, adding: options.extraHeaders, in: job), through: transport)
         }
         return .uploadDropped(file: file.index)
     }
@@ -207,7 +210,7 @@ struct Worker: Sendable {
             try checkUnchanged(local, recorded: record.identity)
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
             var finish: FileFinish?
-            if let finishing = backend as? any FileFinishing {
+            if let finishing = steps.fileFinishing {
                 finish = try await perform("complete \(file.name) on the server", in: job, countBytes: false) { () throws(BackendError) in
                     try finishing.finishFile(file, in: job)
                 }
@@ -245,7 +248,7 @@ struct Worker: Sendable {
     func finishJob(_ job: JobContext, traits: BackendTraits) async -> WorkResult {
         do {
             var finish: JobFinish?
-            if let finishing = backend as? any JobFinishing {
+            if let finishing = steps.jobFinishing {
                 finish = try await perform("complete the upload", in: job, countBytes: false) { () throws(BackendError) in
                     try finishing.finishJob(job)
                 }
@@ -321,7 +324,7 @@ struct Worker: Sendable {
                 if let failure = chunk.failure { throw StepError.failed(failure) }
                 do throws(XferError) { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
             }
-            let request = exchange.request.prepared(adding: options.extraHeaders, for: backend, in: job)
+            let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
             let response = try await send(request, counting: countBytes ? bytesSent : nil)
             return try exchange.interpret(response)
         }

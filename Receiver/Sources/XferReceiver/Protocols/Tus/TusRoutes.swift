@@ -18,7 +18,7 @@ import XferPrimitives
 ///     HEAD    /files/{id}           -> 200 Upload-Offset, Upload-Length [Upload-Metadata] [Upload-Concat],
 ///                                      Cache-Control: no-store | 404
 ///     PATCH   /files/{id}           Upload-Offset, Content-Type: application/offset+octet-stream
-///                                   [Upload-Checksum: sha1|sha256|md5 BASE64]
+///                                   [Upload-Checksum: crc32c|sha1|sha256|md5 BASE64]
 ///                                   -> 204 Upload-Offset | 409 offset | 415 | 460 checksum | 413 | 403 final | 404
 ///     DELETE  /files/{id}           -> 204 | 404
 ///     GET     /files/{id}           -> 200 the file once Upload-Offset = Upload-Length | 409 before | 404
