@@ -1685,7 +1685,7 @@ def bench_ietf(work):
     how = {"curl": "curl -T to xfer serve's /raw: one stream, no chunks (the bar)",
            "ietf -> xfer serve": "8 MiB PATCHes in order, Content-Digest crc32c (asked for), interop 8",
            "ietf -> Apple": "8 MiB PATCHes in order, interop 6 (found by OPTIONS), no digest asked; the server writes without syncing",
-           "tus -> xfer serve": "8 MiB x 4 partial uploads, sha1, concatenated",
+           "tus -> xfer serve": "8 MiB x 4 partial uploads, Upload-Checksum crc32c (offered first), concatenated",
            "patch -> xfer serve": "8 MiB x 4, Content-Digest crc32c"}
     rows = []
     for k in kinds:
