@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import Synchronization
 import XferPrimitives
 
 #if canImport(Glibc)
@@ -49,6 +50,8 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     /// answer); nil when unknown.
     private var crc: UInt32?
     private var terminated = false
+    /// Every byte in: a partial upload is then final as it is (a concatenation reads it).
+    private nonisolated let ended = Atomic<Bool>(false)
     var turns = KeyedTurns<WholeUpload>()
 
     init(
@@ -64,6 +67,13 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         self.statistics = statistics
         self.offset = offset
         self.crc = crc
+        ended.store(offset == upload.meta.size, ordering: .releasing)
+    }
+
+    /// Nothing of it in memory differs from what a fresh load finds: published, or a partial
+    /// upload with all its bytes.
+    nonisolated var isSettled: Bool {
+        ended.load(ordering: .acquiring) && (info.role == .partial || upload.isSettled)
     }
 
     nonisolated var id: String { upload.meta.uploadId }
@@ -165,6 +175,7 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         guard newOffset > offset else { return }
         try await log.append(String(newOffset) + (newCRC.map { "~" + CRC32.hex($0) } ?? ""))
         offset = newOffset
+        if newOffset == length { ended.store(true, ordering: .releasing) }
         crc = newCRC
     }
 
@@ -202,7 +213,7 @@ actor DiskOffsetUploads: OffsetUploadStore {
 
     private let store: DiskUploads
     private let logger: Logger
-    private let uploads = KeyedLoads<String, DiskOffsetUpload>()
+    private let uploads = KeyedLoads<String, DiskOffsetUpload>(settled: { $0.isSettled })
 
     private let fileIO: FileIO
 

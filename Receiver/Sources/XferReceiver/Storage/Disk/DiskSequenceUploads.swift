@@ -61,7 +61,7 @@ actor DiskSequenceUploads: SequenceUploadStore {
 
     private let store: DiskUploads
     private let logger: Logger
-    private let uploads = KeyedLoads<String, DiskSequenceUpload>()
+    private let uploads = KeyedLoads<String, DiskSequenceUpload>(settled: { $0.diskUpload.isSettled })
 
     init(store: DiskUploads, logger: Logger) {
         self.store = store

@@ -35,6 +35,9 @@ actor DiskUpload {
     /// once, a good one could be acknowledged over bytes a bad one was still overwriting.
     private var writers = KeyedTurns<Int>()
     private var completion: CompletionRecord?
+    /// Completed: its caches may drop it (`KeyedLoads`), a fresh load finding the same.
+    private nonisolated let completed = Atomic<Bool>(false)
+    nonisolated var isSettled: Bool { completed.load(ordering: .acquiring) }
     private var completionTask: Task<CompletionRecord, any Error>?
     private var deleted = false
     /// SHA-256 (hex) of a single-chunk upload's bytes, once its chunk is received (see
@@ -55,6 +58,7 @@ actor DiskUpload {
         self.log = DurableLog(path: layout.log, durability: durability)
         self.received = received
         self.completion = completion
+        completed.store(completion != nil, ordering: .releasing)
     }
 
     // MARK: Chunks
@@ -220,6 +224,7 @@ actor DiskUpload {
         do {
             let record = try await task.value
             completion = record
+            completed.store(true, ordering: .releasing)
             completionTask = nil
             return .completed(record)
         } catch {

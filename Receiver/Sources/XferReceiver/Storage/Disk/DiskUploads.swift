@@ -94,7 +94,7 @@ actor DiskUploads {
     nonisolated let statistics = ReceiverStatistics()
     private let logger: Logger
 
-    private let uploads = KeyedLoads<String, DiskUpload>()
+    private let uploads = KeyedLoads<String, DiskUpload>(settled: { $0.isSettled })
 
     private init(layout: StoreLayout, io: BlockingIO, durability: Durability, logger: Logger) {
         self.layout = layout

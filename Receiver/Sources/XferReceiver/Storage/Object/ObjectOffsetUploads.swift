@@ -22,7 +22,8 @@ import XferS3
 actor ObjectOffsetUploads: OffsetUploadStore {
     let storage: ObjectStorage
     let protocolName: String
-    private let uploads = KeyedLoads<String, ObjectOffsetUpload>()
+    /// A completed upload is settled: every request re-reads what matters from the store.
+    private let uploads = KeyedLoads<String, ObjectOffsetUpload>(settled: { $0.version.latest?.0.completion != nil })
 
     init(storage: ObjectStorage, protocolName: String) {
         self.storage = storage
