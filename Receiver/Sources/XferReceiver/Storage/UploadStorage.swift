@@ -125,7 +125,9 @@ extension OffsetUploadStore {
         path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
         check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
     ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer {
-        try await createThenWrite(path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check, announce: announce)
+        try await createThenWrite(
+            path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check,
+            announce: announce)
     }
 
     /// The way every storage can take: the upload made durable first, then its first append.
