@@ -40,6 +40,25 @@ final class PatchPushTests: XCTestCase {
         XCTAssertEqual(result.stderrWithoutProgress, "", "no noise on a non-terminal stderr, only progress lines")
     }
 
+    /// With no `--chunk-size`, a file of 64 MiB or more goes in 8 MiB chunks and a smaller one in
+    /// the 1 MiB default; a size the user names is kept for every file.
+    func testChunksGrowWithTheFileUnlessASizeIsNamed() throws {
+        let big = work.file("big.bin"), small = work.file("small.bin")
+        try makeTestFile(at: big, size: 64 << 20, seed: 5)
+        try makeTestFile(at: small, size: 3 << 20, seed: 6)
+        func chunkSizes(_ extra: [String], state: String) throws -> [Int] {
+            let result = try runXfer(
+                ["push", big, small, "--backend", "patch", "--to", server.url, "--state", state, "--json"] + extra)
+            XCTAssertEqual(result.status, 0, result.stderr)
+            let job = try XCTUnwrap(result.events.first?["job"] as? String)
+            let status = try runXfer(["status", job, "--json", "--state", state])
+            let details = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(status.stdout.joined().utf8)) as? [String: Any])
+            return (details["files"] as? [[String: Any]] ?? []).map { int($0["chunkSize"]) }
+        }
+        XCTAssertEqual(try chunkSizes([], state: work.file("state-defaults")), [8 << 20, 1 << 20])
+        XCTAssertEqual(try chunkSizes(["--chunk-size", "1MiB"], state: work.file("state-named")), [1 << 20, 1 << 20])
+    }
+
     /// Chunk bodies stream from the file: no buffer of a chunk's size exists,
     /// so 64 MiB chunks four at a time cost the client far less memory than
     /// the 256 MiB they add up to (566 MiB at 64 MiB × 8 when each chunk was

@@ -287,6 +287,11 @@ public struct BackendTraits: Sendable, Hashable {
 
     /// The chunk size when the user names none.
     public var defaultChunkSize: Int
+    /// The chunk size for a large file when the user names none: a file of at least eight such
+    /// chunks is cut in chunks of this size instead of `defaultChunkSize` (as S3 clients grow
+    /// their parts), so a user who types no flag gets fewer, larger requests where they pay; nil:
+    /// `defaultChunkSize` for every file. A kill re-sends at most the chunks in flight either way.
+    public var largeFileChunkSize: Int?
     /// Requests in flight at once when the user names no number.
     public var defaultConcurrency: Int
     /// Requests in flight at once when they are small (a chunk of at most
@@ -322,8 +327,10 @@ public struct BackendTraits: Sendable, Hashable {
         digestsBeforeOpen: Set<DigestAlgorithm> = [],
         maximumFinishRounds: Int = 3,
         filesFixedAtStart: Bool = false,
-        smallRequestConcurrency: Int? = nil
+        smallRequestConcurrency: Int? = nil,
+        largeFileChunkSize: Int? = nil
     ) {
+        self.largeFileChunkSize = largeFileChunkSize
         self.filesFixedAtStart = filesFixedAtStart
         self.smallRequestConcurrency = smallRequestConcurrency
         self.defaultChunkSize = defaultChunkSize

@@ -129,6 +129,7 @@ public final class TransferEngine: Sendable {
         // A backend's defaults are held to the same bounds.
         let requestedChunkSize = options.chunkSize ?? traits.defaultChunkSize
         try TransferOptions.check(chunkSize: requestedChunkSize)
+        if let large = traits.largeFileChunkSize { try TransferOptions.check(chunkSize: large) }
         let concurrency = options.concurrency ?? traits.defaultConcurrency
         try TransferOptions.check(concurrency: concurrency)
 
@@ -148,8 +149,11 @@ public final class TransferEngine: Sendable {
             }
         }
 
+        let named = options.chunkSize
         let chunkSize: @Sendable (Int64) -> Int = { size in
-            max(1, backend.chunkSize(for: size, requested: requestedChunkSize))
+            var requested = requestedChunkSize
+            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
+            return max(1, backend.chunkSize(for: size, requested: requested))
         }
         var record: JobRecord
         var resumed = false
