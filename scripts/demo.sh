@@ -83,7 +83,7 @@ echo "url:       $FILE_URL"
 echo "local:     sha256 $LOCAL_SHA"
 echo "served:    sha256 $REMOTE_SHA"
 if [ -n "$RECEIVED" ]; then
-  echo "re-sent:   $((RECEIVED - TOTAL)) bytes received twice by the server after the kill (bound: concurrency 5 x 1 MiB chunks = 5242880)"
+  echo "re-sent:   $((RECEIVED - TOTAL)) bytes received twice by the server after the kill (bound: concurrency 5 x 8 MiB chunks, patch's default for a file of 64 MiB or more, = 41943040)"
 fi
 echo "summary:   $TOTAL bytes in ${ELAPSED}s over two runs"
 if [ "$LOCAL_SHA" = "$REMOTE_SHA" ]; then
