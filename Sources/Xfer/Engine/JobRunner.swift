@@ -42,12 +42,6 @@ final class JobRunner: JobRun {
         self.notes = notes
     }
 
-    /// A file the scheduler has in progress, opened.
-    private struct OpenFile {
-        let local: LocalFile
-        let hash: StreamingFileHash?
-    }
-
     func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
         defer { withExtendedLifetime(lock) {} }
         let backend = self.backend
@@ -67,7 +61,7 @@ final class JobRunner: JobRun {
         let worker = Worker(
             jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
             bytesSent: TransferByteCounter())
-        var open: [Int: OpenFile] = [:]
+        var open: [Int: FileOnDisk] = [:]
         var context = jobContext(scheduler.record, fileCount: scheduler.fileCount)
 
         events.yield(
@@ -179,7 +173,7 @@ final class JobRunner: JobRun {
     }
 
     /// Reads file `index`'s record and progress and opens it.
-    private func load(_ index: Int) -> (WorkResult, OpenFile?) {
+    private func load(_ index: Int) -> (WorkResult, FileOnDisk?) {
         let record: FileRecord
         let done: ChunkSet
         do {
@@ -208,7 +202,7 @@ final class JobRunner: JobRun {
         do {
             let local = try LocalFile(path: record.path)
             let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
-            return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), OpenFile(local: local, hash: hash))
+            return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), FileOnDisk(local: local, hash: hash))
         } catch {
             guard case .fileUnreadable(_, let why) = error else { return (.failed(.loadFile(index), error), nil) }
             return (.loadFailed(file: index, record: record, reason: "cannot be read (\(why))"), nil)
@@ -218,7 +212,7 @@ final class JobRunner: JobRun {
     // MARK: Building work
 
     private func makeTask(
-        for work: Work, scheduler: Scheduler, open: [Int: OpenFile], context job: JobContext, worker: Worker
+        for work: Work, scheduler: Scheduler, open: [Int: FileOnDisk], context job: JobContext, worker: Worker
     ) -> @Sendable () async -> WorkResult {
         switch work {
         case .startJob:
@@ -259,18 +253,18 @@ final class JobRunner: JobRun {
             let record = state.record
             switch work {
             case .openFile:
-                return { await worker.openFile(file, record: record, local: opened.local, job: job) }
+                return { await worker.openFile(file, record: record, content: opened, job: job) }
             case .reconcileFile:
                 return { await worker.reconcileFile(file, job: job) }
             case .finishFile:
-                return { await worker.finishFile(file, record: record, local: opened.local, hash: opened.hash, job: job) }
+                return { await worker.finishFile(file, record: record, content: opened, job: job) }
             case .chunk(_, let chunk):
                 let start = state.partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
                 let commits = !isLastChunk(state) || !steps.completesFilesAndReconciles
-                let hash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true ? opened.hash : nil
+                let feedsHash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true
                 return {
                     await worker.uploadChunk(
-                        chunk, of: file, record: record, local: opened.local, from: start, hash: hash, job: job,
+                        chunk, of: file, record: record, content: opened, from: start, feedingHash: feedsHash, job: job,
                         commitsAcknowledgement: commits)
                 }
             default:

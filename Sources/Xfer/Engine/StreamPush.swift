@@ -1,4 +1,3 @@
-import Crypto
 import Dispatch
 import Foundation
 import Glibc
@@ -193,13 +192,11 @@ final class StreamRunner: JobRun {
     private func send(
         _ progress: inout Progress, worker: Worker, events: AsyncStream<TransferEvent>.Continuation
     ) async throws(XferError) -> String {
-        if let starting = worker.steps.jobStarting {
-            let job = context(progress)
-            if let start = try await worker.send("start the upload", in: job, { () throws(BackendError) in try starting.startJob(job) }) {
-                progress.record.handles.merge(start.handles)
-                progress.record.isStarted = true
-                try await store.commit(.putJob(progress.record))
-            }
+        if worker.steps.jobStarting != nil, case .started(let start?) = try expect(await worker.startJob(context(progress))) {
+            progress.record.handles.merge(start.handles)
+            if let handles = start.fileHandles[0] { progress.file.handles.merge(handles) }
+            progress.record.isStarted = true
+            try await store.commit(.putJob(progress.record))
         }
         let reader = StreamReader(source)
         let firstSize = partSize(1)
@@ -224,6 +221,8 @@ final class StreamRunner: JobRun {
         // what keeps the link busy.
         let inFlightAtMost = backend.chunkOrder(in: context(progress)) == .any ? 2 : 1
         var ready: [UInt8]? = first
+        var digests = RunningDigests(sha256: worker.steps.sha256Reporting != nil)
+        digests.update(first)
         var ended = false
         var parts = 0
         var acknowledgedBytes: Int64 = 0
@@ -252,6 +251,7 @@ final class StreamRunner: JobRun {
                     if ready == nil, !ended, inFlight < 2 {
                         let next = try await reader.read(upTo: partSize(parts + 1))
                         if next.isEmpty { ended = true } else { ready = next }
+                        digests.update(next)
                         continue
                     }
                     guard inFlight > 0, let sent = try await group.next() else { break }
@@ -285,66 +285,46 @@ final class StreamRunner: JobRun {
         guard case .completed(let url, _, _)? = finished else {
             throw .transferFailed("the server did not complete the upload of \(source.name) (the '\(backend.name)' backend answered \(finished.map { "\($0)" } ?? "nothing"))")
         }
+        try await Worker.verify(finished, of: source.description, against: digests)
         return url
     }
 
-    /// A stream no longer than one part, as a file of that length.
+    /// A stream no longer than one part, as a file of that length: the
+    /// worker's steps of a file (open, each chunk, finish), on the bytes read.
     private func sendWhole(
         _ bytes: [UInt8], _ progress: inout Progress, worker: Worker, events: AsyncStream<TransferEvent>.Continuation
     ) async throws(XferError) -> String {
         try checkExpected(Int64(bytes.count), ended: true)
+        let content = BytesInMemory(bytes: bytes)
         progress.length = Int64(bytes.count)
         progress.file.identity.size = progress.length
         progress.file.chunkSize = max(1, bytes.count)
-        if let opener = worker.steps.fileOpening {
-            let job = context(progress)
-            let file = fileContext(progress)
-            if let opened = try await worker.send("open the upload of \(source.name)", in: job, { () throws(BackendError) in
-                try opener.openFile(file, in: job)
-            }) {
-                progress.file.handles.merge(opened.handles)
-            }
+        if case .opened(_, let opened) = try expect(
+            await worker.openFile(fileContext(progress), record: progress.file, content: content, job: context(progress)))
+        {
+            progress.file = opened
         }
         try await store.commit(.putFiles(job: jobID, files: [(0, progress.file)]))
         var url: String?
-        var receipts: [Int: String] = [:]
-        let plan = fileContext(progress).plan
-        if plan.count == 1 {
-            let job = context(progress)
-            let file = fileContext(progress)
-            let chunk = ChunkPayload(index: 0, offset: 0, bytes: bytes)
-            let operation = "send \(source.name)"
-            let outcome = try await worker.send(operation, in: job, chunk: chunk.bytesSource) { () throws(BackendError) in
-                .send(try backend.uploadChunk(chunk, of: file, in: job))
+        let file = fileContext(progress)
+        for chunk in 0..<file.plan.count {
+            switch try expect(await worker.uploadChunk(chunk, of: file, record: progress.file, content: content, job: context(progress))) {
+            case .chunkStoredCompletingFile(_, _, let bytes, let chunkURL):
+                url = chunkURL
+                events.yield(.chunkStored(file: 0, chunk: chunk, bytes: bytes, doneBytes: file.plan.offset(of: chunk) + Int64(bytes), totalBytes: progress.length))
+            case .chunkStored(_, _, let bytes):
+                events.yield(.chunkStored(file: 0, chunk: chunk, bytes: bytes, doneBytes: file.plan.offset(of: chunk) + Int64(bytes), totalBytes: progress.length))
+            default:
+                throw .transferFailed("send \(source.name): the server did not take it")
             }
-            switch outcome {
-            case .stored(let receipt, let fileURL)?:
-                url = fileURL
-                if let receipt { receipts[0] = receipt }
-            case .resync?, nil:
-                throw .transferFailed("\(operation): the server did not take it")
-            }
-            events.yield(.chunkStored(file: 0, chunk: 0, bytes: bytes.count, doneBytes: progress.length, totalBytes: progress.length))
         }
-        if let finishing = worker.steps.fileFinishing {
-            let job = context(progress)
-            let file = fileContext(progress).with(receipts: receipts)
-            let finish = try await worker.send("complete the upload of \(source.name)", in: job) { () throws(BackendError) in
-                try finishing.finishFile(file, in: job)
-            }
+        if case .fileFinished(_, let finish) = try expect(
+            await worker.finishFile(file, record: progress.file, content: content, job: context(progress)))
+        {
             switch finish {
-            case .completed(let completedURL, let sha256, let crc32c)?:
-                if let sha256, sha256.lowercased() != Checksums.hex(Array(SHA256.hash(data: bytes))) {
-                    throw .verificationFailed("the server's SHA-256 of \(source.name) differs from the stream's; the server holds different bytes")
-                }
-                if let crc32c, crc32c != Self.crc32c(bytes) {
-                    throw .verificationFailed("the server's CRC-32C of \(source.name) differs from the stream's; the server holds different bytes")
-                }
-                url = completedURL
-            case .missing?:
-                throw .transferFailed("the server lost part of \(source.name) before completing it")
-            case nil:
-                break
+            case .completed(let completedURL, _, _)?: url = completedURL
+            case .missing?: throw .transferFailed("the server lost part of \(source.name) before completing it")
+            case nil: break
             }
         }
         guard let url else {
@@ -353,10 +333,15 @@ final class StreamRunner: JobRun {
         return url
     }
 
-    private static func crc32c(_ bytes: [UInt8]) -> UInt32 {
-        var crc = CRC32C()
-        crc.update(bytes)
-        return crc.value
+    /// A step's result, or the error that ends the stream's push: a stream
+    /// cannot be read again, so nothing is left for a later run.
+    private func expect(_ result: WorkResult) throws(XferError) -> WorkResult {
+        switch result {
+        case .failed(_, let error): throw error
+        case .fileFailed(_, _, let reason): throw .transferFailed("\(source.description) \(reason)")
+        case .uploadUnknown(_, _, let message), .outOfSync(_, _, let message): throw .transferFailed(message)
+        default: return result
+        }
     }
 
     /// The part's receipt once the server acknowledged it.

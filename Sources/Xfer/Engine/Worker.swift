@@ -50,15 +50,15 @@ struct Worker: Sendable {
 
     /// `openFile`; the record with the server's handles (and chunk size) is
     /// committed before the result is reported, so before any chunk.
-    func openFile(_ file: FileContext, record: FileRecord, local: LocalFile, job: JobContext) async -> WorkResult {
+    func openFile(_ file: FileContext, record: FileRecord, content: some StepContent, job: JobContext) async -> WorkResult {
         let index = file.index
         do {
             var file = file
             let algorithms = backend.traits.digestsBeforeOpen
-            if !algorithms.isEmpty { file = file.with(digests: try local.digests(algorithms)) }
+            if !algorithms.isEmpty { file = file.with(digests: try content.digests(algorithms)) }
             var opening: OpenedFile?
             if let opener = steps.fileOpening {
-                opening = try await perform("open \(local.path) on the server", in: job, countBytes: false) { () throws(BackendError) in
+                opening = try await perform("open \(record.path) on the server", in: job, countBytes: false) { () throws(BackendError) in
                     try opener.openFile(file, in: job)
                 }
             }
@@ -68,7 +68,7 @@ struct Worker: Sendable {
                 if let size = opening.chunkSize, size != record.chunkSize {
                     guard (1...TransferOptions.maximumChunkSize).contains(size) else {
                         throw StepError.failed(
-                            .transferFailed("the server chose a chunk size of \(size) bytes for \(local.path), which xfer cannot use"))
+                            .transferFailed("the server chose a chunk size of \(size) bytes for \(record.path), which xfer cannot use"))
                     }
                     opened.chunkSize = size
                 }
@@ -138,8 +138,8 @@ struct Worker: Sendable {
     /// `commitsAcknowledgement` a bare acknowledgement is left to the
     /// file's completion (see `BackendSteps.completesFilesAndReconciles`).
     func uploadChunk(
-        _ chunk: Int, of file: FileContext, record: FileRecord, local: LocalFile, from start: Int64? = nil,
-        hash: StreamingFileHash?, job: JobContext, commitsAcknowledgement: Bool = true
+        _ chunk: Int, of file: FileContext, record: FileRecord, content: some StepContent, from start: Int64? = nil,
+        feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true
     ) async -> WorkResult {
         let index = file.index
         let plan = file.plan
@@ -151,13 +151,7 @@ struct Worker: Sendable {
             // The bytes stay in the file: a digest the backend asks for is
             // one read of the range (which also feeds the whole-file hash),
             // and the transport streams the range into the request.
-            var observer: (@Sendable (Int64, [UInt8]) throws(XferError) -> Void)?
-            if let hash {
-                observer = { (position: Int64, bytes: [UInt8]) throws(XferError) -> Void in
-                    try hash.feed(offset: position, bytes: bytes)
-                }
-            }
-            let source = ChunkBytes(file: local, offset: offset, length: Int(end - offset), observer: observer)
+            let source = content.chunk(offset: offset, length: Int(end - offset), feedingHash: feedingHash)
             let payload = ChunkPayload(index: chunk, source: source)
             let exchanged = try await perform(
                 "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true, chunk: source
@@ -201,13 +195,12 @@ struct Worker: Sendable {
         return .uploadDropped(file: file.index)
     }
 
-    /// `finishFile`; a completion's URL is committed before the result is reported.
-    func finishFile(
-        _ base: FileContext, record: FileRecord, local: LocalFile, hash: StreamingFileHash?, job: JobContext
-    ) async -> WorkResult {
+    /// `finishFile`; the digests a completion reports are checked against
+    /// the bytes sent, and its URL committed, before the result is reported.
+    func finishFile(_ base: FileContext, record: FileRecord, content: some StepContent, job: JobContext) async -> WorkResult {
         let index = base.index
         do {
-            try checkUnchanged(local, recorded: record.identity)
+            try content.checkUnchanged(recorded: record.identity)
             let file = base.with(receipts: try store.receipts(job: jobID, file: index))
             var finish: FileFinish?
             if let finishing = steps.fileFinishing {
@@ -215,24 +208,8 @@ struct Worker: Sendable {
                     try finishing.finishFile(file, in: job)
                 }
             }
-            if case .completed(let url, let reported, let reportedCRC) = finish {
-                if let reportedCRC {
-                    let crc = try local.crc32c()
-                    guard crc == reportedCRC else {
-                        throw StepError.failed(
-                            .verificationFailed(
-                                "the server's CRC-32C of \(record.path) is \(CRC32.hex(reportedCRC)), the local file's is \(CRC32.hex(crc)); the server holds different bytes"))
-                    }
-                }
-                if let reported {
-                    let digest: String
-                    if let hash { digest = try await hash.finish() } else { digest = try local.digests([.sha256])[.sha256] ?? "" }
-                    guard reported.lowercased() == digest else {
-                        throw StepError.failed(
-                            .verificationFailed(
-                                "the server's SHA-256 of \(record.path) is \(reported), the local file's is \(digest); the server holds different bytes"))
-                    }
-                }
+            if case .completed(let url, _, _) = finish {
+                try await Self.verify(finish, of: record.path, against: content)
                 var completed = record
                 completed.url = url
                 try await store.commit(.putFiles(job: jobID, files: [(index, completed)]))
@@ -380,13 +357,6 @@ struct Worker: Sendable {
             return .fileFailed(file: file, work: work, reason: "cannot be read (\(reason))")
         default:
             return .failed(work, error)
-        }
-    }
-
-    private func checkUnchanged(_ file: LocalFile, recorded: FileIdentity) throws(XferError) {
-        let now = try file.currentIdentity()
-        if now != recorded {
-            throw .fileChanged(path: file.path, detail: TransferEngine.describeChange(from: recorded, to: now))
         }
     }
 }
