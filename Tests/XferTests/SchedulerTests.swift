@@ -20,7 +20,7 @@ final class SchedulerTests: XCTestCase {
     private func scheduler(
         files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
         order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0, dropsUploads: Bool = false,
-        smallRequestConcurrency: Int? = nil
+        smallRequestConcurrency: Int? = nil, completesFilesAndReconciles: Bool = false
     ) -> Scheduler {
         var record = JobRecord(
             id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
@@ -37,7 +37,8 @@ final class SchedulerTests: XCTestCase {
             record: record, counters: counters,
             configuration: Scheduler.Configuration(
                 traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order },
-                dropsUploads: dropsUploads, smallRequestConcurrency: smallRequestConcurrency))
+                dropsUploads: dropsUploads, smallRequestConcurrency: smallRequestConcurrency,
+                completesFilesAndReconciles: completesFilesAndReconciles))
     }
 
     private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
@@ -339,6 +340,32 @@ final class SchedulerTests: XCTestCase {
         XCTAssertNil(s.next(), "waits for chunk 2")
         _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
         XCTAssertEqual(s.next(), .reconcileFile(0))
+    }
+
+    /// The terms a chunk goes out with are decided here, not by the runner:
+    /// where it starts, and whether its bare acknowledgement is committed.
+    func testAChunksTermsNameItsStartAndLeaveTheLastAcknowledgementToTheCompletion() throws {
+        var s = scheduler(files: 1, size: 30, concurrency: 1, completesFilesAndReconciles: true)
+        var record = fileRecord(0, size: 30)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, .serverHasPrefix(bytes: 15)))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+        XCTAssertEqual(s.terms(ofChunk: 1, file: 0), Scheduler.ChunkTerms(start: 15, commitsAcknowledgement: true))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 1, bytes: 10))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2))
+        XCTAssertEqual(s.terms(ofChunk: 2, file: 0), Scheduler.ChunkTerms(start: nil, commitsAcknowledgement: false))
+
+        // A backend that cannot be asked what it holds has every acknowledgement committed.
+        var plain = scheduler(files: 1, size: 10, concurrency: 1)
+        XCTAssertEqual(plain.next(), .loadFile(0))
+        _ = try plain.apply(.loaded(file: 0, loaded(fileRecord(0, size: 10))))
+        XCTAssertEqual(plain.next(), .openFile(0))
+        _ = try plain.apply(.opened(file: 0, { var r = self.fileRecord(0, size: 10); r.isOpen = true; return r }()))
+        XCTAssertEqual(plain.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertEqual(plain.terms(ofChunk: 0, file: 0), Scheduler.ChunkTerms(start: nil, commitsAcknowledgement: true))
     }
 
     func testMissingChunksAtFinishAreSentAgain() throws {

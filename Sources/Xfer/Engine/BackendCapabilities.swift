@@ -61,13 +61,7 @@ struct BackendSteps: Sendable {
     }
 
     /// Whether the backend completes a file in a step of its own and can
-    /// be asked what it holds of it. A bare acknowledgement of a file's last
-    /// chunk is then not committed alone: the completion's commit, moments
-    /// later, says every chunk is done, and a run killed in between asks the
-    /// server (which answers that it holds the chunk) instead of sending it
-    /// again; for a file where the backend skips the question, it re-sends
-    /// that one chunk, which was in flight. One transaction (and one
-    /// fdatasync) fewer per small file.
+    /// be asked what it holds of it (what `Scheduler.ChunkTerms` reads).
     var completesFilesAndReconciles: Bool { fileFinishing != nil && fileReconciling != nil }
 
     /// `request` as the engine sends it (`HTTPRequest.prepared(adding:for:in:)`), with the signer

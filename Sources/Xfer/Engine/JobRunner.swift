@@ -57,7 +57,8 @@ final class JobRunner: JobRun {
                 dropsUploads: steps.fileUploadCancelling != nil,
                 // A number the user named bounds every request; the backend's
                 // default may let small ones go wider.
-                smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil))
+                smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil,
+                completesFilesAndReconciles: steps.completesFilesAndReconciles))
         let worker = Worker(
             jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
             bytesSent: TransferByteCounter())
@@ -259,13 +260,12 @@ final class JobRunner: JobRun {
             case .finishFile:
                 return { await worker.finishFile(file, record: record, content: opened, job: job) }
             case .chunk(_, let chunk):
-                let start = state.partial.flatMap { $0.chunk == chunk ? $0.offset : nil }
-                let commits = !isLastChunk(state) || !steps.completesFilesAndReconciles
+                let terms = scheduler.terms(ofChunk: chunk, file: index)
                 let feedsHash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true
                 return {
                     await worker.uploadChunk(
-                        chunk, of: file, record: record, content: opened, from: start, feedingHash: feedsHash, job: job,
-                        commitsAcknowledgement: commits)
+                        chunk, of: file, record: record, content: opened, from: terms.start, feedingHash: feedsHash, job: job,
+                        commitsAcknowledgement: terms.commitsAcknowledgement)
                 }
             default:
                 preconditionFailure("unreachable")
@@ -292,11 +292,6 @@ final class JobRunner: JobRun {
         case .dropUpload:
             return true
         }
-    }
-
-    /// The chunk just handed out is the file's last one missing.
-    private func isLastChunk(_ state: Scheduler.FileState) -> Bool {
-        state.inFlight.count == 1 && state.done.count == state.plan.count - 1
     }
 
     static func fileContext(_ index: Int, _ state: Scheduler.FileState) -> FileContext {

@@ -36,8 +36,9 @@ struct LoadedFile: Sendable {
 }
 
 /// How a piece of work ended. Results marked "committed" were made durable
-/// by the worker before it reported them (so concurrent workers share one
-/// transaction); the scheduler's `Effects` carry everything else.
+/// by the worker before it reported them, as `StepRecords` says (so
+/// concurrent workers share one transaction); the scheduler's `Effects`
+/// carry everything else.
 enum WorkResult: Sendable {
     /// Committed: the handles `startJob` gave for files, in their records.
     case started(JobStart?)
@@ -150,6 +151,11 @@ struct Scheduler {
         /// `smallRequestSize` bytes and the steps of files. Chunks above it
         /// stay within `concurrency`. Never below `concurrency`.
         var smallRequestConcurrency: Int? = nil
+        /// The backend completes a file in a step of its own and can be
+        /// asked what it holds of it (`BackendSteps.completesFilesAndReconciles`):
+        /// a bare acknowledgement of a file's last chunk is then left to the
+        /// completion's commit (see `terms(ofChunk:file:)`).
+        var completesFilesAndReconciles = false
 
         /// A chunk up to this size is a small request.
         static let smallRequestSize = 1 << 20
@@ -721,6 +727,30 @@ struct Scheduler {
 
     /// The file's state, for building its work.
     func file(_ index: Int) -> FileState? { files[index] }
+
+    /// How a chunk just handed out is sent and saved.
+    struct ChunkTerms: Equatable {
+        /// Where to start when the server holds the chunk's beginning (else its start).
+        var start: Int64?
+        /// Whether the worker commits a bare acknowledgement. Not for the
+        /// file's last missing chunk when the backend completes files and
+        /// reconciles: the completion's commit, moments later, says every
+        /// chunk is done, and a run killed in between asks the server (which
+        /// answers that it holds the chunk) instead of sending it again; for a
+        /// file where the backend skips the question, it re-sends that one
+        /// chunk, which was in flight. One transaction (and one fdatasync)
+        /// fewer per small file.
+        var commitsAcknowledgement: Bool
+    }
+
+    /// The terms of `chunk` of file `index`, handed out by `next()` and in flight.
+    func terms(ofChunk chunk: Int, file index: Int) -> ChunkTerms {
+        guard let file = files[index] else { return ChunkTerms(start: nil, commitsAcknowledgement: true) }
+        let isLastMissing = file.inFlight.count == 1 && file.done.count == file.plan.count - 1
+        return ChunkTerms(
+            start: file.partial.flatMap { $0.chunk == chunk ? $0.offset : nil },
+            commitsAcknowledgement: !isLastMissing || !configuration.completesFilesAndReconciles)
+    }
 
     /// Marks the job record as it ends, for the runner to commit.
     mutating func endRecord(phase: JobPhase, error: String?, at date: Date) -> JobRecord {

@@ -30,17 +30,17 @@ struct Worker: Sendable {
                 try starting.startJob(job)
             }
             if let start, !start.fileHandles.isEmpty {
-                var changes: [StateChange] = []
+                // In pages: a job-wide answer must not become one job-sized transaction.
+                var page: [(index: Int, record: FileRecord, handles: ServerHandles)] = []
                 for (index, handles) in start.fileHandles.sorted(by: { $0.key < $1.key }) {
-                    guard var record = try store.file(job: jobID, index: index) else { continue }
-                    record.handles.merge(handles)
-                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
-                    if changes.count == 1024 {
-                        try await store.commit(changes)
-                        changes.removeAll(keepingCapacity: true)
+                    guard let record = try store.file(job: jobID, index: index) else { continue }
+                    page.append((index, record, handles))
+                    if page.count == 1024 {
+                        try await store.commit(StepRecords.started(job: jobID, fileHandles: page))
+                        page.removeAll(keepingCapacity: true)
                     }
                 }
-                try await store.commit(changes)
+                try await store.commit(StepRecords.started(job: jobID, fileHandles: page))
             }
             return .started(start)
         } catch {
@@ -62,23 +62,8 @@ struct Worker: Sendable {
                     try opener.openFile(file, in: job)
                 }
             }
-            var opened = record
-            if let opening {
-                opened.handles.merge(opening.handles)
-                if let size = opening.chunkSize, size != record.chunkSize {
-                    guard (1...TransferOptions.maximumChunkSize).contains(size) else {
-                        throw StepError.failed(
-                            .transferFailed("the server chose a chunk size of \(size) bytes for \(record.path), which xfer cannot use"))
-                    }
-                    opened.chunkSize = size
-                }
-            }
-            opened.isOpen = true
-            opened.url = nil
-            // A protocol without an open call gave nothing to keep: the open mark
-            // is committed with the file's next change (a run that finds it
-            // missing merely "opens" the file again, which sends nothing).
-            if opening != nil { try await store.commit(.putFiles(job: jobID, files: [(index, opened)])) }
+            let (opened, changes) = try StepRecords.opened(job: jobID, file: index, record: record, opening: opening)
+            if !changes.isEmpty { try await store.commit(changes) }
             return .opened(file: index, opened)
         } catch {
             return failure(.openFile(index), file: index, error)
@@ -134,9 +119,9 @@ struct Worker: Sendable {
 
     /// Sends chunk `chunk`, from `start` when the server holds its beginning.
     /// The acknowledgement (and a URL or receipt the answer carries) is
-    /// committed before the result is reported; without
-    /// `commitsAcknowledgement` a bare acknowledgement is left to the
-    /// file's completion (see `BackendSteps.completesFilesAndReconciles`).
+    /// committed before the result is reported, as `StepRecords.chunkStored`
+    /// says; without `commitsAcknowledgement` a bare acknowledgement is left
+    /// to the file's completion (see `Scheduler.ChunkTerms`).
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, content: some StepContent, from start: Int64? = nil,
         feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true
@@ -160,18 +145,11 @@ struct Worker: Sendable {
             }
             guard let outcome = exchanged else { return .failed(work, .transferFailed("no chunk request")) }
             switch outcome {
-            case .stored(nil, nil) where !commitsAcknowledgement:
-                return .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
             case .stored(let receipt, let url):
-                var changes: [StateChange] = [
-                    .markDone(job: jobID, file: index, chunks: [chunk], plan: plan, receipts: receipt.map { [chunk: $0] } ?? [:])
-                ]
-                if let url {
-                    var completed = record
-                    completed.url = url
-                    changes.append(.putFiles(job: jobID, files: [(index, completed)]))
-                }
-                try await store.commit(changes)
+                let changes = StepRecords.chunkStored(
+                    job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: receipt, url: url,
+                    commitsAcknowledgement: commitsAcknowledgement)
+                if !changes.isEmpty { try await store.commit(changes) }
                 if let url {
                     return .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: plan.length(of: chunk), url: url)
                 }
@@ -210,9 +188,7 @@ struct Worker: Sendable {
             }
             if case .completed(let url, _, _) = finish {
                 try await Self.verify(finish, of: record.path, against: content)
-                var completed = record
-                completed.url = url
-                try await store.commit(.putFiles(job: jobID, files: [(index, completed)]))
+                try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: url))
             }
             return .fileFinished(file: index, finish)
         } catch {
@@ -234,21 +210,20 @@ struct Worker: Sendable {
             var rolledBack: [RolledBackFile] = []
             switch finish {
             case .completed(let urls)?:
+                var completed: [(index: Int, record: FileRecord, url: String)] = []
                 for (index, url) in urls.sorted(by: { $0.key < $1.key }) {
-                    guard var record = try store.file(job: jobID, index: index) else { continue }
-                    record.url = url
-                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
+                    guard let record = try store.file(job: jobID, index: index) else { continue }
+                    completed.append((index, record, url))
                     events.yield(.fileCompleted(file: index, path: record.path, url: url))
                 }
+                changes = StepRecords.jobCompleted(job: jobID, files: completed)
             case .rollback(let failed)?:
+                var files: [(index: Int, record: FileRecord)] = []
                 for index in Set(failed).sorted() {
-                    guard var record = try store.file(job: jobID, index: index) else { continue }
-                    record.url = nil
-                    let plan = record.chunkPlan(traits)
-                    changes.append(.putFiles(job: jobID, files: [(index, record)]))
-                    changes.append(.replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]))
-                    rolledBack.append(RolledBackFile(index: index, path: record.path, chunks: plan.count))
+                    guard let record = try store.file(job: jobID, index: index) else { continue }
+                    files.append((index, record))
                 }
+                (changes, rolledBack) = StepRecords.jobRolledBack(job: jobID, files: files, traits: traits)
             case nil:
                 break
             }
