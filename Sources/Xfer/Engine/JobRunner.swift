@@ -295,10 +295,7 @@ final class JobRunner: JobRun {
     }
 
     static func fileContext(_ index: Int, _ state: Scheduler.FileState) -> FileContext {
-        let record = state.record
-        return FileContext(
-            index: index, path: record.path, relativePath: record.relativePath, name: record.name, size: record.size,
-            plan: state.plan, handles: record.handles)
+        state.record.context(index: index, plan: state.plan)
     }
 
     /// The view of the job the steps of one file get: its files are read
@@ -318,9 +315,7 @@ final class JobRunner: JobRun {
             guard withReceipts, let receipts = try? store?.receipts(job: id, file: index) else { return file }
             return file.with(receipts: receipts)
         }
-        return JobContext(
-            id: id, target: record.target, handles: record.handles, files: files, credentials: options.credentials,
-            concurrency: record.concurrency)
+        return record.context(files: files, credentials: options.credentials)
     }
 
     /// The view of the job `startJob`, `finishJob` and `cancelRequests` get:
@@ -345,9 +340,6 @@ final class JobRunner: JobRun {
         guard let record else {
             return FileContext(index: index, path: "", name: "", size: 0, plan: ChunkPlan(fileSize: 0, chunkSize: 1), handles: ServerHandles())
         }
-        return FileContext(
-            index: index, path: record.path, relativePath: record.relativePath, name: record.name, size: record.size,
-            plan: record.chunkPlan(traits),
-            handles: record.handles)
+        return record.context(index: index, plan: record.chunkPlan(traits))
     }
 }

@@ -131,3 +131,24 @@ extension Worker {
         }
     }
 }
+
+// MARK: The views a backend gets
+
+extension JobRecord {
+    /// The view of this job a backend's steps get: the one way the engine
+    /// builds a `JobContext` (runs, streams, a new job's handles, cancels).
+    func context(files: JobFiles, credentials: Credentials, namedFile: String? = nil) -> JobContext {
+        JobContext(
+            id: id, target: target, handles: handles, files: files, credentials: credentials, concurrency: concurrency,
+            namedFile: namedFile)
+    }
+}
+
+extension FileRecord {
+    /// The view of this file, file `index` of its job and cut by `plan`, a
+    /// backend's steps get: the one way the engine builds a `FileContext`.
+    func context(index: Int, plan: ChunkPlan) -> FileContext {
+        FileContext(
+            index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles)
+    }
+}

@@ -78,8 +78,7 @@ extension TransferEngine {
             id: id, backend: backend.name, target: normalized, createdAt: now, updatedAt: now, concurrency: 1, rootCount: 1,
             firstRoot: source.description)
         record.isStream = true
-        record.handles = backend.inventedHandles(
-            for: JobContext(id: id, target: normalized, handles: ServerHandles(), files: [], credentials: options.credentials))
+        record.handles = backend.inventedHandles(for: record.context(files: JobFiles([]), credentials: options.credentials))
         let file = FileRecord(
             path: source.description, relativePath: source.name, root: 0,
             identity: FileIdentity(size: source.expectedSize ?? 0, modificationTimeNanoseconds: 0, inode: 0, device: 0),
@@ -364,9 +363,7 @@ final class StreamRunner: JobRun {
     /// Best-effort, a few quick attempts each: what the server holds of this stream goes.
     private func drop(_ progress: Progress, worker: Worker) async {
         let receipts = progress.receipts
-        let job = JobContext(
-            id: jobID, target: progress.record.target, handles: progress.record.handles,
-            files: [fileContext(progress).with(receipts: receipts)], credentials: options.credentials)
+        let job = progress.record.context(files: JobFiles([fileContext(progress).with(receipts: receipts)]), credentials: options.credentials)
         for unprepared in backend.requestsToCancel(job) {
             _ = await RetryLoop.sendCleanup(worker.steps.prepared(unprepared, adding: options.extraHeaders, in: job), through: transport)
         }
@@ -377,19 +374,16 @@ final class StreamRunner: JobRun {
     }
 
     private func context(_ progress: Progress) -> JobContext {
-        JobContext(
-            id: jobID, target: progress.record.target, handles: progress.record.handles, files: [fileContext(progress)],
-            credentials: options.credentials)
+        progress.record.context(files: JobFiles([fileContext(progress)]), credentials: options.credentials)
     }
 
+    /// The stream as a file of the length read so far.
     private func fileContext(_ progress: Progress) -> FileContext {
-        let size = progress.length
-        return FileContext(
-            index: 0, path: source.description, relativePath: source.name,
-            name: source.name.split(separator: "/").last.map(String.init) ?? source.name, size: size,
-            plan: ChunkPlan(fileSize: size, chunkSize: progress.file.chunkSize, traits: backend.traits),
-            handles: progress.file.handles)
+        var file = progress.file
+        file.identity.size = progress.length
+        return file.context(index: 0, plan: ChunkPlan(fileSize: progress.length, chunkSize: file.chunkSize, traits: backend.traits))
     }
+
 }
 
 /// Reads a stream a part at a time on a thread of its own: a blocking

@@ -178,10 +178,8 @@ public final class TransferEngine: Sendable {
             record = JobRecord(
                 id: id, backend: backend.name, target: target, createdAt: now, updatedAt: now, concurrency: concurrency,
                 rootCount: roots.count, firstRoot: roots[0], rules: selection.rules)
-            let context = JobContext(
-                id: id, target: target, handles: ServerHandles(), files: [], credentials: options.credentials,
-                concurrency: concurrency, namedFile: walker.namedFile)
-            record.handles = backend.inventedHandles(for: context)
+            record.handles = backend.inventedHandles(
+                for: record.context(files: JobFiles([]), credentials: options.credentials, namedFile: walker.namedFile))
             // The header first: a push killed while its files are being recorded
             // is a job whose re-run walks the tree again and records the rest.
             try await store.commit(.createJob(record, roots: roots))
