@@ -5,6 +5,8 @@ import CISAL
 /// checksums, the state store's value seals), the backends (S3's
 /// `x-amz-checksum-crc32`, sequence's `crc`) and the receiver.
 public struct CRC32: IncrementalCRC {
+    /// The generator, bit-reversed (x^0 at the top), as the combination works in.
+    static let reflectedPolynomial: UInt32 = 0xEDB8_8320
     /// The checksum of everything fed so far.
     public private(set) var value: UInt32 = 0
 
@@ -21,7 +23,7 @@ public struct CRC32: IncrementalCRC {
 
     /// The checksum of `a` followed by `b`, from theirs and `b`'s length.
     public static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64) -> UInt32 {
-        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: 0xEDB8_8320)
+        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: reflectedPolynomial)
     }
 
     /// `value` as 8 lowercase hex digits, most significant first.
@@ -38,6 +40,8 @@ public struct CRC32: IncrementalCRC {
 /// CRC-32C (Castagnoli: iSCSI, ext4, S3's `x-amz-checksum-crc32c`, RFC 9530's
 /// `crc32c`), computed by ISA-L with the CPU's CRC instruction.
 public struct CRC32C: IncrementalCRC {
+    /// The generator, bit-reversed (x^0 at the top), as the combination works in.
+    static let reflectedPolynomial: UInt32 = 0x82F6_3B78
     /// The checksum of everything fed so far.
     public var value: UInt32 { ~register }
     /// ISA-L's iSCSI CRC works on the raw register: conditioned here.
@@ -62,7 +66,7 @@ public struct CRC32C: IncrementalCRC {
 
     /// The checksum of `a` followed by `b`, from theirs and `b`'s length.
     public static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64) -> UInt32 {
-        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: 0x82F6_3B78)
+        CRCCombination.combine(a, b, lengthOfSecond: length, reflectedPolynomial: reflectedPolynomial)
     }
 }
 
@@ -96,51 +100,62 @@ extension IncrementalCRC {
 }
 
 /// The CRC of a concatenation from its parts' CRCs: the CRC of `a` shifted
-/// over `length` zero bytes (a product of GF(2) matrices, squared per bit of
-/// the length, as zlib's `crc32_combine` does), then added to the CRC of `b`.
-/// The only CRC arithmetic of this project's own; the CRCs themselves are
-/// ISA-L's.
+/// over `length` zero bytes, then added to the CRC of `b`. Shifting is a
+/// product in GF(2)[x] modulo the polynomial: by x^(8·length), built from a
+/// table of x^(2^k) (one product per set bit of the length), so a combine
+/// costs a few dozen shifts and no allocation (the squared 32×32 matrices
+/// of zlib's first `crc32_combine` were 4 % of a 64 KiB-chunk push's CPU,
+/// combining 4,096 receipts at completion). The only CRC arithmetic of this
+/// project's own; the CRCs themselves are ISA-L's.
 enum CRCCombination {
     static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64, reflectedPolynomial: UInt32) -> UInt32 {
         guard length > 0 else { return a }
-        // The operator for one zero bit, then for two and four.
-        var odd = [UInt32](repeating: 0, count: 32)
-        odd[0] = reflectedPolynomial
-        var row: UInt32 = 1
-        for n in 1..<32 {
-            odd[n] = row
-            row <<= 1
+        let powers: [UInt32]
+        switch reflectedPolynomial {
+        case CRC32C.reflectedPolynomial: powers = castagnoliPowers
+        case CRC32.reflectedPolynomial: powers = zlibPowers
+        default: powers = Self.powers(of: reflectedPolynomial)
         }
-        var even = square(odd)
-        odd = square(even)
-        var crc = a
-        var remaining = length
-        // Each round squares the operator: one zero byte, two, four, …
-        repeat {
-            even = square(odd)
-            if remaining & 1 != 0 { crc = times(even, crc) }
-            remaining >>= 1
-            if remaining == 0 { break }
-            odd = square(even)
-            if remaining & 1 != 0 { crc = times(odd, crc) }
-            remaining >>= 1
-        } while remaining != 0
-        return crc ^ b
+        return multiply(shift(UInt64(length), log2Bits: 3, powers: powers, polynomial: reflectedPolynomial), a, polynomial: reflectedPolynomial) ^ b
     }
 
-    private static func times(_ matrix: [UInt32], _ vector: UInt32) -> UInt32 {
-        var sum: UInt32 = 0
-        var vector = vector
-        var index = 0
-        while vector != 0 {
-            if vector & 1 != 0 { sum ^= matrix[index] }
-            vector >>= 1
-            index += 1
-        }
-        return sum
+    /// x^(2^k) mod P for k = 0..<64, in the reflected order (x^0 is the top bit).
+    private static let castagnoliPowers = powers(of: CRC32C.reflectedPolynomial)
+    private static let zlibPowers = powers(of: CRC32.reflectedPolynomial)
+
+    private static func powers(of polynomial: UInt32) -> [UInt32] {
+        var table = [UInt32](repeating: 0, count: 64)
+        table[0] = 1 << 30  // x^1
+        for k in 1..<64 { table[k] = multiply(table[k - 1], table[k - 1], polynomial: polynomial) }
+        return table
     }
 
-    private static func square(_ matrix: [UInt32]) -> [UInt32] {
-        (0..<32).map { times(matrix, matrix[$0]) }
+    /// x^(n · 2^log2Bits) mod P.
+    private static func shift(_ n: UInt64, log2Bits: Int, powers: [UInt32], polynomial: UInt32) -> UInt32 {
+        var product: UInt32 = 1 << 31  // x^0
+        var n = n
+        var k = log2Bits
+        while n != 0 {
+            if n & 1 != 0 { product = multiply(powers[k & 63], product, polynomial: polynomial) }
+            n >>= 1
+            k += 1
+        }
+        return product
+    }
+
+    /// a · b mod P, both reflected.
+    private static func multiply(_ a: UInt32, _ b: UInt32, polynomial: UInt32) -> UInt32 {
+        var product: UInt32 = 0
+        var b = b
+        var mask: UInt32 = 1 << 31
+        while mask != 0 {
+            if a & mask != 0 {
+                product ^= b
+                if a & (mask - 1) == 0 { break }
+            }
+            mask >>= 1
+            b = b & 1 != 0 ? (b >> 1) ^ polynomial : b >> 1
+        }
+        return product
     }
 }

@@ -66,4 +66,17 @@ import XferPrimitives
         }
         #expect(combined == CRC32C.of(bytes))
     }
+
+    /// Lengths far past any test file's (parts of a 5 TiB object): the
+    /// combination is associative, as a concatenation is.
+    @Test func combiningIsAssociativeAtObjectStoreLengths() {
+        let (a, b, c): (UInt32, UInt32, UInt32) = (0x1234_5678, 0x9ABC_DEF0, 0x0F0F_0F0F)
+        for (second, third) in [(Int64(5) << 30, Int64(1) << 40), (Int64(64) << 20, Int64(5) << 40 - 3), (1, Int64.max >> 8)] {
+            for combine in [CRC32C.combine, CRC32.combine] {
+                let left = combine(combine(a, b, second), c, third)
+                let right = combine(a, combine(b, c, third), second + third)
+                #expect(left == right, "lengths \(second), \(third)")
+            }
+        }
+    }
 }

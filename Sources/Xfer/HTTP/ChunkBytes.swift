@@ -38,6 +38,10 @@ package final class ChunkBytes: Sendable, Hashable {
         var digests: [Digest: [UInt8]] = [:]
         var observed = false
         var failure: XferError?
+        /// A chunk of one block, as its first digest pass read (and checked)
+        /// it: what the request then sends, instead of reading the range a
+        /// second time. At most `passBlock` per chunk in flight.
+        var held: [UInt8]?
     }
 
     /// The digests a chunk can give.
@@ -83,6 +87,13 @@ package final class ChunkBytes: Sendable, Hashable {
             }
             return want
         case .file(let file):
+            if let held = state.withLock({ $0.held }) {
+                held.withUnsafeBytes {
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+                        .copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[position..<(position + want)]))
+                }
+                return want
+            }
             let got = try file.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset + Int64(position))
             guard got == want else { throw .fileChanged(path: file.path, detail: "it is shorter than when the job began") }
             return got
@@ -170,7 +181,9 @@ package final class ChunkBytes: Sendable, Hashable {
         var crc = CRC32()
         var crcC = CRC32C()
         var position = offset
+        var single: [UInt8]?
         try forEachBlock { block throws(XferError) in
+            if block.count == length, single == nil, case .file = source { single = block }
             switch digest {
             case .md5: md5.update(data: block)
             case .sha1: sha1.update(data: block)
@@ -181,7 +194,10 @@ package final class ChunkBytes: Sendable, Hashable {
             if feeds { try observer?(position, block) }
             position += Int64(block.count)
         }
-        if feeds { state.withLock { $0.observed = true } }
+        state.withLock {
+            if feeds { $0.observed = true }
+            if let single, $0.held == nil { $0.held = single }
+        }
         switch digest {
         case .md5: return Array(md5.finalize())
         case .sha1: return Array(sha1.finalize())
