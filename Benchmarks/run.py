@@ -657,7 +657,8 @@ def bench_trees(work):
                 if k.startswith("curl"):
                     args = senders[k][1]
                 else:
-                    args = [XFER, "push", tree, *senders[k][1], "--to", recv.url, "--state", work.fresh("tree-state"), "--json"]
+                    target = recv.url + ("/resumable/" if k == "ietf" else "")
+                    args = [XFER, "push", tree, *senders[k][1], "--to", target, "--state", work.fresh("tree-state"), "--json"]
                 wall, cpu, receiver, rss, out = timed_cpu(args, work, "tree-" + k, recv)
                 if k.startswith("curl"):
                     # A baseline that fails fast looks fast: every file must be stored.
@@ -835,7 +836,10 @@ def bench_datapath(work):
     make_random_file(f, size)
     recv = Receiver(work.path("datapath-root"))
     proxy = DigestProxy(recv.port)
-    kinds = ["curl", "curl via proxy", "patch crc32c", "patch defaults", "patch md5 via proxy", "multipart", "sequence"]
+    kinds = ["curl", "curl via proxy", "patch crc32c", "patch defaults", "patch md5 via proxy", "multipart", "sequence",
+             "multipart defaults", "tus defaults", "ietf defaults"]
+    # Where each protocol lives on `xfer serve`.
+    paths = {"tus": "/files/", "ietf": "/resumable/"}
     runs = {k: [] for k in kinds}  # (wall s, client CPU s, receiver CPU s, proxy CPU s, peak RSS)
     md5_cost, sha_cost = [], []
     try:
@@ -852,8 +856,9 @@ def bench_datapath(work):
                     args = ["curl", "-sS", "-o", "/dev/null", "-f", "-T", f, f"{url}/raw/datapath-{rnd}.bin"]
                 elif k == "sequence":
                     args = push_args(f, "sequence", url, work.fresh("state"), concurrency=None)
-                elif k == "patch defaults":
-                    args = push_args(f, "patch", url, work.fresh("state"), chunk=None, concurrency=None)
+                elif k.endswith(" defaults"):
+                    backend = k.split()[0]
+                    args = push_args(f, backend, url + paths.get(backend, ""), work.fresh("state"), chunk=None, concurrency=None)
                 else:
                     args = push_args(f, k.split()[0], url, work.fresh("state"))
                 stripped = proxy.stripped
@@ -889,7 +894,10 @@ def bench_datapath(work):
             "patch defaults": "no flags: 8 MiB chunks for a file of 64 MiB or more (else 1 MiB) x 5, crc32c",
             "patch md5 via proxy": "8 MiB x 4 through the proxy: Content-MD5, file SHA-256",
             "multipart": "8 MiB x 4, fragmentMd5 per chunk",
-            "sequence": "8 MiB blocks in order, CRC-32 per block",
+            "sequence": "8 MiB blocks in order, CRC-32 per block (its defaults)",
+            "multipart defaults": "no flags",
+            "tus defaults": "no flags: partial uploads, Upload-Checksum crc32c, concatenated",
+            "ietf defaults": "no flags: PATCHes in order, Content-Digest crc32c",
         }
         rows = []
         for k in kinds:
@@ -897,7 +905,7 @@ def bench_datapath(work):
             base = "curl via proxy" if k == "patch md5 via proxy" else "curl"
             ratio = rate[k] / rate[base]
             goal, met = "-", "-"
-            if k in ("patch crc32c", "patch defaults"):
+            if k in ("patch crc32c", "sequence") or k.endswith(" defaults"):
                 goal, met = ">= 0.9x curl MiB/s", "yes" if ratio >= 0.9 else "NO"
             elif k == "patch md5 via proxy":
                 goal = f"client <= {bound:.2f} CPU-s/GiB"

@@ -301,10 +301,20 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         return false
     }
 
-    static func boolean(_ text: String) -> Bool { text.trimmingCharacters(in: .whitespaces) == "?1" }
+    static func boolean(_ text: String) -> Bool { trimmed(text) == "?1" }
 
     static func integer(_ text: String?) -> Int64? {
-        text.flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }.flatMap { $0 >= 0 ? $0 : nil }
+        text.flatMap { Int64(trimmed($0)) }.flatMap { $0 >= 0 ? $0 : nil }
+    }
+
+    /// Without surrounding spaces and tabs (HTTP's OWS). Foundation's
+    /// `trimmingCharacters(in:)` bridges through NSString: with `location`'s
+    /// URL parsing it was 4 % of a small file's client CPU.
+    static func trimmed(_ text: String) -> Substring {
+        var slice = Substring(text)
+        while let first = slice.first, first == " " || first == "\t" { slice.removeFirst() }
+        while let last = slice.last, last == " " || last == "\t" { slice.removeLast() }
+        return slice
     }
 
     /// `Upload-Limit`'s integer members (`max-size=N, min-size=0, ...`).
@@ -319,7 +329,9 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
 
     /// `Location`, made absolute against the URL the request went to.
     static func location(_ response: HTTPResponse, relativeTo base: String) -> String? {
-        guard let value = response.headers["Location"]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        guard let value = response.headers["Location"].map({ String(trimmed($0)) }), !value.isEmpty else { return nil }
+        // An absolute URL (what servers send) needs no resolving.
+        if value.hasPrefix("http://") || value.hasPrefix("https://") { return value }
         guard let baseURL = URL(string: base), let resolved = URL(string: value, relativeTo: baseURL) else { return value }
         return resolved.absoluteString
     }

@@ -324,14 +324,20 @@ final class SchedulerTests: XCTestCase {
         XCTAssertThrowsError(try s.apply(.uploadUnknown(file: 0, work: .chunk(file: 0, chunk: 0), message: "gone again")))
     }
 
-    func testOutOfSyncAsksTheServerAgainOnceTheFileDrained() throws {
-        var s = scheduler(files: 1, size: 30, concurrency: 2)
-        var record = fileRecord(0, size: 30)
+    /// Loads file 0 (`size` bytes, opened by an earlier run) and answers its
+    /// reconciliation: the server holds its first `held` bytes.
+    private func loadOpenFile(of size: Int64, into s: inout Scheduler, serverHolds held: Int64) throws {
+        var record = fileRecord(0, size: size)
         record.isOpen = true
         XCTAssertEqual(s.next(), .loadFile(0))
         _ = try s.apply(.loaded(file: 0, loaded(record)))
         XCTAssertEqual(s.next(), .reconcileFile(0))
-        _ = try s.apply(.reconciled(file: 0, .serverHasPrefix(bytes: 15)))
+        _ = try s.apply(.reconciled(file: 0, .serverHasPrefix(bytes: held)))
+    }
+
+    func testOutOfSyncAsksTheServerAgainOnceTheFileDrained() throws {
+        var s = scheduler(files: 1, size: 30, concurrency: 2)
+        try loadOpenFile(of: 30, into: &s, serverHolds: 15)
         // Chunk 1 holds byte 15: it is sent from there.
         XCTAssertEqual(s.file(0)?.partial?.offset, 15)
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
@@ -346,12 +352,7 @@ final class SchedulerTests: XCTestCase {
     /// where it starts, and whether its bare acknowledgement is committed.
     func testAChunksTermsNameItsStartAndLeaveTheLastAcknowledgementToTheCompletion() throws {
         var s = scheduler(files: 1, size: 30, concurrency: 1, completesFilesAndReconciles: true)
-        var record = fileRecord(0, size: 30)
-        record.isOpen = true
-        XCTAssertEqual(s.next(), .loadFile(0))
-        _ = try s.apply(.loaded(file: 0, loaded(record)))
-        XCTAssertEqual(s.next(), .reconcileFile(0))
-        _ = try s.apply(.reconciled(file: 0, .serverHasPrefix(bytes: 15)))
+        try loadOpenFile(of: 30, into: &s, serverHolds: 15)
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
         XCTAssertEqual(s.terms(ofChunk: 1, file: 0), Scheduler.ChunkTerms(start: 15, commitsAcknowledgement: true))
         _ = try s.apply(.chunkStored(file: 0, chunk: 1, bytes: 10))
