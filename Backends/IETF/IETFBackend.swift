@@ -38,7 +38,8 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         defaultChunkSize: 8 << 20,
         defaultConcurrency: 4,
         authentication: .authorizationHeader,
-        emptyFileHasOneChunk: true)
+        emptyFileHasOneChunk: true,
+        smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
     /// The upload resource of a file created empty (a file of one chunk has none).
     public static let uploadURL = HandleKey("url")

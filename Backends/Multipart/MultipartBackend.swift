@@ -28,7 +28,8 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
         emptyFileHasOneChunk: true,
         maximumFinishRounds: 3,
         // preLoad.do hands out the source's file ids: its files are fixed from then on.
-        filesFixedAtStart: true)
+        filesFixedAtStart: true,
+        smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
     /// The source's id, invented by the client and kept with the job.
     public static let sourceID = HandleKey("sourceId")

@@ -21,6 +21,7 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         emptyFileHasOneChunk: false,
         // From 64 MiB: 8 MiB chunks, the size that took a GiB at curl's pace where 1 MiB ones
         // reached 0.71-0.89x (Docs/benchmarks.md, "Defaults"). The server may still choose.
+        smallRequestConcurrency: BackendTraits.wideSmallRequests,
         largeFileChunkSize: 8 << 20)
 
     /// The id `POST /uploads` hands out, in every later URL.

@@ -19,7 +19,8 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         defaultConcurrency: 4,
         // The protocol's `token` form field carries it.
         authentication: .byBackend,
-        emptyFileHasOneChunk: true)
+        emptyFileHasOneChunk: true,
+        smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
     /// The handle the server's sequenceNo-0 answer provides. Secret: it is
     /// what lets anyone write into the upload.

@@ -24,7 +24,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         defaultChunkSize: 8 << 20,
         defaultConcurrency: 4,
         authentication: .authorizationHeader,
-        emptyFileHasOneChunk: false)
+        emptyFileHasOneChunk: false,
+        smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
     static let version = "1.0.0"
 

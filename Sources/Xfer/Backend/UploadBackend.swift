@@ -300,6 +300,12 @@ public struct BackendTraits: Sendable, Hashable {
     /// request's latency, not the link; large chunks stay at
     /// `defaultConcurrency`, which bounds what a kill sends again.
     public var smallRequestConcurrency: Int?
+    /// What the built-in protocols other than S3 (64) take for
+    /// `smallRequestConcurrency`: a tree of small files is bound by round
+    /// trips, and 4 or 5 requests at once left `xfer push DIR` at a fifth
+    /// of `curl --parallel --parallel-max 8`'s files/s (Docs/benchmarks.md,
+    /// "Trees"). A kill sends again at most this many small requests.
+    public static let wideSmallRequests = 32
     /// Where the credentials go.
     public var authentication: Authentication
     /// Whether a zero-byte file is sent as one empty chunk.
