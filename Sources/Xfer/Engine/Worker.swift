@@ -135,7 +135,8 @@ struct Worker: Sendable {
             let offset = min(max(start ?? chunkStart, chunkStart), end)
             // The bytes stay in the file: a digest the backend asks for is
             // one read of the range (which also feeds the whole-file hash),
-            // and the transport streams the range into the request.
+            // and the transport streams the range into the request (from
+            // that read, for a chunk of one read block: `ChunkBytes`).
             let source = content.chunk(offset: offset, length: Int(end - offset), feedingHash: feedingHash)
             let payload = ChunkPayload(index: chunk, source: source)
             let exchanged = try await perform(

@@ -17,9 +17,10 @@ package protocol BodyFile: AnyObject, Sendable {
 }
 
 /// One chunk's bytes as a request body carries them: a range of a file read
-/// when sent (and for a digest, read once before), or bytes in memory (a
-/// backend's tests). Digests are computed on first use and kept, so a step
-/// built again for a retry does not read the chunk again.
+/// when sent (and for a digest, read once before; a chunk of one read block,
+/// up to `passBlock`, is then sent from that read), or bytes in memory (a
+/// stream's, a backend's tests). Digests are computed on first use and kept,
+/// so a step built again for a retry does not read the chunk again.
 package final class ChunkBytes: Sendable, Hashable {
     package enum Source: Sendable {
         case memory([UInt8])
