@@ -90,9 +90,14 @@ final class LocalFile: BodyFile {
     }
 
     func checkUnchanged() throws(XferError) {
+        try checkUnchanged(against: identity)
+    }
+
+    /// Throws `.fileChanged` when the file no longer has `recorded` (e.g. the job's record of it).
+    func checkUnchanged(against recorded: FileIdentity) throws(XferError) {
         let now = try currentIdentity()
-        if now != identity {
-            throw .fileChanged(path: path, detail: TransferEngine.describeChange(from: identity, to: now))
+        if now != recorded {
+            throw .fileChanged(path: path, detail: TransferEngine.describeChange(from: recorded, to: now))
         }
     }
 

@@ -29,10 +29,7 @@ struct FileOnDisk: StepContent {
     let hash: StreamingFileHash?
 
     func checkUnchanged(recorded identity: FileIdentity) throws(XferError) {
-        let now = try local.currentIdentity()
-        if now != identity {
-            throw .fileChanged(path: local.path, detail: TransferEngine.describeChange(from: identity, to: now))
-        }
+        try local.checkUnchanged(against: identity)
     }
 
     func digests(_ algorithms: Set<DigestAlgorithm>) throws(XferError) -> [DigestAlgorithm: String] {
