@@ -296,6 +296,71 @@ enum S3Answer {
         throw S3Failure.unreadable(response, operation: operation, "unexpected answer <\(document.root)>")
     }
 
+    /// `HeadObject`'s answer: the object's metadata, or that it is missing
+    /// or another version than `If-Match` named.
+    static func head(_ response: HTTPResponse, operation: String) throws(S3Failure) -> S3HeadOutcome {
+        switch response.status {
+        case 200:
+            guard let metadata = S3ObjectMetadata(response) else {
+                throw S3Failure.unreadable(response, operation: operation, "the answer has no readable Content-Length")
+            }
+            return .found(metadata)
+        case 412: return .preconditionFailed
+        // A HEAD answer has no body to name NoSuchKey or NoSuchBucket.
+        case 404: return .notFound
+        default: throw S3Failure(response, operation: operation)
+        }
+    }
+
+    /// A `ListObjectsV2` page. Its keys and common prefixes are
+    /// decoded when the answer says it encoded them (`<EncodingType>url`,
+    /// asked for with `encoding-type=url`: S3 cannot put a key holding a
+    /// character XML 1.0 forbids into its answer otherwise); a store that
+    /// ignored the request sent them as they are, and they are read so.
+    /// `continuationToken`: the token the page was asked with, so a store
+    /// that names it again as the next one is an error, not a loop.
+    static func objectPage(_ response: HTTPResponse, operation: String, continuationToken: String?) throws(S3Failure) -> S3ObjectPage {
+        guard response.status == 200 else { throw S3Failure(response, operation: operation) }
+        guard let document = S3XML(response.body, recordNames: ["Contents", "CommonPrefixes"]), document.root == "ListBucketResult"
+        else {
+            if let error = response.s3Error { throw S3Failure(response, operation: operation, known: error, isErrorInSuccess: true) }
+            throw S3Failure.unreadable(response, operation: operation, "the answer is not a ListBucketResult")
+        }
+        let encoded = document.fields["EncodingType"]?.lowercased() == "url"
+        func name(_ text: String) throws(S3Failure) -> String {
+            guard encoded else { return text }
+            // As botocore reads them: '+' is a space, then percent-decoding.
+            guard let decoded = text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding else {
+                throw S3Failure.unreadable(response, operation: operation, "the answer holds a key that is not URL-encoded")
+            }
+            return decoded
+        }
+        var objects: [S3ObjectSummary] = []
+        var prefixes: [String] = []
+        for record in document.records {
+            if let key = record["Key"] {
+                objects.append(
+                    S3ObjectSummary(
+                        key: try name(key), size: record["Size"].flatMap { Int64($0) } ?? 0,
+                        etag: record["ETag"].map(S3ETag.init).flatMap { $0.unquoted.isEmpty ? nil : $0 },
+                        lastModified: record["LastModified"].flatMap(S3UploadListing.date)))
+            } else if let prefix = record["Prefix"] {
+                prefixes.append(try name(prefix))
+            }
+        }
+        guard document.fields["IsTruncated"] == "true" else {
+            return S3ObjectPage(objects: objects, commonPrefixes: prefixes, nextContinuationToken: nil)
+        }
+        // Without a token, the next page cannot be asked for: a caller
+        // would list this page again forever.
+        guard let next = document.fields["NextContinuationToken"], !next.isEmpty, next != continuationToken else {
+            throw S3Failure(
+                operation: operation, status: response.status, code: nil,
+                message: "S3 says more keys follow, but not where they start", isRetryable: false)
+        }
+        return S3ObjectPage(objects: objects, commonPrefixes: prefixes, nextContinuationToken: next)
+    }
+
     /// `AbortMultipartUpload`'s answer: an upload S3 no longer knows is gone already.
     static func abort(_ response: HTTPResponse, operation: String) throws(S3Failure) -> S3AbortOutcome {
         if (200..<300).contains(response.status) { return .aborted }

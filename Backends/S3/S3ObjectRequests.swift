@@ -179,17 +179,7 @@ public struct S3ObjectRequests: Sendable {
         var request = HTTPRequest(method: .head, url: endpoint.url(bucket: bucket, key: key))
         if let ifMatch { request.headers.set("If-Match", ifMatch.quoted) }
         return describe("HeadObject", key: key, request) { response, operation throws(S3Failure) in
-            switch response.status {
-            case 200:
-                guard let metadata = S3ObjectMetadata(response) else {
-                    throw S3Failure.unreadable(response, operation: operation, "the answer has no readable Content-Length")
-                }
-                return .found(metadata)
-            case 412: return .preconditionFailed
-            // A HEAD answer has no body to name NoSuchKey or NoSuchBucket.
-            case 404: return .notFound
-            default: throw S3Failure(response, operation: operation)
-            }
+            try S3Answer.head(response, operation: operation)
         }
     }
 
@@ -236,44 +226,27 @@ public struct S3ObjectRequests: Sendable {
     public func listObjects(
         prefix: String = "", delimiter: String? = nil, continuationToken: String? = nil, maxKeys: Int = 1000
     ) -> S3Operation<S3ObjectPage> {
-        var query = "list-type=2&max-keys=\(max(1, min(1000, maxKeys)))"
-        if !prefix.isEmpty { query += "&prefix=\(Self.encoded(prefix))" }
-        if let delimiter { query += "&delimiter=\(Self.encoded(delimiter))" }
-        if let continuationToken { query += "&continuation-token=\(Self.encoded(continuationToken))" }
+        let query = Self.listQuery(prefix: prefix, delimiter: delimiter, continuationToken: continuationToken, maxKeys: maxKeys)
         let request = HTTPRequest(method: .get, url: endpoint.url(bucket: bucket, key: "", query: query))
         let name = "ListObjectsV2 \(s3URL(ofKey: prefix))"
         return describe(name, request) { response, operation throws(S3Failure) in
-            guard response.status == 200 else { throw S3Failure(response, operation: operation) }
-            guard let document = S3XML(response.body, recordNames: ["Contents", "CommonPrefixes"]), document.root == "ListBucketResult"
-            else {
-                if let error = response.s3Error { throw S3Failure(response, operation: operation, known: error, isErrorInSuccess: true) }
-                throw S3Failure.unreadable(response, operation: operation, "the answer is not a ListBucketResult")
-            }
-            var objects: [S3ObjectSummary] = []
-            var prefixes: [String] = []
-            for record in document.records {
-                if let key = record["Key"] {
-                    objects.append(
-                        S3ObjectSummary(
-                            key: key, size: record["Size"].flatMap { Int64($0) } ?? 0,
-                            etag: record["ETag"].map(S3ETag.init).flatMap { $0.unquoted.isEmpty ? nil : $0 },
-                            lastModified: record["LastModified"].flatMap(S3UploadListing.date)))
-                } else if let prefix = record["Prefix"] {
-                    prefixes.append(prefix)
-                }
-            }
-            guard document.fields["IsTruncated"] == "true" else {
-                return S3ObjectPage(objects: objects, commonPrefixes: prefixes, nextContinuationToken: nil)
-            }
-            // Without a token, the next page cannot be asked for: a caller
-            // would list this page again forever.
-            guard let next = document.fields["NextContinuationToken"], !next.isEmpty, next != continuationToken else {
-                throw S3Failure(
-                    operation: operation, status: response.status, code: nil,
-                    message: "S3 says more keys follow, but not where they start", isRetryable: false)
-            }
-            return S3ObjectPage(objects: objects, commonPrefixes: prefixes, nextContinuationToken: next)
+            try S3Answer.objectPage(response, operation: operation, continuationToken: continuationToken)
         }
+    }
+
+    /// `ListObjectsV2`'s query (`list-type=2&max-keys=…`), encoded: shared
+    /// with the `s3` download source, which signs its requests later.
+    /// `urlEncodedKeys`: ask S3 to URL-encode the keys of its answer
+    /// (`encoding-type=url`; `S3Answer.objectPage` decodes them).
+    static func listQuery(
+        prefix: String, delimiter: String?, continuationToken: String?, maxKeys: Int, urlEncodedKeys: Bool = false
+    ) -> String {
+        var query = "list-type=2&max-keys=\(max(1, min(1000, maxKeys)))"
+        if urlEncodedKeys { query += "&encoding-type=url" }
+        if !prefix.isEmpty { query += "&prefix=\(encoded(prefix))" }
+        if let delimiter { query += "&delimiter=\(encoded(delimiter))" }
+        if let continuationToken { query += "&continuation-token=\(encoded(continuationToken))" }
+        return query
     }
 
     // MARK: Multipart uploads

@@ -98,6 +98,23 @@ extension UploadBackend {
     }
 }
 
+extension DownloadSource {
+    /// `request` as a pull sends it: the credentials' header (when the
+    /// engine places them), the extra headers, then the source's signature.
+    public func requestAsSent(_ request: HTTPRequest, in job: JobContext, extraHeaders: HTTPHeaders = [:]) -> HTTPRequest {
+        request.prepared(adding: extraHeaders, for: self, in: job)
+    }
+}
+
+extension BackendTesting {
+    /// The view of a pull a download source's steps get: no files (a source
+    /// addresses objects by their locations), the destination as its target.
+    public static func pullJob(destination: String = "/tmp/xfer-pull", token: String? = nil) -> JobContext {
+        JobContext(
+            id: jobID, target: destination, handles: ServerHandles(), files: [FileContext](), credentials: Credentials(token: token))
+    }
+}
+
 extension HTTPRequest {
     /// The body's bytes, in the order they are sent.
     public var bodyBytes: [UInt8] { ((try? body.materializedSegments()) ?? []).flatMap { $0 } }

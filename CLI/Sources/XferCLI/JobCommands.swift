@@ -92,9 +92,14 @@ struct ResumeCommand: AsyncParsableCommand {
     private func resume(_ id: JobID, engine: TransferEngine, options: TransferOptions, transport: TransportOptions) async -> Int32 {
         let job: TransferJob
         do throws(XferError) {
-            let backendName = try engine.details(of: id).summary.backend
-            let backends = try BuiltInBackend.backends(forJobUsing: backendName, profile: aws, transport: transport)
-            job = try await engine.resume(id, using: backends, options: options)
+            let summary = try engine.details(of: id, files: .first(0)).summary
+            if summary.direction == .pull {
+                let sources = try BuiltInSource.sources(forJobUsing: summary.backend, profile: aws, transport: transport)
+                job = try await engine.resumePull(id, from: sources, options: options)
+            } else {
+                let backends = try BuiltInBackend.backends(forJobUsing: summary.backend, profile: aws, transport: transport)
+                job = try await engine.resume(id, using: backends, options: options)
+            }
         } catch {
             var error = error
             if case .invalidInput = error, let summary = try? engine.details(of: id).summary,
@@ -214,12 +219,12 @@ struct StatusCommand: AsyncParsableCommand {
         var rows: [[String]] = [
             ["job", summary.id.rawValue],
             ["state", summary.state.rawValue + (summary.runningProcess.map { " (pid \($0))" } ?? "")],
-            ["backend", summary.backend],
-            ["target", summary.target],
+            summary.direction == .pull ? ["source", summary.backend] : ["backend", summary.backend],
+            [summary.direction == .pull ? "destination" : "target", summary.target],
             ["created", "\(JobText.timestamp(summary.createdAt)) (\(JobText.age(of: summary.createdAt, now: now)) ago)"],
             ["updated", "\(JobText.timestamp(summary.updatedAt)) (\(JobText.age(of: summary.updatedAt, now: now)) ago)"],
             ["progress", JobText.progress(done: summary.doneBytes, total: summary.totalBytes)],
-            ["files", "\(summary.completedFiles)/\(summary.fileCount) sent" + (summary.failedFiles > 0 ? ", \(summary.failedFiles) failed" : "")],
+            ["files", "\(summary.completedFiles)/\(summary.fileCount) \(summary.direction == .pull ? "pulled" : "sent")" + (summary.failedFiles > 0 ? ", \(summary.failedFiles) failed" : "")],
         ]
         if let error = summary.lastError { rows.append(["last error", error]) }
         if !details.handles.isEmpty { rows.append(["handles", JobText.handles(details.handles)]) }
@@ -420,7 +425,7 @@ enum JobJSON {
             "pid": job.runningProcess.map { .int($0) } ?? .null,
             "createdAt": .string(timestamp(job.createdAt)), "updatedAt": .string(timestamp(job.updatedAt)),
             "ageSeconds": .int(max(0, Int(now.timeIntervalSince(job.createdAt)))),
-            "lastError": job.lastError.map(JSONValue.string) ?? .null,
+            "lastError": job.lastError.map(JSONValue.string) ?? .null, "direction": .string(job.direction.rawValue),
         ]
     }
 

@@ -12,7 +12,7 @@ struct XferCommand: AsyncParsableCommand {
             Exit codes: 0 done; 1 transfer failed (state kept, resumable); 2 bad usage or input; \
             3 state locked or unusable; 130 interrupted (state saved).
             """,
-        subcommands: [PushCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
+        subcommands: [PushCommand.self, PullCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
 
     /// Runs the command and turns every failure into one line on stderr and
     /// a documented exit code, never a stack trace.

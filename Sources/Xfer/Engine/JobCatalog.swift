@@ -43,6 +43,18 @@ public struct JobSummary: Sendable, Hashable {
     public let updatedAt: Date
     /// The error that stopped the last run, if it failed.
     public let lastError: String?
+    /// Whether the job pushes files (`backend` is an `UploadBackend`'s name,
+    /// `target` the server) or pulls objects (`backend` is a
+    /// `DownloadSource`'s name, `paths` the locations, `target` the destination).
+    public let direction: TransferDirection
+}
+
+/// Which way a job moves bytes.
+public enum TransferDirection: String, Sendable, Hashable, Codable {
+    /// Files to a server (`TransferEngine.push`).
+    case push
+    /// Objects from a server (`TransferEngine.pull`).
+    case pull
 }
 
 /// Everything the state store knows about one job, secrets redacted.
@@ -241,6 +253,9 @@ extension TransferEngine {
         guard record.phase != .completed else {
             throw .invalidInput("job \(id) is already complete; nothing to resume")
         }
+        guard !record.isDownload else {
+            throw .invalidInput("job \(id) is a pull; resume it with a download source (resumePull)")
+        }
         guard !record.isStream else {
             throw .invalidInput(
                 "job \(id) pushed a stream, which cannot be read again; push the stream again (what the job left on the server is dropped first) or cancel the job")
@@ -251,6 +266,25 @@ extension TransferEngine {
         return try await push(
             try store.roots(id), to: record.target, using: backend, options: options, selection: try FileSelection(record.rules),
             restart: false, resuming: id)
+    }
+
+    /// Continues the unfinished pull `id` with the source in `sources` whose
+    /// `name` it was made with. Files an earlier run recorded keep their
+    /// ranges; a prefix listed in full is not listed again.
+    public func resumePull(
+        _ id: JobID, from sources: [any DownloadSource], options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> TransferJob {
+        guard let record = try store.job(id) else { throw .unknownJob(id.rawValue) }
+        guard record.isDownload else { throw .invalidInput("job \(id) is a push; resume it with its backend") }
+        guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
+        guard let source = sources.first(where: { $0.name == record.backend }) else {
+            throw .invalidInput("job \(id) pulls with the '\(record.backend)' source, which was not given")
+        }
+        var options = options
+        if options.concurrency == nil { options.concurrency = record.concurrency }
+        return try await pull(
+            try store.roots(id), to: record.target, from: source, options: options,
+            pull: PullOptions(selection: try FileSelection(record.rules)), restart: false, resuming: id)
     }
 
     /// Drops job `id` for good: asks the server to drop what it holds (the
@@ -276,7 +310,13 @@ extension TransferEngine {
         }
         var requests: [CancellationReport.Request] = []
         var notAsked: String?
-        if record.phase == .completed {
+        if record.isDownload {
+            // A pull leaves nothing on the server; its partial files are its own.
+            if record.phase != .completed { try discardPartialFiles(of: id) }
+            notAsked = record.phase == .completed
+                ? "the pull is complete; its files stay where they are"
+                : "a pull holds nothing on the server; its partial files were deleted"
+        } else if record.phase == .completed {
             notAsked = "the job is complete; its files stay on the server"
         } else if let backend = backends.first(where: { $0.name == record.backend }) {
             requests = try await dropOnServer(record, using: backend, options: options)
@@ -353,7 +393,7 @@ extension TransferEngine {
             failedFiles: counters.failedFiles, totalBytes: counters.totalBytes,
             doneBytes: record.phase == .completed ? counters.totalBytes : min(counters.doneBytes, counters.totalBytes),
             state: state, runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
-            lastError: lastError)
+            lastError: lastError, direction: record.isDownload ? .pull : .push)
     }
 
     /// Why a stream job no process runs is failed.

@@ -62,8 +62,6 @@ final class JobRunner: JobRun {
         let worker = Worker(
             jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
             bytesSent: TransferByteCounter())
-        var open: [Int: FileOnDisk] = [:]
-        var context = jobContext(scheduler.record, fileCount: scheduler.fileCount)
 
         events.yield(
             .started(
@@ -71,110 +69,15 @@ final class JobRunner: JobRun {
                 doneFiles: counters.completedFiles, resumed: resumed))
         for note in notes { events.yield(note) }
 
-        var failure: XferError?
-        // The runner and its light steps run on the transport's thread (see
-        // `isLight`): a small file's three requests and their commits then cost
-        // no wake-up of another thread, which was most of the kernel's share of
-        // the client's CPU (per file: 11 futex calls before, 4.7 after).
-        await withTaskExecutorPreference(transport.executor) {
-            await withTaskGroup(of: WorkResult.self) { group in
-                var inFlight = 0
-                func take(_ result: WorkResult) async {
-                    if failure != nil {
-                        _ = try? scheduler.apply(result)  // draining after a failure: only the counts matter
-                        return
-                    }
-                    do throws(XferError) {
-                        let effects = try scheduler.apply(result)
-                        if case .started = result { context = jobContext(scheduler.record, fileCount: scheduler.fileCount) }
-                        try await commit(effects, events: events)
-                        for index in effects.released { open[index] = nil }
-                    } catch {
-                        failure = error
-                        group.cancelAll()
-                    }
-                }
-                while true {
-                    while failure == nil, !Task.isCancelled, let work = scheduler.next() {
-                        if case .loadFile(let index) = work {
-                            let (result, file) = load(index)
-                            if let file { open[index] = file }
-                            await take(result)
-                            continue
-                        }
-                        let task = makeTask(for: work, scheduler: scheduler, open: open, context: context, worker: worker)
-                        let executor = isLight(work, scheduler) ? transport.executor : globalConcurrentExecutor
-                        group.addTask(executorPreference: executor) { await task() }
-                        inFlight += 1
-                    }
-                    if inFlight == 0 { break }
-                    guard let result = await group.next() else { break }
-                    inFlight -= 1
-                    await take(result)
-                }
-            }
-        }
-        open.removeAll()
-        if failure == nil, Task.isCancelled { failure = .interrupted }
-        if failure == nil, scheduler.failedFiles > 0, let first = scheduler.firstFailure {
-            let total = (try? store.counters(jobID)) ?? JobCounters()
-            failure = .transferFailed(
-                "\(total.completedFiles) file\(total.completedFiles == 1 ? "" : "s") sent, \(scheduler.failedFiles) failed: "
-                    + "\(first.path): \(first.reason)")
-        }
-        if failure == nil, !scheduler.isFinished {
-            failure = .transferFailed("the job stopped with work left (this is a bug in the backend '\(backend.name)')")
-        }
-        if let failure {
-            let ended = failure == .interrupted
-                ? scheduler.endRecord(phase: .unfinished, error: nil, at: Date())
-                : scheduler.endRecord(phase: .failed, error: failure.description, at: Date())
-            try? await store.commit(.putJob(ended))
-            return .failure(failure)
-        }
-        return await complete(&scheduler, bytesSent: Int64(worker.bytesSent.value))
-    }
-
-    private func complete(_ scheduler: inout Scheduler, bytesSent: Int64) async -> Result<JobReport, XferError> {
-        let count: Int
-        do {
-            // Every file must have its URL; checked page by page, not held.
-            var start = 0
-            while true {
-                let page = try store.files(job: jobID, from: start, limit: JobReport.Files.pageSize)
-                for (_, file) in page where file.url == nil {
-                    return .failure(.transferFailed("the server gave no URL for \(file.path) (backend '\(backend.name)')"))
-                }
-                guard let last = page.last else { break }
-                start = last.index + 1
-            }
-            count = try store.counters(jobID).fileCount
-            let ended = scheduler.endRecord(phase: .completed, error: nil, at: Date())
-            try await store.commit(.putJob(ended))
-            try store.sync()
-        } catch {
-            return .failure(error)
-        }
-        let store = self.store
-        let id = jobID
-        let files = JobReport.Files(count: count) { start, limit in
-            let page = (try? store.files(job: id, from: start, limit: limit)) ?? []
-            return page.map { JobReport.File(path: $0.record.path, url: $0.record.url ?? "", size: $0.record.size) }
-        }
-        return .success(
-            JobReport(
-                job: jobID, files: files, bytesSent: bytesSent,
-                bytesResumed: max(0, scheduler.totalBytes - scheduler.acknowledgedThisRun)))
-    }
-
-    private func commit(_ effects: Effects, events: AsyncStream<TransferEvent>.Continuation) async throws(XferError) {
-        if !effects.changes.isEmpty { try await store.commit(effects.changes) }
-        if effects.sync { try store.sync() }
-        for event in effects.events { events.yield(event) }
+        let failure = await SchedulerDriver.drive(
+            &scheduler, steps: UploadSteps(runner: self, worker: worker), store: store, transport: transport, events: events)
+        return await SchedulerDriver.conclude(
+            &scheduler, failure: failure, store: store, owner: "the backend '\(backend.name)'", verb: "sent",
+            bytes: Int64(worker.bytesSent.value))
     }
 
     /// Reads file `index`'s record and progress and opens it.
-    private func load(_ index: Int) -> (WorkResult, FileOnDisk?) {
+    fileprivate func load(_ index: Int) -> (WorkResult, FileOnDisk?) {
         let record: FileRecord
         let done: ChunkSet
         do {
@@ -210,9 +113,24 @@ final class JobRunner: JobRun {
         }
     }
 
+    /// The upload's side of the scheduler's loop.
+    struct UploadSteps: ScheduledSteps {
+        let runner: JobRunner
+        let worker: Worker
+
+        func context(_ scheduler: Scheduler) -> JobContext { runner.jobContext(scheduler.record, fileCount: scheduler.fileCount) }
+        func load(_ index: Int) -> (WorkResult, FileOnDisk?) { runner.load(index) }
+        func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool { runner.isLight(work, scheduler) }
+        func task(
+            for work: Work, scheduler: Scheduler, held: [Int: FileOnDisk], context: JobContext
+        ) -> @Sendable () async -> WorkResult {
+            runner.makeTask(for: work, scheduler: scheduler, open: held, context: context, worker: worker)
+        }
+    }
+
     // MARK: Building work
 
-    private func makeTask(
+    fileprivate func makeTask(
         for work: Work, scheduler: Scheduler, open: [Int: FileOnDisk], context job: JobContext, worker: Worker
     ) -> @Sendable () async -> WorkResult {
         switch work {
@@ -278,7 +196,7 @@ final class JobRunner: JobRun {
     /// transfers. Heavier ones (reading and hashing a large chunk, a file's
     /// digests, a whole-job step) run on the global executor, so they hash in
     /// parallel with the transport instead of holding up every transfer.
-    private func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool {
+    fileprivate func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool {
         let limit = 256 * 1024
         switch work {
         case .chunk(let index, let chunk):
@@ -300,7 +218,7 @@ final class JobRunner: JobRun {
 
     /// The view of the job the steps of one file get: its files are read
     /// from the store when a backend asks for one, so building it costs O(1).
-    private func jobContext(_ record: JobRecord, fileCount: Int) -> JobContext {
+    fileprivate func jobContext(_ record: JobRecord, fileCount: Int) -> JobContext {
         Self.jobContext(record, fileCount: fileCount, store: store, traits: backend.traits, options: options)
     }
 

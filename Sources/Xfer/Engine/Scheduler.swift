@@ -131,6 +131,8 @@ struct Scheduler {
         /// Waiting for a large chunk's slot (in `waitingForLarge`).
         var waitsForLarge = false
         var failure: String?
+        /// Why the file is being reset (`reopen`), as the resend event says it.
+        var resetReason: String?
         /// What the file looks like now, while its earlier upload (of other
         /// bytes, named by `record`'s handles) is being dropped.
         var changedTo: FileIdentity?
@@ -156,6 +158,9 @@ struct Scheduler {
         /// a bare acknowledgement of a file's last chunk is then left to the
         /// completion's commit (see `terms(ofChunk:file:)`).
         var completesFilesAndReconciles = false
+
+        /// The job pulls: a file reset because its object changed says so.
+        var isDownload = false
 
         /// A chunk up to this size is a small request.
         static let smallRequestSize = 1 << 20
@@ -369,8 +374,11 @@ struct Scheduler {
         case .opened(let index, let opened):
             inFlight -= 1
             guard var file = files[index] else { break }
-            if opened.chunkSize != file.record.chunkSize {
-                // The server chose another chunk size before any chunk: cut the file anew.
+            if opened.chunkSize != file.record.chunkSize || opened.size != file.record.size {
+                // The server chose another chunk size before any chunk, or (a download)
+                // told the object's size: cut the file anew.
+                totalBytes += opened.size - file.record.size
+                doneBytes -= file.plan.bytes(of: file.done)
                 file.plan = plan(opened)
                 file.done = ChunkSet(capacity: file.plan.count)
             }
@@ -544,7 +552,7 @@ struct Scheduler {
             record.chunkSize = max(1, configuration.chunkSize(loaded.identity.size))
             record.url = nil
             // Handles from `startJob` name the file, not an upload of its old bytes: they stay.
-            if record.isOpen { record.handles = ServerHandles() }
+            if record.isOpen { record.handles = handlesAfterReset(record.handles) }
             record.isOpen = false
             plan = self.plan(record)
             done = ChunkSet(capacity: plan.count)
@@ -645,20 +653,30 @@ struct Scheduler {
             throw .transferFailed("\(message) (again after opening it anew)", remedy: .startOver)
         }
         file.reopened = true
+        file.resetReason = message
         file.phase = .resetting
         files[index] = file
         try afterDrain(index, effects: &effects)
+    }
+
+    /// What a file keeps of its handles when it starts over: an upload's
+    /// name an upload that is gone; a download keeps where its object is
+    /// (what else it knew, the validator and digests, were of another version).
+    private func handlesAfterReset(_ handles: ServerHandles) -> ServerHandles {
+        guard configuration.isDownload, let location = handles[DownloadHandles.location] else { return ServerHandles() }
+        return ServerHandles([DownloadHandles.location: location])
     }
 
     private mutating func finishReset(_ index: Int, effects: inout Effects) {
         guard var file = files[index] else { return }
         file.record.isOpen = false
         file.record.url = nil
-        file.record.handles = ServerHandles()
+        file.record.handles = handlesAfterReset(file.record.handles)
         let empty = ChunkSet(capacity: file.plan.count)
         effects.changes.append(.replaceDone(job: record.id, file: index, done: empty, plan: file.plan, receipts: [:]))
         effects.changes.append(.putFiles(job: record.id, files: [(index, file.record)]))
-        effects.events.append(.resending(file: index, chunks: file.plan.count, reason: "the server forgot the upload"))
+        effects.events.append(
+            .resending(file: index, chunks: file.plan.count, reason: configuration.isDownload ? file.resetReason ?? "it changed" : "the server forgot the upload"))
         file.phase = .needsOpen
         files[index] = file
         setDone(index, empty)

@@ -128,6 +128,9 @@ package struct JobRecord: Sendable, Hashable {
     /// The job sends a stream (standard input, a pipe), which cannot be read
     /// again: it is never resumed, and a killed one is dropped on the server.
     package var isStream = false
+    /// The job pulls objects from a `DownloadSource` (its `backend` is the
+    /// source's name, its `target` the destination) instead of pushing files.
+    package var isDownload = false
 
     package init(
         id: JobID, backend: String, target: String, createdAt: Date, updatedAt: Date, phase: JobPhase = .unfinished,
@@ -247,8 +250,9 @@ extension JobRecord {
         writer.strings(rules.includes)
         writer.strings(rules.excludes)
         writer.bool(rules.followSymlinks)
-        // Written only for a stream, so every other record keeps the form it had.
-        if isStream { writer.bool(true) }
+        // Written only for a stream (1) or a download (2), so every upload's
+        // record keeps the form it had.
+        if isStream { writer.byte(1) } else if isDownload { writer.byte(2) }
         return writer.bytes
     }
 
@@ -261,17 +265,19 @@ extension JobRecord {
             let firstRoot = reader.string(), let includes = reader.strings(), let excludes = reader.strings(),
             let follow = reader.bool()
         else { return nil }
-        // Present only as "true" (see `encoded`): anything else after the rules is damage.
-        let isStream = !reader.isAtEnd
-        if isStream {
-            guard reader.bool() == true, reader.isAtEnd else { return nil }
+        // Present only for a stream or a download (see `encoded`): anything else after the rules is damage.
+        var kind: UInt8 = 0
+        if !reader.isAtEnd {
+            guard let byte = reader.byte(), byte == 1 || byte == 2, reader.isAtEnd else { return nil }
+            kind = byte
         }
         self.init(
             id: id, backend: backend, target: target, createdAt: Date(timeIntervalSince1970: created),
             updatedAt: Date(timeIntervalSince1970: updated), phase: phase, lastError: lastError, concurrency: concurrency,
             isStarted: isStarted, handles: handles, rootCount: rootCount, firstRoot: firstRoot,
             rules: TreeRules(includes: includes, excludes: excludes, followSymlinks: follow))
-        self.isStream = isStream
+        isStream = kind == 1
+        isDownload = kind == 2
     }
 }
 

@@ -73,7 +73,8 @@ final class CurlEasyHandle {
     /// Configures every option for `request`. Options are set from scratch
     /// each time because `reset()` returns the handle to curl's defaults.
     func prepare(
-        _ request: HTTPRequest, target: TransportURL, options: TransportOptions, context: TransferContext
+        _ request: HTTPRequest, target: TransportURL, options: TransportOptions, context: TransferContext,
+        followsRedirects: Bool = false
     ) throws(TransportError) {
         self.context = context
         self.target = target
@@ -118,9 +119,26 @@ final class CurlEasyHandle {
         try check(xfer_easy_setopt_header_callback(raw, transferHeaderCallback))
         try check(xfer_easy_setopt_pointer(raw, CURLOPT_HEADERDATA, userdata))
 
+        if context.rangeWriter != nil {
+            // A download's range: bigger pieces from curl, fewer writes (memory:
+            // this much per transfer in flight, whatever the range's size).
+            try set(CURLOPT_BUFFERSIZE, Self.downloadBufferSize)
+        }
+        if followsRedirects {
+            // Downloads follow a server's redirects (a CDN, a signed URL), a few at most.
+            // A custom Authorization header is not sent to another host (curl >= 7.58).
+            try set(CURLOPT_FOLLOWLOCATION, 1)
+            try set(CURLOPT_MAXREDIRS, Self.maximumRedirects)
+        }
+
         try configureMethodAndBody(request, userdata: userdata)
         try configureHeaders(request)
     }
+
+    /// curl's receive buffer for a download's range (its default is 16 KiB).
+    static let downloadBufferSize = 256 << 10
+    /// Redirects a download follows before failing.
+    static let maximumRedirects = 8
 
     private func configureMethodAndBody(_ request: HTTPRequest, userdata: UnsafeMutableRawPointer) throws(TransportError) {
         let method = request.method
@@ -222,6 +240,14 @@ final class CurlEasyHandle {
     func outcome(for code: CURLcode) -> Result<HTTPResponse, TransportError> {
         guard let context, let target else {
             return .failure(.network("transfer finished without a context"))
+        }
+        if let writer = context.rangeWriter {
+            // A download's range: what stopped the writing says more than curl's code.
+            if let failure = writer.localFailure { return .failure(.localFile(failure)) }
+            if let fault = writer.serverFault { return .failure(.network(fault)) }
+            if code == CURLE_WRITE_ERROR, let refused = writer.refusedStatus {
+                return .success(HTTPResponse(status: refused, headers: HTTPHeaders(context.headerFields), body: []))
+            }
         }
         guard code == CURLE_OK else {
             var uploaded: curl_off_t = 0
@@ -363,7 +389,12 @@ private func transferWriteCallback(
     let context = Unmanaged<TransferContext>.fromOpaque(userdata).takeUnretainedValue()
     let length = size * count
     guard length > 0, let data else { return 0 }
-    return context.appendResponseBody(UnsafeRawBufferPointer(start: data, count: length)) ? length : 0
+    switch context.receiveBody(UnsafeRawBufferPointer(start: data, count: length)) {
+    case .taken: return length
+    // curl keeps the piece and stops reading until `CurlEasyHandle.resumeSending()`.
+    case .paused: return Int(CURL_WRITEFUNC_PAUSE)
+    case .failed: return 0
+    }
 }
 
 private func transferHeaderCallback(

@@ -75,6 +75,8 @@ struct TransferSubmission: Sendable {
     var slot: TransferCompletionSlot
     /// Where the caller counts the body bytes curl takes for this request.
     var counter: TransferByteCounter? = nil
+    /// A download's range: where the answer's body is written.
+    var rangeWriter: RangeWriter? = nil
 }
 
 /// One curl multi handle driven by one dedicated thread, which is also a task
@@ -339,10 +341,13 @@ private final class TransferTable {
             responseLimit: options.maximumResponseBodySize,
             bodyBytesSent: bodyBytesSent,
             throttle: throttle,
-            requestBytesSent: submission.counter
+            requestBytesSent: submission.counter,
+            rangeWriter: submission.rangeWriter
         )
         do {
-            try easy.prepare(submission.request, target: submission.target, options: options, context: context)
+            try easy.prepare(
+                submission.request, target: submission.target, options: options, context: context,
+                followsRedirects: submission.rangeWriter != nil)
         } catch {
             recycle(easy)
             submission.slot.resume(with: .failure(error))
@@ -413,7 +418,8 @@ private final class TransferTable {
 
     /// A transfer left: it waits no longer, and its unsent allowance goes back.
     private func release(_ transfer: Transfer) {
-        throttle?.budget.finish(transfer.id, unused: Int64(transfer.context.allowance))
+        // (A download's allowance may be in debt: it took a piece whole.)
+        throttle?.budget.finish(transfer.id, unused: Int64(max(0, transfer.context.allowance)))
         transfer.context.allowance = 0
     }
 

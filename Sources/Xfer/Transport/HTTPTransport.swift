@@ -37,12 +37,19 @@ final class HTTPTransport: Sendable {
     ///
     /// Cancelling the calling task removes the transfer and throws
     /// `.cancelled` promptly.
-    func send(_ request: HTTPRequest, counting counter: TransferByteCounter? = nil) async throws(TransportError) -> HTTPResponse {
+    ///
+    /// With `rangeWriter`, a download's range: the answer's body is written
+    /// to its file (the response then has an empty body) and redirects are
+    /// followed, a few at most.
+    func send(
+        _ request: HTTPRequest, counting counter: TransferByteCounter? = nil, into rangeWriter: RangeWriter? = nil
+    ) async throws(TransportError) -> HTTPResponse {
         let target = try TransportURL(parsing: request.url)
         let loop = self.loop
         let slot = TransferCompletionSlot()
         let id = loop.makeRequestID()
-        let submission = TransferSubmission(id: id, request: request, target: target, slot: slot, counter: counter)
+        let submission = TransferSubmission(
+            id: id, request: request, target: target, slot: slot, counter: counter, rangeWriter: rangeWriter)
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 if slot.install(continuation) {

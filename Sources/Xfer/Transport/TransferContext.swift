@@ -47,10 +47,18 @@ final class TransferContext {
     /// Header values of the request; curl's messages are scrubbed of them.
     let requestHeaderValues: [String]
 
+    /// A download's range: its body goes to the file, not to `responseBody`.
+    let rangeWriter: RangeWriter?
+    /// The status of the answer being received (from its status line).
+    private var status = 0
+    /// Whether the current answer's body goes to `rangeWriter`, once its first byte decided it.
+    private var bodyGoesToFile: Bool?
+
     init(
         request: HTTPRequest, id: UInt64, responseLimit: Int, bodyBytesSent: TransferByteCounter, throttle: SendThrottle? = nil,
-        requestBytesSent: TransferByteCounter? = nil
+        requestBytesSent: TransferByteCounter? = nil, rangeWriter: RangeWriter? = nil
     ) {
+        self.rangeWriter = rangeWriter
         body = request.body
         requestID = id
         self.responseLimit = max(0, responseLimit)
@@ -195,9 +203,47 @@ final class TransferContext {
 
     // MARK: Response
 
+    /// Takes a piece of the answer's body: a download's range goes to its
+    /// file (see `RangeWriter` for which answers qualify), anything else is
+    /// collected. False makes curl fail the transfer (CURLE_WRITE_ERROR).
+    func receiveBody(_ bytes: UnsafeRawBufferPointer) -> BodyWrite {
+        guard let rangeWriter else { return appendResponseBody(bytes) ? .taken : .failed }
+        if bodyGoesToFile == nil {
+            // An error's body (412, 416, 503…) is read as any answer's; a 2xx that is
+            // not the range stops here, before a byte of it is written anywhere.
+            if (200..<300).contains(status) {
+                guard rangeWriter.accepts(status: status, headers: headerFields) else { return .failed }
+                bodyGoesToFile = true
+            } else {
+                bodyGoesToFile = false
+            }
+        }
+        guard bodyGoesToFile == true else { return appendResponseBody(bytes) ? .taken : .failed }
+        if let throttle {
+            // The rate limit holds for a download's bytes too: paused until the budget
+            // grants more. A piece is taken whole once any allowance is left (curl hands
+            // it over again, whole, after a pause); the debt is paid before the next.
+            guard allowance > 0 else {
+                throttle.budget.wait(requestID, need: rangeWriter.length - rangeWriter.written)
+                return .paused
+            }
+            allowance -= bytes.count
+        }
+        return rangeWriter.write(bytes) ? .taken : .failed
+    }
+
+    /// What became of a piece of an answer's body.
+    enum BodyWrite {
+        case taken
+        /// Not taken until the throttle grants more (curl hands it over again).
+        case paused
+        /// The transfer must stop (CURLE_WRITE_ERROR).
+        case failed
+    }
+
     /// Returns false (making curl fail the transfer with CURLE_WRITE_ERROR)
     /// once the body would exceed the limit.
-    func appendResponseBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
+    private func appendResponseBody(_ bytes: UnsafeRawBufferPointer) -> Bool {
         guard bytes.count <= responseLimit - responseBody.count else {
             exceededResponseLimit = true
             return false
@@ -216,6 +262,8 @@ final class TransferContext {
         if line.starts(with: "HTTP/".utf8) {
             headerFields.removeAll(keepingCapacity: true)
             responseBody.removeAll(keepingCapacity: true)
+            bodyGoesToFile = nil
+            status = Self.statusCode(of: line)
             return
         }
         if first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") {
@@ -236,6 +284,19 @@ final class TransferContext {
             name: String(decoding: name, as: UTF8.self),
             value: String(decoding: value, as: UTF8.self)
         ))
+    }
+
+    /// The code of a status line (`HTTP/1.1 206 Partial Content`, `HTTP/2 200`); 0 when unreadable.
+    private static func statusCode(of line: [UInt8]) -> Int {
+        guard let space = line.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
+        var code = 0
+        var digits = 0
+        for byte in line[(space + 1)...] {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { break }
+            code = code * 10 + Int(byte - UInt8(ascii: "0"))
+            digits += 1
+        }
+        return digits == 3 ? code : 0
     }
 
     private static func trimmingLineEnd(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {

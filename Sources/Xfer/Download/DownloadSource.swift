@@ -1,0 +1,244 @@
+import Foundation
+
+/// The other direction: a server objects are pulled from, described as an
+/// upload backend is. A source never performs I/O: it says which request
+/// describes an object, which request asks for a range of its bytes, and
+/// (when it can list) which request lists a prefix; it reads the answers as
+/// values. The engine sends the requests, writes the bodies straight to
+/// their place in the destination's partial file, retries, schedules the
+/// ranges as chunks, keeps their state and checks the result.
+///
+/// A minimal source is a name, traits, `describeObject` and
+/// `rangeRequest`; listing (`ObjectListing`) and signing
+/// (`DownloadRequestSigning`) are capabilities adopted by name and resolved
+/// once per job.
+///
+/// What the engine does with a range's answer is HTTP's, not the source's:
+/// `206` with the asked `Content-Range` is the range; `412` (a failed
+/// `If-Match`) or a `200` carrying another validator is an object that
+/// changed; a `200` with the same validator is a server that ignores ranges.
+public protocol DownloadSource: Sendable {
+    /// The source's name, as stored with a job (`http`, `s3`).
+    var name: String { get }
+    /// Defaults the engine uses when the user names none.
+    var traits: DownloadTraits { get }
+
+    /// The location as the job keeps it (the job's id is made from it): a
+    /// location that is not one of this source's fails here, before anything
+    /// is stored.
+    func normalizedLocation(_ location: String) throws(BackendError) -> String
+
+    /// Asks what `location` names now: its size, its validator, the digests
+    /// the server offers, and whether it answers ranges. An object that is
+    /// not there is a `.rejected` error.
+    func describeObject(at location: String, in job: JobContext) throws(BackendError) -> Exchange<RemoteObject>
+
+    /// The request for bytes `range` of `object`, conditional on its
+    /// validator (`If-Match` where the server refuses a changed object with
+    /// `412`, else `If-Range`), so bytes of two versions are never mixed.
+    func rangeRequest(_ range: ClosedRange<Int64>, of object: RemoteObject, in job: JobContext) -> HTTPRequest
+
+    /// The request for all of `object`, when it fits one chunk: one request
+    /// instead of a description and a range, conditional as `rangeRequest`.
+    /// Its answer's headers give the digests (`digests(in:)`).
+    func wholeObjectRequest(_ object: RemoteObject, in job: JobContext) -> HTTPRequest
+
+    /// The digests of the whole object that a response's headers carry
+    /// (a `200` to a whole-object request, or a description's answer).
+    func digests(in response: HTTPResponse) -> [ObjectDigest]
+
+    /// The name the object at `location` (normalized) gets in a destination
+    /// directory: by default the last segment of its path, percent-decoded.
+    func fileName(of location: String) -> String
+
+    /// The error an answer to a range means when HTTP's rules leave it to
+    /// the server (a 403, a 503, a 400 with a body saying why): by default
+    /// its status's usual meaning; a source that reads its server's error
+    /// documents says more (S3's `SlowDown` is transient, `ExpiredToken`
+    /// refreshes temporary credentials).
+    func failure(_ response: HTTPResponse, of object: RemoteObject, in job: JobContext) -> BackendError
+}
+
+extension DownloadSource {
+    public func normalizedLocation(_ location: String) throws(BackendError) -> String { location }
+
+    public func wholeObjectRequest(_ object: RemoteObject, in job: JobContext) -> HTTPRequest {
+        var request = rangeRequest(0...max(0, object.size - 1), of: object, in: job)
+        request.headers.remove("Range")
+        if request.headers.contains("If-Range") {
+            // Without a range, If-Range means nothing; If-Match keeps the answer to this version.
+            request.headers.remove("If-Range")
+            if case .etag(let tag)? = object.validator { request.headers.set("If-Match", tag) }
+        }
+        return request
+    }
+
+    public func digests(in response: HTTPResponse) -> [ObjectDigest] { ObjectDigest.representationDigests(in: response.headers) }
+
+    public func fileName(of location: String) -> String { TransferEngine.name(of: location) }
+
+    public func failure(_ response: HTTPResponse, of object: RemoteObject, in job: JobContext) -> BackendError {
+        response.unexpectedStatus("fetch \(DownloadWorker.shown(object.location))")
+    }
+}
+
+/// A source that can list the objects under a prefix (`s3://BUCKET/PREFIX/`),
+/// as `aws s3 cp --recursive` does.
+public protocol ObjectListing: DownloadSource {
+    /// Whether `location` (normalized) names the objects under a prefix
+    /// rather than one object.
+    func isPrefix(_ location: String) -> Bool
+
+    /// One page of the objects under `location`, from after `cursor` (nil:
+    /// from the start).
+    func listObjects(under location: String, after cursor: String?, in job: JobContext) throws(BackendError) -> Exchange<ObjectListingPage>
+}
+
+/// A source whose requests are signed (S3's Signature V4), after the
+/// engine added the user's extra headers.
+public protocol DownloadRequestSigning: DownloadSource {
+    /// Signs `request` in place.
+    func sign(_ request: inout HTTPRequest, in job: JobContext)
+}
+
+/// What a source's defaults are.
+public struct DownloadTraits: Sendable, Hashable {
+    /// Bytes per ranged request.
+    public var defaultChunkSize: Int
+    /// Ranged requests in flight.
+    public var defaultConcurrency: Int
+    /// Requests in flight when they are small (whole small objects of a prefix).
+    public var smallRequestConcurrency: Int?
+    /// How the user's credentials reach the server.
+    public var authentication: BackendTraits.Authentication
+
+    /// Traits with these values.
+    public init(
+        defaultChunkSize: Int = 8 << 20, defaultConcurrency: Int = 8, smallRequestConcurrency: Int? = BackendTraits.wideSmallRequests,
+        authentication: BackendTraits.Authentication = .authorizationHeader
+    ) {
+        self.defaultChunkSize = defaultChunkSize
+        self.defaultConcurrency = defaultConcurrency
+        self.smallRequestConcurrency = smallRequestConcurrency
+        self.authentication = authentication
+    }
+}
+
+/// An object as its server describes it.
+public struct RemoteObject: Sendable, Hashable {
+    /// What the source's requests address (a URL, a key).
+    public var location: String
+    /// Its size in bytes.
+    public var size: Int64
+    /// What identifies this version of it; nil when the server gives none
+    /// (the pull then cannot tell a changed object and says so once).
+    public var validator: Validator?
+    /// Digests of the whole object the server offers, checked at the end.
+    public var digests: [ObjectDigest]
+    /// Whether the server answers ranges (`Accept-Ranges: bytes`); false
+    /// makes the object one stream, resumable only from its start.
+    public var acceptsRanges: Bool
+
+    /// An object with these values.
+    public init(location: String, size: Int64, validator: Validator?, digests: [ObjectDigest] = [], acceptsRanges: Bool = true) {
+        self.location = location
+        self.size = size
+        self.validator = validator
+        self.digests = digests
+        self.acceptsRanges = acceptsRanges
+    }
+
+    /// What identifies a version of an object.
+    public enum Validator: Sendable, Hashable {
+        /// A strong entity tag, quoted as the server sent it.
+        case etag(String)
+        /// A `Last-Modified` date, as the server sent it (`If-Range` only).
+        case lastModified(String)
+
+        /// The value as sent in `If-Match`/`If-Range`.
+        public var headerValue: String {
+            switch self {
+            case .etag(let tag): return tag
+            case .lastModified(let date): return date
+            }
+        }
+    }
+}
+
+/// A digest of a whole object that a server offers.
+public enum ObjectDigest: Sendable, Hashable {
+    /// CRC-32C of the whole object (S3's full-object checksum, `Repr-Digest: crc32c`).
+    case crc32c(UInt32)
+    /// CRC-32 (IEEE) of the whole object (S3's full-object CRC32).
+    case crc32(UInt32)
+    /// MD5 (an S3 ETag of an object stored in one part).
+    case md5([UInt8])
+    /// SHA-256 (`Repr-Digest: sha-256`, S3's full-object SHA256).
+    case sha256([UInt8])
+
+    /// The algorithm's name, for messages.
+    public var algorithm: String {
+        switch self {
+        case .crc32c: return "CRC-32C"
+        case .crc32: return "CRC-32"
+        case .md5: return "MD5"
+        case .sha256: return "SHA-256"
+        }
+    }
+}
+
+/// One page of a listing.
+public struct ObjectListingPage: Sendable, Hashable {
+    /// The page's objects.
+    public var objects: [ListedObject]
+    /// Where the next page starts; nil after the last.
+    public var next: String?
+
+    /// A page.
+    public init(objects: [ListedObject], next: String?) {
+        self.objects = objects
+        self.next = next
+    }
+}
+
+/// An object a listing named: where it lands below the destination, and
+/// what the listing said of it (enough to fetch a small one in one request).
+public struct ListedObject: Sendable, Hashable {
+    /// '/'-separated path below the destination directory.
+    public var relativePath: String
+    /// The object as listed.
+    public var object: RemoteObject
+
+    /// A listed object.
+    public init(relativePath: String, object: RemoteObject) {
+        self.relativePath = relativePath
+        self.object = object
+    }
+}
+
+extension ObjectDigest {
+    /// The digests of an RFC 9530 `Repr-Digest` field (`sha-256=:…:, crc32c=:…:`):
+    /// the algorithms this engine checks, others ignored; a malformed member is skipped.
+    public static func representationDigests(in headers: HTTPHeaders) -> [ObjectDigest] {
+        var found: [ObjectDigest] = []
+        for value in headers.values(for: "Repr-Digest") {
+            for member in value.split(separator: ",") {
+                let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                guard parts.count == 2, parts[1].count >= 2, parts[1].hasPrefix(":"), parts[1].hasSuffix(":"),
+                    let bytes = Data(base64Encoded: String(parts[1].dropFirst().dropLast())).map(Array.init)
+                else { continue }
+                switch parts[0].lowercased() {
+                case "sha-256" where bytes.count == 32: found.append(.sha256(bytes))
+                case "crc32c" where bytes.count == 4: found.append(.crc32c(bigEndian(bytes)))
+                case "md5" where bytes.count == 16: found.append(.md5(bytes))
+                default: continue
+                }
+            }
+        }
+        return found
+    }
+
+    static func bigEndian(_ bytes: [UInt8]) -> UInt32 {
+        bytes.reduce(0) { $0 << 8 | UInt32($1) }
+    }
+}
