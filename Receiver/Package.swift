@@ -65,6 +65,8 @@ let package = Package(
                 .product(name: "XferPrimitives", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                // Digests of served files, computed apart from the receiver's own.
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             path: "Tests/XferReceiverTests"
         ),

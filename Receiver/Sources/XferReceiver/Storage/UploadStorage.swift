@@ -43,8 +43,9 @@ protocol UploadStorage: Sendable {
     func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload
     /// False when the upload is unknown or already deleted. Its published file goes with it.
     func delete(id: String) async throws -> Bool
-    /// The body of a completed upload's file, read from where the storage published it.
-    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody
+    /// The body of a completed upload's file, read from where the storage published it: the
+    /// whole file, or the bytes of `range` (inclusive offsets within the file), streamed.
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody
 }
 
 /// What a new upload is.
@@ -189,8 +190,9 @@ protocol OffsetUpload: AnyObject, Sendable {
     /// Publishes the file once the offset has reached the length (partials stay where they are,
     /// for a concatenation). Idempotent: also finishes what a restart cut short.
     func finish() async throws
-    /// The finished upload's bytes (call `finish` first).
-    func finishedBody(context: some RequestContext) async throws -> ResponseBody
+    /// The finished upload's bytes, all of them or those of `range` (inclusive offsets within the
+    /// file), streamed (call `finish` first).
+    func finishedBody(range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody
 }
 
 /// sequence's uploads: blocks in order, each recorded once accepted, found by a secret token.

@@ -70,8 +70,8 @@ struct IETFRoutes: OffsetUploadRoutes {
             try await self.append(request, id: context.parameters.get("id"))
         }
         routes.delete(RouterPath(Self.resourcePath + "/:id")) { _, context in try await self.cancel(id: context.parameters.get("id")) }
-        routes.get(RouterPath(Self.resourcePath + "/:id")) { _, context in
-            try await self.download(id: context.parameters.get("id"), context: context)
+        routes.get(RouterPath(Self.resourcePath + "/:id")) { request, context in
+            try await self.download(id: context.parameters.get("id"), request: request, context: context)
         }
     }
 
@@ -266,9 +266,10 @@ struct IETFRoutes: OffsetUploadRoutes {
     }
 
     /// Not part of the draft: the finished file, streamed from disk, at the URL the client has.
-    private func download(id: String?, context: some RequestContext) async throws -> Response {
+    private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
-            try await upload(id), context: context, unknown: Self.unknownUpload, incomplete: { Refusal.problem(.conflict, $0) })
+            try await upload(id), request: request, context: context, unknown: Self.unknownUpload,
+            refusal: { Refusal.problem($0, $1, headers: $2) })
     }
 
     // MARK: Helpers

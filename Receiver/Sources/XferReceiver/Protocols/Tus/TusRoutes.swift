@@ -50,7 +50,9 @@ struct TusRoutes: OffsetUploadRoutes {
         routes.head("files/:id") { _, context in try await self.head(id: context.parameters.get("id")) }
         routes.patch("files/:id") { request, context in try await self.patch(request, id: context.parameters.get("id")) }
         routes.delete("files/:id") { _, context in try await self.terminate(id: context.parameters.get("id")) }
-        routes.get("files/:id") { _, context in try await self.download(id: context.parameters.get("id"), context: context) }
+        routes.get("files/:id") { request, context in
+            try await self.download(id: context.parameters.get("id"), request: request, context: context)
+        }
         routes.post("files/:id") { request, context in try await self.overridden(request, id: context.parameters.get("id")) }
     }
 
@@ -278,9 +280,10 @@ struct TusRoutes: OffsetUploadRoutes {
     }
 
     /// Not part of tus: the finished file, streamed from disk, at the URL the client already has.
-    private func download(id: String?, context: some RequestContext) async throws -> Response {
+    private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
-            try await tusUpload(id), context: context, unknown: Refusal.unknownUpload, incomplete: { Refusal.error(.conflict, $0) })
+            try await tusUpload(id), request: request, context: context, unknown: Refusal.unknownUpload,
+            refusal: { Refusal.error($0, $1, headers: $2) })
     }
 
     /// `X-HTTP-Method-Override`, for clients that cannot send PATCH or DELETE.

@@ -194,8 +194,8 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
 
     nonisolated var path: RelativePath { upload.layout.path }
 
-    func finishedBody(context: some RequestContext) async throws -> ResponseBody {
-        try await fileIO.loadFile(path: finishedFile, context: context, chunkLength: DiskStorage.readChunkLength)
+    func finishedBody(range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.load(finishedFile, range: range, context: context)
     }
 
     /// Where a finished upload's bytes are read from (call `finish` first).

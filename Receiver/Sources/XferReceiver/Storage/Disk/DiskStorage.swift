@@ -64,9 +64,9 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         try await uploads.delete(id: id)
     }
 
-    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
         guard let upload = upload as? DiskUpload else { throw UploadError.corrupt("an upload of another storage") }
-        return try await fileIO.loadFile(path: upload.layout.downloadFile, context: context, chunkLength: Self.readChunkLength)
+        return try await fileIO.load(upload.layout.downloadFile, range: range, context: context)
     }
 
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
@@ -105,6 +105,15 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
             try FileSystemOps.syncDirectory(directory)
         }
         return written
+    }
+}
+
+extension FileIO {
+    /// A file's bytes, or those of `range`, read in `DiskStorage.readChunkLength` pieces as the
+    /// client takes them.
+    func load(_ path: String, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+        guard let range else { return try await loadFile(path: path, context: context, chunkLength: DiskStorage.readChunkLength) }
+        return try await loadFile(path: path, range: range, context: context, chunkLength: DiskStorage.readChunkLength)
     }
 }
 

@@ -406,8 +406,8 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         }
     }
 
-    nonisolated func finishedBody(context: some RequestContext) async throws -> ResponseBody {
-        try await storage.body(ofKey: fileKey)
+    nonisolated func finishedBody(range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+        try await storage.body(ofKey: fileKey, range: range)
     }
 }
 

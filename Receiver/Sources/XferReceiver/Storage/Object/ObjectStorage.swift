@@ -258,15 +258,21 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         return true
     }
 
-    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
-        try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path))
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+        try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path), range: range)
     }
 
-    /// A stored object's bytes, streamed from the store as the client reads them.
-    func body(ofKey key: String) async throws -> ResponseBody {
-        let response = try await client.open(client.requests.getObject(key: key))
-        guard response.status == .ok else { throw UploadError.corrupt("the store answered \(response.status.code) for \(key)") }
+    /// A stored object's bytes, or those of `range` (the store reads the range itself), streamed
+    /// from the store as the client reads them.
+    func body(ofKey key: String, range: ClosedRange<Int>? = nil) async throws -> ResponseBody {
+        let bytes = range.map { Int64($0.lowerBound)...Int64($0.upperBound) }
+        let response = try await client.open(client.requests.getObject(key: key, range: bytes))
         let contentLength = response.headers.first(name: "Content-Length").flatMap(Int.init)
+        // A store that ignored the range would answer the whole object, which must not go out as
+        // the part the client asked for.
+        guard response.status == (range == nil ? .ok : .partialContent), range.map({ $0.count == contentLength }) ?? true else {
+            throw UploadError.corrupt("the store answered \(response.status.code) for \(key)" + (range.map { " bytes \($0)" } ?? ""))
+        }
         return ResponseBody(contentLength: contentLength) { writer in
             for try await buffer in response.body { try await writer.write(buffer) }
             try await writer.finish(nil)
