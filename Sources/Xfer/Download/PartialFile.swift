@@ -162,14 +162,18 @@ final class PartialFile: Sendable {
         guard fdatasync(descriptor) == 0 else { throw Self.failure("cannot write \(path) to disk", errno) }
     }
 
-    /// Makes the checked partial file the destination: one rename, made durable.
-    func publish(replacing: Bool) throws(XferError) {
-        try syncData()
-        if !replacing, access(destination, F_OK) == 0 {
+    /// Whether a file that is not this pull's stands at the destination.
+    func isBlocked(replacing: Bool) -> Bool {
+        !replacing && access(destination, F_OK) == 0
+    }
+
+    /// Renames the partial file onto the destination (durable only after the
+    /// caller's sync) and lets go of its descriptor.
+    func place(replacing: Bool) throws(XferError) {
+        if isBlocked(replacing: replacing) {
             throw .invalidInput("\(destination) exists and is not this pull's; --force replaces it")
         }
         guard rename(path, destination) == 0 else { throw Self.failure("cannot rename \(path) to \(destination)", errno) }
-        try Self.syncDirectory((destination as NSString).deletingLastPathComponent)
         let descriptor = state.withLock { state in
             defer { state.descriptor = -1 }
             return state.descriptor

@@ -71,6 +71,7 @@ extension TransferEngine {
         if intoDirectory, exists, !isDirectory.boolValue {
             throw .invalidInput("\(root) is a file; name a directory for \(normalized.count > 1 ? "several objects" : "a prefix")")
         }
+        if intoDirectory, !exists { try PartialFile.makeDirectories(root) }
         if !intoDirectory {
             let parent = (root as NSString).deletingLastPathComponent
             guard FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory), isDirectory.boolValue else {

@@ -1,3 +1,4 @@
+import XferPrimitives
 import NIOPosix
 import Synchronization
 
@@ -155,24 +156,6 @@ final class Durability: Sendable {
         }
     }
 
-    /// `syncfs(2)`. Glibc declares it only under _GNU_SOURCE, which Swift's Glibc module does not
-    /// see, so it is looked up once by name; without it (not Linux) `sync(2)` does the same for
-    /// every filesystem.
-    private static let syncFilesystem: @convention(c) (Int32) -> Int32 = {
-        #if os(Linux)
-        if let symbol = dlsym(nil, "syncfs") {
-            return unsafeBitCast(symbol, to: (@convention(c) (Int32) -> Int32).self)
-        }
-        #endif
-        return { _ in
-            #if canImport(Glibc)
-            Glibc.sync()
-            #elseif canImport(Musl)
-            Musl.sync()
-            #else
-            Darwin.sync()
-            #endif
-            return 0
-        }
-    }()
+    /// `syncfs(2)`, as XferPrimitives wraps it for the receiver and the engine.
+    private static let syncFilesystem = XferPrimitives.syncFilesystem
 }
