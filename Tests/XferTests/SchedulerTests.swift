@@ -324,6 +324,24 @@ final class SchedulerTests: XCTestCase {
         XCTAssertThrowsError(try s.apply(.uploadUnknown(file: 0, work: .chunk(file: 0, chunk: 0), message: "gone again")))
     }
 
+    func testTwoRequestsInFlightLearningTheUploadIsGoneResetItOnce() throws {
+        var s = scheduler(files: 1, concurrency: 2)
+        var record = fileRecord(0, size: 30)
+        record.isOpen = true
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(record)))
+        XCTAssertEqual(s.next(), .reconcileFile(0))
+        _ = try s.apply(.reconciled(file: 0, nil))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+        _ = try s.apply(.uploadUnknown(file: 0, work: .chunk(file: 0, chunk: 0), message: "changed"))
+        XCTAssertNil(s.next(), "nothing new while the other request drains")
+        // The second answer says the same thing: one reset, not a failure of the job.
+        let effects = try s.apply(.uploadUnknown(file: 0, work: .chunk(file: 0, chunk: 1), message: "changed"))
+        XCTAssertTrue(effects.events.contains { if case .resending = $0 { return true } else { return false } })
+        XCTAssertEqual(s.next(), .openFile(0))
+    }
+
     /// Loads file 0 (`size` bytes, opened by an earlier run) and answers its
     /// reconciliation: the server holds its first `held` bytes.
     private func loadOpenFile(of size: Int64, into s: inout Scheduler, serverHolds held: Int64) throws {

@@ -389,8 +389,11 @@ struct DownloadWorker: Sendable {
         return lstat(path, &info) == 0
     }
 
+    /// A location for messages: a URL without its query or password, a source's
+    /// own form (`s3://B/K at ENDPOINT`) without the endpoint it keeps.
     static func shown(_ location: String) -> String {
-        location.contains("://") ? TransferEngine.displayURL(location) : location
+        if location.hasPrefix("http://") || location.hasPrefix("https://") { return TransferEngine.displayURL(location) }
+        return location.range(of: " at ").map { String(location[..<$0.lowerBound]) } ?? location
     }
 }
 

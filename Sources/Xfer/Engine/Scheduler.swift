@@ -649,6 +649,11 @@ struct Scheduler {
     /// flight, clear its handles and progress and open it again (once per run).
     private mutating func reopen(_ index: Int, message: String, effects: inout Effects) throws(XferError) {
         guard var file = files[index] else { return }
+        if file.phase == .resetting {
+            // Another request of the file in flight learnt the same: the reset under way covers it.
+            try afterDrain(index, effects: &effects)
+            return
+        }
         guard !file.reopened else {
             throw .transferFailed("\(message) (again after opening it anew)", remedy: .startOver)
         }
