@@ -71,6 +71,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("fault-seed"), help: "Seed for --faults; the same seed repeats the same decisions.")
     var faultSeed: UInt64 = 0
 
+    @Flag(name: .customLong("fault-downloads"), help: "Test hook: --faults also hits GET /downloads/ (503, 429; reset and truncate cut the body halfway).")
+    var faultDownloads = false
+
     mutating func run() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
         var configuration = ReceiverConfiguration(root: root ?? "")
@@ -134,11 +137,14 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.authToken = token
         }
         if let faults {
-            guard let plan = FaultPlan(faults, seed: faultSeed) else {
+            guard var plan = FaultPlan(faults, seed: faultSeed) else {
                 throw XferError.invalidInput(
                     "--faults expects KIND=P[,KIND=P...] with KIND one of \(FaultKind.allCases.map(\.rawValue).joined(separator: ", ")) and probabilities adding up to at most 1, not '\(faults)'")
             }
+            plan.faultsDownloads = faultDownloads
             switches.faults = plan
+        } else if faultDownloads {
+            throw XferError.invalidInput("--fault-downloads goes with --faults")
         }
         var isDirectory: ObjCBool = false
         if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {

@@ -42,6 +42,10 @@ public struct FaultPlan: Sendable, Hashable {
     /// The same seed gives the same sequence of decisions, request after
     /// request, so a failing run can be repeated.
     public var seed: UInt64
+    /// Also fault `GET /downloads/...` (a pull's ranges): 503 and 429 as
+    /// elsewhere; `reset` and `truncate` cut the body halfway (after its
+    /// head and part of its bytes went out); the other kinds pass them.
+    public var faultsDownloads = false
 
     public init(probabilities: [FaultKind: Double], seed: UInt64 = 0) {
         self.probabilities = probabilities
@@ -101,9 +105,11 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
-        guard request.method != .get, request.method != .head else { return try await next(request, context) }
+        let isDownload = plan.faultsDownloads && request.method == .get && request.uri.path.hasPrefix("/downloads/")
+        guard isDownload || (request.method != .get && request.method != .head) else { return try await next(request, context) }
         let number = counter.next()
         guard let fault = plan.fault(forRequest: number) else { return try await next(request, context) }
+        if isDownload { return try await downloadFault(fault, request, context: context, next: next) }
         switch fault {
         case .unavailable:
             return injectedError(.serviceUnavailable, "injected fault: unavailable")
@@ -159,6 +165,33 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
         }
     }
 
+    /// A download's faults: the answers a client fetching ranges meets from a
+    /// busy server or a broken connection.
+    private func downloadFault(
+        _ fault: FaultKind, _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        switch fault {
+        case .unavailable:
+            return injectedError(.serviceUnavailable, "injected fault: unavailable")
+        case .throttled:
+            var response = injectedError(.tooManyRequests, "injected fault: slow down")
+            response.headers[.retryAfter] = "1"
+            return response
+        case .reset, .truncate:
+            let response = try await next(request, context)
+            guard let length = response.body.contentLength, length > 1 else { return response }
+            let original = response.body
+            // The head says the whole length; half the bytes go out, then the connection is cut.
+            return Response(
+                status: response.status, headers: response.headers,
+                body: ResponseBody(contentLength: length) { writer in
+                    try await original.write(CuttingWriter(base: writer, remaining: length / 2))
+                })
+        case .stall, .garble, .digest, .damage:
+            return try await next(request, context)
+        }
+    }
+
     /// Reads about half of the declared body (at least one buffer), so the cut
     /// happens mid-upload rather than before it started.
     private func readPartOfBody(_ request: Request) async throws {
@@ -178,6 +211,26 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
 }
 
 private struct InjectedReset: Error {}
+
+/// Passes `remaining` bytes to `base`, then fails: the server closes the connection mid-body.
+private struct CuttingWriter: ResponseBodyWriter {
+    var base: any ResponseBodyWriter
+    var remaining: Int
+
+    mutating func write(_ buffer: ByteBuffer) async throws {
+        guard buffer.readableBytes < remaining else {
+            if remaining > 0, let head = buffer.getSlice(at: buffer.readerIndex, length: remaining) { try await base.write(head) }
+            remaining = 0
+            throw InjectedReset()
+        }
+        remaining -= buffer.readableBytes
+        try await base.write(buffer)
+    }
+
+    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {
+        throw InjectedReset()
+    }
+}
 
 /// Numbers requests in arrival order; a class because middleware is copied.
 private final class RequestNumbers: Sendable {
