@@ -121,6 +121,31 @@ final class PullTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: other + ".xfer-partial"))
     }
 
+    func testNoRoomIsAOneLineErrorAndThePullGoesOnOnceThereIs() throws {
+        let server = try ServeProcess(root: work.file("server"))
+        let source = work.file("room.bin")
+        try makeTestFile(at: source, size: 6 << 20, seed: 14)
+        let url = try served(source, by: server)
+        let target = work.file("room-copy.bin")
+        let arguments = ["pull", url, target, "--state", state, "--chunk-size", "1MiB", "--quiet"]
+
+        // A 2 MiB file-size limit: the partial file cannot be made 6 MiB, as on a full disk.
+        let cramped = try runToEnd("/usr/bin/prlimit", ["--fsize=\(2 << 20)", xferExecutable] + arguments)
+        XCTAssertEqual(cramped.status, 1, cramped.stderr)
+        let lines = cramped.stderr.split(separator: "\n")
+        XCTAssertEqual(lines.count, 1, cramped.stderr)
+        XCTAssertTrue(cramped.stderr.contains("run the pull again"), cramped.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target))
+
+        let list = try runXfer(["list", "--json", "--state", state])
+        let jobs = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(list.stdout.joined().utf8)) as? [[String: Any]])
+        XCTAssertEqual(jobs.first?["state"] as? String, "failed", "the job is kept, to resume")
+
+        let roomy = try runXfer(arguments)
+        XCTAssertEqual(roomy.status, 0, roomy.stderr)
+        XCTAssertEqual(try sha256sum(target), try sha256sum(source))
+    }
+
     // MARK: A server without ranges
 
     func testAServerThatIgnoresRangesGivesOneStream() throws {

@@ -134,7 +134,7 @@ final class PartialFile: Sendable {
         // Preallocated: a full disk shows now, not halfway through the ranges.
         // (glibc emulates it on a filesystem without fallocate.)
         if size > 0, case let code = posix_fallocate(descriptor, 0, off_t(size)), code != 0 {
-            if code == ENOSPC || code == EDQUOT {
+            if code == ENOSPC || code == EDQUOT || code == EFBIG {
                 close(descriptor)
                 unlink(path)
                 throw Self.failure("no room for \(destination) (\(size) bytes)", code)
@@ -218,6 +218,10 @@ final class PartialFile: Sendable {
         let reason = String(cString: strerror(code))
         if code == ENOSPC || code == EDQUOT {
             return .transferFailed("\(what): the disk is full (\(reason)); free space and run the pull again to resume")
+        }
+        if code == EFBIG {
+            return .transferFailed(
+                "\(what): larger than the filesystem or this process's file-size limit allows (\(reason)); make room and run the pull again to resume")
         }
         return .transferFailed("\(what): \(reason)")
     }
