@@ -134,7 +134,7 @@ final class PullTests: XCTestCase {
         XCTAssertEqual(cramped.status, 1, cramped.stderr)
         let lines = cramped.stderr.split(separator: "\n")
         XCTAssertEqual(lines.count, 1, cramped.stderr)
-        XCTAssertTrue(cramped.stderr.contains("run the pull again"), cramped.stderr)
+        XCTAssertTrue(cramped.stderr.contains("make room first") && cramped.stderr.contains("re-run the same command"), cramped.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: target))
 
         let list = try runXfer(["list", "--json", "--state", state])

@@ -217,11 +217,11 @@ final class PartialFile: Sendable {
     static func failure(_ what: String, _ code: Int32) -> XferError {
         let reason = String(cString: strerror(code))
         if code == ENOSPC || code == EDQUOT {
-            return .transferFailed("\(what): the disk is full (\(reason)); free space and run the pull again to resume")
+            return .transferFailed("\(what): the disk is full (\(reason)); free space first")
         }
         if code == EFBIG {
             return .transferFailed(
-                "\(what): larger than the filesystem or this process's file-size limit allows (\(reason)); make room and run the pull again to resume")
+                "\(what): larger than the filesystem or this process's file-size limit allows (\(reason)); make room first")
         }
         return .transferFailed("\(what): \(reason)")
     }

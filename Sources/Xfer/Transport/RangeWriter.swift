@@ -78,10 +78,7 @@ final class RangeWriter: @unchecked Sendable {
                 descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset + written + Int64(done)))
             if result < 0 {
                 if errno == EINTR { continue }
-                let code = errno
-                localFailure = code == ENOSPC || code == EDQUOT
-                    ? .transferFailed("the disk is full (\(String(cString: strerror(code)))); free space and run the pull again to resume")
-                    : .transferFailed("cannot write the download: \(String(cString: strerror(code)))")
+                localFailure = PartialFile.failure("cannot write the download", errno)
                 return false
             }
             done += result
