@@ -148,7 +148,7 @@ final class PullTests: XCTestCase {
 
     // MARK: A server without ranges
 
-    func testAServerThatIgnoresRangesGivesOneStream() throws {
+    func testAServerThatIgnoresRangesGivesOneStreamAndRedirectsAreFollowed() throws {
         let root = work.file("www")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let source = root + "/plain.bin"
@@ -165,13 +165,31 @@ final class PullTests: XCTestCase {
         XCTAssertEqual(result.status, 0, result.stderr)
         XCTAssertEqual(try sha256sum(target), try sha256sum(source))
         XCTAssertEqual(result.events.filter { $0["event"] as? String == "chunk" }.count, 1, "one stream, not ranges")
+
+        let redirected = work.file("moved-copy.bin")
+        let moved = try runXfer(["pull", url + "/moved/plain.bin", redirected, "--state", state])
+        XCTAssertEqual(moved.status, 0, moved.stderr)
+        XCTAssertEqual(try sha256sum(redirected), try sha256sum(source), "a redirect is followed")
     }
 
-    /// Python's file server: it answers every GET whole (no `Accept-Ranges`), with `Last-Modified`.
+    /// Python's file server: it answers every GET whole (no `Accept-Ranges`), with
+    /// `Last-Modified`; `/moved/PATH` redirects to `/PATH`.
     static let plainServer = """
         import functools, http.server, sys
-        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[1])
-        handler.func.log_message = lambda *args: None
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args): pass
+            def moved(self):
+                if not self.path.startswith("/moved/"): return False
+                self.send_response(302)
+                self.send_header("Location", self.path[len("/moved"):])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+            def do_GET(self):
+                if not self.moved(): super().do_GET()
+            def do_HEAD(self):
+                if not self.moved(): super().do_HEAD()
+        handler = functools.partial(Handler, directory=sys.argv[1])
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
         server.serve_forever()

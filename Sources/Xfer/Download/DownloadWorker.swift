@@ -346,11 +346,17 @@ struct DownloadWorker: Sendable {
     }
 
     /// Sends `request`, reporting it when the options ask for every request.
+    /// Sends `request` (following redirects, as every pull's request does),
+    /// reporting it when the options ask for every request.
     private func send(_ request: HTTPRequest, into writer: RangeWriter?) async throws(TransportError) -> HTTPResponse {
-        guard options.reportsRequests else { return try await transport.send(request, into: writer) }
+        guard options.reportsRequests else { return try await transport.send(request, into: writer, followingRedirects: true) }
         let start = ContinuousClock.now
         let outcome: Result<HTTPResponse, TransportError>
-        do { outcome = .success(try await transport.send(request, into: writer)) } catch { outcome = .failure(error) }
+        do {
+            outcome = .success(try await transport.send(request, into: writer, followingRedirects: true))
+        } catch {
+            outcome = .failure(error)
+        }
         var status: Int?
         var failure: String?
         switch outcome {

@@ -558,7 +558,8 @@ struct Scheduler {
             done = ChunkSet(capacity: plan.count)
             effects.changes.append(.replaceDone(job: self.record.id, file: index, done: done, plan: plan, receipts: [:]))
             if hadProgress {
-                effects.events.append(.resending(file: index, chunks: plan.count, reason: "it changed since the last run"))
+                let reason = configuration.isDownload ? "its partial file is gone or was replaced" : "it changed since the last run"
+                effects.events.append(.resending(file: index, chunks: plan.count, reason: reason))
             }
             changed = true
         }

@@ -77,6 +77,8 @@ struct TransferSubmission: Sendable {
     var counter: TransferByteCounter? = nil
     /// A download's range: where the answer's body is written.
     var rangeWriter: RangeWriter? = nil
+    /// A download's requests follow redirects.
+    var followsRedirects = false
 }
 
 /// One curl multi handle driven by one dedicated thread, which is also a task
@@ -347,7 +349,7 @@ private final class TransferTable {
         do {
             try easy.prepare(
                 submission.request, target: submission.target, options: options, context: context,
-                followsRedirects: submission.rangeWriter != nil)
+                followsRedirects: submission.followsRedirects)
         } catch {
             recycle(easy)
             submission.slot.resume(with: .failure(error))

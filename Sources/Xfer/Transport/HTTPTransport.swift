@@ -39,17 +39,19 @@ final class HTTPTransport: Sendable {
     /// `.cancelled` promptly.
     ///
     /// With `rangeWriter`, a download's range: the answer's body is written
-    /// to its file (the response then has an empty body) and redirects are
-    /// followed, a few at most.
+    /// to its file (the response then has an empty body). Redirects are
+    /// followed (a few at most) for a range or with `followingRedirects`.
     func send(
-        _ request: HTTPRequest, counting counter: TransferByteCounter? = nil, into rangeWriter: RangeWriter? = nil
+        _ request: HTTPRequest, counting counter: TransferByteCounter? = nil, into rangeWriter: RangeWriter? = nil,
+        followingRedirects: Bool = false
     ) async throws(TransportError) -> HTTPResponse {
         let target = try TransportURL(parsing: request.url)
         let loop = self.loop
         let slot = TransferCompletionSlot()
         let id = loop.makeRequestID()
         let submission = TransferSubmission(
-            id: id, request: request, target: target, slot: slot, counter: counter, rangeWriter: rangeWriter)
+            id: id, request: request, target: target, slot: slot, counter: counter, rangeWriter: rangeWriter,
+            followsRedirects: followingRedirects || rangeWriter != nil)
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 if slot.install(continuation) {
