@@ -19,7 +19,7 @@ struct DownloadWorker: Sendable {
     let bytesReceived: TransferByteCounter
     /// `--force`: a destination that is not this pull's is replaced.
     let replacesExisting: Bool
-    /// Group commit for files of one request on the destination's filesystem.
+    /// Group commit for the ranges and files on the destination's filesystem.
     let syncRounds: SyncRounds?
 
     private typealias StepError = RetryLoop.Failure
@@ -121,7 +121,9 @@ struct DownloadWorker: Sendable {
                 partial.wholeObjectDigests = offered
                 return .chunkStored(file: index, chunk: chunk, bytes: length)
             }
-            try partial.syncData()
+            // Durable before it is marked done: by the round of syncs the ranges and files
+            // in flight share (one `syncfs` for many ranges), else by the file's own fdatasync.
+            if let rounds = rounds(for: record) { try await rounds.sync() } else { try partial.syncData() }
             try await store.commit(
                 StepRecords.chunkStored(
                     job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: CRC32.hex(writer.crc32c.value),
@@ -184,10 +186,10 @@ struct DownloadWorker: Sendable {
             let completed = StepRecords.fileCompleted(job: jobID, file: index, record: record, url: record.path)
             // The completion is committed before the rename: a run killed between finds
             // the destination missing and fetches the file again, never a file at the
-            // destination it cannot tell from somebody else's. A file of one request has
-            // its bytes and its rename made durable by the rounds every small file in
-            // flight shares, not by two fsyncs of its own.
-            let rounds = plan.count <= 1 ? syncRounds.flatMap { $0.device == record.identity.device ? $0 : nil } : nil
+            // destination it cannot tell from somebody else's. Its bytes and its rename are
+            // made durable by the rounds every range and file in flight shares, not by two
+            // fsyncs of its own.
+            let rounds = rounds(for: record)
             if let rounds { try await rounds.sync() } else { try partial.syncData() }
             try await store.commit(completed)
             try partial.place(replacing: replacesExisting)
@@ -349,29 +351,16 @@ struct DownloadWorker: Sendable {
     /// Sends `request` (following redirects, as every pull's request does),
     /// reporting it when the options ask for every request.
     private func send(_ request: HTTPRequest, into writer: RangeWriter?) async throws(TransportError) -> HTTPResponse {
-        guard options.reportsRequests else { return try await transport.send(request, into: writer, followingRedirects: true) }
-        let start = ContinuousClock.now
-        let outcome: Result<HTTPResponse, TransportError>
-        do {
-            outcome = .success(try await transport.send(request, into: writer, followingRedirects: true))
-        } catch {
-            outcome = .failure(error)
-        }
-        var status: Int?
-        var failure: String?
-        switch outcome {
-        case .success(let response): status = response.status
-        case .failure(let error): failure = error.description
-        }
-        events.yield(
-            .requestFinished(
-                RequestSummary(
-                    method: request.method.rawValue, url: TransferEngine.displayURL(request.url), status: status,
-                    failure: failure, bodyBytes: writer?.written ?? 0, duration: .now - start)))
-        return try outcome.get()
+        try await transport.send(request, into: writer, followingRedirects: true, reportingTo: options.reportsRequests ? events : nil)
     }
 
     // MARK: Helpers
+
+    /// The sync rounds that cover `record`'s partial file: those of the
+    /// destination's filesystem, unless the file is under another mount.
+    private func rounds(for record: FileRecord) -> SyncRounds? {
+        syncRounds.flatMap { $0.device == record.identity.device ? $0 : nil }
+    }
 
     private func failure(_ work: Work, file: Int, _ error: any Error) -> WorkResult {
         switch error {

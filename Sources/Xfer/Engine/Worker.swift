@@ -285,22 +285,7 @@ struct Worker: Sendable {
 
     /// Sends `request`, reporting it when the options ask for every request.
     private func send(_ request: HTTPRequest, counting counter: TransferByteCounter?) async throws(TransportError) -> HTTPResponse {
-        guard options.reportsRequests else { return try await transport.send(request, counting: counter) }
-        let start = ContinuousClock.now
-        let outcome: Result<HTTPResponse, TransportError>
-        do { outcome = .success(try await transport.send(request, counting: counter)) } catch { outcome = .failure(error) }
-        var status: Int?
-        var failure: String?
-        switch outcome {
-        case .success(let response): status = response.status
-        case .failure(let error): failure = error.description
-        }
-        events.yield(
-            .requestFinished(
-                RequestSummary(
-                    method: request.method.rawValue, url: TransferEngine.displayURL(request.url), status: status,
-                    failure: failure, bodyBytes: Int64(request.body.count), duration: .now - start)))
-        return try outcome.get()
+        try await transport.send(request, counting: counter, reportingTo: options.reportsRequests ? events : nil)
     }
 
     // MARK: Helpers
