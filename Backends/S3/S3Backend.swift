@@ -37,7 +37,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         emptyFileHasOneChunk: true,
         // A PUT's latency, not the link, bounds a tree of small files: s5cmd
         // keeps 256 going. 64 is the most a job may keep in flight.
-        smallRequestConcurrency: 64)
+        smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
     let configuration: AWSConfiguration
     private let endpoint: S3Endpoint?

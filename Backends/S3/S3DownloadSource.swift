@@ -37,7 +37,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         defaultConcurrency: 16,
         // A tree of small objects is bound by each GET's latency, as a
         // push of small files is by each PUT's.
-        smallRequestConcurrency: 64,
+        smallRequestConcurrency: BackendTraits.wideSmallRequests,
         // Signature V4 carries them (`sign(_:in:)`).
         authentication: .byBackend)
 

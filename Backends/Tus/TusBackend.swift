@@ -8,9 +8,11 @@ import Xfer
 /// concatenation and expiration.
 ///
 /// The job starts with `OPTIONS` on the creation URL and keeps what the
-/// server offers. When it offers `concatenation` and `creation-with-upload`
-/// and the job sends more than one request at a time, every chunk is its own
-/// partial upload, created with its bytes, up to
+/// server offers. A file of one chunk is one `POST` that creates its upload
+/// with all its bytes, where the server offers `creation-with-upload`: one
+/// round trip per small file. A larger file, when the server also offers
+/// `concatenation` and the job sends more than one request at a time, goes
+/// as partial uploads, one per chunk, created with their bytes up to
 /// `--concurrency` at once, and a final upload concatenates them. Otherwise
 /// each file is one upload, PATCHed chunk after chunk at the server's
 /// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
@@ -85,11 +87,22 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     // MARK: Files
 
-    /// One upload of the whole file, unless chunks go as partial uploads
-    /// (then only an empty file gets one here: there is nothing to concatenate).
+    /// One upload of the whole file, unless its one request creates it
+    /// (a file of one chunk, where the server offers
+    /// `creation-with-upload`) or chunks go as partial uploads (then only an
+    /// empty file gets one here: there is nothing to concatenate).
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
-        if Features(job.handles).parallel, file.size > 0 { return .skip }
+        let features = Features(job.handles)
+        if file.size > 0, features.parallel || Self.goesWhole(file, features) { return .skip }
         return create(file, in: job, length: ("Upload-Length", String(file.size)))
+    }
+
+    /// Whether `file` goes as one request: created with all its bytes
+    /// (`creation-with-upload`). A small file then costs one round trip, not
+    /// two (a creation, then a PATCH) or two (a partial upload, then its
+    /// concatenation).
+    static func goesWhole(_ file: FileContext, _ features: Features) -> Bool {
+        file.size > 0 && file.chunkCount == 1 && features.extensions.contains("creation-with-upload")
     }
 
     /// The creation `POST` of `file`'s upload, its length given by `length`
@@ -137,9 +150,38 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     }
 
     public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        let features = Features(job.handles)
+        if file.handles[Self.uploadURL] == nil, Self.goesWhole(file, features) { return createWhole(chunk, of: file, in: job) }
         let operation = "send chunk \(chunk.number)/\(file.chunkCount) of \(file.name)"
-        return Features(job.handles).parallel
+        return features.parallel
             ? partialUpload(chunk, in: job, operation: operation) : try patch(chunk, of: file, in: job, operation: operation)
+    }
+
+    /// A file of one chunk: its upload created with all its bytes, which
+    /// completes it. Killed before the answer, the next run sends it whole
+    /// again (the state never held this upload's URL); the server's copy of
+    /// the first try is left to its expiration, as an unfinished upload is.
+    private func createWhole(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(chunk: chunk))
+        prepare(&request, job)
+        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set("Upload-Metadata", Self.metadata(file))
+        request.headers.set("Content-Type", "application/offset+octet-stream")
+        addChecksum(&request, chunk, job)
+        let target = job.target
+        let size = file.size
+        let operation = "send \(file.name)"
+        return Exchange(request) { response throws(BackendError) in
+            guard response.status == 201 else { throw Self.failure(response, operation) }
+            guard let location = Self.location(response, relativeTo: target) else {
+                throw .transient("\(operation): the answer has no Location")
+            }
+            // An upload the server did not take whole is abandoned: the retry makes a new one.
+            guard response.headers["Upload-Offset"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) == size else {
+                throw .transient("\(operation): the server took only part of it")
+            }
+            return .stored(fileURL: location)
+        }
     }
 
     /// A chunk as a partial upload created with its bytes; its URL is the receipt.

@@ -164,6 +164,39 @@ final class TusBackendTests: XCTestCase {
         XCTAssertTrue(backend.cancelRequests(for: self.job(extensions: "creation", fileHandles: [TusBackend.uploadURL: "u"])).isEmpty)
     }
 
+    /// A file of one chunk is one round trip: its upload created with all its
+    /// bytes, which completes it — in either mode, where the server offers
+    /// `creation-with-upload`.
+    func testAFileOfOneChunkIsOnePOSTCarryingAllOfIt() throws {
+        for extensions in ["creation,creation-with-upload,checksum,concatenation", "creation,creation-with-upload,checksum"] {
+            var job = job(extensions: extensions, size: 3)
+            XCTAssertEqual(job.files[0].chunkCount, 1)
+            XCTAssertTrue(backend.openFile(job.files[0], in: job).isSkipped, extensions)
+            let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3]), of: job.files[0], in: job)
+            XCTAssertEqual(exchange.request.method, .post)
+            XCTAssertEqual(exchange.request.url, target)
+            XCTAssertNil(exchange.request.headers["Upload-Concat"], "a whole upload, not a partial one")
+            XCTAssertEqual(exchange.request.headers["Upload-Length"], "3")
+            XCTAssertEqual(exchange.request.headers["Content-Type"], "application/offset+octet-stream")
+            XCTAssertNotNil(exchange.request.headers["Upload-Metadata"])
+            XCTAssertNotNil(exchange.request.headers["Upload-Checksum"])
+            XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 201, headers: ["Location": "w", "Upload-Offset": "3"])),
+                           .stored(fileURL: "http://127.0.0.1:9/files/w"))
+            // Taken in part: the retry creates it again, whole.
+            XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 201, headers: ["Location": "w", "Upload-Offset": "1"]))) { error in
+                guard case BackendError.transient = error else { return XCTFail("\(error)") }
+            }
+            // A larger file keeps its mode; so does an empty one (there is nothing to carry).
+            job = self.job(extensions: extensions, size: 10)
+            if !extensions.contains("concatenation") { XCTAssertEqual(backend.openFile(job.files[0], in: job).request?.method, .post) }
+            let empty = self.job(extensions: extensions, size: 0)
+            XCTAssertEqual(backend.openFile(empty.files[0], in: empty).request?.headers["Upload-Length"], "0")
+        }
+        // Without creation-with-upload a small file is created, then PATCHed.
+        let plain = job(extensions: "creation", checksum: nil, size: 3)
+        XCTAssertEqual(backend.openFile(plain.files[0], in: plain).request?.method, .post)
+    }
+
     // MARK: Streams
 
     /// With concatenation and creation-with-upload, a stream's parts are

@@ -17,6 +17,9 @@ struct NetworkArguments: ParsableArguments {
     @Flag(help: "Do not verify the server's TLS certificate (test servers only; prints a warning).")
     var insecure = false
 
+    @Flag(help: "Take HTTP/2 over TLS where the server offers it (default: HTTP/1.1, a connection per request in flight; see Docs/cli.md).")
+    var http2 = false
+
     @Option(help: ArgumentHelp(
         "Send every request through this proxy (http://, https://, socks5://...; a user:password@ in it is never printed), or 'none' to ignore the proxy environment variables (default: http_proxy, HTTPS_PROXY, NO_PROXY... as curl reads them).",
         valueName: "URL|none"))
@@ -45,6 +48,7 @@ struct NetworkArguments: ParsableArguments {
                 throw .invalidInput("--proxy: \(error); or 'none' for no proxy")
             }
         }
+        transport.allowsHTTP2 = http2
         if insecure {
             transport.verifyTLS = false
             Terminal.error("warning: --insecure: the server's TLS certificate is not verified; anyone on the path can read and change this transfer")

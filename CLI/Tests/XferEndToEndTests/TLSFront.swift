@@ -80,12 +80,12 @@ final class TLSFront {
         return (cert, key)
     }
 
-    private static func python() throws -> String {
+    static func python() throws -> String {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin"
         for directory in path.split(separator: ":").map(String.init) + ["/usr/bin"] {
             let candidate = directory + "/python3"
             if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
         }
-        throw XCTSkip("python3 is needed for the HTTPS front")
+        throw XCTSkip("python3 is needed for this test (an HTTPS front or a delay proxy)")
     }
 }

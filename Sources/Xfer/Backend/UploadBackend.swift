@@ -300,12 +300,16 @@ public struct BackendTraits: Sendable, Hashable {
     /// request's latency, not the link; large chunks stay at
     /// `defaultConcurrency`, which bounds what a kill sends again.
     public var smallRequestConcurrency: Int?
-    /// What the built-in protocols other than S3 (64) take for
-    /// `smallRequestConcurrency`: a tree of small files is bound by round
-    /// trips, and 4 or 5 requests at once left `xfer push DIR` at a fifth
-    /// of `curl --parallel --parallel-max 8`'s files/s (Docs/benchmarks.md,
-    /// "Trees"). A kill sends again at most this many small requests.
-    public static let wideSmallRequests = 32
+    /// What the built-in protocols take for `smallRequestConcurrency`: a
+    /// tree of small files is bound by round trips, not by the link. At 4 or
+    /// 5 requests at once `xfer push DIR` made a fifth of
+    /// `curl --parallel --parallel-max 8`'s files/s on loopback; 32 still
+    /// left a 50 ms link at a third of the round-trip floor, since the
+    /// receiver's per-file work (a sync) adds to every turn of the window
+    /// (Docs/benchmarks.md, "Far from the server"). A kill sends again at
+    /// most this many small requests, each at most 1 MiB, streamed from
+    /// the file.
+    public static let wideSmallRequests = 64
     /// Where the credentials go.
     public var authentication: Authentication
     /// Whether a zero-byte file is sent as one empty chunk.

@@ -317,7 +317,9 @@ final class StreamRunner: JobRun {
                 throw .transferFailed("send \(source.name): the server did not take it")
             }
         }
-        if case .fileFinished(_, let finish) = try expect(
+        // An answer that completed the file (`ChunkOutcome.stored(fileURL:)`) leaves nothing to
+        // finish, as for a file of a push.
+        if url == nil, case .fileFinished(_, let finish) = try expect(
             await worker.finishFile(file, record: progress.file, content: content, job: context(progress)))
         {
             switch finish {

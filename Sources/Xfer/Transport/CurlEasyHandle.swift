@@ -107,6 +107,8 @@ final class CurlEasyHandle {
             try set(CURLOPT_CAINFO, caCertificatePath)
         }
         try set(CURLOPT_USERAGENT, options.userAgent)
+        // libcurl's own default would take HTTP/2 over TLS wherever a server offers it.
+        try set(CURLOPT_HTTP_VERSION, Int(options.allowsHTTP2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1))
         switch options.proxy {
         case .environment: break  // curl reads the environment itself
         case .none: try set(CURLOPT_PROXY, "")  // "" is curl's "no proxy, whatever the environment says"

@@ -22,6 +22,14 @@ public struct TransportOptions: Sendable, Hashable {
     public var verifyTLS: Bool = true
     /// A PEM bundle of trusted CAs (CURLOPT_CAINFO); nil uses the system's.
     public var caCertificatePath: String? = nil
+    /// Whether a request over TLS may take HTTP/2 where the server offers it
+    /// (ALPN); plain `http://` is HTTP/1.1 either way. Off by default: every
+    /// request of a host then shares one connection, and a server's HTTP/2
+    /// flow-control window (64 KiB by default in haproxy and SwiftNIO) holds
+    /// each chunk to that much per round trip, where HTTP/1.1 keeps a TCP
+    /// connection per request in flight (Docs/benchmarks.md, "Far from the
+    /// server", measures both).
+    public var allowsHTTP2: Bool = false
     /// Which proxy requests go through: by default the one the environment
     /// names, by libcurl's rules.
     public var proxy: Proxy = .environment
