@@ -21,10 +21,12 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         authentication: .byBackend,
         emptyFileHasOneChunk: true,
         smallRequestConcurrency: BackendTraits.wideSmallRequests,
-        // Blocks go strictly one after another within a file, each waiting a round trip for
-        // its answer: a large file's blocks must be long enough to keep the link busy through
-        // it (32 MiB: 0.95 of a 200 Mbit/s link at 50 ms; 1 MiB blocks reached under half).
-        largeFileChunkSize: 32 << 20)
+        // Blocks go strictly one after another within a file, each waiting a round trip (and
+        // the server's sync) for its answer: a large file's blocks must be long enough to keep
+        // the link busy through it. At 50 ms and 200 Mbit/s, 1 MiB blocks reached under half
+        // the link and 32 MiB ones 0.88 (Docs/benchmarks.md, "Far from the server"). A kill
+        // sends again at most the block in flight.
+        largeFileChunkSize: 64 << 20)
 
     /// The handle the server's sequenceNo-0 answer provides. Secret: it is
     /// what lets anyone write into the upload.

@@ -22,3 +22,23 @@ public let syncFilesystem: @convention(c) (Int32) -> Int32 = {
         return 0
     }
 }()
+
+/// `sync_file_range(SYNC_FILE_RANGE_WRITE)`: starts writing a range of a file to the disk
+/// without waiting for it, so that the sync which later makes it durable waits only for what
+/// is left. Looked up by name as `syncfs` is (Glibc declares it only under _GNU_SOURCE); a
+/// no-op where it is missing. Advice only: the later sync reports any failure.
+public func startWriteback(descriptor: Int32, offset: Int, count: Int) {
+    syncFileRange?(descriptor, Int64(offset), Int64(count), syncFileRangeWrite)
+}
+
+/// SYNC_FILE_RANGE_WRITE in <fcntl.h>.
+private let syncFileRangeWrite: UInt32 = 2
+
+private let syncFileRange: (@convention(c) (Int32, Int64, Int64, UInt32) -> Int32)? = {
+    #if os(Linux)
+    if let symbol = dlsym(nil, "sync_file_range") {
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, Int64, Int64, UInt32) -> Int32).self)
+    }
+    #endif
+    return nil
+}()

@@ -149,6 +149,13 @@ struct BodyWriter {
     /// partial bodies included.
     var counted: (Int) -> Void
 
+    /// A long body's bytes start for the disk every this many bytes as they arrive: the sync that
+    /// makes it durable then waits for at most this much, not for the whole body. A protocol
+    /// that sends one request at a time per file (sequence, ietf, tus in order) waits for that
+    /// sync in every round trip: a 32 MiB block's fdatasync took ~0.15 s here, 1/8 of the
+    /// block's time on a 200 Mbit/s link.
+    static let writebackStep = 4 << 20
+
     /// Streams `body` to `destination` from `offset` and returns once it is checked and, as
     /// `sync` says, durable. `trailer` runs after the last byte passed every check and before the
     /// sync: what must follow the bytes (sequence's closing boundary), its error
@@ -168,6 +175,7 @@ struct BodyWriter {
         var checked = check.map { StreamingDigest($0.algorithm) }
         var hashed = hashing.map { StreamingDigest($0) }
         var written = 0
+        var writtenBack = 0
         var cutBy: (any Error)?
         var iterator = body.makeAsyncIterator()
         while true {
@@ -195,6 +203,10 @@ struct BodyWriter {
                 hashed?.update(bytes)
             }
             written += count
+            if written - writtenBack >= Self.writebackStep {
+                output.startWriteback(offset: offset + writtenBack, count: written - writtenBack)
+                writtenBack = written
+            }
         }
         if cutBy == nil {
             if exactLength, written != limit { throw Failure.tooShort(received: written, expected: limit) }

@@ -1,3 +1,5 @@
+import XferPrimitives
+
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -117,6 +119,13 @@ struct POSIXFile: Sendable {
 
     func sync() throws {
         if fsync(descriptor) != 0 { throw IOError(operation: "fsync", path: path, code: errno) }
+    }
+
+    /// Starts writing `count` bytes from `offset` to the disk without waiting for them
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so that the sync which makes a long body
+    /// durable waits only for its tail. Advice: a failure is left to that sync to report.
+    func startWriteback(offset: Int, count: Int) {
+        XferPrimitives.startWriteback(descriptor: descriptor, offset: offset, count: count)
     }
 
     func size() throws -> Int {
