@@ -12,6 +12,7 @@ have_header isa-l/crc.h || need+=(libisal-dev)
 have_header sqlite3.h || need+=(libsqlite3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v curl >/dev/null || need+=(curl)
+# python3 also runs the tests' link with latency (scripts/delay-proxy.py).
 command -v python3 >/dev/null || need+=(python3)
 # The end-to-end tests run Python servers (moto, a tus server) in virtual environments.
 python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)

@@ -167,6 +167,25 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(seen.filter { if case .finishFile = $0 { return true } else { return false } }.count, 40)
     }
 
+    /// Small chunks go wide only as far as their bytes allow: 4 KiB files fill
+    /// the wide limit, 512 KiB fragments stop at `smallRequestBytes` together.
+    func testSmallChunksInFlightCarryAtMostTheirByteBudget() throws {
+        let budget = Scheduler.Configuration.smallRequestBytes
+        for (size, expected) in [(4096, 64), (512 << 10, budget / (512 << 10)), (1 << 20, budget / (1 << 20))] {
+            var s = scheduler(files: 200, size: 0, concurrency: 4, smallRequestConcurrency: 64)
+            var held = 0, most = 0, mostBytes = 0
+            try drive(&s, records: { self.fileRecord($0, size: Int64(size), chunkSize: size) }, maximumHeld: &held) { _, scheduler in
+                most = max(most, scheduler.inFlight)
+                mostBytes = max(mostBytes, scheduler.smallBytesInFlight)
+                return nil
+            }
+            XCTAssertTrue(s.isFinished)
+            XCTAssertLessThanOrEqual(mostBytes, budget, "\(size)-byte chunks")
+            XCTAssertGreaterThanOrEqual(most, expected, "\(size)-byte chunks go as wide as the budget allows")
+            XCTAssertEqual(s.smallBytesInFlight, 0, "every byte counted out again")
+        }
+    }
+
     func testSequentialOrderKeepsOneChunkOfAFileInFlight() throws {
         var s = scheduler(files: 1, size: 100, concurrency: 4, order: .sequentialWithinFile)
         XCTAssertEqual(s.next(), .loadFile(0))
