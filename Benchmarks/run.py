@@ -1812,6 +1812,7 @@ def bench_far_http2(work, tree, big_file, count, big):
         big_file = work.path("far-h2-big.bin")
         make_random_file(big_file, big)
     runs = {(version, what): [] for version in ("http1.1", "http2") for what in ("tree", "big")}
+    failures = {key: [] for key in runs}
     for rnd in range(ROUNDS):
         for version in ("http1.1", "http2"):
             for what in ("tree", "big"):
@@ -1847,9 +1848,17 @@ backend serve
                     url = proxy.url.replace("http://", "https://")
                     args = [XFER, "push", source, "--backend", "patch", "--to", url, "--cacert", cert,
                             "--state", work.fresh("far-h2-state"), "--json"] + (["--http2"] if version == "http2" else [])
-                    wall, cpu, _, rss, out = timed_cpu(args, work, f"far-{version}-{what}", recv)
-                    if len(completed_event(out)["files"]) != (count if what == "tree" else 1):
-                        raise RuntimeError(f"xfer over {version} reported another number of files")
+                    try:
+                        wall, cpu, _, rss, out = timed_cpu(args, work, f"far-{version}-{what}", recv)
+                        if len(completed_event(out)["files"]) != (count if what == "tree" else 1):
+                            raise RuntimeError(f"xfer over {version} reported another number of files")
+                    except RuntimeError as error:
+                        # This libcurl's HTTP/2 (7.88) crashed once in 22 such runs: counted, not hidden.
+                        if version != "http2":
+                            raise
+                        failures[(version, what)].append(str(error)[-200:])
+                        log(f"  far {version} round {rnd + 1} {what}: FAILED {str(error)[-200:]}")
+                        continue
                 finally:
                     seen = proxy.stop()
                     front.terminate()
@@ -1862,18 +1871,21 @@ backend serve
     for what in ("tree", "big"):
         base = median([r[0] for r in runs[("http1.1", what)]])
         for version in ("http1.1", "http2"):
+            if not runs[(version, what)]:
+                rows.append([what, version, "every run failed", "; ".join(failures[(version, what)]), "-", "-", "-", "-"])
+                continue
             wall = median([r[0] for r in runs[(version, what)]])
             value = f"{count / wall:.0f} files/s" if what == "tree" else f"{big / wall / 1e6:.1f} MB/s ({big / wall / link:.2f} of the link)"
             rows.append([f"{count} files of 4 KiB" if what == "tree" else f"one file of {big // MiB} MiB, {FAR_RATE_MBIT} Mbit/s cap",
                          version + (" (the default)" if version == "http1.1" else " (--http2)"), value,
                          " ".join(f"{r[0]:.2f}" for r in runs[(version, what)]), f"{base / wall:.2f}",
                          f"{median([r[3]['connections'] for r in runs[(version, what)]]):.0f}",
-                         f"{median([r[1] for r in runs[(version, what)]]):.2f}"])
+                         f"{median([r[1] for r in runs[(version, what)]]):.2f}", str(len(failures[(version, what)]))])
     RESULTS["far_http2"] = {
         "title": (f"Far from the server over TLS: HTTP/1.1 against HTTP/2 (patch, its defaults) through haproxy 2.6 "
                   f"(TLS, ALPN h2 and http/1.1, its defaults) before `xfer serve`, behind the same proxy "
                   f"(RTT {rtt * 1000:.0f} ms), {ROUNDS} alternating rounds"),
-        "header": ["job", "HTTP", "speed", "runs (s)", "speed to HTTP/1.1", "connections", "client CPU-s"],
+        "header": ["job", "HTTP", "speed", "runs (s)", "speed to HTTP/1.1", "connections", "client CPU-s", "failed runs"],
         "rows": rows,
     }
 

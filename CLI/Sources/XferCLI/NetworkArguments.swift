@@ -17,7 +17,7 @@ struct NetworkArguments: ParsableArguments {
     @Flag(help: "Do not verify the server's TLS certificate (test servers only; prints a warning).")
     var insecure = false
 
-    @Flag(help: "Take HTTP/2 over TLS where the server offers it (default: HTTP/1.1, a connection per request in flight; see Docs/cli.md).")
+    @Flag(help: "Experimental: take HTTP/2 over TLS where the server offers it (default: HTTP/1.1, a connection per request in flight; see Docs/cli.md; prints a warning).")
     var http2 = false
 
     @Option(help: ArgumentHelp(
@@ -49,6 +49,10 @@ struct NetworkArguments: ParsableArguments {
             }
         }
         transport.allowsHTTP2 = http2
+        if http2 {
+            Terminal.error(
+                "warning: --http2 is experimental: far from the server it measured 4.5 times slower for a large file, and this libcurl's HTTP/2 uploads can spin a core (fixed in curl 8.0)")
+        }
         if insecure {
             transport.verifyTLS = false
             Terminal.error("warning: --insecure: the server's TLS certificate is not verified; anyone on the path can read and change this transfer")
