@@ -42,7 +42,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         smallRequestConcurrency: BackendTraits.wideSmallRequests,
         // One append at a time per file, as the draft orders: each waits a round trip for its
         // answer, so a large file's appends must be long enough to keep the link busy through
-        // it (64 MiB: 0.96 of a 200 Mbit/s link at 50 ms; 8 MiB reached 0.8). A kill loses
+        // it (64 MiB: 0.94 of a 200 Mbit/s link at 50 ms; 8 MiB reached 0.8). A kill loses
         // none of an append: the resume asks the server's offset.
         largeFileChunkSize: 64 << 20)
 
