@@ -125,7 +125,7 @@ import XferTestSupport
         } catch let error as TransportError {
             failure = error
         }
-        guard case .localFile(.fileChanged(let changed, _)) = failure else {
+        guard case .localFile(let fileError) = failure, fileError.kind == .fileChanged, let changed = fileError.path else {
             Issue.record("expected the file's change, got \(failure)")
             return
         }

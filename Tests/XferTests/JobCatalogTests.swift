@@ -135,7 +135,7 @@ final class JobCatalogTests: XCTestCase {
                 _ = try await engine.cancelJob(id)
                 XCTFail("cancelling a running job must fail")
             } catch {
-                guard case .jobLocked = error else { return XCTFail("\(error)") }
+                guard error.kind == .jobLocked else { return XCTFail("\(error)") }
             }
             withExtendedLifetime(lock) {}
         }
@@ -158,7 +158,7 @@ final class JobCatalogTests: XCTestCase {
         }
         for unknown in ["0", "xyz", "", "abc00000000000019"] {
             XCTAssertThrowsError(try engine.jobID(matching: unknown)) { error in
-                guard case XferError.unknownJob = error else { return XCTFail("\(unknown): \(error)") }
+                guard (error as? XferError)?.kind == .unknownJob else { return XCTFail("\(unknown): \(error)") }
             }
         }
     }
@@ -357,7 +357,7 @@ final class JobCatalogTests: XCTestCase {
 extension XferError {
     /// Bad usage or input (the CLI's exit 2).
     var isBadInput: Bool {
-        switch self {
+        switch kind {
         case .invalidInput, .fileChanged, .unknownJob: return true
         default: return false
         }

@@ -167,7 +167,7 @@ final class PathGlobTests: XCTestCase {
         ]
         for (pattern, message) in cases {
             XCTAssertThrowsError(try PathGlob(pattern), pattern) { error in
-                guard case .invalidInput(let text, _) = error as? XferError else { return XCTFail("\(error)") }
+                guard let error = error as? XferError, error.kind == .invalidInput, case let text = error.message else { return XCTFail("\(error)") }
                 XCTAssertTrue(text.contains(message), "\(pattern): \(text)")
                 XCTAssertFalse(text.contains("\n"), text)
             }

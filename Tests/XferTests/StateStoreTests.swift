@@ -447,7 +447,7 @@ final class StateStoreTests: XCTestCase {
         }
         let before = try Data(contentsOf: URL(fileURLWithPath: dataFile(dir.path)))
         XCTAssertThrowsError(try StateStore(directory: dir.path)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("layout 4"), message)
             XCTAssertTrue(message.contains("a newer xfer"), message)
             XCTAssertTrue(message.contains("layout 3"), message)
@@ -472,7 +472,7 @@ final class StateStoreTests: XCTestCase {
         }
         let before = try Data(contentsOf: URL(fileURLWithPath: dataFile(dir.path)))
         XCTAssertThrowsError(try StateStore(directory: dir.path)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("layout 4") && message.contains("a newer xfer"), message)
         }
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: dataFile(dir.path))), before, "the store is left as it was")
@@ -491,7 +491,7 @@ final class StateStoreTests: XCTestCase {
         }
         let before = try Data(contentsOf: URL(fileURLWithPath: dataFile(dir.path)))
         XCTAssertThrowsError(try StateStore(directory: dir.path)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("layout 0"), message)
             XCTAssertTrue(message.contains("an older xfer"), message)
             XCTAssertTrue(message.contains("layout 3"), message)
@@ -731,7 +731,7 @@ final class StateStoreTests: XCTestCase {
             try env.write { txn in try txn.put(jobs, Array("00000000000000c3".utf8), Array("{\"id\":".utf8)) }
         }
         XCTAssertThrowsError(try StateStore(directory: dir.path)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("00000000000000c3"), message)
         }
         let env = try rawEnvironment(dir.path)
@@ -776,11 +776,11 @@ final class StateStoreTests: XCTestCase {
         }
         let store = try StateStore(directory: dir.path)
         XCTAssertThrowsError(try store.doneChunks(job: job.id, file: 0, capacity: 10)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("fails its checksum"), message)
         }
         XCTAssertThrowsError(try store.file(job: job.id, index: 0)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("fails its checksum"), message)
         }
     }
@@ -803,7 +803,7 @@ final class StateStoreTests: XCTestCase {
         }
         let store = try StateStore(directory: dir.path)
         XCTAssertThrowsError(try store.file(job: job.id, index: 0)) { error in
-            guard case XferError.stateUnavailable(let message, _) = error else { return XCTFail("\(error)") }
+            guard let error = error as? XferError, error.kind == .stateUnavailable, let message = error.reason else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("unreadable"), message)
         }
     }
@@ -819,11 +819,11 @@ final class StateStoreTests: XCTestCase {
             let blocker = dir.file("file")
             _ = FileManager.default.createFile(atPath: blocker, contents: Data("x".utf8))
             XCTAssertThrowsError(try StateStore(directory: blocker + "/state")) { error in
-                guard case .stateUnavailable? = error as? XferError else { return XCTFail("\(error)") }
+                guard (error as? XferError)?.kind == .stateUnavailable else { return XCTFail("\(error)") }
             }
         } else {
             XCTAssertThrowsError(try StateStore(directory: readOnly + "/state")) { error in
-                guard case .stateUnavailable? = error as? XferError else { return XCTFail("\(error)") }
+                guard (error as? XferError)?.kind == .stateUnavailable else { return XCTFail("\(error)") }
             }
         }
     }

@@ -40,7 +40,7 @@ import XferPrimitives
             try await Worker.verify(.completed(url: "u", crc32c: Self.crc), of: "a.bin", against: running)
             Issue.record("a CRC-32C of other bytes passed")
         } catch {
-            guard case .verificationFailed(let message, _) = error else { Issue.record("\(error)"); return }
+            guard error.kind == .verificationFailed, let message = error.reason else { Issue.record("\(error)"); return }
             #expect(message.contains("CRC-32C of a.bin"))
         }
     }

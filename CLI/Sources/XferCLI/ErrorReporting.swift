@@ -1,28 +1,18 @@
 import Xfer
 
-/// The CLI's exit codes (Docs/cli.md). They are the CLI's, not the library's:
-/// a program using the library decides what each error means to it.
+/// The CLI's exit codes (Docs/cli.md): the library's conventional ones
+/// (`XferError.Kind.exitCode`), named where the CLI ends without an error.
 enum ExitStatus {
     static let success: Int32 = 0
-    static let transferFailed: Int32 = 1
-    static let badInput: Int32 = 2
-    static let stateUnusable: Int32 = 3
-    static let interrupted: Int32 = 130
+    static let transferFailed = XferError.Kind.transferFailed.exitCode
+    static let badInput = XferError.Kind.invalidInput.exitCode
+    static let stateUnusable = XferError.Kind.stateUnavailable.exitCode
+    static let interrupted = XferError.Kind.interrupted.exitCode
 }
 
-/// How the CLI reports a library error: its exit code, and one line that
-/// says what happened and what to type about it.
+/// How the CLI reports a library error: one line that says what happened
+/// and what to type about it (its exit code is the library's `exitCode`).
 extension XferError {
-    /// The exit code the CLI ends with on this error.
-    var exitCode: Int32 {
-        switch self {
-        case .invalidInput, .fileChanged, .unknownJob: return ExitStatus.badInput
-        case .stateUnavailable, .jobLocked: return ExitStatus.stateUnusable
-        case .transferFailed, .verificationFailed, .fileUnreadable: return ExitStatus.transferFailed
-        case .interrupted: return ExitStatus.interrupted
-        }
-    }
-
     /// The error's message and its remedy, in the CLI's own terms.
     var line: String {
         guard let remedy else { return message }

@@ -14,16 +14,16 @@ enum EventJSON {
         switch event {
         case .completed(let report):
             return completed(report, job: job)
-        case .chunkStored(let file, let chunk, let bytes, let done, let total) where job == nil:
+        case .chunkStored(let stored) where job == nil:
             // The two lines of every small file, written directly (the member
             // order `JSONValue` sorts into): through a dictionary they were
             // 3 % of a small-file push's CPU.
-            return "{\"bytes\":\(bytes),\"chunk\":\(chunk),\"doneBytes\":\(done),\"event\":\"chunk\",\"file\":\(file),\"totalBytes\":\(total)}"
-        case .fileCompleted(let file, let path, let url) where job == nil:
-            var out = "{\"event\":\"fileCompleted\",\"file\":\(file),\"path\":"
-            JSONValue.writeString(path, into: &out)
+            return "{\"bytes\":\(stored.bytes),\"chunk\":\(stored.chunk),\"doneBytes\":\(stored.doneBytes),\"event\":\"chunk\",\"file\":\(stored.file),\"totalBytes\":\(stored.totalBytes)}"
+        case .fileCompleted(let completed) where job == nil:
+            var out = "{\"event\":\"fileCompleted\",\"file\":\(completed.file),\"path\":"
+            JSONValue.writeString(completed.path, into: &out)
             out += ",\"url\":"
-            JSONValue.writeString(url, into: &out)
+            JSONValue.writeString(completed.url, into: &out)
             out += "}"
             return out
         default:
@@ -76,28 +76,31 @@ enum EventJSON {
 
     private static func members(for event: TransferEvent) -> [String: JSONValue]? {
         switch event {
-        case .started(let job, let total, let done, let files, let doneFiles, let resumed):
-            return ["event": .string("started"), "job": .string(job.rawValue), "totalBytes": .int(total),
-                    "doneBytes": .int(done), "totalFiles": .int(files), "doneFiles": .int(doneFiles), "resumed": .bool(resumed)]
-        case .fileSkipped(let path, let reason):
-            return ["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)]
-        case .fileFailed(let file, let path, let reason):
-            return ["event": .string("fileFailed"), "file": .int(file), "path": .string(path), "reason": .string(reason)]
-        case .reconciled(let file, let chunks, let done):
-            return ["event": .string("reconciled"), "file": .int(file), "chunksOnServer": .int(chunks), "doneBytes": .int(done)]
-        case .chunkStored(let file, let chunk, let bytes, let done, let total):
-            return ["event": .string("chunk"), "file": .int(file), "chunk": .int(chunk), "bytes": .int(bytes),
-                    "doneBytes": .int(done), "totalBytes": .int(total)]
-        case .retrying(let operation, let attempt, let delay, let reason):
-            let seconds = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
-            return ["event": .string("retry"), "operation": .string(operation), "attempt": .int(attempt),
-                    "delaySeconds": .number(seconds), "reason": .string(reason)]
-        case .resending(let file, let chunks, let reason):
-            return ["event": .string("resending"), "file": .int(file), "chunks": .int(chunks), "reason": .string(reason)]
-        case .fileCompleted(let file, let path, let url):
-            return ["event": .string("fileCompleted"), "file": .int(file), "path": .string(path), "url": .string(url)]
-        case .paused(let job):
-            return ["event": .string("paused"), "job": .string(job.rawValue)]
+        case .started(let started):
+            return ["event": .string("started"), "job": .string(started.job.rawValue), "totalBytes": .int(started.totalBytes),
+                    "doneBytes": .int(started.doneBytes), "totalFiles": .int(started.files), "doneFiles": .int(started.doneFiles),
+                    "resumed": .bool(started.resumed)]
+        case .fileSkipped(let skipped):
+            return ["event": .string("fileSkipped"), "path": .string(skipped.path), "reason": .string(skipped.reason.line)]
+        case .fileFailed(let failed):
+            return ["event": .string("fileFailed"), "file": .int(failed.file), "path": .string(failed.path), "reason": .string(failed.reason)]
+        case .reconciled(let reconciled):
+            return ["event": .string("reconciled"), "file": .int(reconciled.file), "chunksOnServer": .int(reconciled.chunksOnServer),
+                    "doneBytes": .int(reconciled.doneBytes)]
+        case .chunkStored(let stored):
+            return ["event": .string("chunk"), "file": .int(stored.file), "chunk": .int(stored.chunk), "bytes": .int(stored.bytes),
+                    "doneBytes": .int(stored.doneBytes), "totalBytes": .int(stored.totalBytes)]
+        case .retrying(let retry):
+            let seconds = Double(retry.delay.components.seconds) + Double(retry.delay.components.attoseconds) / 1e18
+            return ["event": .string("retry"), "operation": .string(retry.operation), "attempt": .int(retry.attempt),
+                    "delaySeconds": .number(seconds), "reason": .string(retry.reason)]
+        case .resending(let resend):
+            return ["event": .string("resending"), "file": .int(resend.file), "chunks": .int(resend.chunks), "reason": .string(resend.reason)]
+        case .fileCompleted(let completed):
+            return ["event": .string("fileCompleted"), "file": .int(completed.file), "path": .string(completed.path),
+                    "url": .string(completed.url)]
+        case .paused(let paused):
+            return ["event": .string("paused"), "job": .string(paused.job.rawValue)]
         case .requestFinished:
             // Not part of the NDJSON stream: a line per request would double
             // it for every script that reads it; --verbose prints them on stderr.

@@ -102,7 +102,7 @@ struct ResumeCommand: AsyncParsableCommand {
             }
         } catch {
             var error = error
-            if case .invalidInput = error, let summary = try? engine.details(of: id).summary,
+            if error.kind == .invalidInput, let summary = try? engine.details(of: id).summary,
                 !BuiltInBackend.isBuiltIn(summary.backend)
             {
                 error = .invalidInput(

@@ -24,7 +24,7 @@ enum JobWatcher {
             // job's one-line error already names it.
             var files = 0
             for await event in job.events {
-                if case .started(_, _, _, let count, _, _) = event { files = count }
+                if case .started(let started) = event { files = started.files }
                 if json {
                     if case .completed(let report) = event {
                         EventJSON.completed(report, job: tag) { Terminal.write($0) }
@@ -36,10 +36,10 @@ enum JobWatcher {
                 // One line each, also when stderr is a log: these are what a person must act on.
                 let message: String?
                 switch event {
-                case .fileSkipped(let path, let reason) where !json && !output.quiet:
-                    message = "skipping \(path): \(reason.line)"
-                case .fileFailed(_, let path, let reason) where !json && files > 1:
-                    message = "failed \(path): \(reason)"
+                case .fileSkipped(let skipped) where !json && !output.quiet:
+                    message = "skipping \(skipped.path): \(skipped.reason.line)"
+                case .fileFailed(let failed) where !json && files > 1:
+                    message = "failed \(failed.path): \(failed.reason)"
                 case .requestFinished(let summary) where output.verbose:
                     message = ProgressText.request(summary)
                 default:

@@ -17,27 +17,27 @@ struct ProgressTally: Sendable {
     /// Takes in `event`; false when it changes nothing shown.
     mutating func apply(_ event: TransferEvent) -> Bool {
         switch event {
-        case .started(_, let totalBytes, let doneBytes, let fileCount, let filesDone, _):
-            total = totalBytes
-            done = doneBytes
-            startDone = doneBytes
-            files = fileCount
-            doneFiles = filesDone
+        case .started(let started):
+            total = started.totalBytes
+            done = started.doneBytes
+            startDone = started.doneBytes
+            files = started.files
+            doneFiles = started.doneFiles
         case .fileCompleted:
             doneFiles += 1
         case .fileFailed:
             failedFiles += 1
-        case .reconciled(_, _, let doneBytes):
-            done = doneBytes
-            startDone = doneBytes
-        case .chunkStored(_, _, let bytes, let doneBytes, let totalBytes):
+        case .reconciled(let reconciled):
+            done = reconciled.doneBytes
+            startDone = reconciled.doneBytes
+        case .chunkStored(let stored):
             // A file that changed since the last run is sent anew: the engine's total takes its
             // new size, and what it had done of the old bytes is no longer done, nor part of
             // what this run sent (the done bytes before this chunk are then below those shown).
-            let before = doneBytes - Int64(bytes)
+            let before = stored.doneBytes - Int64(stored.bytes)
             if before < done { startDone = max(0, startDone - (done - before)) }
-            done = doneBytes
-            total = totalBytes
+            done = stored.doneBytes
+            total = stored.totalBytes
         case .completed(let report):
             completed = true
             // A stream's length is known once it ended.

@@ -273,7 +273,7 @@ struct UploadAbort {
             }
             return true
         } catch {
-            if case .interrupted = error { throw error }
+            if error.kind == .interrupted { throw error }
             let message = UploadText.message(error)
             Terminal.error(message)
             if command.json { report(upload, owner: owner, result: "failed", text: "", message: message) }
@@ -327,7 +327,7 @@ enum UploadText {
     /// An error's message alone: no job's state is kept or resumed here, so
     /// neither a remedy nor "transfer failed" (the request says what failed).
     static func message(_ error: XferError) -> String {
-        if case .transferFailed(let message, _) = error { return message }
+        if error.kind == .transferFailed, let message = error.reason { return message }
         return error.message
     }
 

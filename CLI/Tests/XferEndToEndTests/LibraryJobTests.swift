@@ -44,20 +44,21 @@ final class LibraryJobTests: XCTestCase {
         let report = try await job.report
 
         XCTAssertEqual(stateWhilePaused, .running, "a paused job keeps its lock")
-        let paused = try XCTUnwrap(events.firstIndex(of: .paused(job: job.id)), "no paused event")
-        XCTAssertEqual(events.filter { $0 == .paused(job: job.id) }.count, 1)
+        let paused = try XCTUnwrap(events.firstIndex(of: .paused(.init(job: job.id))), "no paused event")
+        XCTAssertEqual(events.filter { $0 == .paused(.init(job: job.id)) }.count, 1)
         // Progress never runs ahead of what is committed. (It may lag: an
         // acknowledgement committed as the pause cancelled its neighbour is
         // not reported by the stopping run, but the next run starts from it.)
         let lastBefore = try XCTUnwrap(events[..<paused].compactMap { event -> Int64? in
-            if case .chunkStored(_, _, _, let done, _) = event { return done }
+            if case .chunkStored(let stored) = event { return stored.doneBytes }
             return nil
         }.last)
         XCTAssertLessThanOrEqual(lastBefore, try XCTUnwrap(committedAtPause))
         // Nothing happens between the pause and the resumed run's start.
-        guard case .started(let id, let total, let done, _, _, let resumed) = events[paused + 1] else {
+        guard case .started(let started) = events[paused + 1] else {
             return XCTFail("after .paused came \(events[paused + 1])")
         }
+        let (id, total, done, resumed) = (started.job, started.totalBytes, started.doneBytes, started.resumed)
         XCTAssertEqual(id, job.id)
         XCTAssertEqual(total, 8 << 20)
         XCTAssertEqual(done, committedAtPause)
@@ -91,7 +92,8 @@ final class LibraryJobTests: XCTestCase {
         XCTAssertEqual(first.report.bytesSent, 500_000)
 
         let again = try await push()
-        guard case .started(_, let total, let done, _, _, let resumed)? = again.started else { return XCTFail("\(String(describing: again.started))") }
+        guard case .started(let started)? = again.started else { return XCTFail("\(String(describing: again.started))") }
+        let (total, done, resumed) = (started.totalBytes, started.doneBytes, started.resumed)
         XCTAssertTrue(resumed)
         XCTAssertEqual(done, total, "everything is on the server already")
         XCTAssertEqual(again.report.bytesSent, 0)
@@ -143,7 +145,8 @@ final class LibraryJobTests: XCTestCase {
         var started: TransferEvent?
         for await event in resumed.events where started == nil { started = event }
         let report = try await resumed.report
-        guard case .started(_, _, let done, _, _, true)? = started else { return XCTFail("\(String(describing: started))") }
+        guard case .started(let run)? = started, run.resumed else { return XCTFail("\(String(describing: started))") }
+        let done = run.doneBytes
         XCTAssertEqual(done, listed.doneBytes, "the resumed run starts from what was committed")
         XCTAssertEqual(try downloadSHA256(report.files[0].url, into: work), try sha256sum(file))
         XCTAssertEqual(try engine.jobs(includingCompleted: true).first { $0.id == job.id }?.state, .completed)
@@ -163,7 +166,7 @@ final class LibraryJobTests: XCTestCase {
         XCTAssertEqual(try downloadSHA256(report.files[0].url, into: work), try sha256sum(file))
         var events: [TransferEvent] = []
         for await event in job.events { events.append(event) }
-        XCTAssertEqual(events.filter { $0 == .paused(job: job.id) }.count, 1)
+        XCTAssertEqual(events.filter { $0 == .paused(.init(job: job.id)) }.count, 1)
         XCTAssertEqual(events.last, .completed(report))
     }
 }

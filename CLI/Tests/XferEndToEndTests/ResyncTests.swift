@@ -58,7 +58,8 @@ final class ResyncTests: XCTestCase {
             [file], to: server.url, using: LosesOneAnswer(chunk: 5), options: TransferOptions(chunkSize: 64 << 10, concurrency: 3))
         var reconciledMidRun = false
         for await event in job.events {
-            if case .reconciled(_, let onServer, _) = event {
+            if case .reconciled(let reconciled) = event {
+                let onServer = reconciled.chunksOnServer
                 reconciledMidRun = true
                 XCTAssertTrue(onServer >= 6, "the server holds chunks 1-6 by then, not \(onServer)")
             }

@@ -157,7 +157,7 @@ final class S3PushTests: XCTestCase {
         let job = try await engine.resume(JobID(rawValue: try jobID()), using: [backend])
         var onServer: Int?
         for await event in job.events {
-            if case .reconciled(_, let chunks, _) = event { onServer = chunks }
+            if case .reconciled(let reconciled) = event { onServer = reconciled.chunksOnServer }
         }
         let report = try await job.report
         XCTAssertEqual(onServer, held.parts)

@@ -283,6 +283,8 @@ public struct BackendTraits: Sendable, Hashable {
         case authorizationHeader
         /// The backend places them itself (a form field, a signature).
         case byBackend
+        /// The server takes no credentials: the engine adds none.
+        case none
     }
 
     /// The chunk size when the user names none.
@@ -499,25 +501,71 @@ extension Reconciliation: Equatable where Cursor: Equatable {}
 extension Reconciliation: Hashable where Cursor: Hashable {}
 
 /// The answer to `uploadChunk`.
+///
+/// A case's value has named fields, so one can be added without breaking a
+/// backend's tests that read it: build answers with `.stored(receipt:fileURL:)`,
+/// read them with `case .stored(let stored)` and `stored.receipt`.
 public enum ChunkOutcome: Sendable, Hashable {
-    /// The server stored the chunk. `receipt` is kept for `finishFile`
-    /// (e.g. an ETag); `fileURL` is set when this answer also completes the
-    /// file (the protocol has no separate finish call).
-    case stored(receipt: String? = nil, fileURL: String? = nil)
+    /// The server stored the chunk.
+    case stored(Stored)
     /// The server expects chunk `next` (0-based) instead: every chunk
     /// before it is on the server, none from it on.
     case resync(next: Int)
+
+    /// What the server said of a chunk it stored.
+    public struct Stored: Sendable, Hashable {
+        /// Kept for `finishFile` (e.g. an ETag).
+        public var receipt: String?
+        /// Set when this answer also completes the file (the protocol has
+        /// no separate finish call).
+        public var fileURL: String?
+
+        public init(receipt: String? = nil, fileURL: String? = nil) {
+            self.receipt = receipt
+            self.fileURL = fileURL
+        }
+    }
+
+    /// The server stored the chunk; `receipt` is kept for `finishFile`,
+    /// `fileURL` completes the file.
+    public static func stored(receipt: String? = nil, fileURL: String? = nil) -> ChunkOutcome {
+        .stored(Stored(receipt: receipt, fileURL: fileURL))
+    }
 }
 
 /// The answer to `finishFile`.
+///
+/// A case's value has named fields (see `ChunkOutcome`): build answers with
+/// `.completed(url:sha256:crc32c:)`, read them with `case .completed(let completion)`.
 public enum FileFinish: Sendable, Hashable {
-    /// The file is complete. When the server reports its SHA-256 (hex) or
-    /// its CRC-32C, the engine checks it against the local file (the
-    /// SHA-256 fed as the chunks were read, see `SHA256Reporting`; the
-    /// CRC-32C by one read of the file, at ISA-L's speed).
-    case completed(url: String, sha256: String? = nil, crc32c: UInt32? = nil)
+    /// The file is complete.
+    case completed(Completion)
     /// The server lacks these chunks (0-based indexes); they are sent again.
     case missing([Int])
+
+    /// A file the server calls complete. When it reports the file's SHA-256
+    /// (hex) or CRC-32C, the engine checks it against the local file (the
+    /// SHA-256 fed as the chunks were read, see `SHA256Reporting`; the
+    /// CRC-32C by one read of the file, at ISA-L's speed).
+    public struct Completion: Sendable, Hashable {
+        /// Where the server keeps the file.
+        public var url: String
+        /// The server's SHA-256 of it, lowercase hex.
+        public var sha256: String?
+        /// The server's CRC-32C of it.
+        public var crc32c: UInt32?
+
+        public init(url: String, sha256: String? = nil, crc32c: UInt32? = nil) {
+            self.url = url
+            self.sha256 = sha256
+            self.crc32c = crc32c
+        }
+    }
+
+    /// The file is complete at `url`, with the digests the server reported.
+    public static func completed(url: String, sha256: String? = nil, crc32c: UInt32? = nil) -> FileFinish {
+        .completed(Completion(url: url, sha256: sha256, crc32c: crc32c))
+    }
 }
 
 /// The answer to `finishJob`.

@@ -368,8 +368,8 @@ struct DownloadWorker: Sendable {
             return .uploadUnknown(file: file, work: work, message: message)
         case StepError.outOfSync(let message):
             return .uploadUnknown(file: file, work: work, message: message)
-        case StepError.failed(.fileUnreadable(_, let reason)):
-            return .fileFailed(file: file, work: work, reason: reason)
+        case StepError.failed(let error) where error.kind == .fileUnreadable:
+            return .fileFailed(file: file, work: work, reason: error.reason ?? error.message)
         case StepError.failed(let error):
             return .failed(work, error)
         case let error as XferError:

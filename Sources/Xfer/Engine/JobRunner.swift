@@ -108,7 +108,7 @@ final class JobRunner: JobRun {
             let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
             return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), FileOnDisk(local: local, hash: hash))
         } catch {
-            guard case .fileUnreadable(_, let why) = error else { return (.failed(.loadFile(index), error), nil) }
+            guard error.kind == .fileUnreadable, let why = error.reason else { return (.failed(.loadFile(index), error), nil) }
             return (.loadFailed(file: index, record: record, reason: "cannot be read (\(why))"), nil)
         }
     }

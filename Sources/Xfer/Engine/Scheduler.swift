@@ -459,8 +459,8 @@ struct Scheduler {
             case nil:
                 files[index] = file
                 complete(index, effects: &effects)
-            case .completed(let url, _, _)?:
-                file.record.url = url
+            case .completed(let completion)?:
+                file.record.url = completion.url
                 files[index] = file
                 complete(index, effects: &effects)
             case .missing(let chunks)?:

@@ -111,7 +111,8 @@ extension Worker {
     /// Checks a completion's reported digests against the bytes sent: the
     /// one check of `FileFinish.completed` for files and streams alike.
     static func verify(_ finish: FileFinish?, of path: String, against sent: some SentDigests) async throws(XferError) {
-        guard case .completed(_, let reported, let reportedCRC) = finish else { return }
+        guard case .completed(let completion) = finish else { return }
+        let (reported, reportedCRC) = (completion.sha256, completion.crc32c)
         if let reportedCRC {
             let crc = try await sent.crc32c()
             guard crc == reportedCRC else {

@@ -281,11 +281,11 @@ final class StreamRunner: JobRun {
         let finished = try await worker.send("complete the upload of \(source.name)", in: context(progress)) {
             () throws(BackendError) in try backend.finishStream(fileContext(progress), receipts: receipts, in: context(progress))
         }
-        guard case .completed(let url, _, _)? = finished else {
+        guard case .completed(let completion)? = finished else {
             throw .transferFailed("the server did not complete the upload of \(source.name) (the '\(backend.name)' backend answered \(finished.map { "\($0)" } ?? "nothing"))")
         }
         try await Worker.verify(finished, of: source.description, against: digests)
-        return url
+        return completion.url
     }
 
     /// A stream no longer than one part, as a file of that length: the
@@ -323,7 +323,7 @@ final class StreamRunner: JobRun {
             await worker.finishFile(file, record: progress.file, content: content, job: context(progress)))
         {
             switch finish {
-            case .completed(let completedURL, _, _)?: url = completedURL
+            case .completed(let completion)?: url = completion.url
             case .missing?: throw .transferFailed("the server lost part of \(source.name) before completing it")
             case nil: break
             }
@@ -347,10 +347,10 @@ final class StreamRunner: JobRun {
 
     /// The part's receipt once the server acknowledged it.
     private func acknowledged(_ sent: ChunkOutcome?, operation: String) throws(XferError) -> String? {
-        guard case .stored(let receipt, _)? = sent else {
+        guard case .stored(let stored)? = sent else {
             throw .transferFailed("\(operation): the server did not take it (a part of a stream cannot be sent again later)")
         }
-        return receipt
+        return stored.receipt
     }
 
     /// Fails a stream that runs past, or ends short of, the size it was said to have.

@@ -146,7 +146,8 @@ struct Worker: Sendable {
             }
             guard let outcome = exchanged else { return .failed(work, .transferFailed("no chunk request")) }
             switch outcome {
-            case .stored(let receipt, let url):
+            case .stored(let stored):
+                let (receipt, url) = (stored.receipt, stored.fileURL)
                 let changes = StepRecords.chunkStored(
                     job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: receipt, url: url,
                     commitsAcknowledgement: commitsAcknowledgement)
@@ -187,9 +188,9 @@ struct Worker: Sendable {
                     try finishing.finishFile(file, in: job)
                 }
             }
-            if case .completed(let url, _, _) = finish {
+            if case .completed(let completion) = finish {
                 try await Self.verify(finish, of: record.path, against: content)
-                try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: url))
+                try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: completion.url))
             }
             return .fileFinished(file: index, finish)
         } catch {
@@ -311,11 +312,11 @@ struct Worker: Sendable {
     /// file only; everything else stops the job.
     private func classify(_ work: Work, file: Int?, _ error: XferError) -> WorkResult {
         guard let file else { return .failed(work, error) }
-        switch error {
-        case .fileChanged(_, let detail):
-            return .fileFailed(file: file, work: work, reason: "it changed during the push (\(detail))")
-        case .fileUnreadable(_, let reason):
-            return .fileFailed(file: file, work: work, reason: "cannot be read (\(reason))")
+        switch error.kind {
+        case .fileChanged:
+            return .fileFailed(file: file, work: work, reason: "it changed during the push (\(error.reason ?? error.message))")
+        case .fileUnreadable:
+            return .fileFailed(file: file, work: work, reason: "cannot be read (\(error.reason ?? error.message))")
         default:
             return .failed(work, error)
         }

@@ -23,10 +23,10 @@ struct UploadCommand {
                 arguments.files, to: arguments.target, using: CWBackend(bizID: arguments.bizID), options: options)
             for await event in job.events {
                 switch event {
-                case .started(let id, let total, let done, _, _, let resumed):
-                    say("started \(id) \(done)/\(total) \(resumed ? "resumed" : "new")")
-                case .chunkStored(_, _, _, let done, let total):
-                    say("chunk \(done)/\(total)")
+                case .started(let started):
+                    say("started \(started.job) \(started.doneBytes)/\(started.totalBytes) \(started.resumed ? "resumed" : "new")")
+                case .chunkStored(let stored):
+                    say("chunk \(stored.doneBytes)/\(stored.totalBytes)")
                 case .paused:
                     say("paused")
                 case .completed(let report):
@@ -39,8 +39,9 @@ struct UploadCommand {
             exit(0)
         } catch {
             FileHandle.standardError.write(Data("failed \(error.description)\n".utf8))
-            // The program's own codes: interrupted (its state is saved), or failed.
-            exit(error == .interrupted ? 130 : 1)
+            // The library's conventional codes: 130 interrupted (its state
+            // is saved), 2 bad input, 1 a failed transfer, ...
+            exit(error.exitCode)
         }
     }
 
