@@ -10,13 +10,17 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all deps python-tools build release man test test-objectstore test-package test-pull-prefix torture demo bench clean install install-files uninstall
+.PHONY: all build-deps deps python-tools build release man test api-check test-objectstore test-package test-pull-prefix torture demo bench clean install install-files uninstall
 
 all: build
 
-# Installs only what is missing, so a machine that has everything is not touched.
+# Installs only what is missing, so a machine that has everything is not touched:
+# `build-deps` what building xfer and `make demo` need, `deps` also what the tests run against.
+build-deps:
+	@./scripts/install-deps.sh build
+
 deps:
-	@./scripts/install-deps.sh
+	@./scripts/install-deps.sh test
 
 # The Python servers and clients the end-to-end tests talk to (.tools/, from PyPI).
 python-tools: deps
@@ -27,7 +31,7 @@ build: deps
 	$(SWIFT) build $(CLI)
 	$(SWIFT) build $(RECEIVER)
 
-release: deps
+release: build-deps
 	$(SWIFT) build $(CLI) -c release --product xfer
 
 # The man page, made from the command's own help by swift-argument-parser's
@@ -116,6 +120,12 @@ torture: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_TORTURE_TRIALS=$(TRIALS) XFER_TORTURE_KILLS=$(KILLS) XFER_TORTURE_FAULTS='$(FAULTS)' XFER_TORTURE_SEED=$(SEED) \
 		$(SWIFT) test $(CLI) --skip-build --filter TortureTests
+
+# The public API of the engine's library products against the last release tag
+# (N.N.N): fails on a break not named in api-breakage-allowlist.txt (~5 min: it
+# builds the tag's package; Docs/backend-guide.md, "Versions"). .ci/run runs it after `make test`.
+api-check: deps
+	SWIFT="$(SWIFT)" API_SCRATCH=CLI/.build ./scripts/api-check.sh
 
 # Pushes a 256 MiB file to a local `xfer serve`, kills the push with SIGKILL
 # half way, resumes it, and checks the SHA-256 of what the receiver serves.

@@ -79,6 +79,12 @@ let package = Package(
         .executableTarget(
             name: "CWUpload", dependencies: ["Xfer", "CWBackend"], path: "Examples/CustomBackend/Sources/CWUpload"),
 
+        // The example backend's own tests, with the testing product alone: the
+        // guide's section 6 shows them word for word (BackendGuideTests).
+        .testTarget(
+            name: "CWBackendTests", dependencies: ["CWBackend", "Xfer", "XferBackendTesting"],
+            path: "Examples/CustomBackend/Tests/CWBackendTests"),
+
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
         .testTarget(
             name: "XferTests",

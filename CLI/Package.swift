@@ -35,6 +35,7 @@ let package = Package(
             name: "XferCLI",
             dependencies: [
                 .product(name: "Xfer", package: engine),
+                .product(name: "XferPrimitives", package: engine),
                 .product(name: "XferPatch", package: engine),
                 .product(name: "XferMultipart", package: engine),
                 .product(name: "XferSequence", package: engine),

@@ -1,36 +1,51 @@
 #!/usr/bin/env bash
-# Installs the system packages xfer builds and tests with, if missing.
+# Installs the system packages xfer needs, if missing, for one purpose:
+#   install-deps.sh build   what building the engine and `xfer` needs (and `make demo`
+#                           runs: a push to a local `xfer serve`, killed and resumed)
+#   install-deps.sh test    that and what `make test` runs against: Ceph, haproxy,
+#                           tinyproxy, SQLite (the store benchmark), Python's venv...
 # Checks what is actually needed (headers, commands), so a machine that has
 # them from elsewhere is left alone.
 set -euo pipefail
+purpose="${1:-test}"
+case "$purpose" in build|test) ;; *) echo "usage: install-deps.sh build|test" >&2; exit 2 ;; esac
 
 need=()
 have_header() { [ -f "/usr/include/$1" ] || [ -f "/usr/include/x86_64-linux-gnu/$1" ] || [ -f "/usr/include/aarch64-linux-gnu/$1" ]; }
+
+# The engine's C libraries, found by pkg-config.
 have_header lmdb.h || need+=(liblmdb-dev)
 have_header curl/curl.h || need+=(libcurl4-openssl-dev)
 have_header isa-l/crc.h || need+=(libisal-dev)
-have_header sqlite3.h || need+=(libsqlite3-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# The demo checks what the receiver serves with curl and sha256sum, and waits with python3.
 command -v curl >/dev/null || need+=(curl)
-# python3 also runs the tests' link with latency (scripts/delay-proxy.py).
 command -v python3 >/dev/null || need+=(python3)
-# The end-to-end tests run Python servers (moto, a tus server) in virtual environments.
-python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
-command -v openssl >/dev/null || need+=(openssl)
-# The proxy tests run a real HTTP proxy; the -bin package is the program alone (no service).
-command -v tinyproxy >/dev/null || need+=(tinyproxy-bin)
-# The media types S3 objects get by their extension (xfer reads /etc/mime.types).
-[ -f /etc/mime.types ] || need+=(media-types)
-# A one-machine Ceph cluster (scripts/ceph-cluster.sh): a real S3 gateway for tests and benchmarks.
-command -v ceph-mon >/dev/null || need+=(ceph-mon)
-command -v ceph-osd >/dev/null || need+=(ceph-osd)
-command -v radosgw >/dev/null || need+=(radosgw)
-command -v ceph >/dev/null || need+=(ceph-common)
-# A load balancer with no stickiness in front of several receivers over one object store.
-command -v haproxy >/dev/null || need+=(haproxy)
-# pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
-command -v pgrep >/dev/null || need+=(procps)
 
+if [ "$purpose" = test ]; then
+  # The store benchmark's other store (xfer-store-bench; built with the root package).
+  have_header sqlite3.h || need+=(libsqlite3-dev)
+  # The end-to-end tests run Python servers (moto, a tus server) in virtual environments;
+  # python3 also runs the tests' link with latency (scripts/delay-proxy.py).
+  python3 -c "import venv, ensurepip" 2>/dev/null || need+=(python3-venv)
+  command -v openssl >/dev/null || need+=(openssl)
+  # The proxy tests run a real HTTP proxy; the -bin package is the program alone (no service).
+  command -v tinyproxy >/dev/null || need+=(tinyproxy-bin)
+  # The media types S3 objects get by their extension (xfer reads /etc/mime.types).
+  [ -f /etc/mime.types ] || need+=(media-types)
+  # A one-machine Ceph cluster (scripts/ceph-cluster.sh): a real S3 gateway for tests and benchmarks.
+  command -v ceph-mon >/dev/null || need+=(ceph-mon)
+  command -v ceph-osd >/dev/null || need+=(ceph-osd)
+  command -v radosgw >/dev/null || need+=(radosgw)
+  command -v ceph >/dev/null || need+=(ceph-common)
+  # A load balancer with no stickiness in front of several receivers over one object store.
+  command -v haproxy >/dev/null || need+=(haproxy)
+  # pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
+  command -v pgrep >/dev/null || need+=(procps)
+fi
+
+# DRY_RUN=1 prints what would be installed (InstallDepsTests).
+if [ -n "${DRY_RUN:-}" ]; then echo "${need[*]}"; exit 0; fi
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo=""

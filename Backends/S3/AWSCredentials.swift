@@ -1,5 +1,6 @@
 import Foundation
 import Xfer
+import XferPrimitives
 
 /// The keys requests are signed with. Never printed: `description` shows
 /// only the last four characters of the access key id.
@@ -70,18 +71,21 @@ public struct AWSConfiguration: Sendable {
     ///     are then passed over, as by the AWS CLI's `--profile`.
     ///   - environment: The `AWS_*` variables (a parameter, so tests need no real ones).
     ///   - home: Where `.aws/credentials` and `.aws/config` are, unless
-    ///     `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE` say.
+    ///     `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE` say; by default
+    ///     `environment`'s `HOME`, else the password entry's (`HomeDirectory`),
+    ///     as the AWS CLI finds it.
     ///   - transport: How STS is reached (proxy, TLS trust, timeouts). The
     ///     container and instance metadata endpoints are reached directly,
     ///     with timeouts of a second or two.
     public static func resolve(
         profile: String? = nil,
         environment: [String: String] = ProcessInfo.processInfo.environment,
-        home: String = NSHomeDirectory(),
+        home: String? = nil,
         transport: TransportOptions = TransportOptions()
     ) throws(Failure) -> AWSConfiguration {
         let chain = AWSCredentialChain(
-            environment: AWSEnvironment(environment), home: home, transport: transport, now: { Date() })
+            environment: AWSEnvironment(environment), home: home ?? HomeDirectory.path(environment: environment), transport: transport,
+            now: { Date() })
         return try chain.configuration(profile: profile)
     }
 }

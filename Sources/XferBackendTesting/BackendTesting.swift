@@ -1,14 +1,15 @@
 import Xfer
 
 /// Builds what a backend's steps take, for tests that run them with no
-/// network: a job, its files, their chunks.
+/// network: a job, its files, their chunks (Docs/backend-guide.md, section 6).
 ///
 /// ```swift
-/// let file = BackendTesting.file(name: "a.bin", size: 10, chunkSize: 4)
+/// let file = BackendTesting.file(for: backend, name: "a.bin", size: 10, chunkSize: 4)
 /// let job = BackendTesting.job(files: [file], token: "t0k")
 /// let step = try backend.openFile(file, in: job)
 /// let request = try XCTUnwrap(step.request)
 /// let opened = try step.outcome(for: HTTPResponse(status: 201, body: …))
+/// let stored = try backend.uploadChunk(BackendTesting.chunk(0, of: file), of: file, in: job).outcome(for: .json(200, "{}"))
 /// ```
 public enum BackendTesting {
     /// A job id for tests.
@@ -25,8 +26,23 @@ public enum BackendTesting {
             concurrency: concurrency, namedFile: namedFile)
     }
 
-    /// A view of a file of `size` bytes cut into `chunkSize` chunks.
-    /// `emptyFileHasOneChunk` should match the backend's traits.
+    /// A view of a file of `size` bytes cut into `chunkSize` chunks, as
+    /// the engine cuts it for `backend`: an empty file is one empty chunk
+    /// when its traits say so (`emptyFileHasOneChunk`), and `chunkSize`
+    /// defaults to their `defaultChunkSize`.
+    public static func file(
+        for backend: some UploadBackend, index: Int = 0, name: String = "a.bin", relativePath: String? = nil, size: Int64,
+        chunkSize: Int? = nil, handles: ServerHandles = ServerHandles(), digests: [DigestAlgorithm: String] = [:],
+        receipts: [Int: String] = [:]
+    ) -> FileContext {
+        file(
+            index: index, name: name, relativePath: relativePath, size: size, chunkSize: chunkSize ?? backend.traits.defaultChunkSize,
+            emptyFileHasOneChunk: backend.traits.emptyFileHasOneChunk, handles: handles, digests: digests, receipts: receipts)
+    }
+
+    /// A view of a file of `size` bytes cut into `chunkSize` chunks, with
+    /// no backend to follow: `emptyFileHasOneChunk` should match the
+    /// backend's traits (`file(for:...)` reads them).
     public static func file(
         index: Int = 0, name: String = "a.bin", relativePath: String? = nil, size: Int64, chunkSize: Int,
         emptyFileHasOneChunk: Bool = false, handles: ServerHandles = ServerHandles(),
@@ -79,6 +95,15 @@ extension Step {
         case .answer(let outcome): return outcome
         case .skip: throw BackendTestingError.skipped
         }
+    }
+}
+
+extension Exchange {
+    /// The outcome the request's answer `response` means to the backend:
+    /// `interpret(response)`, as for a `Step` (`uploadChunk` returns an
+    /// `Exchange` directly, since it always sends).
+    public func outcome(for response: HTTPResponse) throws -> Outcome {
+        try interpret(response)
     }
 }
 
@@ -161,6 +186,14 @@ public struct ScriptedServer {
             guard !responses.isEmpty else { throw BackendTestingError.noResponseLeft(request) }
             return try exchange.interpret(responses.removeFirst())
         }
+    }
+
+    /// The outcome of `exchange` (an `uploadChunk`'s): its reading of the
+    /// next scripted response to its request, which is recorded as sent.
+    public mutating func take<Outcome>(
+        _ exchange: Exchange<Outcome>, of backend: some UploadBackend, in job: JobContext
+    ) throws -> Outcome {
+        try take(Step.send(exchange), of: backend, in: job)!
     }
 
     /// Asks `backend` what the server holds of `file` the way the engine

@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 import Xfer
 import XferBackendTesting
+import XferPrimitives
 @testable import XferS3
 
 /// Where the s3 backend's credentials come from, and when temporary ones
@@ -190,6 +191,25 @@ final class AWSCredentialTests: XCTestCase {
     }
 
     // MARK: The order of the sources
+
+    /// `~/.aws` is `$HOME/.aws`, as for the AWS CLI (containers, CI runners and
+    /// `sudo -E` point HOME away from the password entry); an unset or empty
+    /// HOME falls back to the password entry's home.
+    func testTheProfilesAreFoundUnderHOME() throws {
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("xfer-home-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: home) }
+        try FileManager.default.createDirectory(atPath: home + "/.aws", withIntermediateDirectories: true)
+        try "[p1]\naws_access_key_id = AKHOME\naws_secret_access_key = shome\n".write(
+            toFile: home + "/.aws/credentials", atomically: true, encoding: .utf8)
+        let configuration = try AWSConfiguration.resolve(environment: ["HOME": home, "AWS_PROFILE": "p1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"])
+        XCTAssertEqual(configuration.credentials.accessKeyID, "AKHOME")
+        XCTAssertEqual(configuration.source, "profile 'p1'")
+
+        XCTAssertEqual(HomeDirectory.path(environment: ["HOME": home]), home)
+        let entry = try XCTUnwrap(getpwuid(getuid())).pointee.pw_dir.map { String(cString: $0) }
+        XCTAssertEqual(HomeDirectory.path(environment: ["HOME": ""]), entry)
+        XCTAssertEqual(HomeDirectory.path(environment: [:]), entry)
+    }
 
     func testTheSourcesAreTriedInTheSDKsOrder() throws {
         let home = try temporaryHome(

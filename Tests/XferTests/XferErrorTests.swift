@@ -31,6 +31,23 @@ import Testing
         #expect(XferError.invalidInput("x").remedy == nil)
     }
 
+    /// A program maps errors by `kind` and reads their fields by name; the
+    /// exit codes are the ones the CLI documents (Docs/cli.md).
+    @Test func kindsCarryTheirExitCodesAndFieldsByName() {
+        #expect(XferError.invalidInput("x").exitCode == 2)
+        #expect(XferError.unknownJob("x").exitCode == 2)
+        #expect(XferError.stateUnavailable("x").exitCode == 3)
+        #expect(XferError.transferFailed("x").exitCode == 1)
+        #expect(XferError.interrupted.exitCode == 130)
+        #expect(Set(XferError.Kind.allCases.map(\.exitCode)) == [1, 2, 3, 130])
+        let locked = XferError.jobLocked(job: JobID(rawValue: "0123456789abcdef"), pid: 7)
+        #expect(locked.kind == .jobLocked && locked.job == JobID(rawValue: "0123456789abcdef") && locked.holderProcessID == 7)
+        let changed = XferError.fileChanged(path: "a.bin", detail: "size 1 → 2 bytes")
+        #expect(changed.path == "a.bin" && changed.reason == "size 1 → 2 bytes")
+        #expect(XferError.transferFailed("HTTP 500").reason == "HTTP 500")
+        #expect(XferError.transferFailed("HTTP 500").message == "transfer failed: HTTP 500")
+    }
+
     @Test(arguments: errors)
     func messagesAreOneLineAndNameNoFlag(_ error: XferError) {
         for text in [error.message, error.description] {

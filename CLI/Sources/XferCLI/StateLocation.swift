@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import XferPrimitives
 
 /// Where job state lives: `--state`, else `$XFER_STATE_DIR`, else
 /// `$XDG_STATE_HOME/xfer`, else `~/.local/state/xfer`. One option group for
@@ -15,7 +16,7 @@ struct StateLocation: ParsableArguments {
         if let value = environment["XDG_STATE_HOME"], !value.isEmpty {
             return (value as NSString).appendingPathComponent("xfer")
         }
-        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        let home = HomeDirectory.path(environment: environment)
         return (home as NSString).appendingPathComponent(".local/state/xfer")
     }
 }

@@ -78,6 +78,31 @@ final class InstallTests: XCTestCase {
         }
     }
 
+    /// `make demo` installs what building xfer needs and nothing of what the
+    /// tests run against (no Ceph, haproxy, tinyproxy, SQLite); `make test` all of it.
+    func testDemoInstallsOnlyWhatBuildingXferNeeds() throws {
+        let demo = try make(["-n", "demo"])
+        XCTAssertEqual(demo.status, 0, demo.stderr)
+        let recipe = demo.stdout.joined(separator: "\n")
+        XCTAssertTrue(recipe.contains("install-deps.sh build"), recipe)
+        XCTAssertFalse(recipe.contains("install-deps.sh test"), recipe)
+        let test = try make(["-n", "test"])
+        XCTAssertTrue(test.stdout.joined(separator: "\n").contains("install-deps.sh test"), test.stderr)
+
+        // As on a fresh machine: no command found (the headers are this machine's).
+        func wanted(_ purpose: String) throws -> Set<String> {
+            let result = try runToEnd(
+                "/usr/bin/env", ["-i", "PATH=/nonexistent", "DRY_RUN=1", "/bin/bash", repositoryRoot + "/scripts/install-deps.sh", purpose])
+            XCTAssertEqual(result.status, 0, result.stderr)
+            return Set(result.stdout.joined(separator: " ").split(separator: " ").map(String.init))
+        }
+        let forBuild = try wanted("build")
+        let forTest = try wanted("test")
+        XCTAssertTrue(forBuild.isSuperset(of: ["curl", "python3", "pkg-config"]), "\(forBuild)")
+        XCTAssertTrue(forBuild.filter { $0.hasPrefix("ceph") || $0 == "radosgw" || $0 == "haproxy" || $0.hasPrefix("tinyproxy") }.isEmpty, "\(forBuild)")
+        XCTAssertTrue(forTest.isSuperset(of: forBuild.union(["ceph-mon", "ceph-osd", "radosgw", "haproxy", "tinyproxy-bin"])), "\(forTest)")
+    }
+
     /// Runs `make` in the repository with `arguments`, not as a part of the
     /// `make test` it may run under (whose variables and job server it would inherit).
     private func make(_ arguments: [String]) throws -> RunResult {
