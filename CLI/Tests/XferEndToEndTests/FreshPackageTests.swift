@@ -2,11 +2,12 @@ import Foundation
 import XCTest
 import XferTestSupport
 
-/// What a newcomer does (Docs/backend-guide.md, section 0): a package of their
-/// own, made from the guide's text alone (its `Package.swift` lines and its
-/// smallest program), next to a copy of the engine's package. It resolves only
-/// what the engine needs (in `make test`), builds, and pushes a file to
-/// `xfer serve` (`make test-package`).
+/// What a newcomer does (Docs/backend-guide.md, sections 0, 4 and 6): a package
+/// of their own, made from the guide's text alone — its `Package.swift` lines,
+/// its smallest program, the example backend and that backend's tests with the
+/// testing product — next to a copy of the engine's package. It resolves only
+/// what the engine needs (in `make test`), builds, passes the backend's tests
+/// and pushes a file to `xfer serve` (`make test-package`).
 final class FreshPackageTests: XCTestCase {
     /// Resolving is quick: `make test` checks it every time.
     func testThePackageOfTheGuideResolvesOnlyWhatTheEngineNeeds() throws {
@@ -28,8 +29,12 @@ final class FreshPackageTests: XCTestCase {
             "builds the engine from nothing: `make test-package` runs it")
         let work = TemporaryDirectory("xfer-fresh")
         let app = try Self.makePackage(in: work)
-        let build = try runToEnd("/usr/bin/env", ["swift", "build", "--package-path", app])
+        let build = try runToEnd("/usr/bin/env", ["swift", "build", "--package-path", app, "--build-tests"])
         XCTAssertEqual(build.status, 0, build.stdout.suffix(20).joined(separator: "\n") + build.stderr)
+        // The guide's backend, unit-tested by the guide's tests with the testing product.
+        let tests = try runToEnd("/usr/bin/env", ["swift", "test", "--package-path", app, "--skip-build"])
+        XCTAssertEqual(tests.status, 0, tests.stdout.suffix(20).joined(separator: "\n") + tests.stderr)
+        XCTAssertTrue(tests.stdout.contains { $0.contains("Executed 3 tests, with 0 failures") }, tests.stdout.suffix(10).joined(separator: "\n"))
 
         let server = try ServeProcess(root: work.file("server"))
         let file = work.file("video.mp4")
@@ -57,8 +62,29 @@ final class FreshPackageTests: XCTestCase {
         XCTAssertEqual(copy.status, 0, copy.stderr)
         let app = work.file("MyUploader")
         try FileManager.default.createDirectory(atPath: app + "/Sources/MyUploader", withIntermediateDirectories: true)
-        try manifest.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
         try program.write(toFile: app + "/Sources/MyUploader/main.swift", atomically: true, encoding: .utf8)
+
+        // Section 4's backend and section 6's tests of it, as targets of the same package
+        // (the test target as section 6 declares it, for the backend of that name).
+        let backend = try block(after: "CWBackend/CWBackend.swift,\n     word for word; BackendGuideTests fails when they differ. -->\n```swift\n", in: guide)
+        let tests = try block(after: "CWBackendTests/CWBackendTests.swift,\n     word for word; BackendGuideTests fails when they differ. -->\n```swift\n", in: guide)
+        let testTarget = try block(after: "```swift\n.testTarget(\n", in: guide, keepingMarker: true)
+            .replacingOccurrences(of: "MyBackend", with: "CWBackend")
+        try FileManager.default.createDirectory(atPath: app + "/Sources/CWBackend", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: app + "/Tests/CWBackendTests", withIntermediateDirectories: true)
+        try backend.write(toFile: app + "/Sources/CWBackend/CWBackend.swift", atomically: true, encoding: .utf8)
+        try tests.write(toFile: app + "/Tests/CWBackendTests/CWBackendTests.swift", atomically: true, encoding: .utf8)
+        let targetsEnd = try XCTUnwrap(manifest.range(of: "\n    ]\n)", options: .backwards), "the guide's manifest lost its shape")
+        let withExample = manifest.replacingCharacters(
+            in: targetsEnd,
+            with: """
+
+                    .target(name: "CWBackend", dependencies: [.product(name: "Xfer", package: "xfer")]),
+                    \(testTarget.trimmingCharacters(in: .whitespacesAndNewlines))
+                ]
+            )
+            """)
+        try withExample.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
         return app
     }
 
