@@ -64,22 +64,24 @@ final class FreshPackageTests: XCTestCase {
         try FileManager.default.createDirectory(atPath: app + "/Sources/MyUploader", withIntermediateDirectories: true)
         try program.write(toFile: app + "/Sources/MyUploader/main.swift", atomically: true, encoding: .utf8)
 
-        // Section 4's backend and section 6's tests of it, as targets of the same package
-        // (the test target as section 6 declares it, for the backend of that name).
+        // Section 4's backend and section 6's tests of it, as targets of the same package:
+        // the test target as section 6 declares it, `MyBackend` and `MyBackendTests` (the
+        // engine's package has targets named CWBackend and CWBackendTests already, and target
+        // names are unique in a package graph), so the tests import `MyBackend`.
         let backend = try block(after: "CWBackend/CWBackend.swift,\n     word for word; BackendGuideTests fails when they differ. -->\n```swift\n", in: guide)
         let tests = try block(after: "CWBackendTests/CWBackendTests.swift,\n     word for word; BackendGuideTests fails when they differ. -->\n```swift\n", in: guide)
+            .replacingOccurrences(of: "import CWBackend\n", with: "import MyBackend\n")
         let testTarget = try block(after: "```swift\n.testTarget(\n", in: guide, keepingMarker: true)
-            .replacingOccurrences(of: "MyBackend", with: "CWBackend")
-        try FileManager.default.createDirectory(atPath: app + "/Sources/CWBackend", withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: app + "/Tests/CWBackendTests", withIntermediateDirectories: true)
-        try backend.write(toFile: app + "/Sources/CWBackend/CWBackend.swift", atomically: true, encoding: .utf8)
-        try tests.write(toFile: app + "/Tests/CWBackendTests/CWBackendTests.swift", atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: app + "/Sources/MyBackend", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: app + "/Tests/MyBackendTests", withIntermediateDirectories: true)
+        try backend.write(toFile: app + "/Sources/MyBackend/CWBackend.swift", atomically: true, encoding: .utf8)
+        try tests.write(toFile: app + "/Tests/MyBackendTests/CWBackendTests.swift", atomically: true, encoding: .utf8)
         let targetsEnd = try XCTUnwrap(manifest.range(of: "\n    ]\n)", options: .backwards), "the guide's manifest lost its shape")
         let withExample = manifest.replacingCharacters(
             in: targetsEnd,
             with: """
 
-                    .target(name: "CWBackend", dependencies: [.product(name: "Xfer", package: "xfer")]),
+                    .target(name: "MyBackend", dependencies: [.product(name: "Xfer", package: "xfer")]),
                     \(testTarget.trimmingCharacters(in: .whitespacesAndNewlines))
                 ]
             )
