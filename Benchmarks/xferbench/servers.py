@@ -23,6 +23,9 @@ class Receiver:
     def __init__(self, root, port=0, extra=(), env=None):
         self.root = root
         os.makedirs(root, exist_ok=True)
+        # The resume section stalls a request with `--stall`, a test switch that `xfer serve`
+        # takes only with XFER_TEST_HOOKS=1.
+        env = dict(env if env is not None else os.environ, XFER_TEST_HOOKS="1")
         self.proc = subprocess.Popen([XFER, "serve", "--root", root, "--port", str(port), *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0, env=env)
         self.lines = queue.Queue()

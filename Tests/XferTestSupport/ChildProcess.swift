@@ -18,6 +18,9 @@ public final class ChildProcess: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
+        // The tests may use `xfer serve`'s test switches (faults, held answers...), which the
+        // command refuses elsewhere; a test of that refusal sets it to "".
+        env["XFER_TEST_HOOKS"] = env["XFER_TEST_HOOKS"] ?? "1"
         for (key, value) in environment ?? [:] { env[key] = value }
         process.environment = env
         if let workingDirectory { process.currentDirectoryURL = URL(fileURLWithPath: workingDirectory) }

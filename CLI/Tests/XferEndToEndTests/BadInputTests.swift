@@ -121,6 +121,16 @@ final class BadInputTests: XCTestCase {
             if arguments[0] != "serve", !arguments.contains("--state") { arguments += ["--state", state] }
             assertOneLine(try runXfer(arguments), label, exit: code, mentions: fragment)
         }
+        // The test switches are not the production command's: hidden from its help, refused
+        // outside a test environment (the harness sets XFER_TEST_HOOKS=1 for every child).
+        let help = try runXfer(["serve", "--help"])
+        XCTAssertEqual(help.status, 0, help.stderr)
+        for flag in ["--faults", "--fault-seed", "--fault-downloads", "--fail-merge", "--patch-chunk-size", "--hold", "--stall", "--claim-lifetime"] {
+            XCTAssertFalse(help.stdout.joined(separator: "\n").contains(flag), "xfer serve --help lists \(flag)")
+        }
+        assertOneLine(
+            try runXfer(["serve", "--root", work.file("srv"), "--faults", "503=0.1"], environment: ["XFER_TEST_HOOKS": ""]),
+            "serve: a test switch outside tests", exit: 2, mentions: "XFER_TEST_HOOKS=1")
         if getuid() != 0 {
             let unreadable = work.file("secret.bin")
             try makeTestFile(at: unreadable, size: 10)

@@ -98,8 +98,10 @@ final class IETFReceiverTests: XCTestCase {
         XCTAssertEqual(whole.headers["upload-draft-interop-version"], "6")
         XCTAssertEqual(try curlRequest("GET", try XCTUnwrap(whole.headers["location"]), headers: [auth], in: work).body, data)
 
-        // Discovery needs no token; everything else does.
+        // Discovery and the health probe need no token; everything else does.
         XCTAssertEqual(try request("OPTIONS", server.url + "/resumable/").status, 204)
+        XCTAssertEqual(try request("GET", server.url + "/health").status, 200)
+        XCTAssertEqual(try request("GET", server.url + "/stats").status, 401)
         XCTAssertEqual(try request("POST", server.url + "/resumable/x", ["Upload-Complete: ?1"], body: data).status, 401)
         let unsupported = try request("POST", server.url + "/resumable/x", [auth, "Upload-Complete: ?1"], body: data, version: 7)
         XCTAssertEqual(unsupported.status, 400)

@@ -322,7 +322,7 @@ final class HAProxy {
               default_backend receivers
             backend receivers
               balance roundrobin
-              option httpchk GET /stats
+              option httpchk GET /health
             \(servers)
 
             """

@@ -200,7 +200,7 @@ public struct Receiver: Sendable {
         if let token = configuration.authToken {
             router.add(middleware: AuthMiddleware(
                 token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential,
-                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) }))
+                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) || HealthRoutes.isProbe($0) }))
         }
         for middleware in testHooks.middleware {
             router.add(middleware: middleware)

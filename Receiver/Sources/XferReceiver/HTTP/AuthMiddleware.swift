@@ -4,7 +4,7 @@ import Hummingbird
 /// included) when `xfer serve --auth-token` is set, except where a protocol
 /// carries the credential itself (sequence's `token` field), which its route checks,
 /// and requests that are `open` (tus's OPTIONS discovery, which reveals only what
-/// the receiver supports).
+/// the receiver supports; `GET /health`, for probes that carry no credential).
 ///
 /// The token is compared in constant time so response timing does not leak
 /// how much of a guess was right, and it never appears in an answer or a log.

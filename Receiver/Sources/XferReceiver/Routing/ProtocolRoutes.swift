@@ -64,6 +64,8 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
     case downloads
     /// `GET /stats`: bytes received, for measuring what clients send again.
     case statistics
+    /// `GET /health`: whether the receiver can take uploads, for load balancers and probes.
+    case health
 
     var routes: any ProtocolRoutes.Type {
         switch self {
@@ -75,6 +77,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
         case .raw: RawRoutes.self
         case .downloads: DownloadRoutes.self
         case .statistics: StatisticsRoutes.self
+        case .health: HealthRoutes.self
         }
     }
 }
