@@ -42,6 +42,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every request (never printed). Also read from $XFER_AUTH_TOKEN.")
     var authToken: String?
 
+    @Option(name: .customLong("cors-origin"), help: ArgumentHelp(
+        "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
+    var corsOrigins: [String] = []
+
     // Faults, held answers and the like, for tests only (hidden; XFER_TEST_HOOKS=1).
     @OptionGroup var testing: ServeTestSwitches
 
@@ -88,6 +92,15 @@ struct ServeCommand: AsyncParsableCommand {
             }
             configuration.authToken = token
         }
+        for origin in corsOrigins where origin != "*" {
+            // What a browser sends as Origin: scheme, host and port, no path.
+            guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil,
+                url.path.isEmpty, url.query == nil
+            else {
+                throw XferError.invalidInput("--cors-origin expects an origin such as https://app.example.com (no path) or *, not '\(origin.prefix(80))'")
+            }
+        }
+        configuration.corsOrigins = corsOrigins
         var isDirectory: ObjCBool = false
         if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
             throw XferError.invalidInput("--root \(root) exists and is not a directory")

@@ -29,6 +29,9 @@ public struct ReceiverConfiguration: Sendable {
     public var shutdownGracePeriod: Duration = .seconds(10)
     /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
     public var authToken: String? = nil
+    /// Origins whose pages may upload from a browser (`https://app.example.com`; `*` for any):
+    /// their requests get CORS answers (preflights, allowed and exposed headers). Empty: none.
+    public var corsOrigins: [String] = []
     /// When set, uploads live in this object store instead of under `root` (which is then unused):
     /// any number of receivers may share it, behind any load balancer.
     public var objectStore: ObjectStoreLocation? = nil
@@ -194,6 +197,10 @@ public struct Receiver: Sendable {
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
         // the first added outermost. tus's goes first so that every answer under /files, refusals
         // of the others included, carries Tus-Resumable.
+        // CORS outermost: a preflight carries no token, and refusals must carry CORS headers too.
+        if !configuration.corsOrigins.isEmpty {
+            router.add(middleware: CORSMiddleware(origins: Set(configuration.corsOrigins)))
+        }
         router.add(middleware: TusProtocolMiddleware())
         router.add(middleware: IETFVersionMiddleware())
         router.add(middleware: JSONNotFoundMiddleware())
