@@ -42,6 +42,8 @@ let package = Package(
                 // credentials, XML, errors): one S3 client, not a second copy.
                 .product(name: "XferS3", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                // HTTPS (`xfer serve --tls-cert`), over the swift-nio-ssl AsyncHTTPClient brings already.
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -42,6 +42,13 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every request (never printed). Also read from $XFER_AUTH_TOKEN.")
     var authToken: String?
 
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp(
+        "Speak HTTPS with this certificate (PEM; the server's first, then its chain); with --tls-key.", valueName: "FILE"))
+    var tlsCertificate: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("The private key of --tls-cert (PEM, unencrypted).", valueName: "FILE"))
+    var tlsKey: String?
+
     @Option(name: .customLong("cors-origin"), help: ArgumentHelp(
         "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
     var corsOrigins: [String] = []
@@ -101,6 +108,16 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         configuration.corsOrigins = corsOrigins
+        switch (tlsCertificate, tlsKey) {
+        case (nil, nil): break
+        case (let certificate?, let key?):
+            let files = TLSFiles(certificateChain: certificate, privateKey: key)
+            // Read now: a bad file is bad input, said before anything listens.
+            do { _ = try files.serverConfiguration() } catch { throw XferError.invalidInput(error.description) }
+            configuration.tls = files
+        default:
+            throw XferError.invalidInput("--tls-cert and --tls-key go together")
+        }
         var isDirectory: ObjCBool = false
         if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
             throw XferError.invalidInput("--root \(root) exists and is not a directory")

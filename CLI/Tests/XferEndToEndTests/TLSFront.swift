@@ -66,7 +66,7 @@ final class TLSFront {
         child.wait()
     }
 
-    private static func makeCertificate(in work: TemporaryDirectory) throws -> (cert: String, key: String) {
+    static func makeCertificate(in work: TemporaryDirectory) throws -> (cert: String, key: String) {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl") else {
             throw XCTSkip("the openssl command is needed to make a certificate")
         }

@@ -1,5 +1,8 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
+import NIOSSL
 import Logging
 import NIOCore
 import NIOPosix
@@ -29,6 +32,9 @@ public struct ReceiverConfiguration: Sendable {
     public var shutdownGracePeriod: Duration = .seconds(10)
     /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
     public var authToken: String? = nil
+    /// When set, the receiver speaks HTTPS with this certificate (iOS apps reach only HTTPS by
+    /// default) and answers `https://` URLs.
+    public var tls: TLSFiles? = nil
     /// Origins whose pages may upload from a browser (`https://app.example.com`; `*` for any):
     /// their requests get CORS answers (preflights, allowed and exposed headers). Empty: none.
     public var corsOrigins: [String] = []
@@ -38,6 +44,44 @@ public struct ReceiverConfiguration: Sendable {
 
     public init(root: String) {
         self.root = root
+    }
+}
+
+/// The receiver's certificate and key, as PEM files (a chain: the server's certificate first).
+public struct TLSFiles: Sendable, Hashable {
+    public var certificateChain: String
+    public var privateKey: String
+
+    public init(certificateChain: String, privateKey: String) {
+        self.certificateChain = certificateChain
+        self.privateKey = privateKey
+    }
+
+    /// What a file of them lacks, in a user's words.
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// The server's TLS configuration: HTTP/1.1 by ALPN only. HTTP/2 is not offered: through a
+    /// TLS front it made large uploads 0.22x as fast as HTTP/1.1 (Docs/benchmarks.md, "Far from
+    /// the server"), and libcurl 7.88 crashed once in 22 runs of it.
+    public func serverConfiguration() throws(Failure) -> TLSConfiguration {
+        let chain: [NIOSSLCertificate]
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificateChain)
+        } catch {
+            throw Failure(description: "cannot read the TLS certificate \(certificateChain): \(Receiver.reason(for: error))")
+        }
+        guard !chain.isEmpty else { throw Failure(description: "no PEM certificate in \(certificateChain)") }
+        let key: NIOSSLPrivateKey
+        do {
+            key = try NIOSSLPrivateKey(file: privateKey, format: .pem)
+        } catch {
+            throw Failure(description: "cannot read the TLS private key \(privateKey): \(Receiver.reason(for: error))")
+        }
+        var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
+        configuration.applicationProtocols = ["http/1.1"]
+        return configuration
     }
 }
 
@@ -120,7 +164,7 @@ public struct ReceiverRoutes: Sendable {
         }
         return ReceiverRoutes(
             environment: RouteEnvironment(
-                store: store, baseURL: BaseURL(configuredHost: configuration.host),
+                store: store, baseURL: BaseURL(configuredHost: configuration.host, scheme: configuration.tls == nil ? "http" : "https"),
                 configuration: configuration, testHooks: testHooks, logger: logger))
     }
 
@@ -215,9 +259,11 @@ public struct Receiver: Sendable {
         routes.registerRoutes(Set(UploadProtocol.allCases), on: router)
 
         let baseURL = routes.environment.baseURL
+        var server = HTTPServerBuilder.eventLoopBoundHTTP1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()]))
+        if let tls = configuration.tls { server = try .tls(server, tlsConfiguration: try tls.serverConfiguration()) }
         let app = Application(
             router: router,
-            server: .eventLoopBoundHTTP1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()])),
+            server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
             onServerRunning: { channel in
                 onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))

@@ -11,22 +11,25 @@ import NIOConcurrencyHelpers
 final class BaseURL: Sendable {
     private let bound = NIOLockedValueBox<String?>(nil)
     private let configuredHost: String
+    /// `http`, or `https` when the receiver speaks TLS itself.
+    private let scheme: String
 
-    init(configuredHost: String) {
+    init(configuredHost: String, scheme: String = "http") {
         self.configuredHost = configuredHost
+        self.scheme = scheme
     }
 
     func setBoundPort(_ port: Int) -> String {
-        let url = "http://\(Self.hostForURL(configuredHost)):\(port)"
+        let url = "\(scheme)://\(Self.hostForURL(configuredHost)):\(port)"
         bound.withLockedValue { $0 = url }
         return url
     }
 
     func resolve(for request: Request) -> String {
         if let authority = request.head.authority, Self.isPlausibleAuthority(authority) {
-            return "http://" + authority
+            return scheme + "://" + authority
         }
-        return bound.withLockedValue { $0 } ?? "http://\(Self.hostForURL(configuredHost))"
+        return bound.withLockedValue { $0 } ?? "\(scheme)://\(Self.hostForURL(configuredHost))"
     }
 
     static func hostForURL(_ host: String) -> String {
