@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Metrics
+import Prometheus
 import Xfer
 import XferReceiver
 import XferReceiverTesting
@@ -108,6 +110,11 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         configuration.corsOrigins = corsOrigins
+        // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
+        // request latencies, through the swift-metrics facade bootstrapped here, once.
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        configuration.metrics = MetricsExposition(contentType: "text/plain; version=0.0.4; charset=utf-8") { registry.emitToBuffer() }
         switch (tlsCertificate, tlsKey) {
         case (nil, nil): break
         case (let certificate?, let key?):

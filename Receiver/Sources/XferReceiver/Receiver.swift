@@ -35,6 +35,9 @@ public struct ReceiverConfiguration: Sendable {
     /// When set, the receiver speaks HTTPS with this certificate (iOS apps reach only HTTPS by
     /// default) and answers `https://` URLs.
     public var tls: TLSFiles? = nil
+    /// What `GET /metrics` answers (the program bootstraps a swift-metrics backend and renders
+    /// it here, as `xfer serve` does with Prometheus); nil: no /metrics.
+    public var metrics: MetricsExposition? = nil
     /// Origins whose pages may upload from a browser (`https://app.example.com`; `*` for any):
     /// their requests get CORS answers (preflights, allowed and exposed headers). Empty: none.
     public var corsOrigins: [String] = []
@@ -245,6 +248,8 @@ public struct Receiver: Sendable {
         if !configuration.corsOrigins.isEmpty {
             router.add(middleware: CORSMiddleware(origins: Set(configuration.corsOrigins)))
         }
+        // Request latency and counts by route (Hummingbird's), when someone reads them.
+        if configuration.metrics != nil { router.add(middleware: MetricsMiddleware()) }
         router.add(middleware: TusProtocolMiddleware())
         router.add(middleware: IETFVersionMiddleware())
         router.add(middleware: JSONNotFoundMiddleware())

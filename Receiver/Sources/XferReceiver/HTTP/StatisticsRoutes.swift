@@ -9,6 +9,12 @@ final class ReceiverStatistics: Sendable {
     /// Requests sent to an object store (state records, parts, completions, reads): what each
     /// protocol's file costs the store. 0 on disk.
     let storeRequests = Atomic<Int>(0)
+
+    /// `count` file bytes read from a body: the counter `/stats` reads, and the metric.
+    func received(_ count: Int) {
+        payloadBytesReceived.add(count, ordering: .relaxed)
+        ReceiverMetrics.received(bytes: count)
+    }
 }
 
 /// `GET /stats`: the counters as JSON (`payloadBytesReceived`, `syncRounds`), for tests, torture

@@ -66,6 +66,8 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
     case statistics
     /// `GET /health`: whether the receiver can take uploads, for load balancers and probes.
     case health
+    /// `GET /metrics`: counters and latencies, when the configuration says how to render them.
+    case metrics
 
     var routes: any ProtocolRoutes.Type {
         switch self {
@@ -78,6 +80,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
         case .downloads: DownloadRoutes.self
         case .statistics: StatisticsRoutes.self
         case .health: HealthRoutes.self
+        case .metrics: MetricsRoutes.self
         }
     }
 }

@@ -44,6 +44,12 @@ import NIOPosix
 /// guarantees, so the draft is implemented here, beside tus, on the same storage.
 struct IETFRoutes: OffsetUploadRoutes {
     static let protocolName = "ietf"
+
+    /// Publishes a complete upload, and counts it (`ReceiverMetrics`).
+    static func finish(_ upload: any OffsetUpload) async throws {
+        try await upload.finish()
+        ReceiverMetrics.upload(protocolName, .completed)
+    }
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
 
@@ -169,10 +175,11 @@ struct IETFRoutes: OffsetUploadRoutes {
             if version == nil { _ = try? await uploads.delete(id: failure.upload.id) }
             throw failure.error
         }
+        ReceiverMetrics.upload(Self.protocolName, .created)
         let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
-            if offset == length { try await upload.finish() }
+            if offset == length { try await Self.finish(upload) }
             if complete, offset != length {
                 throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
             }
@@ -230,14 +237,14 @@ struct IETFRoutes: OffsetUploadRoutes {
             }
             switch try await upload.write(request.body, at: current, limit: length, declaredLength: declared, check: check) {
             case .stored(let offset):
-                if offset == length { try await upload.finish() }
+                if offset == length { try await Self.finish(upload) }
                 if complete, offset != length {
                     throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
                 }
                 return answer(upload: upload, offset: offset, location: location, creation: false)
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
-                if case .interrupted(let offset) = failure, offset == length { try await upload.finish() }
+                if case .interrupted(let offset) = failure, offset == length { try await Self.finish(upload) }
                 throw refusal(failure, length: length)
             }
         }
@@ -262,6 +269,7 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     private func cancel(id: String?) async throws -> Response {
         guard let id, try await upload(id) != nil, try await uploads.delete(id: id) else { throw Self.unknownUpload }
+        ReceiverMetrics.upload(Self.protocolName, .terminated)
         return Response(status: .noContent)
     }
 

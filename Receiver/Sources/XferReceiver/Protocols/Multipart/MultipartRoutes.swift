@@ -50,10 +50,13 @@ struct MultipartRoutes: ProtocolRoutes {
         let form = try await MultipartForm.read(request)
         let sourceId = try form.sourceId()
         let count = try form.fileCount(maximum: Self.maximumFileCount)
+        // A preload asked again (its answer lost) answers the same files: they count once.
+        let isNew = try await sources.source(id: sourceId) == nil
         let record = try await sources.preload(sourceId: sourceId, fileCount: count)
         guard record.fileIds.count == count else {
             throw Refusal.envelope(400, "this sourceId was preloaded with \(record.fileIds.count) files, not \(count)")
         }
+        if isNew { for _ in record.fileIds { ReceiverMetrics.upload(Self.protocolName, .created) } }
         return MultipartAnswer.ok(MultipartAnswer.Preload(fileIds: record.fileIds))
     }
 
@@ -210,7 +213,9 @@ struct MultipartRoutes: ProtocolRoutes {
                 return .failed(reason: "failure injected by --fail-merge; fragments discarded")
             }
             switch try await upload.complete() {
-            case .completed: return .merged(url: url)
+            case .completed:
+                ReceiverMetrics.upload(Self.protocolName, .completed)
+                return .merged(url: url)
             case .missing(let missing): return .failed(reason: "\(missing.count) fragments missing")
             }
         } catch UploadError.deleted {
@@ -226,8 +231,8 @@ struct MultipartRoutes: ProtocolRoutes {
         // Dropping what is already gone succeeds: cancel is best-effort and may be repeated.
         guard let source = try await sources.source(id: sourceId) else { return MultipartAnswer.ok() }
         // Files first: a crash in between leaves a source whose files are gone, which a repeat finishes.
-        for fileId in source.fileIds {
-            _ = try await store.delete(id: fileId)
+        for fileId in source.fileIds where try await store.delete(id: fileId) {
+            ReceiverMetrics.upload(Self.protocolName, .terminated)
         }
         _ = try await sources.remove(id: sourceId)
         return MultipartAnswer.ok()

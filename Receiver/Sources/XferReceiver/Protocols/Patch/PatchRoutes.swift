@@ -53,6 +53,7 @@ struct PatchRoutes: ProtocolRoutes {
 
         let upload = try await store.create(NewUpload(protocolName: Self.protocolName, path: path, size: create.size, chunkSize: chunkSize))
         let id = upload.meta.uploadId
+        ReceiverMetrics.upload(Self.protocolName, .created)
         return PatchAnswer.created(uploadId: id, chunkSize: chunkSize, location: baseURL.resolve(for: request) + "/uploads/" + id)
     }
 
@@ -120,13 +121,17 @@ struct PatchRoutes: ProtocolRoutes {
     private func complete(_ request: Request, id: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         let outcome: CompletionOutcome
+        let wasComplete: Bool
         do {
+            // A completion asked again (its answer lost) answers the same and counts once.
+            wasComplete = try await upload.completionRecord() != nil
             outcome = try await upload.complete()
         } catch UploadError.deleted {
             throw Refusal.unknownUpload
         }
         switch outcome {
         case .completed(let record):
+            if !wasComplete { ReceiverMetrics.upload(Self.protocolName, .completed) }
             return PatchAnswer.completed(
                 sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
         case .missing(let missing):
@@ -137,6 +142,7 @@ struct PatchRoutes: ProtocolRoutes {
     private func delete(id: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         guard try await store.delete(id: upload.meta.uploadId) else { throw Refusal.unknownUpload }
+        ReceiverMetrics.upload(Self.protocolName, .terminated)
         return Response(status: .noContent)
     }
 

@@ -45,6 +45,9 @@ struct RawRoutes: ProtocolRoutes {
         } catch WholeFileFailure.lengthRequired {
             throw Refusal.error(.lengthRequired, "this receiver needs the body's Content-Length")
         }
+        // One request creates and completes the file.
+        ReceiverMetrics.upload("raw", .created)
+        ReceiverMetrics.upload("raw", .completed)
         return JSONResponse.make(.created, RawAnswer(name: name, bytes: written))
     }
 }

@@ -100,6 +100,7 @@ struct SequenceRoutes: ProtocolRoutes {
 
         let (_, upToken) = try await uploads.create(
             path: path, size: sent.totFileSize, blockSize: sent.blockSize, suffix: sent.suffix)
+        ReceiverMetrics.upload("sequence", .created)
         return SequenceAnswer.accepted(SequenceAnswer.Payload(upToken: upToken))
     }
 
@@ -130,7 +131,10 @@ struct SequenceRoutes: ProtocolRoutes {
             if sequenceNo == accepted + 1 {
                 try await write(sequenceNo, crc: crc, of: upload, form: form)
                 try await upload.recordAccepted(sequenceNo, crc: crc)
-                return try await answer(sequenceNo, of: upload, base: base)
+                let reply = try await answer(sequenceNo, of: upload, base: base)
+                // Counted here, not in a replayed answer: the last block accepted once completes it.
+                if sequenceNo == blockCount { ReceiverMetrics.upload("sequence", .completed) }
+                return reply
             }
             if sequenceNo > accepted + 1 { return SequenceAnswer.outOfOrder(expected: accepted + 1) }
             // The server holds block k already; with the same crc it is the client's copy of it.

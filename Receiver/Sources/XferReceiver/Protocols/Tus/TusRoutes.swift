@@ -34,6 +34,18 @@ import XferPrimitives
 /// upload's end or `--max-chunk-size` is refused whole. See Docs/protocols.md.
 struct TusRoutes: OffsetUploadRoutes {
     static let protocolName = "tus"
+
+    /// Publishes a complete upload, and counts it unless it is a partial one (a part of a file the
+    /// final upload concatenates: the file counts once, as the final upload).
+    static func finish(_ upload: any OffsetUpload) async throws {
+        try await upload.finish()
+        count(upload, .completed)
+    }
+
+    /// Counts an event of an upload, partial uploads aside (see `finish`).
+    static func count(_ upload: any OffsetUpload, _ event: ReceiverMetrics.Event) {
+        if upload.info.role != .partial { ReceiverMetrics.upload(protocolName, event) }
+    }
     let environment: RouteEnvironment
     let uploads: any OffsetUploadStore
 
@@ -123,11 +135,11 @@ struct TusRoutes: OffsetUploadRoutes {
             }
             switch try await upload.write(request.body, at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check) {
             case .stored(let offset):
-                if offset == upload.length { try await upload.finish() }
+                if offset == upload.length { try await Self.finish(upload) }
                 return Response(status: .noContent, headers: [.uploadOffset: String(offset)])
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
-                if case .interrupted(let offset) = failure, offset == upload.length { try await upload.finish() }
+                if case .interrupted(let offset) = failure, offset == upload.length { try await Self.finish(upload) }
                 throw Refusal.tusWrite(failure, maximumChunkSize: configuration.maximumChunkSize)
             }
         }
@@ -195,7 +207,8 @@ struct TusRoutes: OffsetUploadRoutes {
         let info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
         guard withData else {
             let upload = try await uploads.create(path: path, length: length, info: info)
-            if length == 0 { try await upload.finish() }
+            Self.count(upload, .created)
+            if length == 0 { try await Self.finish(upload) }
             return Response(status: .created, headers: [.location: url(of: upload.id, for: request)])
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
@@ -211,7 +224,7 @@ struct TusRoutes: OffsetUploadRoutes {
             throw failure.error
         }
         do {
-            if case .stored(let offset) = result, offset == length { try await upload.finish() }
+            if case .stored(let offset) = result, offset == length { try await Self.finish(upload) }
         } catch {
             _ = try? await uploads.delete(id: upload.id)
             throw error
@@ -219,6 +232,7 @@ struct TusRoutes: OffsetUploadRoutes {
         let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
+            Self.count(upload, .created)
             return Response(status: .created, headers: [.location: location, .uploadOffset: String(offset)])
         case .failed(let failure):
             _ = try? await uploads.delete(id: upload.id)
@@ -256,11 +270,12 @@ struct TusRoutes: OffsetUploadRoutes {
         }
         let info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
         let final = try await uploads.create(path: path, length: total, info: info)
+        Self.count(final, .created)
         do {
             try await final.exclusively {
                 // Finished partials are immutable: no PATCH can write past an upload's length.
                 try await final.concatenate(partials, crc: crc)
-                try await final.finish()
+                try await Self.finish(final)
             }
         } catch let error as IOError where error.code == ENOENT {
             _ = try? await uploads.delete(id: final.id)
@@ -275,7 +290,8 @@ struct TusRoutes: OffsetUploadRoutes {
     // MARK: Termination, download, method override
 
     private func terminate(id: String?) async throws -> Response {
-        guard let id, try await tusUpload(id) != nil, try await uploads.delete(id: id) else { throw Refusal.unknownUpload }
+        guard let id, let upload = try await tusUpload(id), try await uploads.delete(id: id) else { throw Refusal.unknownUpload }
+        Self.count(upload, .terminated)
         return Response(status: .noContent)
     }
 

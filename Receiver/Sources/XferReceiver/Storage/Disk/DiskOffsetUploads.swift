@@ -105,7 +105,7 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
             limit: room, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .round(durability),
             counted: { count in
                 self.upload.bytesReceived.add(count, ordering: .relaxed)
-                self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+                self.statistics.received(count)
             })
         let written: BodyWriter.Written
         do {

@@ -91,7 +91,7 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         try await io.run { try FileSystemOps.makeDirectory(directory) }
         let file = try POSIXFile.open(partial, O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
         let statistics = self.statistics
-        let writer = BodyWriter(limit: limit, sync: .fileData(io), counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+        let writer = BodyWriter(limit: limit, sync: .fileData(io), counted: { statistics.received($0) })
         let written: Int
         do {
             defer { file.close() }

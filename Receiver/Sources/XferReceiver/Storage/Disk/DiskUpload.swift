@@ -102,7 +102,7 @@ actor DiskUpload {
             hashing: Self.isSingleSmallChunk(meta, layout) ? .sha256 : nil, sync: .byCaller,
             counted: { count in
                 self.bytesReceived.add(count, ordering: .relaxed)
-                self.statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+                self.statistics.received(count)
             })
         let sha256: String?
         do {

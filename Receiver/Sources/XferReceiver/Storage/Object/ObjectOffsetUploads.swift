@@ -85,7 +85,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
             let statistics = storage.statistics
             let checked = CheckedBody(
                 UncheckedSendableBody(body), limit: length, exactLength: true, check: check,
-                counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+                counted: { statistics.received($0) })
             do {
                 _ = try await storage.client.perform(
                     storage.client.requests.putObjectStreamed(
@@ -214,7 +214,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         let statistics = storage.statistics
         let checked = CheckedBody(
             UncheckedSendableBody(body), limit: count, exactLength: true, check: check,
-            counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+            counted: { statistics.received($0) })
         let requests = storage.client.requests
         let tail = claim.part == nil ? [] : claimed.stagedTail
         let tailLength = tail.reduce(0) { $0 + $1.length }

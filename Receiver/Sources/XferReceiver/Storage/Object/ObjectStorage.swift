@@ -403,7 +403,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         let statistics = self.statistics
         let checked = CheckedBody(
             UncheckedSendableBody(body), limit: length, exactLength: true, check: nil,
-            counted: { statistics.payloadBytesReceived.add($0, ordering: .relaxed) })
+            counted: { statistics.received($0) })
         do {
             _ = try await client.perform(
                 client.requests.putObjectStreamed(key: layout.prefix + "raw/" + name, length: Int64(length)), streaming: checked, length: length)
@@ -560,7 +560,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
             },
             counted: { [self] count in
                 received.add(count, ordering: .relaxed)
-                statistics.payloadBytesReceived.add(count, ordering: .relaxed)
+                statistics.received(count)
             })
         let requests = storage.client.requests
         let etag: S3ETag
