@@ -12,7 +12,7 @@ import Metrics
 ///   completed or terminated (an instance's view: a restart starts it at 0, and an upload
 ///   created on one instance and completed on another moves two instances' figures).
 /// - `xfer_receiver_received_bytes_total`: file bytes read from request bodies, cut bodies included.
-/// - Hummingbird's request metrics (`http_server_request_duration_seconds` by method, route
+/// - Hummingbird's request metrics (`http_server_request_duration`, seconds, by method, route
 ///   and status, `hb_requests`, `hb_request_errors`, `http_server_active_requests`).
 enum ReceiverMetrics {
     enum Event: String {
