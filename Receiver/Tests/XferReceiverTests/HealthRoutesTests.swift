@@ -9,14 +9,8 @@ import XferReceiver
 /// `GET /health` for load balancers and probes: 200 while the receiver can take uploads,
 /// 503 with a reason once its root directory is gone.
 final class HealthRoutesTests: XCTestCase {
-    struct Context: ReceiverRequestContext {
-        var coreContext: CoreRequestContextStorage
-        let channel: any Channel
-        init(source: ApplicationRequestContextSource) {
-            coreContext = .init(source: source)
-            channel = source.channel
-        }
-    }
+    /// An application's context, as the mounted routes' tests have it.
+    typealias Context = MountedRoutesTests.AppContext
 
     func testHealthyWhileTheRootIsWritableAndUnavailableOnceItIsGone() async throws {
         let root = NSTemporaryDirectory() + "xfer-health-" + UUID().uuidString
