@@ -51,6 +51,10 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: ArgumentHelp("The private key of --tls-cert (PEM, unencrypted).", valueName: "FILE"))
     var tlsKey: String?
 
+    @Option(name: .customLong("hook-url"), help: ArgumentHelp(
+        "POST each upload's events here (pre-create, which may refuse it; post-finish; post-terminate) as JSON.", valueName: "URL"))
+    var hookURL: String?
+
     @Option(name: .customLong("cors-origin"), help: ArgumentHelp(
         "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
     var corsOrigins: [String] = []
@@ -110,6 +114,12 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         configuration.corsOrigins = corsOrigins
+        if let hookURL {
+            guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                throw XferError.invalidInput("--hook-url must be an http(s) URL, not '\(hookURL.prefix(80))'")
+            }
+            configuration.hooks = HookSettings(url: hookURL)
+        }
         // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
         // request latencies, through the swift-metrics facade bootstrapped here, once.
         let registry = PrometheusCollectorRegistry()

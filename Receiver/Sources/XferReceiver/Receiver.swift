@@ -35,6 +35,8 @@ public struct ReceiverConfiguration: Sendable {
     /// When set, the receiver speaks HTTPS with this certificate (iOS apps reach only HTTPS by
     /// default) and answers `https://` URLs.
     public var tls: TLSFiles? = nil
+    /// The application's hook (`pre-create`, `post-finish`, `post-terminate`); nil: none.
+    public var hooks: HookSettings? = nil
     /// What `GET /metrics` answers (the program bootstraps a swift-metrics backend and renders
     /// it here, as `xfer serve` does with Prometheus); nil: no /metrics.
     public var metrics: MetricsExposition? = nil

@@ -11,6 +11,8 @@ struct RouteEnvironment: Sendable {
     let configuration: ReceiverConfiguration
     let testHooks: ReceiverTestHooks
     let logger: Logger
+    /// The application's hook and the upload metrics: where routes report an upload's events.
+    var hooks: UploadHooks { UploadHooks(settings: configuration.hooks, logger: logger) }
 }
 
 /// One protocol's routes: built from the receiver's environment, registered on any router (the
@@ -28,6 +30,7 @@ extension ProtocolRoutes {
     var configuration: ReceiverConfiguration { environment.configuration }
     var testHooks: ReceiverTestHooks { environment.testHooks }
     var logger: Logger { environment.logger }
+    var hooks: UploadHooks { environment.hooks }
 }
 
 /// Routes over the storage's offset uploads (tus's, the IETF draft's): the same capability, each

@@ -45,10 +45,10 @@ import NIOPosix
 struct IETFRoutes: OffsetUploadRoutes {
     static let protocolName = "ietf"
 
-    /// Publishes a complete upload, and counts it (`ReceiverMetrics`).
-    static func finish(_ upload: any OffsetUpload) async throws {
+    /// Publishes a complete upload and reports it (`post-finish`, the metrics).
+    func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
-        ReceiverMetrics.upload(protocolName, .completed)
+        hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length)
     }
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
@@ -154,6 +154,7 @@ struct IETFRoutes: OffsetUploadRoutes {
         let check = try digestCheck(request)
 
         let info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
+        try await hooks.preCreate(Self.protocolName, path: path.text, size: length, form: .problem)
         let upload: any OffsetUpload
         let result: OffsetWriteResult
         do {
@@ -175,11 +176,11 @@ struct IETFRoutes: OffsetUploadRoutes {
             if version == nil { _ = try? await uploads.delete(id: failure.upload.id) }
             throw failure.error
         }
-        ReceiverMetrics.upload(Self.protocolName, .created)
+        hooks.created(Self.protocolName)
         let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
-            if offset == length { try await Self.finish(upload) }
+            if offset == length { try await finishUpload(upload) }
             if complete, offset != length {
                 throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
             }
@@ -237,14 +238,14 @@ struct IETFRoutes: OffsetUploadRoutes {
             }
             switch try await upload.write(request.body, at: current, limit: length, declaredLength: declared, check: check) {
             case .stored(let offset):
-                if offset == length { try await Self.finish(upload) }
+                if offset == length { try await finishUpload(upload) }
                 if complete, offset != length {
                     throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
                 }
                 return answer(upload: upload, offset: offset, location: location, creation: false)
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
-                if case .interrupted(let offset) = failure, offset == length { try await Self.finish(upload) }
+                if case .interrupted(let offset) = failure, offset == length { try await finishUpload(upload) }
                 throw refusal(failure, length: length)
             }
         }
@@ -269,7 +270,7 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     private func cancel(id: String?) async throws -> Response {
         guard let id, try await upload(id) != nil, try await uploads.delete(id: id) else { throw Self.unknownUpload }
-        ReceiverMetrics.upload(Self.protocolName, .terminated)
+        hooks.terminated(Self.protocolName, id: id)
         return Response(status: .noContent)
     }
 

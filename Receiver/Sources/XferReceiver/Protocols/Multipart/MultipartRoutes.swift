@@ -52,11 +52,12 @@ struct MultipartRoutes: ProtocolRoutes {
         let count = try form.fileCount(maximum: Self.maximumFileCount)
         // A preload asked again (its answer lost) answers the same files: they count once.
         let isNew = try await sources.source(id: sourceId) == nil
+        if isNew { try await hooks.preCreate(Self.protocolName, path: nil, size: nil, fileCount: count, form: .envelope) }
         let record = try await sources.preload(sourceId: sourceId, fileCount: count)
         guard record.fileIds.count == count else {
             throw Refusal.envelope(400, "this sourceId was preloaded with \(record.fileIds.count) files, not \(count)")
         }
-        if isNew { for _ in record.fileIds { ReceiverMetrics.upload(Self.protocolName, .created) } }
+        if isNew { for _ in record.fileIds { hooks.created(Self.protocolName) } }
         return MultipartAnswer.ok(MultipartAnswer.Preload(fileIds: record.fileIds))
     }
 
@@ -214,7 +215,7 @@ struct MultipartRoutes: ProtocolRoutes {
             }
             switch try await upload.complete() {
             case .completed:
-                ReceiverMetrics.upload(Self.protocolName, .completed)
+                hooks.finished(Self.protocolName, id: upload.meta.uploadId, path: upload.meta.fileName, size: upload.meta.size)
                 return .merged(url: url)
             case .missing(let missing): return .failed(reason: "\(missing.count) fragments missing")
             }
@@ -232,7 +233,7 @@ struct MultipartRoutes: ProtocolRoutes {
         guard let source = try await sources.source(id: sourceId) else { return MultipartAnswer.ok() }
         // Files first: a crash in between leaves a source whose files are gone, which a repeat finishes.
         for fileId in source.fileIds where try await store.delete(id: fileId) {
-            ReceiverMetrics.upload(Self.protocolName, .terminated)
+            hooks.terminated(Self.protocolName, id: fileId)
         }
         _ = try await sources.remove(id: sourceId)
         return MultipartAnswer.ok()

@@ -51,9 +51,10 @@ struct PatchRoutes: ProtocolRoutes {
             throw Refusal.error(.badRequest, "more than \(Self.maximumChunkCount) chunks: use a larger chunkSize")
         }
 
+        try await hooks.preCreate(Self.protocolName, path: path.text, size: create.size, form: .error)
         let upload = try await store.create(NewUpload(protocolName: Self.protocolName, path: path, size: create.size, chunkSize: chunkSize))
         let id = upload.meta.uploadId
-        ReceiverMetrics.upload(Self.protocolName, .created)
+        hooks.created(Self.protocolName)
         return PatchAnswer.created(uploadId: id, chunkSize: chunkSize, location: baseURL.resolve(for: request) + "/uploads/" + id)
     }
 
@@ -131,7 +132,7 @@ struct PatchRoutes: ProtocolRoutes {
         }
         switch outcome {
         case .completed(let record):
-            if !wasComplete { ReceiverMetrics.upload(Self.protocolName, .completed) }
+            if !wasComplete { hooks.finished(Self.protocolName, id: upload.meta.uploadId, path: upload.meta.fileName, size: upload.meta.size) }
             return PatchAnswer.completed(
                 sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
         case .missing(let missing):
@@ -142,7 +143,7 @@ struct PatchRoutes: ProtocolRoutes {
     private func delete(id: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         guard try await store.delete(id: upload.meta.uploadId) else { throw Refusal.unknownUpload }
-        ReceiverMetrics.upload(Self.protocolName, .terminated)
+        hooks.terminated(Self.protocolName, id: upload.meta.uploadId)
         return Response(status: .noContent)
     }
 

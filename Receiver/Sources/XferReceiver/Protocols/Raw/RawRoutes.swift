@@ -36,6 +36,7 @@ struct RawRoutes: ProtocolRoutes {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit {
             throw Refusal.rawTooLarge(limit: limit)
         }
+        try await hooks.preCreate("raw", path: name, size: request.headers[.contentLength].flatMap { Int($0) }, form: .error)
         let written: Int
         do {
             written = try await storage.storeWhole(
@@ -46,8 +47,8 @@ struct RawRoutes: ProtocolRoutes {
             throw Refusal.error(.lengthRequired, "this receiver needs the body's Content-Length")
         }
         // One request creates and completes the file.
-        ReceiverMetrics.upload("raw", .created)
-        ReceiverMetrics.upload("raw", .completed)
+        hooks.created("raw")
+        hooks.finished("raw", id: name, path: name, size: written)
         return JSONResponse.make(.created, RawAnswer(name: name, bytes: written))
     }
 }

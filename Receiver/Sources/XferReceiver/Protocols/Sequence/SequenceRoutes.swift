@@ -98,9 +98,10 @@ struct SequenceRoutes: ProtocolRoutes {
         }
         try await checkEmptyBlock(form, sequenceNo: 0, crc: 0)
 
+        try await hooks.preCreate("sequence", path: path.text, size: sent.totFileSize, form: .envelope)
         let (_, upToken) = try await uploads.create(
             path: path, size: sent.totFileSize, blockSize: sent.blockSize, suffix: sent.suffix)
-        ReceiverMetrics.upload("sequence", .created)
+        hooks.created("sequence")
         return SequenceAnswer.accepted(SequenceAnswer.Payload(upToken: upToken))
     }
 
@@ -133,7 +134,9 @@ struct SequenceRoutes: ProtocolRoutes {
                 try await upload.recordAccepted(sequenceNo, crc: crc)
                 let reply = try await answer(sequenceNo, of: upload, base: base)
                 // Counted here, not in a replayed answer: the last block accepted once completes it.
-                if sequenceNo == blockCount { ReceiverMetrics.upload("sequence", .completed) }
+                if sequenceNo == blockCount {
+                    hooks.finished("sequence", id: upload.upload.meta.uploadId, path: upload.upload.meta.fileName, size: upload.upload.meta.size)
+                }
                 return reply
             }
             if sequenceNo > accepted + 1 { return SequenceAnswer.outOfOrder(expected: accepted + 1) }

@@ -35,16 +35,18 @@ import XferPrimitives
 struct TusRoutes: OffsetUploadRoutes {
     static let protocolName = "tus"
 
-    /// Publishes a complete upload, and counts it unless it is a partial one (a part of a file the
-    /// final upload concatenates: the file counts once, as the final upload).
-    static func finish(_ upload: any OffsetUpload) async throws {
+    /// Publishes a complete upload and reports it (`post-finish`, the metrics), unless it is a
+    /// partial one: a part of a file the final upload concatenates, which reports the file once.
+    func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
-        count(upload, .completed)
+        if upload.info.role != .partial {
+            hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length)
+        }
     }
 
-    /// Counts an event of an upload, partial uploads aside (see `finish`).
-    static func count(_ upload: any OffsetUpload, _ event: ReceiverMetrics.Event) {
-        if upload.info.role != .partial { ReceiverMetrics.upload(protocolName, event) }
+    /// Counts the creation of an upload, partial uploads aside (see `finishUpload`).
+    func countCreated(_ upload: any OffsetUpload) {
+        if upload.info.role != .partial { hooks.created(Self.protocolName) }
     }
     let environment: RouteEnvironment
     let uploads: any OffsetUploadStore
@@ -135,11 +137,11 @@ struct TusRoutes: OffsetUploadRoutes {
             }
             switch try await upload.write(request.body, at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check) {
             case .stored(let offset):
-                if offset == upload.length { try await Self.finish(upload) }
+                if offset == upload.length { try await finishUpload(upload) }
                 return Response(status: .noContent, headers: [.uploadOffset: String(offset)])
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
-                if case .interrupted(let offset) = failure, offset == upload.length { try await Self.finish(upload) }
+                if case .interrupted(let offset) = failure, offset == upload.length { try await finishUpload(upload) }
                 throw Refusal.tusWrite(failure, maximumChunkSize: configuration.maximumChunkSize)
             }
         }
@@ -205,10 +207,13 @@ struct TusRoutes: OffsetUploadRoutes {
         }
 
         let info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
+        // The application decides (its hook), before anything is stored; partial uploads are
+        // asked about too, as tusd asks: each is an upload the client makes.
+        try await hooks.preCreate(Self.protocolName, path: path.text, size: length, form: .error)
         guard withData else {
             let upload = try await uploads.create(path: path, length: length, info: info)
-            Self.count(upload, .created)
-            if length == 0 { try await Self.finish(upload) }
+            countCreated(upload)
+            if length == 0 { try await finishUpload(upload) }
             return Response(status: .created, headers: [.location: url(of: upload.id, for: request)])
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
@@ -224,7 +229,7 @@ struct TusRoutes: OffsetUploadRoutes {
             throw failure.error
         }
         do {
-            if case .stored(let offset) = result, offset == length { try await Self.finish(upload) }
+            if case .stored(let offset) = result, offset == length { try await finishUpload(upload) }
         } catch {
             _ = try? await uploads.delete(id: upload.id)
             throw error
@@ -232,7 +237,7 @@ struct TusRoutes: OffsetUploadRoutes {
         let location = url(of: upload.id, for: request)
         switch result {
         case .stored(let offset):
-            Self.count(upload, .created)
+            countCreated(upload)
             return Response(status: .created, headers: [.location: location, .uploadOffset: String(offset)])
         case .failed(let failure):
             _ = try? await uploads.delete(id: upload.id)
@@ -269,13 +274,14 @@ struct TusRoutes: OffsetUploadRoutes {
             crc = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(partial.length)) } }
         }
         let info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
+        try await hooks.preCreate(Self.protocolName, path: path.text, size: total, form: .error)
         let final = try await uploads.create(path: path, length: total, info: info)
-        Self.count(final, .created)
+        countCreated(final)
         do {
             try await final.exclusively {
                 // Finished partials are immutable: no PATCH can write past an upload's length.
                 try await final.concatenate(partials, crc: crc)
-                try await Self.finish(final)
+                try await finishUpload(final)
             }
         } catch let error as IOError where error.code == ENOENT {
             _ = try? await uploads.delete(id: final.id)
@@ -291,7 +297,7 @@ struct TusRoutes: OffsetUploadRoutes {
 
     private func terminate(id: String?) async throws -> Response {
         guard let id, let upload = try await tusUpload(id), try await uploads.delete(id: id) else { throw Refusal.unknownUpload }
-        Self.count(upload, .terminated)
+        if upload.info.role != .partial { hooks.terminated(Self.protocolName, id: id) }
         return Response(status: .noContent)
     }
 

@@ -1,0 +1,109 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// `xfer serve --hook-url`: the application hears of every upload. A small hook server (Python,
+/// standard library) records each event and refuses files whose name says so; the tests push
+/// real files and read what it recorded.
+final class HookTests: XCTestCase {
+    var work: TemporaryDirectory!
+
+    override func setUp() { work = TemporaryDirectory("xfer-hooks") }
+    override func tearDown() { work = nil }
+
+    /// The hook: appends each event to a file, one JSON per line; refuses a pre-create whose path
+    /// contains "forbidden" with 403 and a message; prints its port.
+    private func startHookServer(log: String) throws -> (ChildProcess, String) {
+        let script = """
+            import http.server, json, sys
+            log = sys.argv[1]
+            class Hook(http.server.BaseHTTPRequestHandler):
+                def do_POST(self):
+                    body = self.rfile.read(int(self.headers["Content-Length"]))
+                    event = json.loads(body)
+                    with open(log, "a") as out:
+                        out.write(json.dumps(event, sort_keys=True) + "\\n")
+                    refused = event["type"] == "pre-create" and "forbidden" in event["upload"].get("path", "")
+                    answer = json.dumps({"message": "no forbidden files here"} if refused else {}).encode()
+                    self.send_response(403 if refused else 200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer)))
+                    self.end_headers()
+                    self.wfile.write(answer)
+                def log_message(self, *args):
+                    pass
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+            print(server.server_address[1], flush=True)
+            server.serve_forever()
+            """
+        let child = try ChildProcess(executable: try TLSFront.python(), arguments: ["-c", script, log])
+        let port = try XCTUnwrap(child.readLine(), "the hook server did not start: \(child.standardError)")
+        return (child, "http://127.0.0.1:\(port)/hook")
+    }
+
+    private func events(in log: String, until done: ([[String: Any]]) -> Bool) throws -> [[String: Any]] {
+        // post-* events arrive in the background: wait for them, within a bound.
+        let deadline = Date().addingTimeInterval(20)
+        while true {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            let events = text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            if done(events) || Date() > deadline { return events }
+            usleep(50_000)
+        }
+    }
+
+    func testTheApplicationAuthorisesCreationsAndHearsOfFinishedAndTerminatedUploads() throws {
+        let log = work.file("events.jsonl")
+        let (hook, hookURL) = try startHookServer(log: log)
+        defer { hook.kill(); hook.wait() }
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--hook-url", hookURL])
+        let file = work.file("clip.bin")
+        try makeTestFile(at: file, size: 200_000, seed: 3)
+
+        for (backend, target) in [("tus", server.url + "/files/"), ("ietf", server.url + "/resumable/"), ("patch", server.url)] {
+            let push = try runXfer(["push", file, "--backend", backend, "--to", target, "--state", work.file("s-\(backend)")])
+            XCTAssertEqual(push.status, 0, "\(backend): \(push.stderr)")
+        }
+        var seen = try events(in: log) { $0.filter { $0["type"] as? String == "post-finish" }.count >= 3 }
+        for protocolName in ["tus", "ietf", "patch"] {
+            let created = seen.filter { $0["type"] as? String == "pre-create" && $0["protocol"] as? String == protocolName }
+            let finished = seen.filter { $0["type"] as? String == "post-finish" && $0["protocol"] as? String == protocolName }
+            XCTAssertEqual(created.count, 1, "\(protocolName): \(seen)")
+            XCTAssertEqual((created.first?["upload"] as? [String: Any])?["size"] as? Int, 200_000, protocolName)
+            XCTAssertEqual(finished.count, 1, "\(protocolName): \(seen)")
+            let upload = finished.first?["upload"] as? [String: Any]
+            XCTAssertEqual(upload?["path"] as? String, "clip.bin", protocolName)
+            XCTAssertEqual(upload?["size"] as? Int, 200_000, protocolName)
+            XCTAssertNotNil(upload?["id"] as? String, protocolName)
+        }
+
+        // Refused by the application: the client sees its status and words, nothing is stored.
+        let forbidden = work.file("forbidden.bin")
+        try makeTestFile(at: forbidden, size: 1000, seed: 4)
+        let refused = try runXfer(["push", forbidden, "--backend", "tus", "--to", server.url + "/files/", "--state", work.file("s-refused")])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.stderr.contains("no forbidden files here"), refused.stderr)
+        XCTAssertTrue(refused.stderr.contains("403"), refused.stderr)
+
+        // A termination, as a tus client's cancel sends it.
+        let created = try curlRequest("POST", server.url + "/files/", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 5"], in: work)
+        let location = try XCTUnwrap(created.headers["location"])
+        XCTAssertEqual(try curlRequest("DELETE", location, headers: ["Tus-Resumable: 1.0.0"], in: work).status, 204)
+        seen = try events(in: log) { $0.contains { $0["type"] as? String == "post-terminate" } }
+        let terminated = try XCTUnwrap(seen.first { $0["type"] as? String == "post-terminate" }, "\(seen)")
+        XCTAssertEqual((terminated["upload"] as? [String: Any])?["id"] as? String, location.split(separator: "/").last.map(String.init))
+    }
+
+    func testAHookThatCannotBeReachedRefusesCreationsAndLosesNoBytesOfOthers() throws {
+        // Nothing listens on port 9: every pre-create fails, so nothing is created.
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--hook-url", "http://127.0.0.1:9/hook"])
+        let answer = try curlRequest("POST", server.url + "/files/", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 5"], in: work)
+        XCTAssertEqual(answer.status, 503)
+        XCTAssertTrue(String(decoding: answer.body, as: UTF8.self).contains("the upload hook did not answer"))
+        let ietf = try curlRequest("POST", server.url + "/resumable/", headers: ["Upload-Complete: ?1"], body: Data("hello".utf8), in: work)
+        XCTAssertEqual(ietf.status, 503)
+        let bad = try runXfer(["serve", "--root", work.file("x"), "--hook-url", "ftp://hooks.example"])
+        XCTAssertEqual(bad.status, 2)
+        XCTAssertTrue(bad.stderr.contains("--hook-url must be an http(s) URL"), bad.stderr)
+    }
+}

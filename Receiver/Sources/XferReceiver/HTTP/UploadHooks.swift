@@ -1,0 +1,151 @@
+import AsyncHTTPClient
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Where the receiver tells the application about uploads (`xfer serve --hook-url URL`), as
+/// tusd's HTTP hooks do: a `POST` of a JSON event to one URL.
+public struct HookSettings: Sendable, Hashable {
+    /// Receives every event.
+    public var url: String
+    /// How long one call may take; a `pre-create` that takes longer refuses the upload.
+    public var timeout: Duration
+    /// Calls of a `post-*` event, the first included, before it is logged as lost.
+    public var attempts: Int
+
+    public init(url: String, timeout: Duration = .seconds(5), attempts: Int = 3) {
+        self.url = url
+        self.timeout = timeout
+        self.attempts = attempts
+    }
+}
+
+/// The calls to the application's hook, and with them the upload metrics (`ReceiverMetrics`):
+/// the one place a protocol's routes report what happened to an upload.
+///
+/// Events, each `{"type": …, "protocol": …, "upload": {…}}`:
+/// - `pre-create`, before anything is stored: `upload` has `path` and `size` when the protocol
+///   says them (a multipart `preLoad.do` gives a `fileCount` instead). A 2xx answer lets the
+///   upload be created; any other refuses it with the hook's status when it is a 4xx (else
+///   503) and the `message` of its JSON answer (else its first line), which the client sees
+///   in its protocol's form. A hook that cannot be reached or times out refuses too (503):
+///   an upload the application did not authorise is never stored.
+/// - `post-finish`, once an upload is complete: `id`, `path`, `size`.
+/// - `post-terminate`, once a client deleted an upload: `id`.
+///   A `post-*` event is delivered in the background, retried (`attempts`) and logged when
+///   lost; it never holds or fails the upload.
+struct UploadHooks: Sendable {
+    let settings: HookSettings?
+    let logger: Logger
+
+    private static let client: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
+
+    /// Asks the hook whether the upload may be created; throws the refusal, in `form`, when not.
+    func preCreate(_ protocolName: String, path: String?, size: Int?, fileCount: Int? = nil, form: Refusal.Form) async throws {
+        guard let settings else { return }
+        var upload: [String: JSONValueLite] = [:]
+        if let path { upload["path"] = .string(path) }
+        if let size { upload["size"] = .int(size) }
+        if let fileCount { upload["fileCount"] = .int(fileCount) }
+        let answer: (status: Int, body: String)
+        do {
+            answer = try await call(settings, event: "pre-create", protocolName: protocolName, upload: upload)
+        } catch {
+            logger.warning("pre-create hook failed; upload refused", metadata: ["reason": "\(error)"])
+            throw Self.refusal(form, status: 503, message: "the upload hook did not answer; try again later")
+        }
+        guard !(200..<300).contains(answer.status) else { return }
+        let status = (400..<500).contains(answer.status) ? answer.status : 503
+        throw Self.refusal(form, status: status, message: Self.message(in: answer.body) ?? "refused by the upload hook (\(answer.status))")
+    }
+
+    /// An upload was created: the metric (the hook heard of it in `pre-create`).
+    func created(_ protocolName: String) {
+        ReceiverMetrics.upload(protocolName, .created)
+    }
+
+    /// An upload is complete: the metric, and `post-finish` in the background.
+    func finished(_ protocolName: String, id: String, path: String, size: Int) {
+        ReceiverMetrics.upload(protocolName, .completed)
+        deliver("post-finish", protocolName: protocolName, upload: ["id": .string(id), "path": .string(path), "size": .int(size)])
+    }
+
+    /// A client deleted an upload: the metric, and `post-terminate` in the background.
+    func terminated(_ protocolName: String, id: String) {
+        ReceiverMetrics.upload(protocolName, .terminated)
+        deliver("post-terminate", protocolName: protocolName, upload: ["id": .string(id)])
+    }
+
+    private func deliver(_ event: String, protocolName: String, upload: [String: JSONValueLite]) {
+        guard let settings else { return }
+        let logger = logger
+        Task {
+            for attempt in 1...max(1, settings.attempts) {
+                if let answer = try? await call(settings, event: event, protocolName: protocolName, upload: upload),
+                    (200..<300).contains(answer.status)
+                {
+                    return
+                }
+                if attempt < settings.attempts { try? await Task.sleep(for: .milliseconds(250 << attempt)) }
+            }
+            logger.error("\(event) hook lost after \(settings.attempts) attempts", metadata: ["protocol": "\(protocolName)"])
+        }
+    }
+
+    private func call(
+        _ settings: HookSettings, event: String, protocolName: String, upload: [String: JSONValueLite]
+    ) async throws -> (status: Int, body: String) {
+        var request = HTTPClientRequest(url: settings.url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        let body = JSONValueLite.object(["type": .string(event), "protocol": .string(protocolName), "upload": .object(upload)]).text
+        request.body = .bytes(ByteBuffer(string: body))
+        let seconds = Int64(settings.timeout.components.seconds) * 1000 + settings.timeout.components.attoseconds / 1_000_000_000_000_000
+        let response = try await Self.client.execute(request, timeout: .milliseconds(max(1, seconds)))
+        let answer = try await response.body.collect(upTo: 64 << 10)
+        return (Int(response.status.code), String(buffer: answer))
+    }
+
+    /// The `message` of a JSON answer, else its first line; at most 200 characters, one line.
+    static func message(in body: String) -> String? {
+        if let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let message = object["message"] as? String, !message.isEmpty
+        {
+            return String(message.prefix(200)).replacingOccurrences(of: "\n", with: " ")
+        }
+        let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        return line.isEmpty ? nil : String(line.prefix(200))
+    }
+
+    static func refusal(_ form: Refusal.Form, status: Int, message: String) -> Refusal {
+        let httpStatus = HTTPResponse.Status(code: status)
+        switch form {
+        case .error: return .error(httpStatus, message)
+        case .envelope: return .envelope(status, message, status: status >= 500 ? .serviceUnavailable : .ok)
+        case .problem: return .problem(httpStatus, message)
+        }
+    }
+}
+
+/// The few JSON values an event holds, written in a stable order.
+enum JSONValueLite: Sendable {
+    case string(String), int(Int), object([String: JSONValueLite])
+
+    var text: String {
+        switch self {
+        case .int(let value): return String(value)
+        case .string(let value):
+            var text = JSONText()
+            text.string(value)
+            return String(decoding: text.bytes, as: UTF8.self)
+        case .object(let members):
+            return "{" + members.keys.sorted().map { key in JSONValueLite.string(key).text + ":" + members[key]!.text }.joined(separator: ",") + "}"
+        }
+    }
+}
