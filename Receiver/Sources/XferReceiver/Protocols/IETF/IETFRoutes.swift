@@ -173,7 +173,9 @@ struct IETFRoutes: OffsetUploadRoutes {
                 try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
             }
         } catch let failure as OffsetCreationFailure {
-            if version == nil { _ = try? await uploads.delete(id: failure.upload.id) }
+            // A client that named its version learned the upload's URL (104) and resumes it: it
+            // exists, cut body and all. Any other never learned it, so it is dropped.
+            if version == nil { _ = try? await uploads.delete(id: failure.upload.id) } else { hooks.created(Self.protocolName) }
             throw failure.error
         }
         hooks.created(Self.protocolName)
