@@ -121,9 +121,10 @@ torture: python-tools
 	XFER_TORTURE_TRIALS=$(TRIALS) XFER_TORTURE_KILLS=$(KILLS) XFER_TORTURE_FAULTS='$(FAULTS)' XFER_TORTURE_SEED=$(SEED) \
 		$(SWIFT) test $(CLI) --skip-build --filter TortureTests
 
-# The public API of the engine's library products against the last release tag
-# (N.N.N): fails on a break not named in api-breakage-allowlist.txt (~5 min: it
-# builds the tag's package; Docs/backend-guide.md, "Versions"). .ci/run runs it after `make test`.
+# The public API of the engine's library products against the last release,
+# recorded in API/N.N.N/: fails on a break not named in api-breakage-allowlist.txt
+# (seconds after `make test`; no git tag needed; Docs/backend-guide.md, "Versions").
+# .ci/run runs it after `make test`.
 api-check: deps
 	SWIFT="$(SWIFT)" API_SCRATCH=CLI/.build ./scripts/api-check.sh
 
