@@ -52,7 +52,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
-            path: "Sources/XferReceiver"
+            path: "Sources/XferReceiver",
+            // The upload page (`GET /`), compiled into the binary: an installed `xfer` is one file.
+            resources: [
+                .embedInCode("UploadPage/index.html"),
+                .embedInCode("UploadPage/upload.js"),
+                .embedInCode("UploadPage/upload.css"),
+            ]
         ),
         .target(
             name: "XferReceiverTesting",

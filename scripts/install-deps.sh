@@ -3,7 +3,7 @@
 #   install-deps.sh build   what building the engine and `xfer` needs (and `make demo`
 #                           runs: a push to a local `xfer serve`, killed and resumed)
 #   install-deps.sh test    that and what `make test` runs against: Ceph, haproxy,
-#                           tinyproxy, SQLite (the store benchmark), Python's venv...
+#                           tinyproxy, Chromium, SQLite (the store benchmark), Python's venv...
 # Checks what is actually needed (headers, commands), so a machine that has
 # them from elsewhere is left alone.
 set -euo pipefail
@@ -40,6 +40,8 @@ if [ "$purpose" = test ]; then
   command -v ceph >/dev/null || need+=(ceph-common)
   # A load balancer with no stickiness in front of several receivers over one object store.
   command -v haproxy >/dev/null || need+=(haproxy)
+  # A real browser for the upload page's test (UploadPageTests: headless, driven over a pipe).
+  command -v chromium >/dev/null || need+=(chromium)
   # pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
   command -v pgrep >/dev/null || need+=(procps)
 fi

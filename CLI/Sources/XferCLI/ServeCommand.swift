@@ -59,6 +59,9 @@ struct ServeCommand: AsyncParsableCommand {
         "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
     var corsOrigins: [String] = []
 
+    @Flag(name: .customLong("no-upload-page"), help: "Do not serve the upload page at / (browsers then upload only from pages of --cors-origin).")
+    var noUploadPage = false
+
     // Faults, held answers and the like, for tests only (hidden; XFER_TEST_HOOKS=1).
     @OptionGroup var testing: ServeTestSwitches
 
@@ -114,6 +117,7 @@ struct ServeCommand: AsyncParsableCommand {
             }
         }
         configuration.corsOrigins = corsOrigins
+        configuration.uploadPage = !noUploadPage
         if let hookURL {
             guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
                 throw XferError.invalidInput("--hook-url must be an http(s) URL, not '\(hookURL.prefix(80))'")

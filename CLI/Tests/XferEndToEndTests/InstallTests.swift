@@ -99,8 +99,10 @@ final class InstallTests: XCTestCase {
         let forBuild = try wanted("build")
         let forTest = try wanted("test")
         XCTAssertTrue(forBuild.isSuperset(of: ["curl", "python3", "pkg-config"]), "\(forBuild)")
-        XCTAssertTrue(forBuild.filter { $0.hasPrefix("ceph") || $0 == "radosgw" || $0 == "haproxy" || $0.hasPrefix("tinyproxy") }.isEmpty, "\(forBuild)")
-        XCTAssertTrue(forTest.isSuperset(of: forBuild.union(["ceph-mon", "ceph-osd", "radosgw", "haproxy", "tinyproxy-bin"])), "\(forTest)")
+        XCTAssertTrue(
+            forBuild.filter { $0.hasPrefix("ceph") || $0 == "radosgw" || $0 == "haproxy" || $0.hasPrefix("tinyproxy") || $0 == "chromium" }.isEmpty,
+            "\(forBuild)")
+        XCTAssertTrue(forTest.isSuperset(of: forBuild.union(["ceph-mon", "ceph-osd", "radosgw", "haproxy", "tinyproxy-bin", "chromium"])), "\(forTest)")
     }
 
     /// Runs `make` in the repository with `arguments`, not as a part of the

@@ -43,6 +43,8 @@ public struct ReceiverConfiguration: Sendable {
     /// Origins whose pages may upload from a browser (`https://app.example.com`; `*` for any):
     /// their requests get CORS answers (preflights, allowed and exposed headers). Empty: none.
     public var corsOrigins: [String] = []
+    /// Whether `GET /` serves the upload page (resumable uploads from a browser, IETF or tus).
+    public var uploadPage: Bool = true
     /// When set, uploads live in this object store instead of under `root` (which is then unused):
     /// any number of receivers may share it, behind any load balancer.
     public var objectStore: ObjectStoreLocation? = nil
@@ -258,7 +260,7 @@ public struct Receiver: Sendable {
         if let token = configuration.authToken {
             router.add(middleware: AuthMiddleware(
                 token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential,
-                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) || HealthRoutes.isProbe($0) }))
+                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) || HealthRoutes.isProbe($0) || UploadPageRoutes.isPage($0) }))
         }
         for middleware in testHooks.middleware {
             router.add(middleware: middleware)

@@ -71,6 +71,8 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
     case health
     /// `GET /metrics`: counters and latencies, when the configuration says how to render them.
     case metrics
+    /// `GET /`: a page uploading files from a browser over `ietf` or `tus` (and its script and style).
+    case uploadPage
 
     var routes: any ProtocolRoutes.Type {
         switch self {
@@ -84,6 +86,7 @@ public enum UploadProtocol: String, Sendable, CaseIterable, Hashable {
         case .statistics: StatisticsRoutes.self
         case .health: HealthRoutes.self
         case .metrics: MetricsRoutes.self
+        case .uploadPage: UploadPageRoutes.self
         }
     }
 }
