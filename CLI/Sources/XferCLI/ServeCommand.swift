@@ -55,6 +55,10 @@ struct ServeCommand: AsyncParsableCommand {
         "POST each upload's events here (pre-create, which may refuse it; post-finish; post-terminate) as JSON.", valueName: "URL"))
     var hookURL: String?
 
+    @Option(name: .customLong("hook-timeout"), help: ArgumentHelp(
+        "How long a hook call may take (default 5s); a pre-create that takes longer refuses the upload.", valueName: "DURATION"))
+    var hookTimeout: DurationArgument?
+
     @Option(name: .customLong("cors-origin"), help: ArgumentHelp(
         "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
     var corsOrigins: [String] = []
@@ -122,7 +126,14 @@ struct ServeCommand: AsyncParsableCommand {
             guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
                 throw XferError.invalidInput("--hook-url must be an http(s) URL, not '\(hookURL.prefix(80))'")
             }
-            configuration.hooks = HookSettings(url: hookURL)
+            var hooks = HookSettings(url: hookURL)
+            if let hookTimeout {
+                guard hookTimeout.duration > .zero else { throw XferError.invalidInput("--hook-timeout must be longer than 0") }
+                hooks.timeout = hookTimeout.duration
+            }
+            configuration.hooks = hooks
+        } else if hookTimeout != nil {
+            throw XferError.invalidInput("--hook-timeout is for --hook-url")
         }
         // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
         // request latencies, through the swift-metrics facade bootstrapped here, once.

@@ -11,11 +11,13 @@ final class HookTests: XCTestCase {
     override func setUp() { work = TemporaryDirectory("xfer-hooks") }
     override func tearDown() { work = nil }
 
-    /// The hook: appends each event to a file, one JSON per line; refuses a pre-create whose path
-    /// contains "forbidden" with 403 and a message; prints its port.
+    /// The hook: appends each event to a file, one JSON per line, and answers a pre-create by
+    /// the path: "forbidden" is refused with 403 and a message; "labelled" gets the metadata
+    /// `owner: alice` beside the client's; "badmeta" gets metadata that is not strings; "slow"
+    /// is answered (yes) after 3 s. Prints its port.
     private func startHookServer(log: String) throws -> (ChildProcess, String) {
         let script = """
-            import http.server, json, sys
+            import http.server, json, sys, time
             log = sys.argv[1]
             class Hook(http.server.BaseHTTPRequestHandler):
                 def do_POST(self):
@@ -23,8 +25,16 @@ final class HookTests: XCTestCase {
                     event = json.loads(body)
                     with open(log, "a") as out:
                         out.write(json.dumps(event, sort_keys=True) + "\\n")
-                    refused = event["type"] == "pre-create" and "forbidden" in event["upload"].get("path", "")
-                    answer = json.dumps({"message": "no forbidden files here"} if refused else {}).encode()
+                    path = event["upload"].get("path", "") if event["type"] == "pre-create" else ""
+                    refused = "forbidden" in path
+                    answer = {"message": "no forbidden files here"} if refused else {}
+                    if "labelled" in path:
+                        answer = {"metadata": dict(event["upload"].get("metadata", {}), owner="alice")}
+                    if "badmeta" in path:
+                        answer = {"metadata": {"owner": 5}}
+                    if "slow" in path:
+                        time.sleep(3)
+                    answer = json.dumps(answer).encode()
                     self.send_response(403 if refused else 200)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(answer)))
@@ -105,5 +115,65 @@ final class HookTests: XCTestCase {
         let bad = try runXfer(["serve", "--root", work.file("x"), "--hook-url", "ftp://hooks.example"])
         XCTAssertEqual(bad.status, 2)
         XCTAssertTrue(bad.stderr.contains("--hook-url must be an http(s) URL"), bad.stderr)
+    }
+
+    /// tusd's "may set metadata": a pre-create's answer gives the upload metadata, which tus's
+    /// HEAD shows and post-finish carries; a hook slower than `--hook-timeout`, or one whose
+    /// metadata cannot be kept, refuses the upload (503) and nothing is created.
+    func testTheHookGivesUploadsMetadataAndASlowOrGarbledHookRefuses() throws {
+        let log = work.file("events.jsonl")
+        let (hook, hookURL) = try startHookServer(log: log)
+        defer { hook.kill(); hook.wait() }
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--hook-url", hookURL, "--hook-timeout", "1s"])
+
+        // tus: the client's metadata goes to the hook; the hook's comes back on HEAD.
+        let name = Data("labelled.bin".utf8).base64EncodedString()
+        let created = try curlRequest(
+            "POST", server.url + "/files/", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 5", "Upload-Metadata: filename \(name)"], in: work)
+        XCTAssertEqual(created.status, 201)
+        let location = try XCTUnwrap(created.headers["location"])
+        let head = try curlRequest("HEAD", location, headers: ["Tus-Resumable: 1.0.0"], in: work)
+        let metadata = try XCTUnwrap(head.headers["upload-metadata"])
+        XCTAssertEqual(Set(metadata.split(separator: ",").map(String.init)), ["filename \(name)", "owner \(Data("alice".utf8).base64EncodedString())"])
+        let patched = try curlRequest(
+            "PATCH", location, headers: ["Tus-Resumable: 1.0.0", "Upload-Offset: 0", "Content-Type: application/offset+octet-stream"],
+            body: Data("hello".utf8), in: work)
+        XCTAssertEqual(patched.status, 204)
+
+        // ietf: the draft has no metadata; the hook's is kept all the same, for post-finish.
+        let file = work.file("labelled-ietf.bin")
+        try makeTestFile(at: file, size: 70_000, seed: 5)
+        let push = try runXfer(["push", file, "--backend", "ietf", "--to", server.url + "/resumable/", "--state", work.file("s-ietf")])
+        XCTAssertEqual(push.status, 0, push.stderr)
+
+        let seen = try events(in: log) { $0.filter { $0["type"] as? String == "post-finish" }.count >= 2 }
+        let asked = try XCTUnwrap(seen.first { $0["type"] as? String == "pre-create" && $0["protocol"] as? String == "tus" }, "\(seen)")
+        XCTAssertEqual((asked["upload"] as? [String: Any])?["metadata"] as? [String: String], ["filename": "labelled.bin"])
+        for (protocolName, expected) in [("tus", ["filename": "labelled.bin", "owner": "alice"]), ("ietf", ["owner": "alice"])] {
+            let finished = try XCTUnwrap(
+                seen.first { $0["type"] as? String == "post-finish" && $0["protocol"] as? String == protocolName }, "\(protocolName): \(seen)")
+            XCTAssertEqual((finished["upload"] as? [String: Any])?["metadata"] as? [String: String], expected, protocolName)
+        }
+
+        // Too slow (3 s against a 1 s timeout) or unusable: refused, and nothing was created.
+        for (file, words) in [("slow.bin", "did not answer"), ("badmeta.bin", "could not be used")] {
+            let answer = try curlRequest(
+                "POST", server.url + "/files/",
+                headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 5", "Upload-Metadata: filename \(Data(file.utf8).base64EncodedString())"], in: work)
+            XCTAssertEqual(answer.status, 503, file)
+            XCTAssertNil(answer.headers["location"], file)
+            XCTAssertTrue(String(decoding: answer.body, as: UTF8.self).contains(words), "\(file): \(String(decoding: answer.body, as: UTF8.self))")
+        }
+        let metrics = try runToEnd("/usr/bin/curl", ["-fsS", server.url + "/metrics"]).stdout
+        let tusCreated = metrics.filter {
+            $0.hasPrefix("xfer_receiver_uploads_total{") && $0.contains(#"protocol="tus""#) && $0.contains(#"event="created""#)
+        }
+        XCTAssertEqual(tusCreated.map { $0.split(separator: " ").last.map(String.init) ?? "" }, ["1"], "\(metrics)")
+
+        for arguments in [["--hook-url", hookURL, "--hook-timeout", "0s"], ["--hook-timeout", "2s"]] {
+            let bad = try runXfer(["serve", "--root", work.file("x")] + arguments)
+            XCTAssertEqual(bad.status, 2, "\(arguments)")
+            XCTAssertTrue(bad.stderr.contains("--hook-timeout"), bad.stderr)
+        }
     }
 }

@@ -27,12 +27,15 @@ public struct HookSettings: Sendable, Hashable {
 ///
 /// Events, each `{"type": …, "protocol": …, "upload": {…}}`:
 /// - `pre-create`, before anything is stored: `upload` has `path` and `size` when the protocol
-///   says them (a multipart `preLoad.do` gives a `fileCount` instead). A 2xx answer lets the
-///   upload be created; any other refuses it with the hook's status when it is a 4xx (else
-///   503) and the `message` of its JSON answer (else its first line), which the client sees
-///   in its protocol's form. A hook that cannot be reached or times out refuses too (503):
-///   an upload the application did not authorise is never stored.
-/// - `post-finish`, once an upload is complete: `id`, `path`, `size`.
+///   says them (a multipart `preLoad.do` gives a `fileCount` instead) and tus's `metadata`,
+///   decoded. A 2xx answer lets the upload be created, and a `metadata` object of strings in
+///   it replaces the upload's (tus and ietf uploads keep it: tus's `HEAD` shows it, and
+///   `post-finish` carries it); any other refuses it with the hook's status when it is a 4xx
+///   (else 503) and the `message` of its JSON answer (else its first line), which the client
+///   sees in its protocol's form. A hook that cannot be reached, times out or answers
+///   metadata that cannot be kept refuses too (503): an upload the application did not
+///   authorise is never stored.
+/// - `post-finish`, once an upload is complete: `id`, `path`, `size` (and `metadata`).
 /// - `post-terminate`, once a client deleted an upload: `id`.
 ///   A `post-*` event is delivered in the background, retried (`attempts`) and logged when
 ///   lost; it never holds or fails the upload.
@@ -47,12 +50,17 @@ struct UploadHooks: Sendable {
     }()
 
     /// Asks the hook whether the upload may be created; throws the refusal, in `form`, when not.
-    func preCreate(_ protocolName: String, path: String?, size: Int?, fileCount: Int? = nil, form: Refusal.Form) async throws {
-        guard let settings else { return }
+    /// Returns the metadata the hook gave the upload, replacing `metadata`; nil when it gave none.
+    @discardableResult
+    func preCreate(
+        _ protocolName: String, path: String?, size: Int?, fileCount: Int? = nil, metadata: [String: String]? = nil, form: Refusal.Form
+    ) async throws -> [String: String]? {
+        guard let settings else { return nil }
         var upload: [String: JSONValueLite] = [:]
         if let path { upload["path"] = .string(path) }
         if let size { upload["size"] = .int(size) }
         if let fileCount { upload["fileCount"] = .int(fileCount) }
+        if let metadata { upload["metadata"] = .object(metadata.mapValues { .string($0) }) }
         let answer: (status: Int, body: String)
         do {
             answer = try await call(settings, event: "pre-create", protocolName: protocolName, upload: upload)
@@ -60,9 +68,43 @@ struct UploadHooks: Sendable {
             logger.warning("pre-create hook failed; upload refused", metadata: ["reason": "\(error)"])
             throw Self.refusal(form, status: 503, message: "the upload hook did not answer; try again later")
         }
-        guard !(200..<300).contains(answer.status) else { return }
-        let status = (400..<500).contains(answer.status) ? answer.status : 503
-        throw Self.refusal(form, status: status, message: Self.message(in: answer.body) ?? "refused by the upload hook (\(answer.status))")
+        guard (200..<300).contains(answer.status) else {
+            let status = (400..<500).contains(answer.status) ? answer.status : 503
+            throw Self.refusal(form, status: status, message: Self.message(in: answer.body) ?? "refused by the upload hook (\(answer.status))")
+        }
+        switch Self.metadata(in: answer.body) {
+        case .none: return nil
+        case .some(let given?): return given
+        case .some(nil):
+            logger.warning("pre-create hook answered metadata that is not an object of strings; upload refused")
+            throw Self.refusal(form, status: 503, message: "the upload hook's answer could not be used; try again later")
+        }
+    }
+
+    /// `preCreate` for an offset upload (tus's, the IETF draft's): the hook hears the upload's
+    /// metadata, and what it gives instead is kept in `info`, as tus's `Upload-Metadata`.
+    func preCreate(_ protocolName: String, info: inout OffsetUploadInfo, path: String, size: Int, form: Refusal.Form) async throws {
+        guard let replaced = try await preCreate(protocolName, path: path, size: size, metadata: info.metadataText, form: form) else { return }
+        guard let header = TusMetadata.header(replaced) else {
+            logger.warning("pre-create hook answered metadata keys an upload cannot hold; upload refused")
+            throw Self.refusal(form, status: 503, message: "the upload hook's answer could not be used; try again later")
+        }
+        info.metadata = header.isEmpty ? nil : header
+    }
+
+    /// The `metadata` of a hook's JSON answer: nil when there is none, `.some(nil)` when it is
+    /// not an object whose values are all strings.
+    static func metadata(in body: String) -> [String: String]?? {
+        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let given = object["metadata"], !(given is NSNull)
+        else { return .none }
+        guard let members = given as? [String: Any] else { return .some(nil) }
+        var metadata: [String: String] = [:]
+        for (key, value) in members {
+            guard let text = value as? String else { return .some(nil) }
+            metadata[key] = text
+        }
+        return .some(metadata)
     }
 
     /// An upload was created: the metric (the hook heard of it in `pre-create`).
@@ -71,9 +113,11 @@ struct UploadHooks: Sendable {
     }
 
     /// An upload is complete: the metric, and `post-finish` in the background.
-    func finished(_ protocolName: String, id: String, path: String, size: Int) {
+    func finished(_ protocolName: String, id: String, path: String, size: Int, metadata: [String: String]? = nil) {
         ReceiverMetrics.upload(protocolName, .completed)
-        deliver("post-finish", protocolName: protocolName, upload: ["id": .string(id), "path": .string(path), "size": .int(size)])
+        var upload: [String: JSONValueLite] = ["id": .string(id), "path": .string(path), "size": .int(size)]
+        if let metadata { upload["metadata"] = .object(metadata.mapValues { .string($0) }) }
+        deliver("post-finish", protocolName: protocolName, upload: upload)
     }
 
     /// A client deleted an upload: the metric, and `post-terminate` in the background.

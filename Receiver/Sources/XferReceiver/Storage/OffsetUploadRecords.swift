@@ -11,7 +11,8 @@ struct OffsetUploadInfo: Codable, Sendable, Equatable {
     }
 
     var role: Role
-    /// tus's `Upload-Metadata` exactly as received (validated); nil when absent or empty.
+    /// tus's `Upload-Metadata` exactly as received (validated), or as the application's
+    /// `pre-create` hook replaced it (tus and ietf); nil when absent or empty.
     var metadata: String?
     /// `Upload-Concat` exactly as received; nil for a single upload.
     var concat: String?
@@ -42,4 +43,11 @@ enum OffsetWriteFailure: Sendable, Equatable {
     /// The storage needs to know a body's length before its first byte (an object store sends
     /// each append to the store with its length) and the request named none.
     case lengthRequired
+}
+
+extension OffsetUploadInfo {
+    /// The metadata's pairs as text, for the application's hooks; nil when there is none.
+    var metadataText: [String: String]? {
+        metadata.flatMap(TusMetadata.parse).map(TusMetadata.text)
+    }
 }

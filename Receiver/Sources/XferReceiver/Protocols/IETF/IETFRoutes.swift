@@ -48,7 +48,7 @@ struct IETFRoutes: OffsetUploadRoutes {
     /// Publishes a complete upload and reports it (`post-finish`, the metrics).
     func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
-        hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length)
+        hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
     }
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
@@ -153,8 +153,9 @@ struct IETFRoutes: OffsetUploadRoutes {
         let path = try destination(request)
         let check = try digestCheck(request)
 
-        let info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
-        try await hooks.preCreate(Self.protocolName, path: path.text, size: length, form: .problem)
+        // The draft carries no metadata; the application's hook may give the upload some.
+        var info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
+        try await hooks.preCreate(Self.protocolName, info: &info, path: path.text, size: length, form: .problem)
         let upload: any OffsetUpload
         let result: OffsetWriteResult
         do {

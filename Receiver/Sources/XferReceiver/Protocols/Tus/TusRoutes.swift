@@ -40,7 +40,7 @@ struct TusRoutes: OffsetUploadRoutes {
     func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
         if upload.info.role != .partial {
-            hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length)
+            hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
         }
     }
 
@@ -206,10 +206,11 @@ struct TusRoutes: OffsetUploadRoutes {
             }
         }
 
-        let info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
-        // The application decides (its hook), before anything is stored; partial uploads are
-        // asked about too, as tusd asks: each is an upload the client makes.
-        try await hooks.preCreate(Self.protocolName, path: path.text, size: length, form: .error)
+        var info = OffsetUploadInfo(role: concat == nil ? .single : .partial, metadata: metadata, concat: headers[.uploadConcat], partials: [])
+        // The application decides (its hook), before anything is stored, and may give the
+        // upload other metadata; partial uploads are asked about too, as tusd asks: each is an
+        // upload the client makes.
+        try await hooks.preCreate(Self.protocolName, info: &info, path: path.text, size: length, form: .error)
         guard withData else {
             let upload = try await uploads.create(path: path, length: length, info: info)
             countCreated(upload)
@@ -273,8 +274,8 @@ struct TusRoutes: OffsetUploadRoutes {
             let part = await partial.currentCRC
             crc = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(partial.length)) } }
         }
-        let info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
-        try await hooks.preCreate(Self.protocolName, path: path.text, size: total, form: .error)
+        var info = OffsetUploadInfo(role: .final, metadata: metadata, concat: concat, partials: ids)
+        try await hooks.preCreate(Self.protocolName, info: &info, path: path.text, size: total, form: .error)
         let final = try await uploads.create(path: path, length: total, info: info)
         countCreated(final)
         do {

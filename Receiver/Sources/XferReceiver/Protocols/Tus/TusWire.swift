@@ -142,6 +142,25 @@ enum TusMetadata {
         return pairs
     }
 
+    /// The pairs as text, for the application's hooks (a value that is not UTF-8 is decoded
+    /// lossily: hooks read names and labels, not bytes).
+    static func text(_ pairs: [String: [UInt8]]) -> [String: String] {
+        pairs.mapValues { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// `Upload-Metadata` holding `pairs` (keys sorted); nil when a key cannot be one (empty, a
+    /// space, a comma or a control character in it) or the whole is past `TusHeaders.metadataLimit`.
+    static func header(_ pairs: [String: String]) -> String? {
+        var items: [String] = []
+        for key in pairs.keys.sorted() {
+            guard !key.isEmpty, key.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: ",") }) else { return nil }
+            let value = pairs[key]!
+            items.append(value.isEmpty ? key : key + " " + Data(value.utf8).base64EncodedString())
+        }
+        let header = items.joined(separator: ",")
+        return header.utf8.count <= TusHeaders.metadataLimit ? header : nil
+    }
+
     /// Where the file lands, from the metadata's pairs: `relativePath` when present (validated
     /// like every protocol's path: an unsafe one is 400), else `filename`'s last component (as
     /// before; unusable ones are ignored), else nil (the default name "file").
