@@ -193,6 +193,8 @@ class Upload {
 
   /** Runs until the file is on the server, the user stops it, or retries are exhausted. */
   async run() {
+    // Cancelled while it waited for its turn: nothing to do.
+    if (this.cancelled) return;
     this.stopped = false;
     this.show("sending", "starting…");
     for (;;) {
