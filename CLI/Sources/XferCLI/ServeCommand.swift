@@ -41,7 +41,7 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Largest file accepted; bigger ones are refused before any byte is stored.")
     var maxUploadSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumUploadSize)
 
-    @Option(help: "Require 'Authorization: Bearer TOKEN' on every request (never printed). Also read from $XFER_AUTH_TOKEN.")
+    @Option(help: "Require 'Authorization: Bearer TOKEN' on every request but /health and the upload page (never printed). Also read from $XFER_AUTH_TOKEN.")
     var authToken: String?
 
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp(
