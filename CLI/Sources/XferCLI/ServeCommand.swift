@@ -55,6 +55,11 @@ struct ServeCommand: AsyncParsableCommand {
         "POST each upload's events here (pre-create, which may refuse it; post-finish; post-terminate) as JSON.", valueName: "URL"))
     var hookURL: String?
 
+    @Option(name: .customLong("hooks-dir"), help: ArgumentHelp(
+        "Run DIR/pre-create, DIR/post-finish, DIR/post-terminate (those that exist) with each event's JSON on standard input; instead of --hook-url.",
+        valueName: "DIR"))
+    var hooksDirectory: String?
+
     @Option(name: .customLong("hook-timeout"), help: ArgumentHelp(
         "How long a hook call may take (default 5s); a pre-create that takes longer refuses the upload.", valueName: "DURATION"))
     var hookTimeout: DurationArgument?
@@ -122,18 +127,34 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.corsOrigins = corsOrigins
         configuration.uploadPage = !noUploadPage
-        if let hookURL {
+        let destination: HookSettings.Destination?
+        switch (hookURL, hooksDirectory) {
+        case (nil, nil):
+            destination = nil
+        case (let hookURL?, nil):
             guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
                 throw XferError.invalidInput("--hook-url must be an http(s) URL, not '\(hookURL.prefix(80))'")
             }
-            var hooks = HookSettings(url: hookURL)
+            destination = .url(hookURL)
+        case (nil, let directory?):
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw XferError.invalidInput("--hooks-dir must be a directory, not '\(directory.prefix(80))'")
+            }
+            // Absolute: the hooks are found by path whatever the receiver's working directory.
+            destination = .executables(directory: URL(fileURLWithPath: directory).standardizedFileURL.path)
+        case (_?, _?):
+            throw XferError.invalidInput("--hook-url and --hooks-dir are two ways to the same hooks: give one")
+        }
+        if let destination {
+            var hooks = HookSettings(destination)
             if let hookTimeout {
                 guard hookTimeout.duration > .zero else { throw XferError.invalidInput("--hook-timeout must be longer than 0") }
                 hooks.timeout = hookTimeout.duration
             }
             configuration.hooks = hooks
         } else if hookTimeout != nil {
-            throw XferError.invalidInput("--hook-timeout is for --hook-url")
+            throw XferError.invalidInput("--hook-timeout is for --hook-url or --hooks-dir")
         }
         // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
         // request latencies, through the swift-metrics facade bootstrapped here, once.

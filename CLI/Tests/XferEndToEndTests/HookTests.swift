@@ -176,4 +176,90 @@ final class HookTests: XCTestCase {
             XCTAssertTrue(bad.stderr.contains("--hook-timeout"), bad.stderr)
         }
     }
+
+    /// `--hooks-dir`: tusd's file hooks. The executables that exist are run with the event on
+    /// their standard input, without the receiver's credentials in their environment; a refusal
+    /// carries its status and words; metadata comes back as with HTTP hooks; a hook past its
+    /// timeout is killed with what it started, and the upload refused.
+    func testExecutablesInAHooksDirectory() throws {
+        let hooks = work.file("hooks")
+        try FileManager.default.createDirectory(atPath: hooks, withIntermediateDirectories: true)
+        let log = work.file("events.jsonl")
+        let scripts = [
+            "pre-create": """
+                #!/bin/bash
+                event=$(cat)
+                echo "$event" >> '\(log)'
+                echo "environment token: ${XFER_AUTH_TOKEN:-none}" >> '\(log)'
+                case "$event" in
+                  *forbidden*) echo '{"status": 451, "message": "not this one"}'; exit 1 ;;
+                  *labelled*) echo '{"metadata": {"owner": "bob"}}' ;;
+                  *slow*) sleep 37 & wait ;;
+                esac
+                exit 0
+                """,
+            // No post-terminate: that event is not hooked.
+            "post-finish": "#!/bin/bash\ncat >> '\(log)'; echo >> '\(log)'\n",
+        ]
+        for (name, text) in scripts {
+            try text.write(toFile: hooks + "/" + name, atomically: true, encoding: .utf8)
+            XCTAssertEqual(chmod(hooks + "/" + name, 0o755), 0)
+        }
+        let token = "hook-secret-9"
+        let (child, url) = try startServer(
+            "xfer serve", executable: xferExecutable,
+            arguments: ["serve", "--port", "0", "--root", work.file("server"), "--hooks-dir", hooks, "--hook-timeout", "1s"],
+            environment: ProcessInfo.processInfo.environment.merging(["XFER_AUTH_TOKEN": token]) { $1 })
+        defer { child.kill(SIGTERM); child.wait() }
+        let authorization = "Authorization: Bearer \(token)"
+
+        let file = work.file("labelled.bin")
+        try makeTestFile(at: file, size: 100_000, seed: 6)
+        let push = try runXfer(["push", file, "--backend", "tus", "--to", url + "/files/", "--state", work.file("s"), "--token", token])
+        XCTAssertEqual(push.status, 0, push.stderr)
+        let seen = try events(in: log) { $0.contains { $0["type"] as? String == "post-finish" } }
+        let finished = try XCTUnwrap(seen.first { $0["type"] as? String == "post-finish" }, "\(seen)")
+        XCTAssertEqual((finished["upload"] as? [String: Any])?["metadata"] as? [String: String], ["owner": "bob"])
+        XCTAssertEqual((finished["upload"] as? [String: Any])?["size"] as? Int, 100_000)
+
+        let refused = try curlRequest(
+            "POST", url + "/files/",
+            headers: [authorization, "Tus-Resumable: 1.0.0", "Upload-Length: 5", "Upload-Metadata: filename \(Data("forbidden.bin".utf8).base64EncodedString())"],
+            in: work)
+        XCTAssertEqual(refused.status, 451)
+        XCTAssertTrue(String(decoding: refused.body, as: UTF8.self).contains("not this one"))
+
+        // A hook that outlives its 1 s, with a child holding its output: both are killed, and
+        // the answer does not wait for the child's 37 s.
+        let started = Date()
+        let slow = try curlRequest(
+            "POST", url + "/files/",
+            headers: [authorization, "Tus-Resumable: 1.0.0", "Upload-Length: 5", "Upload-Metadata: filename \(Data("slow.bin".utf8).base64EncodedString())"],
+            in: work)
+        XCTAssertEqual(slow.status, 503)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 20, "the answer waited for the hook's child")
+        // Killed, not left behind: the hook's child is gone too (its whole process group).
+        let deadline = Date().addingTimeInterval(5)
+        var lingering = true
+        while lingering, Date() < deadline {
+            lingering = try runToEnd("/usr/bin/pgrep", ["-f", "sleep 37"]).status == 0
+            if lingering { usleep(50_000) }
+        }
+        XCTAssertFalse(lingering, "the slow hook's child outlived it")
+
+        // Not hooked: a termination goes through with no post-terminate executable.
+        let created = try curlRequest("POST", url + "/files/", headers: [authorization, "Tus-Resumable: 1.0.0", "Upload-Length: 5"], in: work)
+        let location = try XCTUnwrap(created.headers["location"])
+        XCTAssertEqual(try curlRequest("DELETE", location, headers: [authorization, "Tus-Resumable: 1.0.0"], in: work).status, 204)
+
+        let text = try String(contentsOfFile: log, encoding: .utf8)
+        XCTAssertTrue(text.contains("environment token: none"), text)
+        XCTAssertFalse(text.contains(token), "the receiver's token reached a hook")
+
+        for arguments in [["--hooks-dir", work.file("missing")], ["--hooks-dir", hooks, "--hook-url", "http://127.0.0.1:9/"]] {
+            let bad = try runXfer(["serve", "--root", work.file("x")] + arguments)
+            XCTAssertEqual(bad.status, 2, "\(arguments)")
+            XCTAssertTrue(bad.stderr.contains("--hooks-dir"), bad.stderr)
+        }
+    }
 }

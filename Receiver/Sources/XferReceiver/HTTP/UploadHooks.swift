@@ -5,20 +5,36 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// Where the receiver tells the application about uploads (`xfer serve --hook-url URL`), as
-/// tusd's HTTP hooks do: a `POST` of a JSON event to one URL.
+/// Where the receiver tells the application about uploads, as tusd's hooks do: a `POST` of a
+/// JSON event to one URL (`xfer serve --hook-url URL`), or the event's JSON on the standard input
+/// of an executable named after it (`xfer serve --hooks-dir DIR`).
 public struct HookSettings: Sendable, Hashable {
-    /// Receives every event.
-    public var url: String
+    public enum Destination: Sendable, Hashable {
+        /// Every event is POSTed here; the answer's status and JSON body decide.
+        case url(String)
+        /// The executable `DIRECTORY/<event>` (`pre-create`, `post-finish`, `post-terminate`)
+        /// runs with the event on its standard input (in the receiver's working directory and
+        /// environment, less its credentials); exit status 0 is a yes and its standard output
+        /// the answer's body; another status refuses, with its answer's `status` (a 4xx; else
+        /// 403) and `message`. An event with no executable there is not hooked.
+        case executables(directory: String)
+    }
+
+    public var destination: Destination
     /// How long one call may take; a `pre-create` that takes longer refuses the upload.
     public var timeout: Duration
     /// Calls of a `post-*` event, the first included, before it is logged as lost.
     public var attempts: Int
 
-    public init(url: String, timeout: Duration = .seconds(5), attempts: Int = 3) {
-        self.url = url
+    public init(_ destination: Destination, timeout: Duration = .seconds(5), attempts: Int = 3) {
+        self.destination = destination
         self.timeout = timeout
         self.attempts = attempts
+    }
+
+    /// POSTs to `url`.
+    public init(url: String, timeout: Duration = .seconds(5), attempts: Int = 3) {
+        self.init(.url(url), timeout: timeout, attempts: attempts)
     }
 }
 
@@ -145,15 +161,34 @@ struct UploadHooks: Sendable {
     private func call(
         _ settings: HookSettings, event: String, protocolName: String, upload: [String: JSONValueLite]
     ) async throws -> (status: Int, body: String) {
-        var request = HTTPClientRequest(url: settings.url)
-        request.method = .POST
-        request.headers.add(name: "Content-Type", value: "application/json")
         let body = JSONValueLite.object(["type": .string(event), "protocol": .string(protocolName), "upload": .object(upload)]).text
-        request.body = .bytes(ByteBuffer(string: body))
-        let seconds = Int64(settings.timeout.components.seconds) * 1000 + settings.timeout.components.attoseconds / 1_000_000_000_000_000
-        let response = try await Self.client.execute(request, timeout: .milliseconds(max(1, seconds)))
-        let answer = try await response.body.collect(upTo: 64 << 10)
-        return (Int(response.status.code), String(buffer: answer))
+        switch settings.destination {
+        case .url(let url):
+            var request = HTTPClientRequest(url: url)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: body))
+            let timeout = settings.timeout.components
+            let milliseconds = timeout.seconds * 1000 + timeout.attoseconds / 1_000_000_000_000_000
+            let response = try await Self.client.execute(request, timeout: .milliseconds(max(1, milliseconds)))
+            let answer = try await response.body.collect(upTo: 64 << 10)
+            return (Int(response.status.code), String(buffer: answer))
+        case .executables(let directory):
+            let executable = directory + "/" + event
+            // No executable for this event: it is not hooked (as tusd's file hooks).
+            guard FileManager.default.fileExists(atPath: executable) else { return (204, "") }
+            let outcome = try await HookProcess.run(executable, input: body, timeout: settings.timeout)
+            guard let exitStatus = outcome.exitStatus else { throw HookProcess.Failure.cannotStart("the hook was ended by a signal") }
+            return (exitStatus == 0 ? 200 : Self.refusalStatus(in: outcome.output), outcome.output)
+        }
+    }
+
+    /// The status an executable that refused asks for: its answer's `status` when a 4xx, else 403.
+    static func refusalStatus(in body: String) -> Int {
+        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let status = object["status"] as? Int, (400..<500).contains(status)
+        else { return 403 }
+        return status
     }
 
     /// The `message` of a JSON answer, else its first line; at most 200 characters, one line.
