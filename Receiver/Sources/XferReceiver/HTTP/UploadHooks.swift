@@ -62,6 +62,10 @@ struct UploadHooks: Sendable {
     private static let client: HTTPClient = {
         var configuration = HTTPClient.Configuration()
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(30))
+        // A hook that refuses connections (down, not started yet) fails the call at once, not
+        // after the whole timeout of retried connection attempts: a pre-create is the client's
+        // 503 without a 5 s wait in between, and post-* events have retries of their own.
+        configuration.connectionPool.retryConnectionEstablishment = false
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 
