@@ -269,6 +269,8 @@ class Upload {
     this.row.dataset.url = this.url;
     this.needsSync = false;
     this.remember();
+    // The rate counts from here: bytes the server already had were not sent now.
+    this.sample = { time: performance.now(), bytes: offset, rate: 0 };
     return true;
   }
 
