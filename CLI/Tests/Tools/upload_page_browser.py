@@ -164,7 +164,7 @@ def run(args):
         except (ConnectionError, TimeoutError, OSError) as error:
             return {"ok": False, "skip": f"Chromium cannot start here ({error})"}
         try:
-            return scenario(args, browser, version)
+            return (scenario_controls if args.scenario == "controls" else scenario)(args, browser, version)
         finally:
             browser.close()
     finally:
@@ -236,10 +236,59 @@ def scenario(args, browser, version):
     return result
 
 
+def scenario_controls(args, browser, version):
+    """Pause and Resume one file; Cancel another mid-way (the receiver must forget it)."""
+    import urllib.error
+    import urllib.request
+    page = Page(browser)
+    page.navigate(args.url)
+    page.evaluate(f"document.querySelector('input[name=protocol][value={args.protocol}]').click()")
+    size = os.path.getsize(args.file)
+    throttle(page, args.throughput)
+    page.choose_files([args.file])
+    wait_for_offset(page, int(size * 0.25), args.timeout)
+    page.evaluate("document.querySelector('#uploads li.upload .pause').click()")
+    paused = page.wait_until(
+        "(() => { const r = document.querySelector('#uploads li.upload'); "
+        "return r.dataset.state === 'paused' ? r.querySelector('.status').innerText : ''; })()", "the upload paused", args.timeout)
+    throttle(page, -1)
+    page.evaluate("document.querySelector('#uploads li.upload .pause').click()")
+    page.wait_until(f"{row('state')} === 'done'", "the resumed upload finished", args.timeout)
+    url = page.evaluate(row("url"))
+
+    throttle(page, args.throughput)
+    page.choose_files([args.other])
+    second = "document.querySelectorAll('#uploads li.upload')[1]"
+    page.wait_until(f"(() => {{ const r = {second}; return r && Number(r.dataset.offset || 0) > 0; }})()", "the second upload under way", args.timeout)
+    cancelled_url = page.evaluate(f"{second}.dataset.url")
+    page.evaluate(f"{second}.querySelector('.cancel').click()")
+    page.wait_until(f"{second}.dataset.state === 'cancelled'", "the second upload cancelled", args.timeout)
+    # The page's DELETE is under way: the receiver forgets the upload (HEAD 404), within the deadline.
+    deadline = time.monotonic() + args.timeout
+    status = 0
+    while time.monotonic() < deadline:
+        request = urllib.request.Request(cancelled_url, method="HEAD", headers={"Tus-Resumable": "1.0.0"})
+        try:
+            status = urllib.request.urlopen(request).status
+        except urllib.error.HTTPError as error:
+            status = error.code
+        if status == 404:
+            break
+        time.sleep(0.05)
+    shot = page.screenshot(os.path.join(args.screenshots, "upload-page-4-controls.png"))
+    return {
+        "ok": True, "pausedStatus": paused, "url": url, "cancelledURL": cancelled_url, "cancelledStatus": status,
+        "unfinishedLeft": page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('xfer-upload:')).length"),
+        "screenshots": [shot], "browser": version,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True, help="the receiver's page, http://127.0.0.1:PORT/")
     parser.add_argument("--file", required=True)
+    parser.add_argument("--scenario", choices=["interruptions", "controls"], default="interruptions")
+    parser.add_argument("--other", help="controls: the file cancelled mid-way")
     parser.add_argument("--protocol", choices=["ietf", "tus"], default="ietf")
     parser.add_argument("--token", default="")
     parser.add_argument("--offline-at", type=float, default=0.2, help="lose the connection once this fraction is acknowledged")

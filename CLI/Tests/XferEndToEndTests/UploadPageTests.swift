@@ -76,6 +76,33 @@ final class UploadPageTests: XCTestCase {
         XCTAssertLessThanOrEqual(received, Self.size + 2 * Self.pageChunk, "sent again more than the pieces in flight: \(received) bytes")
     }
 
+    /// Pause and Resume finish the file; Cancel deletes the upload on the receiver and the
+    /// page forgets it.
+    func testPauseResumeAndCancel() throws {
+        let server = try ServeProcess(root: work.file("server"))
+        defer { server.stop() }
+        let file = work.file("paused.bin"), other = work.file("cancelled.bin")
+        try makeTestFile(at: file, size: 32 << 20, seed: 35)
+        try makeTestFile(at: other, size: 32 << 20, seed: 36)
+        let shots = packageRoot + "/.build/test-artifacts/upload-page-controls"
+        try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+        let driver = try runToEnd(
+            try TLSFront.python(),
+            [packageRoot + "/Tests/Tools/upload_page_browser.py", "--scenario", "controls", "--url", server.url + "/", "--file", file,
+             "--other", other, "--protocol", "tus", "--screenshots", shots, "--timeout", "120"])
+        let line = try XCTUnwrap(driver.stdout.last, "the browser driver printed nothing: \(driver.stderr)")
+        let result = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], line)
+        if let reason = result["skip"] as? String { throw XCTSkip(reason) }
+        guard result["ok"] as? Bool == true else { return XCTFail("the page's controls failed: \(line)") }
+        for shot in result["screenshots"] as? [String] ?? [] { print("upload page screenshot (controls): \(shot)") }
+        XCTAssertTrue((result["pausedStatus"] as? String ?? "").hasPrefix("Paused at"), line)
+        let served = work.file("served")
+        XCTAssertEqual(try runToEnd("/usr/bin/curl", ["-fsS", "-o", served, try XCTUnwrap(result["url"] as? String)]).status, 0)
+        XCTAssertEqual(try sha256sum(served), try sha256sum(file))
+        XCTAssertEqual(int(result["cancelledStatus"]), 404, "the cancelled upload is still on the receiver: \(line)")
+        XCTAssertEqual(int(result["unfinishedLeft"]), 0, line)
+    }
+
     /// The page's files need no token; `--no-upload-page` takes them away.
     func testThePageIsOpenWithATokenAndAbsentWithNoUploadPage() throws {
         let server = try ServeProcess(root: work.file("a"), extraArguments: ["--auth-token", "t0k3n"])

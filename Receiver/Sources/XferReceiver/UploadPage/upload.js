@@ -342,6 +342,7 @@ class Upload {
   pause() {
     this.stopped = true;
     this.xhr?.abort();
+    this.sample = { time: performance.now(), bytes: this.offset, rate: 0 };
     this.show("paused", `Paused at ${this.progressText(this.offset)}`);
   }
 
