@@ -25,8 +25,8 @@ enum ReceiverMetrics {
         if event == .created { open.increment() } else { open.decrement() }
     }
 
-    static func received(bytes: Int) {
-        Counter(label: "xfer_receiver_received_bytes_total").increment(by: bytes)
+    static func receivedBytes() -> Counter {
+        Counter(label: "xfer_receiver_received_bytes_total")
     }
 }
 

@@ -1,4 +1,5 @@
 import Hummingbird
+import Metrics
 import Synchronization
 
 /// Receiver-wide counters, kept in memory since the receiver started.
@@ -10,10 +11,15 @@ final class ReceiverStatistics: Sendable {
     /// protocol's file costs the store. 0 on disk.
     let storeRequests = Atomic<Int>(0)
 
+    /// The metric of the same bytes, made once with the storage (after the program bootstrapped
+    /// its metrics backend): `received` runs for every piece of every body, where asking the
+    /// factory for the counter each time would cost a lookup under its lock.
+    private let receivedBytes = ReceiverMetrics.receivedBytes()
+
     /// `count` file bytes read from a body: the counter `/stats` reads, and the metric.
     func received(_ count: Int) {
         payloadBytesReceived.add(count, ordering: .relaxed)
-        ReceiverMetrics.received(bytes: count)
+        receivedBytes.increment(by: count)
     }
 }
 
