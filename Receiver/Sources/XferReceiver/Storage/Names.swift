@@ -69,6 +69,8 @@ struct RelativePath: Sendable, Equatable {
         case controlCharacter
         case componentTooLong
         case tooLong
+        case separator
+        case invalidUTF8
 
         /// One line, for the client: `field` names what carried the path.
         func message(_ field: String) -> String {
@@ -77,7 +79,9 @@ struct RelativePath: Sendable, Equatable {
             case .absolute: "\(field) must be a relative path: it must not start with '/'"
             case .emptyComponent: "\(field) must not hold an empty path component ('//' or a trailing '/')"
             case .dotComponent: "\(field) must not hold a '.' or '..' path component"
-            case .controlCharacter: "\(field) must not hold NUL or control characters"
+            case .controlCharacter: "\(field) must not hold NUL, control or bidirectional formatting characters"
+            case .separator: "\(field) must not hold '/' inside a name"
+            case .invalidUTF8: "\(field) must be UTF-8"
             case .componentTooLong: "\(field) has a path component longer than \(RelativePath.maximumComponentLength) bytes"
             case .tooLong: "\(field) is longer than \(RelativePath.maximumLength) bytes"
             }
@@ -121,41 +125,55 @@ struct RelativePath: Sendable, Equatable {
 
     /// Whether `component` is one component as `parse` accepts them (which also means: no '/').
     static func isValidComponent(_ component: String) -> Bool {
-        let bytes = Array(component.utf8)
-        return !bytes.contains(UInt8(ascii: "/")) && problem(ofComponent: bytes[...]) == nil
+        problem(ofComponent: Array(component.utf8)[...]) == nil
     }
 
-    private static func problem(ofComponent component: ArraySlice<UInt8>) -> Problem? {
+    /// The one check of a component, on its UTF-8 bytes and Unicode scalars, never on
+    /// `Character`s: every name of every protocol and both storages goes through it.
+    static func problem(ofComponent component: ArraySlice<UInt8>) -> Problem? {
         if component.isEmpty { return .emptyComponent }
         if component.elementsEqual([UInt8(ascii: ".")]) || component.elementsEqual([UInt8(ascii: "."), UInt8(ascii: ".")]) {
             return .dotComponent
         }
         if component.count > maximumComponentLength { return .componentTooLong }
+        if component.contains(where: { $0 == UInt8(ascii: "/") }) { return .separator }
         if component.contains(where: { $0 < 0x20 || $0 == 0x7F }) { return .controlCharacter }
+        // Bytes that are not UTF-8 name no file a client can ask for again by URL.
+        guard let text = String(validating: component, as: UTF8.self) else { return .invalidUTF8 }
+        if component.contains(where: { $0 >= 0x80 }), text.unicodeScalars.contains(where: isInvisibleControl) { return .controlCharacter }
         return nil
+    }
+
+    /// C1 controls and the bidirectional formatting characters: invisible in a name, the latter
+    /// reorder how it is shown (`photo\u{202E}gpj.exe` reads as `photoexe.jpg`), so a file list
+    /// an application shows could lie about what was stored.
+    private static func isInvisibleControl(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x80...0x9F, 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
     }
 }
 
 enum FileNames {
-    /// Linux's NAME_MAX, in bytes of UTF-8.
-    static let maximumLength = 255
-
     /// The last path component of a name, for the places that keep one name and no path (tus's
     /// `filename` metadata without `relativePath`, `PUT /raw/{name}`); nil when nothing safe is left.
     ///
-    /// Clients send paths from Windows too, hence `\`; control characters and NUL become `_`, and
-    /// `.`/`..` are refused. Everything else, including non-ASCII names such as "视频 01.mp4", is
-    /// kept byte for byte so the name round-trips through the URL.
+    /// Clients send paths from Windows too, hence `\`. Split on bytes, never on `Character`s: a
+    /// `/` followed by a combining mark is one `Character`, and splitting on those left
+    /// `..%2F%CC%81x` whole, a name that climbed out of its directory. Control bytes become `_`;
+    /// what is left must pass `RelativePath`'s one component check. Everything else, including
+    /// non-ASCII names such as "视频 01.mp4", is kept byte for byte so the name round-trips
+    /// through the URL.
     static func lastComponent(_ name: String) -> String? {
-        guard let last = name.split(omittingEmptySubsequences: true, whereSeparator: { $0 == "/" || $0 == "\\" }).last
-        else { return nil }
-        let cleaned = String(
-            String.UnicodeScalarView(last.unicodeScalars.map { scalar in
-                scalar.value < 0x20 || scalar.value == 0x7F ? "_" : scalar
-            })
-        )
-        guard cleaned != ".", cleaned != "..", cleaned.utf8.count <= maximumLength else { return nil }
-        return cleaned
+        let separators: Set<UInt8> = [UInt8(ascii: "/"), UInt8(ascii: "\\")]
+        guard let last = Array(name.utf8).split(omittingEmptySubsequences: true, whereSeparator: separators.contains).last else {
+            return nil
+        }
+        let cleaned = last.map { $0 < 0x20 || $0 == 0x7F ? UInt8(ascii: "_") : $0 }
+        guard RelativePath.problem(ofComponent: cleaned[...]) == nil else { return nil }
+        // Cut and replaced at ASCII bytes only: still the UTF-8 it was.
+        return String(decoding: cleaned, as: UTF8.self)
     }
 }
 
