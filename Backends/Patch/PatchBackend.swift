@@ -64,6 +64,26 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         var received: [Int]
     }
 
+    /// The chunk indexes of the runs `name` (`[[first, last], ...]`, 1-based chunk numbers) in a
+    /// JSON answer; nil when the answer has no such member. Runs reaching outside the file are
+    /// cut to it, so an answer cannot make the client hold more than its own file's chunks.
+    static func chunkIndexes(
+        inRunsNamed name: String, of file: FileContext, in response: HTTPResponse, for operation: String
+    ) throws(BackendError) -> [Int]? {
+        let json = try response.json(for: operation)
+        guard let runs = json[name]?.arrayValue else { return nil }
+        var indexes: [Int] = []
+        for run in runs {
+            guard let pair = run.arrayValue, pair.count == 2, let first = pair[0].intValue, let last = pair[1].intValue else {
+                throw .transient("\(operation): \(name) must hold [first, last] pairs of chunk numbers")
+            }
+            let lower = max(first, 1)
+            let upper = min(last, file.chunkCount)
+            if lower <= upper { indexes.append(contentsOf: (lower - 1)...(upper - 1)) }
+        }
+        return indexes
+    }
+
     public func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<Never>> {
         let request = HTTPRequest(method: .get, url: try uploadURL(job, file))
         let operation = "ask what the server holds of \(file.name)"
@@ -75,6 +95,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
             let status = try response.decode(UploadStatus.self, for: operation)
             if let size = status.chunkSize, size != file.chunkSize {
                 throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize)", remedy: .startOver)
+            }
+            // Runs first (`receivedRanges`, what servers send since the list was bounded: its
+            // `received` may stop short), the plain list from servers that predate them.
+            if let runs = try Self.chunkIndexes(inRunsNamed: "receivedRanges", of: file, in: response, for: operation) {
+                return .serverHas(chunks: Set(runs))
             }
             var received = response.integers(inArrayNamed: "received")
             if received == nil { received = try response.decode(UploadList.self, for: operation).received }
@@ -127,6 +152,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
             case 404:
                 throw .uploadUnknown("\(operation): the server no longer knows the upload")
             case 409:
+                // The runs when the server sends them (the list, and the runs too, may name only
+                // the first missing chunks: completing again after sending them learns the rest).
+                if let runs = try Self.chunkIndexes(inRunsNamed: "missingRanges", of: file, in: response, for: operation) {
+                    return .missing(runs)
+                }
                 let json = try response.json(for: operation)
                 let numbers = json["missing"]?.arrayValue?.compactMap(\.intValue) ?? []
                 return .missing(file.chunkIndexes(fromNumbers: numbers))

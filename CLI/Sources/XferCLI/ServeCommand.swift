@@ -28,9 +28,13 @@ struct ServeCommand: AsyncParsableCommand {
     @OptionGroup var profile: AWSProfileArgument
 
     @Option(help: ArgumentHelp(
-        "With --storage s3://: drop an unfinished upload nobody touched for this long (90s, 30m, 24h, 7d), aborting its multipart upload (default: keep it until deleted).",
+        "Drop an unfinished upload nobody touched for this long (90s, 30m, 24h, 7d), with its bytes (on s3://, its multipart upload too); 0 keeps them until deleted.",
         valueName: "DURATION"))
-    var expireAfter: DurationArgument?
+    var expireAfter: DurationArgument = DurationArgument(argument: "24h")!
+
+    @Option(help: ArgumentHelp(
+        "Most uploads kept in memory at once; past it (every one in use) new ones get 503 and Retry-After.", valueName: "N"))
+    var maxUploadsInMemory: Int = ReceiverLimits().uploadsInMemory
 
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
@@ -92,17 +96,16 @@ struct ServeCommand: AsyncParsableCommand {
                 bucket: location.bucket, prefix: location.prefix, configuration: aws,
                 endpoint: try s3Server.endpoint(region: s3Server.region ?? aws.region), region: s3Server.region)
             if let claimLifetime = try testing.claimDuration() { store.claimLifetime = claimLifetime }
-            if let expireAfter {
-                guard expireAfter.duration > .zero else { throw XferError.invalidInput("--expire-after must be longer than 0") }
-                store.expireAfter = expireAfter.duration
-            }
             configuration.objectStore = store
         case let text?:
             throw XferError.invalidInput("--storage must be disk or s3://BUCKET[/PREFIX], not '\(text.prefix(60))'")
         }
-        if storage?.hasPrefix("s3://") != true, !s3Server.isEmpty || profile.profile != nil || expireAfter != nil {
-            throw XferError.invalidInput("--endpoint, --region, --addressing, --profile and --expire-after are for --storage s3://...")
+        if storage?.hasPrefix("s3://") != true, !s3Server.isEmpty || profile.profile != nil {
+            throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --storage s3://...")
         }
+        configuration.expireAfter = expireAfter.duration > .zero ? expireAfter.duration : nil
+        guard maxUploadsInMemory >= 1 else { throw XferError.invalidInput("--max-uploads-in-memory must be at least 1") }
+        configuration.limits.uploadsInMemory = maxUploadsInMemory
         configuration.host = host
         configuration.port = port
         guard maxChunkSize.bytes >= 1 else { throw XferError.invalidInput("--max-chunk-size must be at least 1 byte") }

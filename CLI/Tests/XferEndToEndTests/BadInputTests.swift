@@ -111,7 +111,8 @@ final class BadInputTests: XCTestCase {
             ("serve: no --root", ["serve"], 2, "--root"),
             ("serve: --storage of no kind", ["serve", "--storage", "ftp://bucket"], 2, "--storage must be disk or s3://"),
             ("serve: --storage s3 without a bucket", ["serve", "--storage", "s3://"], 2, "--storage"),
-            ("serve: --expire-after on disk", ["serve", "--root", work.file("srv"), "--expire-after", "1h"], 2, "--expire-after"),
+            ("serve: --expire-after nonsense", ["serve", "--root", work.file("srv"), "--expire-after", "soon"], 2, "--expire-after"),
+            ("serve: --max-uploads-in-memory 0", ["serve", "--root", work.file("srv"), "--max-uploads-in-memory", "0"], 2, "--max-uploads-in-memory"),
             ("serve: --endpoint on disk", ["serve", "--root", work.file("srv"), "--endpoint", "http://127.0.0.1:1"], 2, "--endpoint"),
             ("serve: --auth-token with a space", ["serve", "--root", work.file("srv"), "--auth-token", "a b"], 2, "auth-token"),
         ]

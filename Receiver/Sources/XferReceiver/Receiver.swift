@@ -48,6 +48,14 @@ public struct ReceiverConfiguration: Sendable {
     /// When set, uploads live in this object store instead of under `root` (which is then unused):
     /// any number of receivers may share it, behind any load balancer.
     public var objectStore: ObjectStoreLocation? = nil
+    /// What the receiver holds of clients' uploads in memory at most (503 with `Retry-After` past it).
+    public var limits = ReceiverLimits()
+    /// An unfinished upload nobody touched this long is dropped with everything it holds (on an
+    /// object store, its multipart upload aborted too): by a sweep every quarter of it (at most
+    /// every minute). Never one a request is sending to. A day by default; nil keeps unfinished
+    /// uploads until a client deletes them. tus answers it as `Upload-Expires`, the IETF draft as
+    /// `Upload-Limit: expires`.
+    public var expireAfter: Duration? = .seconds(24 * 3600)
 
     public init(root: String) {
         self.root = root
@@ -107,8 +115,13 @@ public struct ObjectStoreLocation: Sendable {
     public var claimLifetime: Duration = .seconds(30)
     /// An unfinished upload untouched this long is dropped (its multipart upload aborted, its
     /// staged pieces deleted): by whichever receiver meets it first, or by a sweep each receiver
-    /// runs now and then (never a scan at startup). Nil keeps unfinished uploads until deleted.
-    public var expireAfter: Duration? = nil
+    /// runs now and then (never a scan at startup). Nil: `ReceiverConfiguration.expireAfter`.
+    @available(*, deprecated, message: "set ReceiverConfiguration.expireAfter, which both storages follow")
+    public var expireAfter: Duration? {
+        get { expiry }
+        set { expiry = newValue }
+    }
+    var expiry: Duration? = nil
 
     public init(bucket: String, prefix: String, configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil) {
         self.bucket = bucket
@@ -160,19 +173,47 @@ public struct ReceiverRoutes: Sendable {
         _ configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, threadPool: NIOThreadPool, logger: Logger
     ) async throws -> ReceiverRoutes {
         let store: any UploadStorage
+        let memory = UploadsInMemory(limits: configuration.limits)
         if let location = configuration.objectStore {
             let requests = S3ObjectRequests(
                 bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
             store = ObjectStorage(
                 client: ObjectStoreClient(requests: requests, logger: logger), prefix: location.prefix, claimLifetime: location.claimLifetime,
-                expireAfter: location.expireAfter, logger: logger)
+                expireAfter: location.expiry ?? configuration.expireAfter, memory: memory, logger: logger)
         } else {
-            store = try await DiskStorage.open(root: configuration.root, threadPool: threadPool, logger: logger)
+            store = try await DiskStorage.open(
+                root: configuration.root, threadPool: threadPool, memory: memory, expireAfter: configuration.expireAfter, logger: logger)
         }
+        startUpkeep(of: store, limits: configuration.limits)
         return ReceiverRoutes(
             environment: RouteEnvironment(
                 store: store, baseURL: BaseURL(configuredHost: configuration.host, scheme: configuration.tls == nil ? "http" : "https"),
                 configuration: configuration, testHooks: testHooks, logger: logger))
+    }
+
+    /// The storage's upkeep for as long as it serves: idle uploads leave memory every half of
+    /// the idle lifetime (at least every 30 s, at most every second), expired ones go every
+    /// quarter of `expireAfter` (at least every minute, at most every second). It holds the
+    /// storage weakly, so routes an application lets go take their upkeep with them; nothing is
+    /// scanned at startup.
+    private static func startUpkeep(of store: any UploadStorage, limits: ReceiverLimits) {
+        let idlePeriod = min(max(limits.idleUploadLifetime / 2, .seconds(1)), .seconds(30))
+        Task.detached { [weak store] in
+            while true {
+                do { try await Task.sleep(for: idlePeriod) } catch { return }
+                guard let store else { return }
+                await store.dropIdle()
+            }
+        }
+        guard let expireAfter = store.expireAfter else { return }
+        let expiryPeriod = min(max(expireAfter / 4, .seconds(1)), .seconds(60))
+        Task.detached { [weak store] in
+            while true {
+                do { try await Task.sleep(for: expiryPeriod) } catch { return }
+                guard let store else { return }
+                await store.expire()
+            }
+        }
     }
 
     /// Registers the routes of `protocols` on `router` (a router or a group of one). The
@@ -241,9 +282,6 @@ public struct Receiver: Sendable {
 
     private func serve(threadPool: NIOThreadPool, logger: Logger, onListening: @escaping @Sendable (String) -> Void) async throws {
         let routes = try await ReceiverRoutes.open(configuration, testHooks: testHooks, threadPool: threadPool, logger: logger)
-        // Unfinished uploads of an object store expire by sweeps while the receiver runs.
-        let sweeping = (routes.environment.store as? ObjectStorage).map { storage in Task { await storage.sweepExpired() } }
-        defer { sweeping?.cancel() }
         let router = Router(context: ReceiverContext.self)
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added,
         // the first added outermost. tus's goes first so that every answer under /files, refusals

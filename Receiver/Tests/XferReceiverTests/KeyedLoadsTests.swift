@@ -58,4 +58,62 @@ import Testing
         for id in 0..<total { await registry.add(Upload(id: id, done: false)) }
         #expect(await registry.count == total)
     }
+
+    actor BoundedRegistry {
+        let memory: UploadsInMemory
+        let loads: KeyedLoads<Int, Upload>
+
+        init(limit: Int) {
+            var limits = ReceiverLimits()
+            limits.uploadsInMemory = limit
+            memory = UploadsInMemory(limits: limits)
+            loads = KeyedLoads(settled: { $0.done }, memory: memory)
+        }
+
+        func add(_ upload: Upload) throws {
+            try loads.makeRoom()
+            loads.insert(upload, for: upload.id)
+        }
+        func dropIdle(after idle: Duration) { loads.dropIdle(after: idle) }
+        var count: Int { loads.count }
+    }
+
+    /// Full, a registry lets go of what no request holds; what one holds stays, and when every
+    /// entry is held a new one is refused (503 for the client) instead of growing.
+    @Test func aFullRegistryDropsWhatNobodyHoldsAndRefusesTheRest() async throws {
+        let registry = BoundedRegistry(limit: 3)
+        let held = Upload(id: 1, done: false)
+        try await registry.add(held)
+        try await registry.add(Upload(id: 2, done: false))
+        try await registry.add(Upload(id: 3, done: false))
+        #expect(registry.memory.uploadCount == 3)
+        // Room is made by dropping 2 and 3 (nobody holds them); 1 is held here.
+        try await registry.add(Upload(id: 4, done: false))
+        #expect(await registry.count == 2)
+        #expect(registry.memory.uploadCount == 2)
+        let alsoHeld = [Upload(id: 5, done: false), Upload(id: 6, done: false)]
+        try await registry.add(alsoHeld[0])
+        // 1, 4 (unheld: dropped for 6) and 5.
+        try await registry.add(alsoHeld[1])
+        #expect(await registry.count == 3)
+        // 1, 5 and 6 are held: nothing can go.
+        await #expect(throws: ReceiverBusy.self) { try await registry.add(Upload(id: 7, done: false)) }
+        #expect(registry.memory.uploadCount == 3)
+        withExtendedLifetime((held, alsoHeld)) {}
+    }
+
+    /// Idle unfinished values nobody holds leave with the upkeep; recently used or held ones stay.
+    @Test func idleValuesLeaveWithTheUpkeep() async throws {
+        let registry = BoundedRegistry(limit: 100)
+        let held = Upload(id: 1, done: false)
+        try await registry.add(held)
+        try await registry.add(Upload(id: 2, done: false))
+        await registry.dropIdle(after: .seconds(3600))
+        #expect(await registry.count == 2, "nothing was idle that long")
+        await registry.dropIdle(after: .zero)
+        #expect(await registry.count == 1, "the unheld one left, the held one stayed")
+        #expect(registry.memory.uploadCount == 1)
+        withExtendedLifetime(held) {}
+    }
 }
+

@@ -27,26 +27,47 @@ enum JSONResponse {
         return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    /// `value` as `make` encodes it, with its empty array member `key` filled with `integers`.
+    /// `value` as `make` encodes it, with each of its empty array members named in `arrays`
+    /// filled with the elements given (JSON text, without the brackets).
     ///
-    /// For answers that list every chunk an upload holds: a million numbers through JSONEncoder
-    /// take half a second, written directly a few milliseconds. `value` must encode `key` as `[]`;
-    /// inside a JSON string the member's quotes would be escaped, so only the member itself matches.
-    static func make(_ status: HTTPResponse.Status, _ value: some Encodable, filling key: String, with integers: [Int]) -> Response {
+    /// For answers that list chunks: a million numbers through JSONEncoder take half a second,
+    /// written directly a few milliseconds. `value` must encode each key as `[]`; inside a JSON
+    /// string the member's quotes would be escaped, so only the member itself matches.
+    static func make(_ status: HTTPResponse.Status, _ value: some Encodable, filling arrays: KeyValuePairs<String, [UInt8]>) -> Response {
         guard let data = try? encoder.encode(value) else { return Response(status: .internalServerError) }
-        let marker = Array("\"\(key)\":[]".utf8)
-        let bytes = [UInt8](data)
-        guard let at = bytes.firstRange(of: marker) else { return Response(status: .internalServerError) }
-        var text: [UInt8] = []
-        text.reserveCapacity(bytes.count + integers.count * 8)
-        text += bytes[..<(at.upperBound - 1)]
-        for (index, integer) in integers.enumerated() {
-            if index > 0 { text.append(UInt8(ascii: ",")) }
-            Self.appendDecimal(integer, to: &text)
+        var text = [UInt8](data)
+        for (key, elements) in arrays {
+            let marker = Array("\"\(key)\":[]".utf8)
+            guard let at = text.firstRange(of: marker) else { return Response(status: .internalServerError) }
+            text.insert(contentsOf: elements, at: at.upperBound - 1)
         }
-        text += bytes[(at.upperBound - 1)...]
         let buffer = ByteBuffer(bytes: text)
         return Response(status: status, headers: [.contentType: "application/json; charset=utf-8"], body: ResponseBody(byteBuffer: buffer))
+    }
+
+    /// `1,2,3`: numbers as the elements of a JSON array.
+    static func elements(_ numbers: [Int]) -> [UInt8] {
+        var text: [UInt8] = []
+        text.reserveCapacity(numbers.count * 8)
+        for (index, number) in numbers.enumerated() {
+            if index > 0 { text.append(UInt8(ascii: ",")) }
+            appendDecimal(number, to: &text)
+        }
+        return text
+    }
+
+    /// `[1,5],[7,7]`: runs of chunk numbers as the elements of a JSON array of pairs.
+    static func elements(_ runs: some Collection<ClosedRange<Int>>) -> [UInt8] {
+        var text: [UInt8] = []
+        text.reserveCapacity(runs.count * 16)
+        for (index, run) in runs.enumerated() {
+            text += Array(index > 0 ? ",[".utf8 : "[".utf8)
+            appendDecimal(run.lowerBound, to: &text)
+            text.append(UInt8(ascii: ","))
+            appendDecimal(run.upperBound, to: &text)
+            text.append(UInt8(ascii: "]"))
+        }
+        return text
     }
 
     /// `value`'s decimal digits appended to `text`, with no String made per number.

@@ -62,6 +62,17 @@ struct Refusal: HTTPResponseError {
         }
     }
 
+    /// The receiver holds as much as its limits let it (`ReceiverBusy`): 503 with `Retry-After`,
+    /// which every protocol's clients retry.
+    static func busy(_ form: Form, _ busy: ReceiverBusy) -> Refusal {
+        let headers: HTTPFields = [.retryAfter: String(ReceiverBusy.retryAfter)]
+        return switch form {
+        case .error: .error(.serviceUnavailable, busy.description, headers: headers)
+        case .envelope: Refusal(form: .envelope, status: .serviceUnavailable, code: 503, message: busy.description, headers: headers)
+        case .problem: .problem(.serviceUnavailable, busy.description, headers: headers)
+        }
+    }
+
     /// Patch and tus say the same of an id they do not know, or of an upload deleted under a request.
     static let unknownUpload = Refusal.error(.notFound, "unknown upload")
 
@@ -146,6 +157,8 @@ struct RefusalMiddleware<Context: RequestContext>: RouterMiddleware {
             return try await next(request, context)
         } catch let refused as Refusal {
             response = try refused.response(from: request, context: context)
+        } catch let busy as ReceiverBusy {
+            response = Refusal.busy(form, busy).response
         } catch {
             if let refused = refusing(error) {
                 response = try refused.response(from: request, context: context)

@@ -98,5 +98,6 @@ enum UploadError: Error, CustomStringConvertible {
 
 enum CompletionOutcome: Sendable {
     case completed(CompletionRecord)
-    case missing([Int])
+    /// The chunks not received yet (runs: an answer's size follows the gaps, not the chunks).
+    case missing(ChunkRanges)
 }

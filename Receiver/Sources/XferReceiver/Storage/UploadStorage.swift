@@ -23,7 +23,7 @@ import NIOCore
 /// unless its protocol says it may be (an unchecked body cut mid-way keeps what arrived).
 ///
 /// `DiskStorage` (Storage/Disk/) is the implementation `xfer serve` uses by default.
-protocol UploadStorage: Sendable {
+protocol UploadStorage: AnyObject, Sendable {
     /// Counters of what clients sent, since the receiver started.
     var statistics: ReceiverStatistics { get }
     /// Rounds of the storage's group commit so far, for `GET /stats`; 0 where there is none.
@@ -46,6 +46,15 @@ protocol UploadStorage: Sendable {
     /// The body of a completed upload's file, read from where the storage published it: the
     /// whole file, or the bytes of `range` (inclusive offsets within the file), streamed.
     func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody
+
+    /// Upkeep, now and then while the routes serve: unfinished uploads no request used for a
+    /// while leave memory (`ReceiverLimits.idleUploadLifetime`).
+    func dropIdle() async
+    /// Upkeep: drops the unfinished uploads nobody touched for `expireAfter` (none when nil),
+    /// with everything they hold in the storage. Never one a request is sending to.
+    func expire() async
+    /// What `expire` drops after; nil: nothing expires.
+    var expireAfter: Duration? { get }
 }
 
 /// What a new upload is.
@@ -76,8 +85,8 @@ protocol ChunkedUpload: AnyObject, Sendable {
         _ chunk: Int, body: Body, check: BodyWriter.Check?, trailer: (() async throws -> Void)?
     ) async throws where Body.Element == ByteBuffer
 
-    /// Received chunks, ascending; every chunk once completed.
-    func receivedChunks() async throws -> [Int]
+    /// Received chunks; every chunk once completed.
+    func receivedChunks() async throws -> ChunkRanges
     /// Nil until completed.
     func completionRecord() async throws -> CompletionRecord?
     /// Assembles and publishes the file once every chunk is in; the same record on every later

@@ -97,6 +97,13 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     private var limit: String { "max-size=\(configuration.maximumUploadSize)" }
 
+    /// The limits of an unfinished upload a request just changed: with the draft's `expires`, the
+    /// seconds it has left (all of `expireAfter`, counted from this change) when uploads expire.
+    private var limitJustTouched: String {
+        guard let expireAfter = store.expireAfter else { return limit }
+        return limit + ", expires=\(expireAfter.components.seconds)"
+    }
+
     private func options() -> Response {
         Response(status: .noContent, headers: [.uploadLimit: limit, .wantContentDigest: ContentDigest.wanted])
     }
@@ -168,7 +175,7 @@ struct IETFRoutes: OffsetUploadRoutes {
                 guard let version else { return }
                 var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
                 head.headerFields[.location] = url(of: upload.id, for: request)
-                head.headerFields[.uploadLimit] = limit
+                head.headerFields[.uploadLimit] = limitJustTouched
                 head.headerFields[.uploadDraftInteropVersion] = String(version)
                 head.headerFields[.wantContentDigest] = ContentDigest.wanted
                 try await context.channel.writeAndFlush(HTTPResponsePart.head(head))
@@ -262,9 +269,9 @@ struct IETFRoutes: OffsetUploadRoutes {
             headers[.location] = location
             return Response(status: .created, headers: headers)
         }
+        headers[.uploadLimit] = limitJustTouched
         guard creation else { return Response(status: .noContent, headers: headers) }
         headers[.location] = location
-        headers[.uploadLimit] = limit
         headers[.wantContentDigest] = ContentDigest.wanted
         return Response(status: .created, headers: headers)
     }

@@ -7,8 +7,8 @@ import Logging
 ///     POST   /uploads                      {"fileName","size","chunkSize"} -> 201 {"uploadId","chunkSize"} + Location
 ///                                          (fileName: a relative path, `RelativePath`; 400 when unsafe)
 ///     PATCH  /uploads/{id}/chunks/{n}      raw bytes, Content-Range, Content-MD5 -> 204
-///     GET    /uploads/{id}                 -> 200 {"uploadId","fileName","size","chunkSize","received"}
-///     POST   /uploads/{id}/complete        -> 200 {"url","sha256"} | 409 {"missing"}
+///     GET    /uploads/{id}                 -> 200 {"uploadId","fileName","size","chunkSize","received","receivedRanges"}
+///     POST   /uploads/{id}/complete        -> 200 {"url","sha256"} | 409 {"missing","missingRanges","missingCount"}
 ///     DELETE /uploads/{id}                 -> 204
 ///
 /// Refusals are `{"error": ...}` with their status (PatchWire.swift has the wire's shapes).
@@ -110,13 +110,7 @@ struct PatchRoutes: ProtocolRoutes {
     private func status(id: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         guard let received = try? await upload.receivedChunks() else { throw Refusal.unknownUpload }
-        let meta = upload.meta
-        return JSONResponse.make(
-            .ok,
-            PatchAnswer.Status(
-                uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, received: [],
-                bytesReceived: upload.bytesReceivedSoFar),
-            filling: "received", with: received)
+        return PatchAnswer.status(upload.meta, received: received, bytesReceived: upload.bytesReceivedSoFar)
     }
 
     private func complete(_ request: Request, id: String?) async throws -> Response {
@@ -136,7 +130,7 @@ struct PatchRoutes: ProtocolRoutes {
             return PatchAnswer.completed(
                 sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
         case .missing(let missing):
-            return JSONResponse.make(.conflict, PatchAnswer.Missing(missing: missing))
+            return PatchAnswer.missing(missing)
         }
     }
 

@@ -50,15 +50,53 @@ enum PatchAnswer {
         return answer.response(.created, headers: [.location: location, .wantContentDigest: ContentDigest.wanted])
     }
 
-    /// `GET /uploads/{id}`; `received` is filled in by `JSONResponse.make(_:_:filling:with:)`.
-    struct Status: Encodable {
-        var uploadId: String
-        var fileName: String
-        var size: Int
-        var chunkSize: Int
-        var received: [Int]
-        var bytesReceived: Int
+    /// `GET /uploads/{id}`. `receivedRanges` (`[[first, last], ...]`) lists every received
+    /// chunk in runs: an answer that follows the gaps, not the chunks. `received` lists the
+    /// first `listedChunks` chunk numbers one by one, for clients that predate the runs (they send
+    /// the chunks past the list again). Both filled by `JSONResponse.make(_:_:filling:)`.
+    static func status(_ meta: UploadMeta, received: ChunkRanges, bytesReceived: Int) -> Response {
+        struct Status: Encodable {
+            var uploadId: String
+            var fileName: String
+            var size: Int
+            var chunkSize: Int
+            var received: [Int] = []
+            var receivedRanges: [Int] = []
+            var bytesReceived: Int
+        }
+        return JSONResponse.make(
+            .ok,
+            Status(uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, bytesReceived: bytesReceived),
+            filling: [
+                "received": JSONResponse.elements(received.numbers(limit: listedChunks)),
+                "receivedRanges": JSONResponse.elements(received.runs),
+            ])
     }
+
+    /// The most chunk numbers an answer lists one by one.
+    static let listedChunks = 65_536
+
+    /// 409 `{"missing","missingCount","missingRanges"}`: the chunks to send before completing
+    /// again. At most `missingRunsListed` runs and `missingNumbersListed` numbers (for clients
+    /// that predate the runs), so the answer stays under 64 KiB whatever was declared (2^24
+    /// chunks of which one was sent answered 140 MB when every number was listed); a client
+    /// sends what is listed, completes again, and learns the rest. `missingCount` counts them all.
+    static func missing(_ missing: ChunkRanges) -> Response {
+        struct Missing: Encodable {
+            var missing: [Int] = []
+            var missingCount: Int
+            var missingRanges: [Int] = []
+        }
+        return JSONResponse.make(
+            .conflict, Missing(missingCount: missing.count),
+            filling: [
+                "missing": JSONResponse.elements(missing.numbers(limit: missingNumbersListed)),
+                "missingRanges": JSONResponse.elements(missing.prefix(runs: missingRunsListed)),
+            ])
+    }
+
+    static let missingNumbersListed = 1_000
+    static let missingRunsListed = 2_000
 
     /// 200 `{"crc32c","sha256","url"}`, without `JSONEncoder`: `crc32c` when the receiver has
     /// it (read back, or combined from every chunk's checked CRC-32C), `sha256` when the file
@@ -80,11 +118,6 @@ enum PatchAnswer {
         answer.string(url)
         answer.raw("}")
         return answer.response(.ok)
-    }
-
-    /// 409: the chunks to send before completing again.
-    struct Missing: Encodable {
-        var missing: [Int]
     }
 }
 

@@ -88,7 +88,7 @@ struct TusRoutes: OffsetUploadRoutes {
             status: .noContent,
             headers: [
                 .tusVersion: TusHeaders.version,
-                .tusExtension: TusHeaders.extensions,
+                .tusExtension: TusHeaders.extensions(expiring: store.expireAfter != nil),
                 .tusMaxSize: String(configuration.maximumUploadSize),
                 .tusChecksumAlgorithm: TusChecksum.advertised,
             ])
@@ -138,7 +138,9 @@ struct TusRoutes: OffsetUploadRoutes {
             switch try await upload.write(request.body, at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check) {
             case .stored(let offset):
                 if offset == upload.length { try await finishUpload(upload) }
-                return Response(status: .noContent, headers: [.uploadOffset: String(offset)])
+                var headers: HTTPFields = [.uploadOffset: String(offset)]
+                if offset < upload.length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+                return Response(status: .noContent, headers: headers)
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
                 if case .interrupted(let offset) = failure, offset == upload.length { try await finishUpload(upload) }
@@ -215,7 +217,9 @@ struct TusRoutes: OffsetUploadRoutes {
             let upload = try await uploads.create(path: path, length: length, info: info)
             countCreated(upload)
             if length == 0 { try await finishUpload(upload) }
-            return Response(status: .created, headers: [.location: url(of: upload.id, for: request)])
+            var headers: HTTPFields = [.location: url(of: upload.id, for: request)]
+            if length > 0 { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+            return Response(status: .created, headers: headers)
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
         // answer the client cannot know the upload, so a body that fails leaves nothing behind.
@@ -239,7 +243,9 @@ struct TusRoutes: OffsetUploadRoutes {
         switch result {
         case .stored(let offset):
             countCreated(upload)
-            return Response(status: .created, headers: [.location: location, .uploadOffset: String(offset)])
+            var headers: HTTPFields = [.location: location, .uploadOffset: String(offset)]
+            if offset < length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+            return Response(status: .created, headers: headers)
         case .failed(let failure):
             _ = try? await uploads.delete(id: upload.id)
             throw Refusal.tusWrite(failure, maximumChunkSize: configuration.maximumChunkSize)
@@ -248,6 +254,15 @@ struct TusRoutes: OffsetUploadRoutes {
 
     /// `Upload-Concat: final;...`: the final upload is built from its complete partials before the answer.
     private func createFinal(_ request: Request, concat: String, partials ids: [String], metadata: String?, path: RelativePath) async throws -> Response {
+        // Each partial once, and a bounded number of them: a final upload copies every partial it
+        // names, so a list that repeats one would make a short request cost the receiver many
+        // copies of it.
+        guard ids.count <= configuration.limits.concatenatedPartials else {
+            throw Refusal.error(.badRequest, "a final upload may concatenate at most \(configuration.limits.concatenatedPartials) partial uploads")
+        }
+        guard Set(ids).count == ids.count else {
+            throw Refusal.error(.badRequest, "Upload-Concat names a partial upload more than once")
+        }
         var partials: [any OffsetUpload] = []
         var total = 0
         for id in ids {

@@ -8,6 +8,8 @@ import Hummingbird
 enum TusHeaders {
     static let version = "1.0.0"
     static let extensions = "creation,creation-with-upload,termination,checksum,concatenation"
+    /// With `expiration` when unfinished uploads expire (`Upload-Expires` on creations and PATCHes).
+    static func extensions(expiring: Bool) -> String { expiring ? extensions + ",expiration" : extensions }
     static let offsetStream = "application/offset+octet-stream"
     /// `Upload-Metadata` is stored and echoed; a larger one is refused, not kept.
     static let metadataLimit = 16 * 1024
@@ -16,6 +18,12 @@ enum TusHeaders {
         guard let contentType else { return false }
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first ?? ""
         return mediaType.trimmingCharacters(in: .whitespaces).lowercased() == offsetStream
+    }
+
+    /// `Upload-Expires` of an unfinished upload a request just changed: `expireAfter` from now,
+    /// as an HTTP date (RFC 9110); nil when uploads do not expire.
+    static func expires(after expireAfter: Duration?, now: Date = Date()) -> String? {
+        expireAfter.map { HTTPDate.format(now + $0.seconds) }
     }
 
     /// A non-negative decimal integer as tus headers carry them; nil for anything else.
@@ -233,5 +241,6 @@ extension HTTPField.Name {
     static let uploadMetadata = HTTPField.Name("Upload-Metadata")!
     static let uploadConcat = HTTPField.Name("Upload-Concat")!
     static let uploadChecksum = HTTPField.Name("Upload-Checksum")!
+    static let uploadExpires = HTTPField.Name("Upload-Expires")!
     static let xHTTPMethodOverride = HTTPField.Name("X-HTTP-Method-Override")!
 }

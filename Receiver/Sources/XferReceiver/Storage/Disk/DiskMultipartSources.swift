@@ -22,7 +22,12 @@ actor DiskMultipartSources {
     private let root: String
     private let io: BlockingIO
 
-    private var cache: [String: MultipartSourceRecord] = [:]
+    /// Sources asked for lately (each fragment names its source): bounded, because every preLoad
+    /// makes one and a record holds up to 1,000 ids; emptied when full, since a miss costs a read.
+    private var cache: [String: MultipartSourceRecord] = [:] {
+        didSet { if cache.count > Self.cacheLimit { cache.removeAll(keepingCapacity: true) } }
+    }
+    static let cacheLimit = 1024
     private var turns = KeyedTurns<String>()
     private var directoryReady = false
 

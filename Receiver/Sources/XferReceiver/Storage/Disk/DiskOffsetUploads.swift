@@ -213,11 +213,12 @@ actor DiskOffsetUploads: OffsetUploadStore {
 
     private let store: DiskUploads
     private let logger: Logger
-    private let uploads = KeyedLoads<String, DiskOffsetUpload>(settled: { $0.isSettled })
+    private let uploads: KeyedLoads<String, DiskOffsetUpload>
 
     private let fileIO: FileIO
 
     init(store: DiskUploads, protocolName: String, fileIO: FileIO, logger: Logger) {
+        uploads = KeyedLoads(settled: { $0.isSettled }, memory: store.memory)
         self.fileIO = fileIO
         self.store = store
         self.protocolName = protocolName
@@ -226,6 +227,7 @@ actor DiskOffsetUploads: OffsetUploadStore {
 
     /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
     func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload {
+        try uploads.makeRoom()
         // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
         // bytes would not do.
         let encoded = try JSONEncoder().encode(info)
@@ -252,6 +254,11 @@ actor DiskOffsetUploads: OffsetUploadStore {
         return try await uploads.value(for: id) { [store, protocolName, fileIO, logger] in
             try await Self.read(id: id, protocolName: protocolName, store: store, fileIO: fileIO, logger: logger)
         }
+    }
+
+    /// Lets the uploads no request used for a while leave memory (`KeyedLoads`).
+    func dropIdle() {
+        uploads.dropIdle()
     }
 
     /// Termination: false when the upload is unknown or already gone.

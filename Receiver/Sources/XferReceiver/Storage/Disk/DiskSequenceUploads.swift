@@ -61,9 +61,10 @@ actor DiskSequenceUploads: SequenceUploadStore {
 
     private let store: DiskUploads
     private let logger: Logger
-    private let uploads = KeyedLoads<String, DiskSequenceUpload>(settled: { $0.diskUpload.isSettled })
+    private let uploads: KeyedLoads<String, DiskSequenceUpload>
 
     init(store: DiskUploads, logger: Logger) {
+        uploads = KeyedLoads(settled: { $0.diskUpload.isSettled }, memory: store.memory)
         self.store = store
         self.logger = logger
     }
@@ -71,6 +72,7 @@ actor DiskSequenceUploads: SequenceUploadStore {
     /// Creates an upload and returns it with its upToken. Everything the token unlocks is on disk
     /// before it is returned.
     func create(path: RelativePath, size: Int, blockSize: Int, suffix: String) async throws -> (any SequenceUpload, upToken: String) {
+        try uploads.makeRoom()
         let secret = UploadID.generate()
         let meta = SequenceMeta(tokenDigest: UpToken.digest(ofSecret: secret), suffix: suffix)
         let encoded = try JSONEncoder().encode(meta)
@@ -87,6 +89,11 @@ actor DiskSequenceUploads: SequenceUploadStore {
             upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: [])
         uploads.insert(sequenceUpload, for: upload.meta.uploadId)
         return (sequenceUpload, UpToken.make(uploadId: upload.meta.uploadId, secret: secret))
+    }
+
+    /// Lets the uploads no request used for a while leave memory (`KeyedLoads`).
+    func dropIdle() {
+        uploads.dropIdle()
     }
 
     /// The upload `token` unlocks; nil for a token this store never handed out.

@@ -24,22 +24,30 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
     let uploads: DiskUploads
     let fileIO: FileIO
     let sequenceUploads: any SequenceUploadStore
+    private let diskSequenceUploads: DiskSequenceUploads
     let multipartSources: any MultipartSourceStore
     private let logger: Logger
     /// One store per protocol name, made on first use: each keeps the uploads it loaded.
     private let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
 
     /// Opens (or creates) the store under `root`, emptying the trash a crash left.
-    static func open(root: String, threadPool: NIOThreadPool, logger: Logger) async throws -> DiskStorage {
-        let uploads = try await DiskUploads.open(root: root, io: BlockingIO(pool: threadPool), logger: logger)
-        return DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), logger: logger)
+    static func open(
+        root: String, threadPool: NIOThreadPool, memory: UploadsInMemory, expireAfter: Duration?, logger: Logger
+    ) async throws -> DiskStorage {
+        let uploads = try await DiskUploads.open(root: root, io: BlockingIO(pool: threadPool), memory: memory, logger: logger)
+        return DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), expireAfter: expireAfter, logger: logger)
     }
 
-    private init(uploads: DiskUploads, fileIO: FileIO, logger: Logger) {
+    /// Unfinished uploads untouched this long are dropped; nil: never.
+    let expireAfter: Duration?
+
+    private init(uploads: DiskUploads, fileIO: FileIO, expireAfter: Duration?, logger: Logger) {
+        self.expireAfter = expireAfter
         self.uploads = uploads
         self.fileIO = fileIO
         self.logger = logger
-        sequenceUploads = DiskSequenceUploads(store: uploads, logger: logger)
+        diskSequenceUploads = DiskSequenceUploads(store: uploads, logger: logger)
+        sequenceUploads = diskSequenceUploads
         multipartSources = DiskMultipartSources(root: uploads.layout.root, io: uploads.io)
     }
 
@@ -69,6 +77,23 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         return try await fileIO.load(upload.layout.downloadFile, range: range, context: context)
     }
 
+    /// Unfinished uploads no request used for a while leave memory: the protocols' registries
+    /// first (theirs hold the uploads beneath), then the uploads'.
+    func dropIdle() async {
+        for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
+        await diskSequenceUploads.dropIdle()
+        await uploads.dropIdle()
+    }
+
+    func expire() async {
+        guard let expireAfter else { return }
+        do {
+            try await uploads.expire(after: expireAfter)
+        } catch {
+            logger.warning("Expiring unfinished uploads failed", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
     static let readChunkLength = 256 * 1024
 
@@ -85,6 +110,8 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
     /// fdatasync at the end, then renamed into place under `ROOT/raw/`.
     func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
     where Body.Element == ByteBuffer {
+        // The routes checked it; checked again where it becomes a path, whoever calls.
+        guard RelativePath.isValidComponent(name) else { throw UploadError.corrupt("an unsafe name reached the storage") }
         let io = uploads.io
         let directory = uploads.layout.root + "/raw"
         let partial = directory + "/.partial-" + UploadID.generate()

@@ -28,9 +28,12 @@ actor DiskUpload {
     private let durability: Durability
     private let log: DurableLog
 
-    private var received: ChunkSet
-    /// The CRC-32C each received chunk was checked against, where it came with one.
-    private var crcs: ChunkCRCs
+    /// The chunks acknowledged, with their CRC-32Cs where they came with one.
+    private var received: ReceivedChunks {
+        didSet { runsHeld.set(received.runCount) }
+    }
+    /// `received`'s runs, counted in what the receiver holds (`UploadsInMemory`).
+    private let runsHeld: ChunkRunsHeld
     /// Chunks being written right now. A second request for the same chunk waits: if both wrote at
     /// once, a good one could be acknowledged over bytes a bad one was still overwriting.
     private var writers = KeyedTurns<Int>()
@@ -46,17 +49,18 @@ actor DiskUpload {
 
     init(
         meta: UploadMeta, layout: UploadLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        received: ChunkSet, crcs: ChunkCRCs? = nil, completion: CompletionRecord?, digest: String? = nil
+        memory: UploadsInMemory?, received: ReceivedChunks? = nil, completion: CompletionRecord?, digest: String? = nil
     ) {
+        runsHeld = ChunkRunsHeld(memory)
         self.digest = digest
-        self.crcs = crcs ?? ChunkCRCs(chunkCount: meta.chunkCount)
         self.meta = meta
         self.statistics = statistics
         self.layout = layout
         self.io = io
         self.durability = durability
         self.log = DurableLog(path: layout.log, durability: durability)
-        self.received = received
+        self.received = received ?? ReceivedChunks(meta: meta)
+        runsHeld.set(self.received.runCount)
         self.completion = completion
         completed.store(completion != nil, ordering: .releasing)
     }
@@ -128,12 +132,18 @@ actor DiskUpload {
             if writers.take(chunk) { break }
             await withCheckedContinuation { writers.queue(chunk, $0) }
         }
-        if received.contains(number: chunk) {
+        // A chunk between two gaps opens a run: refused, before a byte of it is read, when the
+        // upload or the receiver holds as many as it may (`ReceiverLimits`). Chunks that extend
+        // or join runs always pass: a client that fills its gaps is never stuck.
+        if received.chunks.runChange(inserting: chunk) > 0, let busy = runsHeld.roomForRun() {
+            writers.end(chunk)
+            throw busy
+        }
+        if received.contains(chunk) {
             // This request is about to overwrite acknowledged bytes. Unmark them durably first, so
             // neither a bad body nor a crash mid-write can leave the region marked received. If the
             // append fails the chunk simply reads as missing, which costs a resend and nothing else.
-            received.remove(number: chunk)
-            crcs.set(number: chunk, nil)
+            received.remove(chunk)
             digest = nil
             do {
                 try await log.append("-\(chunk)")
@@ -163,7 +173,7 @@ actor DiskUpload {
             } else {
                 // The record is appended by the sync thread right after the round that made the
                 // bytes durable, and made durable by the next round.
-                let record = crc32c.map { ChunkCRCs.record(chunk: chunk, crc: $0) } ?? "+\(chunk)"
+                let record = crc32c.map { ReceivedChunks.record(chunk: chunk, crc: $0) } ?? "+\(chunk)"
                 try await durability.sync(then: { try log.appendUnsynced([record], creating: false) })
             }
         } catch let error as IOError where error.code == ENOENT && deleted {
@@ -171,8 +181,7 @@ actor DiskUpload {
             throw UploadError.deleted
         }
         guard !deleted else { throw UploadError.deleted }
-        received.insert(number: chunk)
-        crcs.set(number: chunk, sha256 == nil ? crc32c : nil)
+        received.insert(chunk, crc: sha256 == nil ? crc32c : nil)
         digest = sha256
     }
 
@@ -187,12 +196,12 @@ actor DiskUpload {
 
     // MARK: Queries
 
-    /// Received chunks, ascending. A completed upload reports every chunk so that a client killed
-    /// during complete can reconcile and call complete again.
-    func receivedChunks() throws -> [Int] {
+    /// Received chunks. A completed upload reports every chunk so that a client killed during
+    /// complete can reconcile and call complete again.
+    func receivedChunks() throws -> ChunkRanges {
         if deleted { throw UploadError.deleted }
-        if completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
-        return received.memberNumbers
+        if completion != nil { return .all(meta.chunkCount) }
+        return received.chunks
     }
 
     /// Nil until completed.
@@ -211,12 +220,12 @@ actor DiskUpload {
         if let completion { return .completed(completion) }
         if let completionTask { return .completed(try await completionTask.value) }
         // Chunks being (re)written are never in `received`, so this also waits out in-flight writes.
-        let missing = received.missingNumbers
+        let missing = received.chunks.missing(of: meta.chunkCount)
         guard missing.isEmpty else { return .missing(missing) }
 
         // Unstructured on purpose: once started, finishing must not depend on the client staying connected.
         // On the request's event loop, like the request itself: a small file is finished inline.
-        let combined = crc32c ?? crcs.combined(meta)
+        let combined = crc32c ?? received.combinedCRC
         let task = unstructuredTask { [meta, layout, io, durability, digest] in
             try await Self.finalize(meta: meta, layout: layout, digest: digest, combined: combined, io: io, durability: durability)
         }
@@ -240,11 +249,13 @@ actor DiskUpload {
     func completeWritten(crc32c: UInt32? = nil) async throws -> CompletionRecord {
         if deleted { throw UploadError.deleted }
         if completion == nil, completionTask == nil {
-            let missing = received.missingNumbers
+            // A tus upload is one chunk, or layout 1's chunks of a few (its data file written
+            // whole by the appends): a handful of records.
+            let missing = received.chunks.missing(of: meta.chunkCount).numbers()
             if !missing.isEmpty {
                 try await log.append(missing.map { "+\($0)" })
                 if deleted { throw UploadError.deleted }
-                for chunk in missing { received.insert(number: chunk) }
+                for chunk in missing { received.insert(chunk, crc: nil) }
             }
         }
         switch try await complete(crc32c: crc32c) {

@@ -56,7 +56,7 @@ struct UploadLayout: Sendable {
     }
 
     /// Every name a flat upload's files may have, the log first (it makes the upload exist).
-    static let flatNames = ["log", "data", "tus.json", "offset.log", "sequence.json", "blocks.log"]
+    static let flatNames = ["log", "data", "tus.json", "ietf.json", "offset.log", "sequence.json", "blocks.log"]
 
     let id: String
     let uploads: String
@@ -92,19 +92,23 @@ actor DiskUploads {
     /// The group commit every protocol's acknowledgements wait on.
     nonisolated let durability: Durability
     nonisolated let statistics = ReceiverStatistics()
+    /// What the receiver holds in memory, against its limits: every registry's entries count.
+    nonisolated let memory: UploadsInMemory
     private let logger: Logger
 
-    private let uploads = KeyedLoads<String, DiskUpload>(settled: { $0.isSettled })
+    private let uploads: KeyedLoads<String, DiskUpload>
 
-    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, logger: Logger) {
+    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, memory: UploadsInMemory, logger: Logger) {
         self.layout = layout
         self.io = io
         self.durability = durability
+        self.memory = memory
         self.logger = logger
+        uploads = KeyedLoads(settled: { $0.isSettled }, memory: memory)
     }
 
     /// Creates the root's directories and empties the trash left by deletes a crash interrupted.
-    static func open(root: String, io: BlockingIO, logger: Logger) async throws -> DiskUploads {
+    static func open(root: String, io: BlockingIO, memory: UploadsInMemory, logger: Logger) async throws -> DiskUploads {
         let layout = StoreLayout(root: root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root)
         let durability = try await io.run {
             try FileManager.default.createDirectory(atPath: layout.root, withIntermediateDirectories: true)
@@ -114,11 +118,16 @@ actor DiskUploads {
             for leftover in (try? FileManager.default.contentsOfDirectory(atPath: layout.trash)) ?? [] {
                 try? FileManager.default.removeItem(atPath: layout.trash + "/" + leftover)
             }
+            // Bodies of `PUT /raw` a crash cut short: no request of this process is under way.
+            for leftover in (try? FileManager.default.contentsOfDirectory(atPath: layout.root + "/raw")) ?? []
+            where leftover.hasPrefix(".partial-") {
+                try? FileManager.default.removeItem(atPath: layout.root + "/raw/" + leftover)
+            }
             // Each filesystem the store spans is flushed by every round (an operator may mount
             // downloads/ elsewhere).
             return try Durability(directories: [layout.root, layout.uploads, layout.downloads, layout.trash], pool: io.pool)
         }
-        return DiskUploads(layout: layout, io: io, durability: durability, logger: logger)
+        return DiskUploads(layout: layout, io: io, durability: durability, memory: memory, logger: logger)
     }
 
     /// `size`/`chunkSize` must already be validated by the protocol. Returns once the creation is
@@ -130,6 +139,7 @@ actor DiskUploads {
         protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
     ) async throws -> DiskUpload {
+        try uploads.makeRoom()
         let layout = self.layout
         // Inline, not on the blocking pool: creating two small files costs less than the two
         // thread switches a hop there and back takes. Layout 1 makes a directory: that one hops.
@@ -155,8 +165,8 @@ actor DiskUploads {
         let (meta, uploadLayout) = format == .flat ? try make() : try await io.run(make)
         try await durability.sync()
         let upload = DiskUpload(
-            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
-            received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, memory: memory,
+            completion: nil)
         uploads.insert(upload, for: meta.uploadId)
         return upload
     }
@@ -168,10 +178,10 @@ actor DiskUploads {
     /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
     func upload(id: String, creatingIfAbsent protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> DiskUpload {
         precondition(UploadID.isValid(id), "upload ids name directories")
-        let loadOrCreate: @Sendable () async throws -> DiskUpload = { [layout, io, durability, statistics, logger] in
+        let loadOrCreate: @Sendable () async throws -> DiskUpload = { [layout, io, durability, statistics, memory, logger] in
             let (upload, created) = try await io.run { () throws -> (DiskUpload, Bool) in
                 if let existing = try Self.load(
-                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, logger: logger)
                 {
                     return (existing, false)
                 }
@@ -186,8 +196,8 @@ actor DiskUploads {
                     throw UploadError.corrupt("upload \(id) reappeared during its creation")
                 }
                 let upload = DiskUpload(
-                    meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics,
-                    received: ChunkSet(chunkCount: meta.chunkCount), completion: nil)
+                    meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, memory: memory,
+                    completion: nil)
                 return (upload, true)
             }
             // Durable before anyone writes a chunk into it.
@@ -204,11 +214,98 @@ actor DiskUploads {
     /// Nil for ids that are malformed or unknown.
     func upload(id: String) async throws -> DiskUpload? {
         guard UploadID.isValid(id) else { return nil }
-        return try await uploads.value(for: id) { [layout, io, durability, statistics, logger] in
+        return try await uploads.value(for: id) { [layout, io, durability, statistics, memory, logger] in
             try await io.run {
-                try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, logger: logger)
+                try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, logger: logger)
             }
         }
+    }
+
+    /// Lets the unfinished uploads no request used for a while leave memory (`KeyedLoads`).
+    func dropIdle() {
+        uploads.dropIdle()
+    }
+
+    // MARK: Expiry
+
+    /// Drops every unfinished upload whose files nobody changed for `expireAfter` and that no
+    /// request holds; returns how many went.
+    ///
+    /// An upload is live while a request holds it (it is then in memory: `KeyedLoads` never lets
+    /// a held value go, and an upload beneath a protocol's is held by it) or while its files
+    /// change (every chunk, append or record writes one). The scan of `uploads/` runs on the
+    /// blocking pool; the decision for each upload it found is taken again on this actor with no
+    /// suspension between the check and the renames, so a request can neither load the upload
+    /// while it goes nor lose a write it was acknowledged: such a write made the files new.
+    /// Completed uploads never expire (their data file has gone to `downloads/`, so the scan
+    /// skips them after one look).
+    @discardableResult
+    func expire(after expireAfter: Duration) async throws -> Int {
+        let layout = self.layout
+        let cutoff = Date() - expireAfter.seconds
+        let candidates = try await io.run { Self.unfinishedUploads(in: layout, untouchedSince: cutoff) }
+        var trashed: [String] = []
+        var expired = 0
+        for id in candidates where !uploads.contains(id) {
+            // Again, now, with nothing in between: the scan may be old news.
+            guard let newest = Self.newestChange(of: id, in: layout), newest < cutoff,
+                let moved = try? Self.moveToTrash(id: id, layout: layout, suffix: ".expired"), !moved.isEmpty
+            else { continue }
+            trashed += moved
+            expired += 1
+        }
+        guard expired > 0 else { return 0 }
+        try await durability.sync()
+        _ = try? await io.run { [trashed] in
+            for path in trashed where FileSystemOps.exists(path) { try FileManager.default.removeItem(atPath: path) }
+        }
+        logger.info("Expired unfinished uploads", metadata: ["count": "\(expired)"])
+        return expired
+    }
+
+    /// The ids of the unfinished uploads under `uploads/` (those whose data file is still there)
+    /// whose files are all older than `cutoff`, and whose log holds no completion (a completion a
+    /// crash left unpublished is finished by the upload's next load, not expired). Blocking.
+    private static func unfinishedUploads(in layout: StoreLayout, untouchedSince cutoff: Date) -> [String] {
+        var ids: [String] = []
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: layout.uploads)) ?? [] {
+            let id: String
+            if name.utf8.count == UploadID.length + 5, name.hasSuffix(".data") {
+                id = String(name.prefix(UploadID.length))
+            } else if name.utf8.count == UploadID.length, FileSystemOps.exists(layout.uploads + "/" + name + "/data") {
+                id = name
+            } else {
+                continue
+            }
+            guard UploadID.isValid(id), let newest = newestChange(of: id, in: layout), newest < cutoff else { continue }
+            if let bytes = try? FileSystemOps.readAll(layout.uploads + "/" + id + ".log") {
+                var completed = false
+                DurableLog.forEachRecord(in: bytes[...]) { if $0.first == UInt8(ascii: "=") { completed = true } }
+                if completed { continue }
+            }
+            if FileSystemOps.exists(layout.uploads + "/" + id + "/complete.json") { continue }
+            ids.append(id)
+        }
+        return ids
+    }
+
+    /// When upload `id`'s files last changed (the newest of their modification times); nil when
+    /// it has none. Blocking (a few `stat`s).
+    private static func newestChange(of id: String, in layout: StoreLayout) -> Date? {
+        var newest: Date?
+        func consider(_ path: String) {
+            var info = stat()
+            guard stat(path, &info) == 0 else { return }
+            let changed = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9)
+            newest = max(newest ?? changed, changed)
+        }
+        for name in UploadLayout.flatNames { consider(layout.uploads + "/" + id + "." + name) }
+        let directory = layout.uploads + "/" + id
+        if FileSystemOps.exists(directory) {
+            consider(directory)
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] { consider(directory + "/" + name) }
+        }
+        return newest
     }
 
     /// False when the upload is unknown or already deleted.
@@ -285,7 +382,8 @@ actor DiskUploads {
 
     /// Blocking.
     private static func load(
-        id: String, layout: StoreLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics, logger: Logger
+        id: String, layout: StoreLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
+        memory: UploadsInMemory, logger: Logger
     ) throws -> DiskUpload? {
         let directory = layout.uploads + "/" + id
         let meta: UploadMeta
@@ -321,8 +419,7 @@ actor DiskUploads {
         }
         let uploadLayout = layout.upload(id, path: path, format: format)
 
-        var received = ChunkSet(chunkCount: meta.chunkCount)
-        var crcs = ChunkCRCs(chunkCount: meta.chunkCount)
+        var received = ReceivedChunks(meta: meta)
         // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
         // checked against the data below.
         var digest: String?
@@ -343,8 +440,13 @@ actor DiskUploads {
                 return
             }
             let chunk = chunkRecord.number
-            if chunkRecord.received { received.insert(number: chunk) } else { received.remove(number: chunk) }
-            crcs.set(number: chunk, chunkRecord.received ? chunkRecord.crc : nil)
+            if chunkRecord.received {
+                // A record written again over an older one of the same chunk: the newest wins.
+                received.remove(chunk)
+                received.insert(chunk, crc: chunkRecord.crc)
+            } else {
+                received.remove(chunk)
+            }
             if chunkRecord.digest != nil || digest != nil { digest = chunkRecord.received ? chunkRecord.digest : nil }
         }
         if malformed > 0 {
@@ -377,13 +479,13 @@ actor DiskUploads {
             // record without them, and then they no longer match.
             let actual = try? DiskUpload.hash(meta: meta, layout: uploadLayout, file: uploadLayout.data)
             if actual?.sha256 != expected {
-                received.remove(number: 1)
+                received.remove(1)
                 digest = nil
             }
         }
         return DiskUpload(
-            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, received: received,
-            crcs: crcs, completion: completion, digest: digest)
+            meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, memory: memory,
+            received: received, completion: completion, digest: digest)
     }
 
 }

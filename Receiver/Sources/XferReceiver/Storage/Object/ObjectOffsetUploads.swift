@@ -23,14 +23,16 @@ actor ObjectOffsetUploads: OffsetUploadStore {
     let storage: ObjectStorage
     let protocolName: String
     /// A completed upload is settled: every request re-reads what matters from the store.
-    private let uploads = KeyedLoads<String, ObjectOffsetUpload>(settled: { $0.version.latest?.0.completion != nil })
+    private let uploads: KeyedLoads<String, ObjectOffsetUpload>
 
     init(storage: ObjectStorage, protocolName: String) {
+        uploads = KeyedLoads(settled: { $0.version.latest?.0.completion != nil }, memory: storage.memory)
         self.storage = storage
         self.protocolName = protocolName
     }
 
     func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload {
+        try uploads.makeRoom()
         let created = try await storage.createUpload(
             NewUpload(protocolName: protocolName, path: path, size: length, chunkSize: max(1, length))
         ) { state in
@@ -79,7 +81,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
         let upload = ObjectOffsetUpload(storage: storage, meta: meta, info: info)
         // Known here from now on, and in its turn until the body is in: a request of this
         // instance asking for it meanwhile (a HEAD after the 104) waits for the outcome.
-        await remember(upload)
+        try await remember(upload)
         let result: OffsetWriteResult = try await upload.exclusively {
             try await announce(upload)
             let statistics = storage.statistics
@@ -110,7 +112,8 @@ actor ObjectOffsetUploads: OffsetUploadStore {
         return (upload, result)
     }
 
-    private func remember(_ upload: ObjectOffsetUpload) {
+    private func remember(_ upload: ObjectOffsetUpload) throws {
+        try uploads.makeRoom()
         uploads.insert(upload, for: upload.id)
     }
 
@@ -128,6 +131,11 @@ actor ObjectOffsetUploads: OffsetUploadStore {
             upload.version.latest = read
             return upload
         }
+    }
+
+    /// Lets the uploads no request used for a while leave memory (`KeyedLoads`).
+    func dropIdle() {
+        uploads.dropIdle()
     }
 
     func delete(id: String) async throws -> Bool {

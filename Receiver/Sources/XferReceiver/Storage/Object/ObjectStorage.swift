@@ -29,8 +29,14 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     let expireAfter: Duration?
     let multipartSources: any MultipartSourceStore
     private let offsetStores = Mutex<[String: ObjectOffsetUploads]>([:])
+    /// What the receiver holds in memory, against its limits (`KeyedLoads` of the offset uploads).
+    let memory: UploadsInMemory?
 
-    init(client: ObjectStoreClient, prefix: String, claimLifetime: Duration = .seconds(30), expireAfter: Duration? = nil, logger: Logger) {
+    init(
+        client: ObjectStoreClient, prefix: String, claimLifetime: Duration = .seconds(30), expireAfter: Duration? = nil,
+        memory: UploadsInMemory? = nil, logger: Logger
+    ) {
+        self.memory = memory
         self.client = client
         self.expireAfter = expireAfter
         layout = ObjectLayout(prefix: prefix)
@@ -315,10 +321,9 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     }
 
     /// The chunks of upload `id` recorded apart (a chunked upload of several), by number.
-    func receivedChunkNumbers(_ id: String) async throws -> [Int] {
+    func receivedChunkNumbers(_ id: String) async throws -> ChunkRanges {
         let prefix = layout.receivedPrefix(id)
-        let chunks = try await objects(under: prefix).compactMap { ObjectChunkRecord.chunk(ofKey: $0.key, under: prefix) }
-        return Set(chunks).sorted()
+        return ChunkRanges(numbers: try await objects(under: prefix).compactMap { ObjectChunkRecord.chunk(ofKey: $0.key, under: prefix) })
     }
 
     /// The records of the chunks of upload `id` recorded apart, from one listing (each record is
@@ -354,31 +359,29 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         return newest.map { isExpired(lastChanged: $0) } ?? true
     }
 
-    /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time,
-    /// every quarter of it (at most every minute, at least every second), until cancelled. Each
-    /// receiver sweeps; a drop is the same whoever does it, and a repeated one finds nothing.
-    func sweepExpired() async {
-        guard let expireAfter else { return }
-        let interval = min(max(expireAfter / 4, .seconds(1)), .seconds(60))
-        while !Task.isCancelled {
-            do {
-                try await Task.sleep(for: interval)
-            } catch {
-                return
+    /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time:
+    /// one sweep, which the receiver's upkeep runs every quarter of it (at most every minute, at
+    /// least every second). Each receiver sweeps; a drop is the same whoever does it, and a
+    /// repeated one finds nothing.
+    func expire() async {
+        guard expireAfter != nil else { return }
+        var token: String?
+        repeat {
+            guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
+            else { break }
+            for object in page.objects where isExpired(lastChanged: object.lastModified) {
+                let name = object.key.dropFirst(layout.uploadsPrefix.count)
+                guard name.hasSuffix(".json") else { continue }
+                // Read again: the state decides (a completed upload stays; a fresh change wins).
+                _ = try? await readState(String(name.dropLast(".json".count)))
             }
-            var token: String?
-            repeat {
-                guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
-                else { break }
-                for object in page.objects where isExpired(lastChanged: object.lastModified) {
-                    let name = object.key.dropFirst(layout.uploadsPrefix.count)
-                    guard name.hasSuffix(".json") else { continue }
-                    // Read again: the state decides (a completed upload stays; a fresh change wins).
-                    _ = try? await readState(String(name.dropLast(".json".count)))
-                }
-                token = page.nextContinuationToken
-            } while token != nil && !Task.isCancelled
-        }
+            token = page.nextContinuationToken
+        } while token != nil && !Task.isCancelled
+    }
+
+    /// Offset uploads no request used for a while leave memory.
+    func dropIdle() async {
+        for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
     }
 
     // MARK: Capabilities
@@ -397,6 +400,8 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// One `PutObject` streamed through at `PREFIX/raw/NAME` (so at most the store's 5 GiB).
     func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
     where Body.Element == ByteBuffer {
+        // The routes checked it; checked again where it becomes a key, whoever calls.
+        guard RelativePath.isValidComponent(name) else { throw UploadError.corrupt("an unsafe name reached the storage") }
         guard let length = declaredLength else { throw WholeFileFailure.lengthRequired }
         let limit = min(limit, 5 << 30)
         guard length <= limit else { throw BodyWriter.Failure.tooLarge(limit: limit) }
@@ -610,10 +615,10 @@ final class ObjectChunkedUpload: ChunkedUpload {
         return read.0
     }
 
-    func receivedChunks() async throws -> [Int] {
+    func receivedChunks() async throws -> ChunkRanges {
         let state = try await state()
-        if state.completion != nil { return Array(stride(from: 1, through: meta.chunkCount, by: 1)) }
-        return recordsChunksApart ? try await storage.receivedChunkNumbers(id) : state.pieces.compactMap(\.chunk)
+        if state.completion != nil { return .all(meta.chunkCount) }
+        return recordsChunksApart ? try await storage.receivedChunkNumbers(id) : ChunkRanges(numbers: state.pieces.compactMap(\.chunk))
     }
 
     func completionRecord() async throws -> CompletionRecord? {
@@ -625,8 +630,8 @@ final class ObjectChunkedUpload: ChunkedUpload {
         if let completion = state.completion { return .completed(completion) }
         let records = recordsChunksApart ? try await storage.receivedRecords(id, meta: meta) : []
         let pieces = recordsChunksApart ? records.map(\.piece) : state.pieces
-        let have = Set(pieces.compactMap(\.chunk))
-        let missing = (1...max(1, meta.chunkCount)).filter { meta.chunkCount > 0 && !have.contains($0) }
+        // Runs: what this costs follows the chunks received, not the chunks declared.
+        let missing = ChunkRanges(numbers: pieces.compactMap(\.chunk)).missing(of: meta.chunkCount)
         guard missing.isEmpty else { return .missing(missing) }
         do {
             try await assemble(pieces)
@@ -639,7 +644,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
             try await storage.deleteAll(under: prefix) { key in
                 ObjectChunkRecord.chunk(ofKey: key, under: prefix).map(parts.contains) ?? false
             }
-            return .missing(parts.sorted())
+            return .missing(ChunkRanges(numbers: parts))
         }
         if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
         let combined = ObjectUploadState.Piece.combinedCRC(of: pieces, length: meta.size)
