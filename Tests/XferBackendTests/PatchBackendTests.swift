@@ -104,6 +104,23 @@ final class PatchBackendTests: XCTestCase {
         XCTAssertEqual(server.requests.map(\.url), ["http://127.0.0.1:9/uploads/u1"])
     }
 
+    /// Runs, when the server sends them, stand for the list (which may stop short of them), and
+    /// runs reaching outside the file are cut to it: an answer cannot make the client hold more
+    /// than its own file's chunks.
+    func testRunsOfChunksWinOverTheListAndStayWithinTheFile() throws {
+        let job = job(handles: opened, size: 40, chunkSize: 4)
+        let reconcile = try backend.reconcileFile(job.files[0], in: job)
+        let both = HTTPResponse(status: 200, body: Array(#"{"chunkSize":4,"received":[1],"receivedRanges":[[1,3],[6,6]]}"#.utf8))
+        XCTAssertEqual(try reconcile.outcome(for: both), .serverHas(chunks: [0, 1, 2, 5]))
+        let wide = HTTPResponse(status: 200, body: Array(#"{"receivedRanges":[[-5,1],[9,1000000000000]]}"#.utf8))
+        XCTAssertEqual(try reconcile.outcome(for: wide), .serverHas(chunks: [0, 8, 9]))
+        XCTAssertThrowsError(try reconcile.outcome(for: HTTPResponse(status: 200, body: Array(#"{"receivedRanges":[[1]]}"#.utf8))))
+
+        let finish = try backend.finishFile(job.files[0], in: job)
+        let missing = HTTPResponse(status: 409, body: Array(#"{"missing":[2],"missingCount":4,"missingRanges":[[2,3],[9,10]]}"#.utf8))
+        XCTAssertEqual(try finish.outcome(for: missing), .missing([1, 2, 8, 9]))
+    }
+
     func testIntegerArraysAreReadStraightFromTheBytes() {
         let body = Array(#"{"name":"\"received\":[9]","received":[4, 5,6 ],"size":2}"#.utf8)
         XCTAssertEqual(HTTPResponse(status: 200, body: body).integers(inArrayNamed: "received"), [4, 5, 6])

@@ -36,6 +36,12 @@ final class ReceiverTreeTests: XCTestCase {
         ("a/" + String(repeating: "x", count: 256), "component over 255 bytes"),
         ("a/" + String(repeating: "é", count: 128), "component over 255 bytes of UTF-8"),
         ((0..<17).map { _ in String(repeating: "y", count: 250) }.joined(separator: "/"), "over 4096 bytes"),
+        // A '/' followed by a combining mark is one Character: names are split on bytes.
+        ("../\u{301}escaped.txt", "'..', then a combining mark after the '/'"),
+        ("a/\u{301}../../escaped.txt", "'..' after a component that starts with a combining mark"),
+        ("a/photo\u{202E}gpj.exe", "a bidi override (shows as photoexe.jpg)"),
+        ("a/\u{2066}isolate\u{2069}.txt", "bidi isolates"),
+        ("a/next\u{85}line.txt", "a C1 control (NEL)"),
     ]
 
     override func setUpWithError() throws {
@@ -133,6 +139,29 @@ final class ReceiverTreeTests: XCTestCase {
     }
 
     /// A Linux name may hold '\': inside a path it is kept; a plain name is read as it always was.
+    /// Names that look alike or carry marks in odd places are stored as the bytes they are, each
+    /// inside its own upload: an NFC and an NFD spelling are two files, a component that starts
+    /// with a combining mark or is ".." with one is a plain name.
+    func testLookalikeAndCombiningNamesStayInsideTheirUpload() throws {
+        let names = ["caf\u{E9}.txt", "cafe\u{301}.txt", "a/..\u{301}/b.txt", "\u{301}/c.txt", "d/\u{301}.txt"]
+        var ids: [String] = []
+        for name in names {
+            let created = try request("POST", "/uploads", json: ["fileName": name, "size": 0, "chunkSize": 10])
+            XCTAssertEqual(created.status, 201, "\(name): \(created.text)")
+            let id = try XCTUnwrap(created.json["uploadId"] as? String)
+            XCTAssertEqual(try request("POST", "/uploads/\(id)/complete").status, 200, name)
+            ids.append(id)
+        }
+        for (name, id) in zip(names, ids) {
+            // Asked of the kernel by the name's own bytes (Foundation's path helpers read
+            // Characters, and a combining mark after '/' is one with it).
+            var info = stat()
+            XCTAssertEqual(stat(root + "/downloads/\(id)/" + name, &info), 0, name.debugDescription)
+            XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG, name.debugDescription)
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.path).sorted(), ["server", "sibling"])
+    }
+
     func testBackslashesInPathsAndInPlainNames() throws {
         for (name, stored) in [("dir/a\\b.txt", "dir/a\\b.txt"), ("C:\\x\\y.txt", "y.txt")] {
             let created = try request("POST", "/uploads", json: ["fileName": name, "size": 0, "chunkSize": 10])

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import XferPrimitives
 
@@ -109,5 +110,13 @@ import XferPrimitives
         partly.insert(2, crc: nil)
         partly.insert(3, crc: 3)
         #expect(partly.combinedCRC == nil)
+    }
+}
+
+/// `Upload-Expires` is an HTTP date (RFC 9110's IMF-fixdate), whatever the locale.
+@Suite struct HTTPDateTests {
+    @Test func writesTheIMFFixdate() {
+        #expect(HTTPDate.format(Date(timeIntervalSince1970: 784_111_777)) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(HTTPDate.format(Date(timeIntervalSince1970: 0)) == "Thu, 01 Jan 1970 00:00:00 GMT")
     }
 }

@@ -64,6 +64,20 @@ final class KeyedLoads<Key: Hashable & Sendable, Value: AnyObject & Sendable> {
     /// Whether `key` is in memory: loaded, or being loaded.
     func contains(_ key: Key) -> Bool { entries[key] != nil }
 
+    /// Drops `key`'s value unless a request holds it (or it is being loaded); true when it is
+    /// not in memory now.
+    func dropUnlessHeld(_ key: Key) -> Bool {
+        switch entries[key] {
+        case nil: return true
+        case .loading: return false
+        case .ready(var value, let lastUsed):
+            entries[key] = nil
+            if isKnownUniquelyReferenced(&value) { return true }
+            entries[key] = .ready(value, lastUsed: lastUsed)
+            return false
+        }
+    }
+
     private func recount() {
         guard let memory, entries.count != counted else { return }
         memory.adjust(by: entries.count - counted)

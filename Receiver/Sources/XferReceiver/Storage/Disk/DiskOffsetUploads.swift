@@ -218,7 +218,9 @@ actor DiskOffsetUploads: OffsetUploadStore {
     private let fileIO: FileIO
 
     init(store: DiskUploads, protocolName: String, fileIO: FileIO, logger: Logger) {
-        uploads = KeyedLoads(settled: { $0.isSettled }, memory: store.memory)
+        // Not counted in the receiver's uploads in memory: each of these holds an upload of
+        // `store`'s, which are (so every upload counts once, and none of these outlives its own).
+        uploads = KeyedLoads(settled: { $0.isSettled })
         self.fileIO = fileIO
         self.store = store
         self.protocolName = protocolName
@@ -227,7 +229,6 @@ actor DiskOffsetUploads: OffsetUploadStore {
 
     /// Creates an upload at offset 0. Everything its URL unlocks is on disk before it returns.
     func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload {
-        try uploads.makeRoom()
         // One chunk stands for the whole file: tus has no chunks, and a chunk bitmap sized by
         // bytes would not do.
         let encoded = try JSONEncoder().encode(info)
@@ -256,9 +257,15 @@ actor DiskOffsetUploads: OffsetUploadStore {
         }
     }
 
-    /// Lets the uploads no request used for a while leave memory (`KeyedLoads`).
-    func dropIdle() {
-        uploads.dropIdle()
+    /// Lets the uploads no request holds and nobody used for `idle` (nil: the idle lifetime)
+    /// leave memory (`KeyedLoads`).
+    func dropIdle(after idle: Duration? = nil) {
+        uploads.dropIdle(after: idle)
+    }
+
+    /// Lets go of these uploads where no request holds them (before they expire).
+    func dropUnlessHeld(_ ids: [String]) {
+        for id in ids { _ = uploads.dropUnlessHeld(id) }
     }
 
     /// Termination: false when the upload is unknown or already gone.

@@ -64,7 +64,8 @@ actor DiskSequenceUploads: SequenceUploadStore {
     private let uploads: KeyedLoads<String, DiskSequenceUpload>
 
     init(store: DiskUploads, logger: Logger) {
-        uploads = KeyedLoads(settled: { $0.diskUpload.isSettled }, memory: store.memory)
+        // Not counted: each holds an upload of `store`'s, which are (see DiskOffsetUploads).
+        uploads = KeyedLoads(settled: { $0.diskUpload.isSettled })
         self.store = store
         self.logger = logger
     }
@@ -72,7 +73,6 @@ actor DiskSequenceUploads: SequenceUploadStore {
     /// Creates an upload and returns it with its upToken. Everything the token unlocks is on disk
     /// before it is returned.
     func create(path: RelativePath, size: Int, blockSize: Int, suffix: String) async throws -> (any SequenceUpload, upToken: String) {
-        try uploads.makeRoom()
         let secret = UploadID.generate()
         let meta = SequenceMeta(tokenDigest: UpToken.digest(ofSecret: secret), suffix: suffix)
         let encoded = try JSONEncoder().encode(meta)
@@ -91,9 +91,15 @@ actor DiskSequenceUploads: SequenceUploadStore {
         return (sequenceUpload, UpToken.make(uploadId: upload.meta.uploadId, secret: secret))
     }
 
-    /// Lets the uploads no request used for a while leave memory (`KeyedLoads`).
-    func dropIdle() {
-        uploads.dropIdle()
+    /// Lets the uploads no request holds and nobody used for `idle` (nil: the idle lifetime)
+    /// leave memory (`KeyedLoads`).
+    func dropIdle(after idle: Duration? = nil) {
+        uploads.dropIdle(after: idle)
+    }
+
+    /// Lets go of these uploads where no request holds them (before they expire).
+    func dropUnlessHeld(_ ids: [String]) {
+        for id in ids { _ = uploads.dropUnlessHeld(id) }
     }
 
     /// The upload `token` unlocks; nil for a token this store never handed out.

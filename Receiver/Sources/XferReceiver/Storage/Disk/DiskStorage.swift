@@ -35,7 +35,15 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         root: String, threadPool: NIOThreadPool, memory: UploadsInMemory, expireAfter: Duration?, logger: Logger
     ) async throws -> DiskStorage {
         let uploads = try await DiskUploads.open(root: root, io: BlockingIO(pool: threadPool), memory: memory, logger: logger)
-        return DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), expireAfter: expireAfter, logger: logger)
+        let storage = DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), expireAfter: expireAfter, logger: logger)
+        // A full count of uploads in memory can be full of uploads that only the protocols' idle
+        // entries hold: those let go first, then the count is asked again.
+        await uploads.whenFull { [weak storage] in
+            guard let storage else { return }
+            for store in storage.offsetStores.withLock({ Array($0.values) }) { await store.dropIdle(after: .zero) }
+            await storage.diskSequenceUploads.dropIdle(after: .zero)
+        }
+        return storage
     }
 
     /// Unfinished uploads untouched this long are dropped; nil: never.
@@ -80,15 +88,27 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
     /// Unfinished uploads no request used for a while leave memory: the protocols' registries
     /// first (theirs hold the uploads beneath), then the uploads'.
     func dropIdle() async {
-        for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
-        await diskSequenceUploads.dropIdle()
-        await uploads.dropIdle()
+        await dropIdle(after: nil)
+    }
+
+    /// Drops what no request holds and nobody used for `idle` (nil: the idle lifetime; `.zero`:
+    /// whatever no request holds), the protocols' registries first: theirs hold the uploads beneath.
+    private func dropIdle(after idle: Duration?) async {
+        for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle(after: idle) }
+        await diskSequenceUploads.dropIdle(after: idle)
+        await uploads.dropIdle(after: idle)
     }
 
     func expire() async {
         guard let expireAfter else { return }
         do {
-            try await uploads.expire(after: expireAfter)
+            let candidates = try await uploads.expiryCandidates(after: expireAfter)
+            guard !candidates.isEmpty else { return }
+            // The protocols' registries let go of those no request holds (theirs hold the
+            // uploads beneath); what a request holds stays, and is not expired.
+            for store in offsetStores.withLock({ Array($0.values) }) { await store.dropUnlessHeld(candidates) }
+            await diskSequenceUploads.dropUnlessHeld(candidates)
+            try await uploads.expire(candidates, after: expireAfter)
         } catch {
             logger.warning("Expiring unfinished uploads failed", metadata: ["error": "\(error)"])
         }

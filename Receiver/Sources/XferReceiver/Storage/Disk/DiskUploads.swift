@@ -139,6 +139,7 @@ actor DiskUploads {
         protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
     ) async throws -> DiskUpload {
+        await relieveIfFull()
         try uploads.makeRoom()
         let layout = self.layout
         // Inline, not on the blocking pool: creating two small files costs less than the two
@@ -205,6 +206,7 @@ actor DiskUploads {
             return upload
         }
         while true {
+            await relieveIfFull(for: id)
             if let upload = try await uploads.value(for: id, loading: loadOrCreate) { return upload }
             // Nil only from a plain lookup (`upload(id:)`) that was under way and found nothing
             // (`loadOrCreate` always gives one). That lookup is forgotten now: the next pass creates.
@@ -214,6 +216,7 @@ actor DiskUploads {
     /// Nil for ids that are malformed or unknown.
     func upload(id: String) async throws -> DiskUpload? {
         guard UploadID.isValid(id) else { return nil }
+        await relieveIfFull(for: id)
         return try await uploads.value(for: id) { [layout, io, durability, statistics, memory, logger] in
             try await io.run {
                 try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, logger: logger)
@@ -221,32 +224,55 @@ actor DiskUploads {
         }
     }
 
-    /// Lets the unfinished uploads no request used for a while leave memory (`KeyedLoads`).
-    func dropIdle() {
-        uploads.dropIdle()
+    /// Lets the unfinished uploads no request holds and nobody used for `idle` (nil: the idle
+    /// lifetime) leave memory (`KeyedLoads`).
+    func dropIdle(after idle: Duration? = nil) {
+        uploads.dropIdle(after: idle)
+    }
+
+    /// What the protocols' registries do to let go of the uploads they hold when the count of
+    /// uploads in memory is full (set once, by the storage).
+    private var relieve: (@Sendable () async -> Void)?
+
+    func whenFull(_ relieve: @escaping @Sendable () async -> Void) {
+        self.relieve = relieve
+    }
+
+    /// Before an upload not in memory joins it: when the count is full, the protocols' registries
+    /// let go of what no request holds, so that this registry can (`KeyedLoads.makeRoom`).
+    private func relieveIfFull(for id: String? = nil) async {
+        guard memory.isFull, id.map({ !uploads.contains($0) }) ?? true, let relieve else { return }
+        await relieve()
     }
 
     // MARK: Expiry
 
-    /// Drops every unfinished upload whose files nobody changed for `expireAfter` and that no
-    /// request holds; returns how many went.
-    ///
-    /// An upload is live while a request holds it (it is then in memory: `KeyedLoads` never lets
-    /// a held value go, and an upload beneath a protocol's is held by it) or while its files
-    /// change (every chunk, append or record writes one). The scan of `uploads/` runs on the
-    /// blocking pool; the decision for each upload it found is taken again on this actor with no
-    /// suspension between the check and the renames, so a request can neither load the upload
-    /// while it goes nor lose a write it was acknowledged: such a write made the files new.
-    /// Completed uploads never expire (their data file has gone to `downloads/`, so the scan
-    /// skips them after one look).
-    @discardableResult
-    func expire(after expireAfter: Duration) async throws -> Int {
+    /// The unfinished uploads whose files nobody changed for `expireAfter`: what `expire` may
+    /// drop, once the protocols' registries let go of those no request holds.
+    func expiryCandidates(after expireAfter: Duration) async throws -> [String] {
         let layout = self.layout
         let cutoff = Date() - expireAfter.seconds
-        let candidates = try await io.run { Self.unfinishedUploads(in: layout, untouchedSince: cutoff) }
+        return try await io.run { Self.unfinishedUploads(in: layout, untouchedSince: cutoff) }
+    }
+
+    /// Drops each of `candidates` whose files nobody changed for `expireAfter` and that no
+    /// request holds; returns how many went.
+    ///
+    /// An upload is live while a request holds it (`KeyedLoads` never lets a held value go, and
+    /// an upload beneath a protocol's is held by it: the storage asks those to let go first) or
+    /// while its files change (every chunk, append or record writes one); looking at it (a
+    /// `HEAD`) changes nothing, as on the object store. The scan ran on the blocking pool; the
+    /// decision for each upload is taken again here, with no suspension between the check and
+    /// the renames, so a request can neither load the upload while it goes nor lose a write it
+    /// was acknowledged: such a write made the files new. Completed uploads never expire (their
+    /// data file has gone to `downloads/`, so the scan skips them after one look).
+    @discardableResult
+    func expire(_ candidates: [String], after expireAfter: Duration) async throws -> Int {
+        let layout = self.layout
+        let cutoff = Date() - expireAfter.seconds
         var trashed: [String] = []
         var expired = 0
-        for id in candidates where !uploads.contains(id) {
+        for id in candidates where uploads.dropUnlessHeld(id) {
             // Again, now, with nothing in between: the scan may be old news.
             guard let newest = Self.newestChange(of: id, in: layout), newest < cutoff,
                 let moved = try? Self.moveToTrash(id: id, layout: layout, suffix: ".expired"), !moved.isEmpty
