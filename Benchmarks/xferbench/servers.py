@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.request
 import time
 import urllib.request
 from .common import REPO, env_int, XFER, APPLE_SERVER, parse_time_v, cpu_seconds, parse_cpu_v
@@ -311,6 +312,14 @@ DELAY_PROXY = os.path.join(REPO, "scripts", "delay-proxy.py")
 FAR_DELAY_MS = env_int("FAR_DELAY_MS", 25)  # one way: RTT 50 ms
 
 
+def free_port():
+    """A port on 127.0.0.1 nobody listens on now: for a receiver that must be told, before it
+    starts, the address of the proxy in front of it (`--public-url`)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class DelayProxy:
     """scripts/delay-proxy.py in front of 127.0.0.1:port: a link with latency (and a rate cap)."""
 
@@ -359,6 +368,20 @@ class Balancer:
             except OSError:
                 time.sleep(0.025)
         raise RuntimeError("haproxy did not start")
+
+    def wait_until_serving(self, timeout=20):
+        """Returns once a request through it reaches a receiver (receivers started after it are in
+        service once a check found them up)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("haproxy reached no receiver")
 
     def stop(self):
         self.proc.kill()

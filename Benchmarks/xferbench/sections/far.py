@@ -7,7 +7,7 @@ import subprocess
 import time
 from ..common import (MiB, env_int, ROUNDS, SIZES, log, median, XFER, make_random_file, completed_event, RESULTS,
                       make_tree, tree_files, timed_cpu)
-from ..servers import Receiver, Ceph, s3_clients, run_measured, FAR_DELAY_MS, DelayProxy
+from ..servers import Receiver, Ceph, s3_clients, run_measured, FAR_DELAY_MS, DelayProxy, free_port
 
 
 FAR_RATE_MBIT = env_int("FAR_RATE_MBIT", 200)
@@ -41,9 +41,13 @@ def bench_far(work):
     # syncs, and with them every sender measured after it.
     roots = []
 
-    def receiver():
+    def receiver_behind(**proxy_args):
+        """A fresh receiver behind a delay proxy, its links naming the proxy (--public-url), as a
+        receiver behind one is told: tus's and ietf's uploads then go on through the proxy."""
+        port = free_port()
+        proxy = DelayProxy(port, **proxy_args)
         roots.append(work.fresh("far-root"))
-        return Receiver(roots[-1])
+        return Receiver(roots[-1], port=port, extra=["--public-url", proxy.url]), proxy
 
     def curl_config(url):
         config = work.path("far-curl.cfg")
@@ -65,8 +69,7 @@ def bench_far(work):
             # The same pushes through the proxy with no delay: what the receiver and the client on
             # these 2 shared cores allow at all, the other bound beside the round-trip floor.
             for k in FAR_BACKENDS:
-                recv = receiver()
-                proxy = DelayProxy(recv.port, delay_ms=0)
+                recv, proxy = receiver_behind(delay_ms=0)
                 try:
                     os.sync()
                     wall, _, _, _, out = timed_cpu(far_push_args(k, tree, proxy.url, work, True), work, "near-" + k, recv)
@@ -78,8 +81,7 @@ def bench_far(work):
                 near[k].append(wall)
                 log(f"  far trees round {rnd + 1} {k} with no delay: {count / wall:.0f} files/s")
             for k in senders:
-                recv = receiver()
-                proxy = DelayProxy(recv.port)
+                recv, proxy = receiver_behind()
                 try:
                     os.sync()
                     args = far_push_args(k, tree, proxy.url, work, True)
@@ -101,8 +103,7 @@ def bench_far(work):
                 log(f"  far trees round {rnd + 1} {k}: {count / wall:.0f} files/s, {seen['exchanges'] / count:.2f} requests/file, "
                     f"{seen['connections']} connections, {seen['peak_busy']} in flight")
             for k in large:
-                recv = receiver()
-                proxy = DelayProxy(recv.port, rate_mbit=FAR_RATE_MBIT)
+                recv, proxy = receiver_behind(rate_mbit=FAR_RATE_MBIT)
                 try:
                     if k == "curl":
                         args = ["curl", "-sS", "-f", "-H", "Expect:", "-T", big_file, proxy.url + "/raw/big.bin", "-o", "/dev/null"]

@@ -7,7 +7,7 @@ import subprocess
 import time
 from ..common import (MiB, ROUNDS, SIZES, log, median, XFER, make_random_file, parse_time_v, RESULTS, cpu_seconds,
                       parse_cpu_v, make_tree)
-from ..servers import Receiver, CEPH_ENV, S5CMD, Ceph, s3_clients, Balancer
+from ..servers import Receiver, CEPH_ENV, S5CMD, Ceph, s3_clients, Balancer, free_port
 
 
 def bench_objectstore(work):
@@ -24,10 +24,18 @@ def bench_objectstore(work):
         make_tree(tree, files)
 
         def receivers(bucket, count):
-            servers = [Receiver(work.fresh("os-root"), extra=("--storage", f"s3://{bucket}/r", "--endpoint", ceph.url), env=CEPH_ENV)
-                       for _ in range(count)]
-            balancer = Balancer([r.port for r in servers], work.dir) if count > 1 else None
-            return servers, balancer, (balancer.url if balancer else servers[0].url)
+            storage = ("--storage", f"s3://{bucket}/r", "--endpoint", ceph.url)
+            if count == 1:
+                servers = [Receiver(work.fresh("os-root"), extra=storage, env=CEPH_ENV)]
+                return servers, None, servers[0].url
+            # Behind the balancer, the receivers' links name it (--public-url), as receivers behind
+            # one are told: every request of an upload goes through it.
+            ports = [free_port() for _ in range(count)]
+            balancer = Balancer(ports, work.dir)
+            servers = [Receiver(work.fresh("os-root"), port=port, extra=storage + ("--public-url", balancer.url), env=CEPH_ENV)
+                       for port in ports]
+            balancer.wait_until_serving()
+            return servers, balancer, balancer.url
 
         def run(kind, source, is_tree, backend):
             """(wall s, client CPU s, receivers CPU s, gateway+OSD CPU s, receivers peak RSS, store requests per file)."""

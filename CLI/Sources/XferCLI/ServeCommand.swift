@@ -39,6 +39,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Address to bind (loopback unless told otherwise).")
     var host: String = "127.0.0.1"
 
+    @Option(name: .customLong("public-url"), help: ArgumentHelp(
+        "Where clients reach this receiver (https://uploads.example.com): every link it writes starts with it (default: the address it is bound to; never a request's Host).",
+        valueName: "URL"))
+    var publicURL: String?
+
     @Option(help: "Largest request body of file bytes (a chunk, fragment, block or tus PATCH) accepted.")
     var maxChunkSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumChunkSize)
 
@@ -108,6 +113,14 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.limits.uploadsInMemory = maxUploadsInMemory
         configuration.host = host
         configuration.port = port
+        if let publicURL {
+            if let problem = ReceiverConfiguration.problem(ofPublicURL: publicURL) {
+                throw XferError.invalidInput("--public-url \(problem), not '\(publicURL.prefix(80))'")
+            }
+            configuration.publicURL = publicURL
+        } else if ["0.0.0.0", "::", "[::]"].contains(host) {
+            Terminal.error("warning: bound to \(host) without --public-url: the links this receiver writes name \(host); set --public-url to what clients reach it by")
+        }
         guard maxChunkSize.bytes >= 1 else { throw XferError.invalidInput("--max-chunk-size must be at least 1 byte") }
         guard maxUploadSize.bytes >= 0 else { throw XferError.invalidInput("--max-upload-size must not be negative") }
         configuration.maximumChunkSize = maxChunkSize.bytes

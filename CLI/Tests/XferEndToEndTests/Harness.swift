@@ -350,3 +350,22 @@ func servedFile(root: String, _ path: String) throws -> String {
     }
     throw HarnessError("\(path) is not among the served files")
 }
+
+/// A TCP port on 127.0.0.1 nobody listens on now: for a receiver that must know, before it
+/// starts, the address of the front (a proxy, a balancer) clients reach it through
+/// (`--public-url`), where the front must know the receiver's port.
+func freeTCPPort() throws -> Int {
+    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard descriptor >= 0 else { throw HarnessError("socket: \(errno)") }
+    defer { close(descriptor) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }
+    }
+    guard bound else { throw HarnessError("bind: \(errno)") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}

@@ -77,8 +77,11 @@ final class LatencyTests: XCTestCase {
 
     /// Pushes the tree with `backend` at its defaults through the proxy; what the proxy saw.
     private func pushFar(_ backend: String, path: String = "") throws -> DelayProxy.Seen {
-        let server = try ServeProcess(root: work.file("served-" + backend))
-        let proxy = try DelayProxy(to: server.url, delayMilliseconds: 10)
+        // The receiver's links name the proxy (--public-url), as a receiver behind one is told.
+        let port = try freeTCPPort()
+        let proxy = try DelayProxy(to: "http://127.0.0.1:\(port)", delayMilliseconds: 10)
+        let server = try ServeProcess(root: work.file("served-" + backend), port: port, extraArguments: ["--public-url", proxy.url])
+        defer { withExtendedLifetime(server) {} }
         let tree = try makeTree()
         let result = try runXfer([
             "push", tree, "--backend", backend, "--to", proxy.url + path, "--state", work.file("state-" + backend), "--json",

@@ -251,16 +251,19 @@ final class LoadBalancedReceiverTests: CephBucketTestCase {
         try super.setUpWithError()
     }
 
-    private func serve(port: Int = 0) throws -> ServeProcess {
+    /// A receiver on `port` whose links name the balancer (`--public-url`).
+    private func serve(port: Int, behind balancer: String) throws -> ServeProcess {
         // Claims lapse after 2 s here, so that an append cut off by the kill is taken over soon.
         try ServeProcess(
-            storage: ["--storage", "s3://\(bucket!)/shared", "--endpoint", ceph.url, "--claim-lifetime", "2"], port: port,
-            environment: CephGateway.environment)
+            storage: ["--storage", "s3://\(bucket!)/shared", "--endpoint", ceph.url, "--claim-lifetime", "2", "--public-url", balancer],
+            port: port, environment: CephGateway.environment)
     }
 
     func testPushesThroughABalancerSurviveAReceiverKilledMidPush() throws {
-        var receivers = [try serve(), try serve()]
-        let balancer = try HAProxy(backends: receivers.map(\.port), directory: work.path)
+        let ports = [try freeTCPPort(), try freeTCPPort()]
+        let balancer = try HAProxy(backends: ports, directory: work.path)
+        var receivers = try ports.map { try serve(port: $0, behind: balancer.url) }
+        try balancer.waitUntilServing()
         let large = work.file("large.bin"), small = work.file("small.bin")
         try makeTestFile(at: large, size: (22 << 20) + 12_345, seed: 11)
         try makeTestFile(at: small, size: 3000, seed: 12)
@@ -282,7 +285,7 @@ final class LoadBalancedReceiverTests: CephBucketTestCase {
             let port = victim.port
             victim.child.kill(SIGKILL)
             victim.child.wait()
-            receivers.append(try serve(port: port))
+            receivers.append(try serve(port: port, behind: balancer.url))
             let rest = push.readRemaining()
             XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError)")
             let completed = rest.last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
@@ -343,6 +346,17 @@ final class HAProxy {
     deinit {
         child.kill(SIGKILL)
         child.wait()
+    }
+
+    /// Returns once a request through the balancer reaches a receiver (`GET /health` answers
+    /// 200): receivers started after it are in service only once a check found them up.
+    func waitUntilServing() throws {
+        _ = try waitFor("haproxy to reach a receiver") { () -> Bool? in
+            let child = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-s", "-o", "/dev/null", "-w", "%{http_code}", url + "/health"])
+            let code = child.readRemaining().joined()
+            child.wait()
+            return code == "200" ? true : nil
+        }
     }
 
     private static func freePort() throws -> Int {

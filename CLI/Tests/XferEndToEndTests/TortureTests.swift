@@ -80,14 +80,17 @@ final class TortureTests: XCTestCase {
         try torture(
             work: work, backends: Self.backends + ["tus"], chunk: 1 << 20, sizeInChunks: 6..<11, faults: faults, seed: seed, trialsByDefault: 1
         ) { backend in
-            let servers = try (0..<2).map { index in
+            // The receivers' links name the balancer (--public-url): a receiver behind one is told.
+            let ports = [try freeTCPPort(), try freeTCPPort()]
+            let balancer = try HAProxy(backends: ports, directory: work.path)
+            let servers = try ports.enumerated().map { index, port in
                 try ServeProcess(
                     storage: [
                         "--storage", "s3://\(bucket)/\(backend)", "--endpoint", ceph.url, "--claim-lifetime", "2",
-                        "--faults", faults, "--fault-seed", String(seed &+ UInt64(index)),
-                    ], environment: CephGateway.environment)
+                        "--faults", faults, "--fault-seed", String(seed &+ UInt64(index)), "--public-url", balancer.url,
+                    ], port: port, environment: CephGateway.environment)
             }
-            let balancer = try HAProxy(backends: servers.map(\.port), directory: work.path)
+            try balancer.waitUntilServing()
             return Receivers(url: balancer.url, servers: servers, balancer: balancer)
         }
         XCTAssertEqual(try ceph.uploadsInProgress(bucket: bucket).count, 0, "no multipart upload is left unfinished")

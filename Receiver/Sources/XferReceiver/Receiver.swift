@@ -48,6 +48,11 @@ public struct ReceiverConfiguration: Sendable {
     /// When set, uploads live in this object store instead of under `root` (which is then unused):
     /// any number of receivers may share it, behind any load balancer.
     public var objectStore: ObjectStoreLocation? = nil
+    /// Where clients reach the receiver (`https://uploads.example.com`, or with a path a proxy
+    /// maps: `https://example.com/xfer`): every link the receiver writes (`Location`, download
+    /// links, hooks' events) starts with it. Nil: the address it is bound to. Never the request's
+    /// `Host`, which is the client's to write.
+    public var publicURL: String? = nil
     /// What the receiver holds of clients' uploads in memory at most (503 with `Retry-After` past it).
     public var limits = ReceiverLimits()
     /// An unfinished upload nobody touched this long is dropped with everything it holds (on an
@@ -59,6 +64,11 @@ public struct ReceiverConfiguration: Sendable {
 
     public init(root: String) {
         self.root = root
+    }
+
+    /// Nil when `text` can be `publicURL`; else why not, in a user's words.
+    public static func problem(ofPublicURL text: String) -> String? {
+        BaseURL.problem(ofPublicURL: text)
     }
 }
 
@@ -184,11 +194,15 @@ public struct ReceiverRoutes: Sendable {
             store = try await DiskStorage.open(
                 root: configuration.root, threadPool: threadPool, memory: memory, expireAfter: configuration.expireAfter, logger: logger)
         }
+        let handles = UploadHandles(key: try await store.handleKey())
         startUpkeep(of: store, limits: configuration.limits)
         return ReceiverRoutes(
             environment: RouteEnvironment(
-                store: store, baseURL: BaseURL(configuredHost: configuration.host, scheme: configuration.tls == nil ? "http" : "https"),
-                configuration: configuration, testHooks: testHooks, logger: logger))
+                store: store,
+                baseURL: BaseURL(
+                    publicURL: configuration.publicURL, configuredHost: configuration.host, configuredPort: configuration.port,
+                    scheme: configuration.tls == nil ? "http" : "https"),
+                configuration: configuration, testHooks: testHooks, logger: logger, handles: handles))
     }
 
     /// The storage's upkeep for as long as it serves: idle uploads leave memory every half of

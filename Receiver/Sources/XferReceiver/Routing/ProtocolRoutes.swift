@@ -11,6 +11,8 @@ struct RouteEnvironment: Sendable {
     let configuration: ReceiverConfiguration
     let testHooks: ReceiverTestHooks
     let logger: Logger
+    /// What upload URLs carry instead of the bare id (`UploadHandles`).
+    let handles: UploadHandles
     /// The application's hook and the upload metrics: where routes report an upload's events.
     var hooks: UploadHooks { UploadHooks(settings: configuration.hooks, logger: logger) }
 }
@@ -29,6 +31,7 @@ extension ProtocolRoutes {
     var baseURL: BaseURL { environment.baseURL }
     var configuration: ReceiverConfiguration { environment.configuration }
     var testHooks: ReceiverTestHooks { environment.testHooks }
+    var handles: UploadHandles { environment.handles }
     var logger: Logger { environment.logger }
     var hooks: UploadHooks { environment.hooks }
 }

@@ -47,6 +47,10 @@ protocol UploadStorage: AnyObject, Sendable {
     /// whole file, or the bytes of `range` (inclusive offsets within the file), streamed.
     func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody
 
+    /// The key of upload handles (`UploadHandles`), 32 bytes, made once and kept where every
+    /// receiver of this storage finds the same.
+    func handleKey() async throws -> [UInt8]
+
     /// Upkeep, now and then while the routes serve: unfinished uploads no request used for a
     /// while leave memory (`ReceiverLimits.idleUploadLifetime`).
     func dropIdle() async

@@ -279,8 +279,8 @@ struct IETFRoutes: OffsetUploadRoutes {
     // MARK: Cancellation, download
 
     private func cancel(id: String?) async throws -> Response {
-        guard let id, try await upload(id) != nil, try await uploads.delete(id: id) else { throw Self.unknownUpload }
-        hooks.terminated(Self.protocolName, id: id)
+        guard let upload = try await upload(id), try await uploads.delete(id: upload.id) else { throw Self.unknownUpload }
+        hooks.terminated(Self.protocolName, id: upload.id)
         return Response(status: .noContent)
     }
 
@@ -293,13 +293,15 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     // MARK: Helpers
 
-    private func upload(_ id: String?) async throws -> (any OffsetUpload)? {
-        guard let id else { return nil }
+    /// The upload a URL's last segment names: a handle (`UploadHandles`), never the bare id a
+    /// download link shows.
+    private func upload(_ handle: String?) async throws -> (any OffsetUpload)? {
+        guard let id = handles.id(of: handle) else { return nil }
         return try await uploads.upload(id: id)
     }
 
     private func url(of id: String, for request: Request) -> String {
-        baseURL.resolve(for: request) + "/" + Self.resourcePath + "/" + id
+        baseURL.links + "/" + Self.resourcePath + "/" + handles.handle(for: id)
     }
 
     private func inconsistent(_ message: String) -> Refusal {

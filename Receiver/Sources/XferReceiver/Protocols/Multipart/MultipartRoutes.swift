@@ -160,7 +160,7 @@ struct MultipartRoutes: ProtocolRoutes {
         guard let source = try await sources.source(id: sourceId) else { throw Refusal.unknownSource }
         if let stranger = fileIds.first(where: { !source.fileIds.contains($0) }) { throw Refusal.notInSource(stranger) }
 
-        let base = baseURL.resolve(for: request)
+        let base = baseURL.links
         // Files merge side by side, a bounded number at a time: a source of a thousand small files
         // is answered in the time of its slowest few, not of the thousand one after another (on an
         // object store each merge is a few round trips to the store).

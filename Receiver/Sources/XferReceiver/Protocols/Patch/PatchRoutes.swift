@@ -53,9 +53,10 @@ struct PatchRoutes: ProtocolRoutes {
 
         try await hooks.preCreate(Self.protocolName, path: path.text, size: create.size, form: .error)
         let upload = try await store.create(NewUpload(protocolName: Self.protocolName, path: path, size: create.size, chunkSize: chunkSize))
-        let id = upload.meta.uploadId
+        // The client's uploadId is the upload's handle: its download link shows the id alone.
+        let handle = handles.handle(for: upload.meta.uploadId)
         hooks.created(Self.protocolName)
-        return PatchAnswer.created(uploadId: id, chunkSize: chunkSize, location: baseURL.resolve(for: request) + "/uploads/" + id)
+        return PatchAnswer.created(uploadId: handle, chunkSize: chunkSize, location: baseURL.links + "/uploads/" + handle)
     }
 
     private func writeChunk(_ request: Request, id: String?, chunk chunkText: String?) async throws -> Response {
@@ -110,7 +111,8 @@ struct PatchRoutes: ProtocolRoutes {
     private func status(id: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         guard let received = try? await upload.receivedChunks() else { throw Refusal.unknownUpload }
-        return PatchAnswer.status(upload.meta, received: received, bytesReceived: upload.bytesReceivedSoFar)
+        return PatchAnswer.status(
+            upload.meta, handle: handles.handle(for: upload.meta.uploadId), received: received, bytesReceived: upload.bytesReceivedSoFar)
     }
 
     private func complete(_ request: Request, id: String?) async throws -> Response {
@@ -128,7 +130,7 @@ struct PatchRoutes: ProtocolRoutes {
         case .completed(let record):
             if !wasComplete { hooks.finished(Self.protocolName, id: upload.meta.uploadId, path: upload.meta.fileName, size: upload.meta.size) }
             return PatchAnswer.completed(
-                sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.resolve(for: request), upload: upload))
+                sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.links, upload: upload))
         case .missing(let missing):
             return PatchAnswer.missing(missing)
         }
@@ -141,9 +143,10 @@ struct PatchRoutes: ProtocolRoutes {
         return Response(status: .noContent)
     }
 
-    /// Uploads created by another protocol are unknown here: their chunk rules may differ.
-    private func patchUpload(_ id: String?) async throws -> any ChunkedUpload {
-        guard let id, let upload = try await store.upload(id: id), upload.meta.protocolName == Self.protocolName else {
+    /// Uploads created by another protocol are unknown here: their chunk rules may differ. So is
+    /// an id that is not a handle (`UploadHandles`): a download link opens no upload.
+    private func patchUpload(_ handle: String?) async throws -> any ChunkedUpload {
+        guard let id = handles.id(of: handle), let upload = try await store.upload(id: id), upload.meta.protocolName == Self.protocolName else {
             throw Refusal.unknownUpload
         }
         return upload

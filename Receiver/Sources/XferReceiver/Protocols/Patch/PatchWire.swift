@@ -54,7 +54,7 @@ enum PatchAnswer {
     /// chunk in runs: an answer that follows the gaps, not the chunks. `received` lists the
     /// first `listedChunks` chunk numbers one by one, for clients that predate the runs (they send
     /// the chunks past the list again). Both filled by `JSONResponse.make(_:_:filling:)`.
-    static func status(_ meta: UploadMeta, received: ChunkRanges, bytesReceived: Int) -> Response {
+    static func status(_ meta: UploadMeta, handle: String, received: ChunkRanges, bytesReceived: Int) -> Response {
         struct Status: Encodable {
             var uploadId: String
             var fileName: String
@@ -66,7 +66,7 @@ enum PatchAnswer {
         }
         return JSONResponse.make(
             .ok,
-            Status(uploadId: meta.uploadId, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, bytesReceived: bytesReceived),
+            Status(uploadId: handle, fileName: meta.fileName, size: meta.size, chunkSize: meta.chunkSize, bytesReceived: bytesReceived),
             filling: [
                 "received": JSONResponse.elements(received.numbers(limit: listedChunks)),
                 "receivedRanges": JSONResponse.elements(received.runs),

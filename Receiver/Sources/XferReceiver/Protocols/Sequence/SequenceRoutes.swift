@@ -125,7 +125,7 @@ struct SequenceRoutes: ProtocolRoutes {
             throw Refusal.sequence(.badRequest, "sequenceNo \(sequenceNo) is beyond the file's \(blockCount) blocks")
         }
         guard let crc = sent.crc else { throw Refusal.sequence(.badRequest, "crc must be 8 lowercase hex digits") }
-        let base = baseURL.resolve(for: request)
+        let base = baseURL.links
 
         return try await upload.exclusively {
             let accepted = await upload.acceptedCount

@@ -266,7 +266,7 @@ struct TusRoutes: OffsetUploadRoutes {
         var partials: [any OffsetUpload] = []
         var total = 0
         for id in ids {
-            guard let partial = try await uploads.upload(id: id), let offset = await partial.currentOffset else {
+            guard let partial = try await tusUpload(id), let offset = await partial.currentOffset else {
                 throw Refusal.error(.notFound, "partial upload \(id) is unknown")
             }
             guard partial.info.role == .partial else {
@@ -312,8 +312,8 @@ struct TusRoutes: OffsetUploadRoutes {
     // MARK: Termination, download, method override
 
     private func terminate(id: String?) async throws -> Response {
-        guard let id, let upload = try await tusUpload(id), try await uploads.delete(id: id) else { throw Refusal.unknownUpload }
-        if upload.info.role != .partial { hooks.terminated(Self.protocolName, id: id) }
+        guard let upload = try await tusUpload(id), try await uploads.delete(id: upload.id) else { throw Refusal.unknownUpload }
+        if upload.info.role != .partial { hooks.terminated(Self.protocolName, id: upload.id) }
         return Response(status: .noContent)
     }
 
@@ -339,12 +339,14 @@ struct TusRoutes: OffsetUploadRoutes {
 
     // MARK: Helpers
 
-    private func tusUpload(_ id: String?) async throws -> (any OffsetUpload)? {
-        guard let id else { return nil }
+    /// The upload a URL's last segment names: a handle (`UploadHandles`), never the bare id a
+    /// download link shows.
+    private func tusUpload(_ handle: String?) async throws -> (any OffsetUpload)? {
+        guard let id = handles.id(of: handle) else { return nil }
         return try await uploads.upload(id: id)
     }
 
     private func url(of id: String, for request: Request) -> String {
-        baseURL.resolve(for: request) + "/files/" + id
+        baseURL.links + "/files/" + handles.handle(for: id)
     }
 }

@@ -99,6 +99,32 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         await uploads.dropIdle(after: idle)
     }
 
+    /// `ROOT/upload-urls.key`, made with the first start (readable by the receiver's user only).
+    func handleKey() async throws -> [UInt8] {
+        let path = uploads.layout.root + "/upload-urls.key"
+        return try await uploads.io.run {
+            if let key = try FileSystemOps.readAll(path) {
+                guard key.count == UploadHandles.keyLength else { throw UploadError.corrupt("\(path) is not a key of 32 bytes") }
+                return key
+            }
+            var generator = SystemRandomNumberGenerator()
+            let key = (0..<UploadHandles.keyLength).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+            let temporary = path + ".new"
+            let file = try POSIXFile.open(temporary, O_WRONLY | O_CREAT | O_TRUNC, mode: 0o600)
+            do {
+                try key.withUnsafeBytes { try file.writeAll($0) }
+                try file.sync()
+                file.close()
+            } catch {
+                file.close()
+                throw error
+            }
+            try FileSystemOps.rename(temporary, to: path)
+            try FileSystemOps.syncDirectory(self.uploads.layout.root)
+            return key
+        }
+    }
+
     func expire() async {
         guard let expireAfter else { return }
         do {

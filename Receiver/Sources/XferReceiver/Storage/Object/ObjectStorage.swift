@@ -379,6 +379,30 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         } while token != nil && !Task.isCancelled
     }
 
+    /// `PREFIX/upload-urls.key`: made by the first receiver of the store (`If-None-Match: *`), read
+    /// by every other, so an upload URL one handed out works through all.
+    func handleKey() async throws -> [UInt8] {
+        let key = layout.prefix + "upload-urls.key"
+        for _ in 0..<3 {
+            switch try await client.perform({ client.requests.getObject(key: key) }) {
+            case .found(let content):
+                guard content.body.count == UploadHandles.keyLength else { throw UploadError.corrupt("\(key) is not a key of 32 bytes") }
+                return Array(content.body)
+            case .notFound:
+                var generator = SystemRandomNumberGenerator()
+                let made = (0..<UploadHandles.keyLength).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
+                switch try await client.perform({ client.requests.putObject(key: key, bytes: made, condition: .onlyIfAbsent) }) {
+                case .stored: return made
+                // Another receiver made it first: read theirs.
+                case .preconditionFailed: continue
+                }
+            case .preconditionFailed, .rangeNotSatisfiable:
+                throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
+            }
+        }
+        throw UploadError.corrupt("\(key) could not be read or made")
+    }
+
     /// Offset uploads no request used for a while leave memory.
     func dropIdle() async {
         for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
