@@ -369,3 +369,9 @@ func freeTCPPort() throws -> Int {
     guard bound else { throw HarnessError("bind: \(errno)") }
     return Int(UInt16(bigEndian: address.sin_port))
 }
+
+/// The upload id of an upload URL's handle (`UploadHandles`: the id's 32 hex digits, then a tag of
+/// 32): what names the upload's files and its download link.
+func storedID(_ handle: some StringProtocol) -> String {
+    String(handle.prefix(32))
+}

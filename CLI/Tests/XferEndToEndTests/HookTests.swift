@@ -101,7 +101,7 @@ final class HookTests: XCTestCase {
         XCTAssertEqual(try curlRequest("DELETE", location, headers: ["Tus-Resumable: 1.0.0"], in: work).status, 204)
         seen = try events(in: log) { $0.contains { $0["type"] as? String == "post-terminate" } }
         let terminated = try XCTUnwrap(seen.first { $0["type"] as? String == "post-terminate" }, "\(seen)")
-        XCTAssertEqual((terminated["upload"] as? [String: Any])?["id"] as? String, location.split(separator: "/").last.map(String.init))
+        XCTAssertEqual((terminated["upload"] as? [String: Any])?["id"] as? String, location.split(separator: "/").last.map(storedID))
     }
 
     func testAHookThatCannotBeReachedRefusesCreationsAndLosesNoBytesOfOthers() throws {

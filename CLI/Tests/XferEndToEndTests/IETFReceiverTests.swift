@@ -73,7 +73,7 @@ final class IETFReceiverTests: XCTestCase {
         XCTAssertEqual(
             FileManager.default.contents(atPath: try servedFile(root: server.root, "photos/a.bin")), data, "published under the path it was created at")
         // The file's CRC-32C was kept as its four requests were written: completion did not read it back.
-        let id = try XCTUnwrap(url.split(separator: "/").last)
+        let id = storedID(try XCTUnwrap(url.split(separator: "/").last))
         let log = try String(contentsOfFile: server.root + "/uploads/\(id).log", encoding: .utf8)
         let completion = try XCTUnwrap(log.split(separator: ";").first { $0.contains("=") }, log)
         var crc = CRC32C()

@@ -190,7 +190,7 @@ final class ReceiverBoundsTests: XCTestCase {
             return tusGone && patchGone && ietfGone ? true : nil
         }
         let left = try FileManager.default.contentsOfDirectory(atPath: work.file("server/uploads"))
-        let doneID = String(doneURL.split(separator: "/").last ?? "")
+        let doneID = storedID(doneURL.split(separator: "/").last ?? "")
         XCTAssertTrue(left.allSatisfy { $0.hasPrefix(doneID) }, "only the completed upload's files are left: \(left)")
         XCTAssertEqual(try curlRequest("GET", doneURL, headers: ["Tus-Resumable: 1.0.0"], in: work).text, "done")
     }

@@ -11,6 +11,14 @@ import Glibc
 import Darwin
 #endif
 
+/// The handle a receiver on `root` hands out for upload `id` (`UploadHandles`: the id, then the first
+/// 16 bytes of an HMAC-SHA256 of it under `root/upload-urls.key`), for uploads a test planted.
+private func handle(of id: String, root: String) throws -> String {
+    let key = try Data(contentsOf: URL(fileURLWithPath: root + "/upload-urls.key"))
+    let tag = HMAC<SHA256>.authenticationCode(for: Data(id.utf8), using: SymmetricKey(data: key))
+    return id + tag.prefix(16).map { String(format: "%02x", $0) }.joined()
+}
+
 /// Drives the reference receiver's `patch` protocol over real HTTP (curl), in-process.
 @Suite("Receiver: patch protocol")
 struct ReceiverPatchTests {
@@ -40,7 +48,7 @@ struct ReceiverPatchTests {
             #expect(completed.reply.status == 200)
             let answer = try #require(completed.answer)
             #expect(answer.sha256 == sha256Hex(data))
-            #expect(answer.url == server.baseURL + "/downloads/\(id)/report.bin")
+            #expect(answer.url == server.baseURL + "/downloads/\(storedID(id))/report.bin")
 
             let download = try await curl("GET", answer.url)
             #expect(download.status == 200)
@@ -272,7 +280,7 @@ struct ReceiverPatchTests {
         }
 
         // A torn record (as a crash mid-append leaves) must count for nothing, and must not swallow later records.
-        let log = root + "/uploads/\(partialID).log"
+        let log = root + "/uploads/\(storedID(partialID)).log"
         let handle = try #require(FileHandle(forWritingAtPath: log))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data("\n+2".utf8))
@@ -285,7 +293,7 @@ struct ReceiverPatchTests {
 
             let again = try #require(try await client.complete(id: wholeID).answer)
             #expect(again.sha256 == firstAnswer.sha256)
-            #expect(again.url == server.baseURL + "/downloads/\(wholeID)/whole.bin")
+            #expect(again.url == server.baseURL + "/downloads/\(storedID(wholeID))/whole.bin")
             #expect(try await curl("GET", again.url).body == whole)
             #expect(try await client.status(id: wholeID).received == [1, 2])
 
@@ -318,11 +326,11 @@ struct ReceiverPatchTests {
             }
             try await server.stop()
         }
-        let log = try String(contentsOfFile: root + "/uploads/\(ids[0]).log", encoding: .utf8)
+        let log = try String(contentsOfFile: root + "/uploads/\(storedID(ids[0])).log", encoding: .utf8)
         #expect(log.hasSuffix("\n+1." + sha256Hex(data) + ";"), "\(log)")
         // As if a crash during the chunk's sync round kept the record but not (all of) the bytes.
-        try Data(repeating: 0, count: 4096).write(to: URL(fileURLWithPath: root + "/uploads/\(ids[1]).data"))
-        try Data(data.prefix(100)).write(to: URL(fileURLWithPath: root + "/uploads/\(ids[2]).data"))
+        try Data(repeating: 0, count: 4096).write(to: URL(fileURLWithPath: root + "/uploads/\(storedID(ids[1])).data"))
+        try Data(data.prefix(100)).write(to: URL(fileURLWithPath: root + "/uploads/\(storedID(ids[2])).data"))
 
         let server = try await RunningReceiver.start(root: root)
         let client = PatchTestClient(base: server.baseURL)
@@ -369,14 +377,16 @@ struct ReceiverPatchTests {
 
         let server = try await RunningReceiver.start(root: root)
         let client = PatchTestClient(base: server.baseURL)
-        #expect(try await client.status(id: pending).received == [1, 3])
-        #expect(try await client.patch(id: pending, chunk: 2, of: data, chunkSize: 100).status == 204)
-        let answer = try #require(try await client.complete(id: pending).answer)
+        // Their clients know them by the handles a receiver of today hands out.
+        let (pendingHandle, doneHandle) = (try handle(of: pending, root: root), try handle(of: done, root: root))
+        #expect(try await client.status(id: pendingHandle).received == [1, 3])
+        #expect(try await client.patch(id: pendingHandle, chunk: 2, of: data, chunkSize: 100).status == 204)
+        let answer = try #require(try await client.complete(id: pendingHandle).answer)
         #expect(answer.sha256 == sha256Hex(data))
         #expect(try await curl("GET", answer.url).body == data)
         #expect(try String(contentsOfFile: root + "/uploads/\(pending)/received.log", encoding: .utf8).hasSuffix("\n+2;"))
         #expect(FileManager.default.fileExists(atPath: root + "/uploads/\(pending)/complete.json"))
-        let again = try #require(try await client.complete(id: done).answer)
+        let again = try #require(try await client.complete(id: doneHandle).answer)
         #expect(again.url == server.baseURL + "/downloads/\(done)/done.bin")
         #expect(try await curl("GET", again.url).body == data)
         try await server.stop()
@@ -402,9 +412,10 @@ struct ReceiverPatchTests {
         }
         // The first as if the crash kept the record but not the rename; the second as if it
         // kept the rename but not the record.
-        try FileManager.default.moveItem(atPath: root + "/downloads/\(ids[0])/a/recorded.bin", toPath: root + "/uploads/\(ids[0]).data")
-        try FileManager.default.removeItem(atPath: root + "/downloads/\(ids[0])")
-        let log = root + "/uploads/\(ids[1]).log"
+        let stored = ids.map(storedID)
+        try FileManager.default.moveItem(atPath: root + "/downloads/\(stored[0])/a/recorded.bin", toPath: root + "/uploads/\(stored[0]).data")
+        try FileManager.default.removeItem(atPath: root + "/downloads/\(stored[0])")
+        let log = root + "/uploads/\(stored[1]).log"
         let text = try String(contentsOfFile: log, encoding: .utf8)
         let withoutRecord = try #require(text.range(of: "\n=")).lowerBound
         try Data(text[..<withoutRecord].utf8).write(to: URL(fileURLWithPath: log))
@@ -423,7 +434,7 @@ struct ReceiverPatchTests {
         let sha256 = try #require(answers[1].sha256, "chunks sent with Content-MD5: the file is read back")
         let expectedRecord = "\n=" + sha256 + ".500." + crc32c + ";"
         #expect(try String(contentsOfFile: log, encoding: .utf8).contains(expectedRecord))
-        #expect(!FileManager.default.fileExists(atPath: root + "/uploads/\(ids[0]).data"))
+        #expect(!FileManager.default.fileExists(atPath: root + "/uploads/\(stored[0]).data"))
         try await server.stop()
     }
 
@@ -440,13 +451,13 @@ struct ReceiverPatchTests {
         let server = try await RunningReceiver.start(root: root)
         let client = PatchTestClient(base: server.baseURL)
         for id in [torn, noData] {
-            #expect(try await curl("GET", server.baseURL + "/uploads/" + id).status == 404)
+            #expect(try await curl("GET", server.baseURL + "/uploads/" + (try handle(of: id, root: root))).status == 404)
         }
         let data = testBytes(10, seed: 15)
         let id = try await client.create(fileName: "gone.bin", size: 10, chunkSize: 10).answer.uploadId
         #expect(try await client.patch(id: id, chunk: 1, of: data, chunkSize: 10).status == 204)
         #expect(try await curl("DELETE", server.baseURL + "/uploads/" + id).status == 204)
-        let left = try FileManager.default.contentsOfDirectory(atPath: root + "/uploads").filter { $0.hasPrefix(id) }
+        let left = try FileManager.default.contentsOfDirectory(atPath: root + "/uploads").filter { $0.hasPrefix(storedID(id)) }
         #expect(left.isEmpty, "\(left)")
         #expect(try await curl("GET", server.baseURL + "/uploads/" + id).status == 404)
         try await server.stop()
@@ -460,9 +471,9 @@ struct ReceiverPatchTests {
             let id = try await client.create(fileName: "视频 01.mp4", size: data.count, chunkSize: 10).answer.uploadId
             #expect(try await client.patch(id: id, chunk: 1, of: data, chunkSize: 10).status == 204)
             let answer = try #require(try await client.complete(id: id).answer)
-            #expect(answer.url == server.baseURL + "/downloads/\(id)/%E8%A7%86%E9%A2%91%2001.mp4")
+            #expect(answer.url == server.baseURL + "/downloads/\(storedID(id))/%E8%A7%86%E9%A2%91%2001.mp4")
             #expect(try await curl("GET", answer.url).body == data)
-            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(id)/视频 01.mp4"))
+            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(storedID(id))/视频 01.mp4"))
             #expect(try await client.status(id: id).fileName == "视频 01.mp4")
 
             // A path that climbs is refused (it used to be cut to its last component; names are
@@ -473,8 +484,8 @@ struct ReceiverPatchTests {
             // A Windows path without '/' is still cut to what follows its last '\', as before.
             let windows = try await client.create(fileName: "C:\\Users\\me\\notes.txt", size: 1, chunkSize: 1).answer.uploadId
             #expect(try await client.patch(id: windows, chunk: 1, of: Data([7]), chunkSize: 1).status == 204)
-            #expect(try await client.complete(id: windows).answer?.url == server.baseURL + "/downloads/\(windows)/notes.txt")
-            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(windows)/notes.txt"))
+            #expect(try await client.complete(id: windows).answer?.url == server.baseURL + "/downloads/\(storedID(windows))/notes.txt")
+            #expect(FileManager.default.fileExists(atPath: server.root + "/downloads/\(storedID(windows))/notes.txt"))
         }
     }
 
@@ -504,14 +515,14 @@ struct ReceiverPatchTests {
             #expect(try await curl("GET", server.baseURL + "/uploads/" + pending).status == 404)
             #expect(try await client.patch(id: pending, chunk: 2, of: data, chunkSize: 10).status == 404)
             #expect(try await curl("DELETE", server.baseURL + "/uploads/" + pending).status == 404)
-            #expect(!FileManager.default.fileExists(atPath: server.root + "/uploads/" + pending))
+            #expect(!FileManager.default.fileExists(atPath: server.root + "/uploads/" + storedID(pending) + ".log"))
 
             let done = try await client.create(fileName: "d.bin", size: data.count, chunkSize: 20).answer.uploadId
             #expect(try await client.patch(id: done, chunk: 1, of: data, chunkSize: 20).status == 204)
             let url = try #require(try await client.complete(id: done).answer?.url)
             #expect(try await curl("DELETE", server.baseURL + "/uploads/" + done).status == 204)
             #expect(try await curl("GET", url).status == 404)
-            #expect(!FileManager.default.fileExists(atPath: server.root + "/downloads/" + done))
+            #expect(!FileManager.default.fileExists(atPath: server.root + "/downloads/" + storedID(done)))
         }
     }
 

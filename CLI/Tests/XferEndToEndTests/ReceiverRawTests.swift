@@ -59,7 +59,7 @@ final class ReceiverRawTests: XCTestCase {
         let stored = try FileManager.default.contentsOfDirectory(atPath: work.file("server/raw"))
         for name in stored { XCTAssertFalse(name.utf8.contains(UInt8(ascii: "/")), name) }
         XCTAssertEqual(Set(stored), Set(Self.hostileRawNames.compactMap { if case .stored(let name) = $0.1 { name } else { nil } }))
-        let top = try FileManager.default.contentsOfDirectory(atPath: work.file("server")).filter { !["raw", "uploads", "downloads", "trash"].contains($0) }
+        let top = try FileManager.default.contentsOfDirectory(atPath: work.file("server")).filter { !["raw", "uploads", "downloads", "trash", "upload-urls.key"].contains($0) }
         XCTAssertEqual(top, [], "nothing beside the receiver's own directories")
     }
 

@@ -78,8 +78,8 @@ final class ReceiverTreeTests: XCTestCase {
         let completed = try request("POST", "/uploads/\(id)/complete")
         XCTAssertEqual(completed.status, 200, completed.text)
         let url = try XCTUnwrap(completed.json["url"] as? String)
-        try assertPublished(id: id, url: url, data: data)
-        try assertEscapesAreRefused(id: id)
+        try assertPublished(id: storedID(id), url: url, data: data)
+        try assertEscapesAreRefused(id: storedID(id))
     }
 
     func testMultipartStoresANestedPathAndServesIt() throws {
@@ -103,7 +103,7 @@ final class ReceiverTreeTests: XCTestCase {
             "PATCH", location, body: data,
             headers: ["Tus-Resumable: 1.0.0", "Upload-Offset: 0", "Content-Type: application/offset+octet-stream"])
         XCTAssertEqual(patched.status, 204, patched.text)
-        let id = String(try XCTUnwrap(location.split(separator: "/").last))
+        let id = storedID(try XCTUnwrap(location.split(separator: "/").last))
         try assertPublished(id: id, url: server.url + "/downloads/\(id)/" + Self.nestedURLPath, data: data)
         // The tus URL serves the same file, named by its last component.
         let viaTus = try request("GET", location)
@@ -115,7 +115,7 @@ final class ReceiverTreeTests: XCTestCase {
         for metadata in [["filename": "plain.txt"], ["filename": "plain.txt", "relativePath": "null"]] {
             let plain = try tusCreate(length: 0, metadata: metadata)
             XCTAssertEqual(plain.status, 201, plain.text)
-            let plainID = String(try XCTUnwrap(plain.headers["location"]?.split(separator: "/").last))
+            let plainID = storedID(try XCTUnwrap(plain.headers["location"]?.split(separator: "/").last))
             XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/downloads/\(plainID)/plain.txt"), "\(metadata)")
         }
     }
@@ -156,7 +156,7 @@ final class ReceiverTreeTests: XCTestCase {
             // Asked of the kernel by the name's own bytes (Foundation's path helpers read
             // Characters, and a combining mark after '/' is one with it).
             var info = stat()
-            XCTAssertEqual(stat(root + "/downloads/\(id)/" + name, &info), 0, name.debugDescription)
+            XCTAssertEqual(stat(root + "/downloads/\(storedID(id))/" + name, &info), 0, name.debugDescription)
             XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG, name.debugDescription)
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.path).sorted(), ["server", "sibling"])
@@ -168,7 +168,7 @@ final class ReceiverTreeTests: XCTestCase {
             XCTAssertEqual(created.status, 201, created.text)
             let id = try XCTUnwrap(created.json["uploadId"] as? String)
             let url = try XCTUnwrap(try request("POST", "/uploads/\(id)/complete").json["url"] as? String)
-            XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/downloads/\(id)/" + stored), name)
+            XCTAssertTrue(FileManager.default.fileExists(atPath: root + "/downloads/\(storedID(id))/" + stored), name)
             XCTAssertEqual(try request("GET", url).status, 200, url)
         }
     }
@@ -217,8 +217,8 @@ final class ReceiverTreeTests: XCTestCase {
         XCTAssertEqual(
             try request("PATCH", "/uploads/\(id)/chunks/1", body: Data("z".utf8), headers: ["Content-Type: application/octet-stream", "Content-Range: bytes 0-0/1"]).status,
             204)
-        try FileManager.default.createDirectory(atPath: root + "/downloads/\(id)", withIntermediateDirectories: true)
-        XCTAssertEqual(symlink(work.file("sibling"), root + "/downloads/\(id)/a"), 0)
+        try FileManager.default.createDirectory(atPath: root + "/downloads/\(storedID(id))", withIntermediateDirectories: true)
+        XCTAssertEqual(symlink(work.file("sibling"), root + "/downloads/\(storedID(id))/a"), 0)
         let completed = try request("POST", "/uploads/\(id)/complete")
         XCTAssertEqual(completed.status, 500, completed.text)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.file("sibling")), [])
