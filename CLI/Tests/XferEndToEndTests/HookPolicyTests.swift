@@ -247,7 +247,8 @@ final class HookPolicyTests: XCTestCase {
         }
 
         // The IETF draft: the completing append answers a problem with the hook's status and words.
-        let ietf = try curlRequest("POST", server.url + "/resumable/infected-ietf.bin", headers: ["Upload-Complete: ?0", "Upload-Length: 5"], in: work)
+        let ietf = try curlRequest(
+            "POST", server.url + "/resumable/infected-ietf.bin", headers: ["Upload-Complete: ?0", "Upload-Length: 5", "Content-Length: 0"], in: work)
         XCTAssertEqual(ietf.status, 201, ietf.text)
         let resource = try XCTUnwrap(ietf.headers["location"])
         let appended = try curlRequest(
@@ -301,10 +302,11 @@ final class HookPolicyTests: XCTestCase {
 
     // MARK: post-receive
 
-    /// A 6 MiB patch push in 256 KiB chunks over about 3 s (--limit-rate): `post-receive` comes at
+    /// A 6 MiB IETF push in 256 KiB appends over about 3 s (--limit-rate): `post-receive` comes at
     /// most once per upload per --hook-progress-interval (1 s), at least once, each saying more
     /// bytes than the last and fewer than the file's. (Not tus: xfer sends a tus file as
-    /// partial uploads of one PATCH each, which end with the PATCH that starts them.)
+    /// partial uploads of one PATCH each, which end with the PATCH that starts them; not patch:
+    /// on an object store its chunks are at least 8 MiB.)
     func testPostReceiveIsPacedPerUpload() throws {
         let log = work.file("events.jsonl")
         let (hook, hookURL) = try startHookServer(log: log)
@@ -316,7 +318,7 @@ final class HookPolicyTests: XCTestCase {
 
         let started = Date()
         let push = try runXfer([
-            "push", file, "--backend", "patch", "--to", server.url, "--state", work.file("s"), "--chunk-size", "256KiB",
+            "push", file, "--backend", "ietf", "--to", server.url + "/resumable/", "--state", work.file("s"), "--chunk-size", "256KiB",
             "--limit-rate", "2M",
         ])
         let seconds = Date().timeIntervalSince(started)
@@ -391,7 +393,7 @@ final class HookPolicyTests: XCTestCase {
         XCTAssertEqual(upload(progress.first ?? [:])["received"] as? Int, 5)
     }
 
-    /// 20 creations at once against a pre-create script that takes 0.3 s, with --hook-concurrency 3:
+    /// 20 creations at once against a pre-create script that takes 0.5 s, with --hook-concurrency 3:
     /// every creation succeeds, and no more than 3 scripts ever run at once (each counts the
     /// scripts running as it starts). Then, with one slot held by a hook that waits: a creation
     /// that waits longer than --hook-timeout for a slot is refused (503, Retry-After) and its hook
@@ -406,7 +408,7 @@ final class HookPolicyTests: XCTestCase {
             cat > /dev/null
             touch '\(running)'/$$
             ls '\(running)' | wc -l >> '\(counts)'
-            sleep 0.3
+            sleep 0.5
             rm '\(running)'/$$
             """)
         let server = try ServeProcess(

@@ -48,10 +48,10 @@ struct TusRoutes: OffsetUploadRoutes {
         }
     }
 
-    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless the upload is
-    /// complete (`post-finish` says so).
+    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
+    /// (a creation without a body) or the upload is complete (`post-finish` says so).
     func progressed(_ upload: any OffsetUpload, to offset: Int) {
-        guard offset < upload.length else { return }
+        guard offset > 0, offset < upload.length else { return }
         hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
     }
 
