@@ -76,7 +76,7 @@ struct ServeCommand: AsyncParsableCommand {
     var hookTimeout: DurationArgument?
 
     @Option(name: .customLong("hook-concurrency"), help: ArgumentHelp(
-        "Hook calls (requests or processes) running at once at most (default \(HookSettings.defaultConcurrency)); past it pre-* events wait up to --hook-timeout, then 503.",
+        "Hook calls (requests or processes) running at once at most (default 4 per core, at least 8); past it pre-* events wait up to --hook-timeout, then 503.",
         valueName: "N"))
     var hookConcurrency: Int?
 

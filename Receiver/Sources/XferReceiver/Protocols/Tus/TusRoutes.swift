@@ -244,6 +244,9 @@ struct TusRoutes: OffsetUploadRoutes {
         do {
             if case .stored(let offset) = result, offset == length { try await finishUpload(upload) }
         } catch {
+            // A completion the application refused (pre-finish, which counted the refusal): the
+            // upload was created, then discarded.
+            if error is Refusal { countCreated(upload) }
             _ = try? await uploads.delete(id: upload.id)
             throw error
         }
