@@ -35,9 +35,6 @@ final class HookSlots: Sendable {
         self.limit = limit
     }
 
-    /// Calls running now (for tests of the cap, and the operator's curiosity).
-    var running: Int { state.withLock { $0.inUse } }
-
     /// Waits for a slot; true once the caller holds one (it must `release` it), false when
     /// `patience` ran out first. `urgent`: a client waits (pre-* events).
     func acquire(urgent: Bool, patience: Duration?) async -> Bool {
