@@ -89,9 +89,11 @@ enum TokenFile {
 
     /// The file's first line without its line ending. Warns (one line on
     /// stderr) when the file's mode lets its group or others read it.
-    static func firstLine(of path: String) throws(XferError) -> String {
+    /// `option` names the file in errors and the warning (`xfer serve`'s
+    /// `--auth-token-file` and `--hook-url-file` read theirs here too).
+    static func firstLine(of path: String, option: String = "--token-file") throws(XferError) -> String {
         let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw .invalidInput("--token-file \(path): \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw .invalidInput("\(option) \(path): \(String(cString: strerror(errno)))") }
         defer { close(descriptor) }
         // Read only up to the first line break: what follows is none of xfer's business
         // (and a pipe from `<(...)` may never end).
@@ -101,7 +103,7 @@ enum TokenFile {
             let count = read(descriptor, &buffer, buffer.count)
             if count < 0 {
                 if errno == EINTR { continue }
-                throw .invalidInput("--token-file \(path): \(String(cString: strerror(errno)))")
+                throw .invalidInput("\(option) \(path): \(String(cString: strerror(errno)))")
             }
             if count == 0 { break }
             if let newline = buffer[..<count].firstIndex(of: UInt8(ascii: "\n")) {
@@ -111,17 +113,17 @@ enum TokenFile {
             line += buffer[..<count]
         }
         guard line.count <= maximumLineLength else {
-            throw .invalidInput("--token-file \(path): no line break in its first \(maximumLineLength / 1024) KiB; is it a token file?")
+            throw .invalidInput("\(option) \(path): no line break in its first \(maximumLineLength / 1024) KiB; is it a token file?")
         }
         if line.last == UInt8(ascii: "\r") { line.removeLast() }
-        guard !line.isEmpty else { throw .invalidInput("--token-file \(path): its first line is empty") }
+        guard !line.isEmpty else { throw .invalidInput("\(option) \(path): its first line is empty") }
         guard let token = String(validating: line, as: UTF8.self) else {
-            throw .invalidInput("--token-file \(path): its first line is not UTF-8 text")
+            throw .invalidInput("\(option) \(path): its first line is not UTF-8 text")
         }
         // Only once it is known to be the token: a file that is refused needs no second line.
         var info = stat()
         if fstat(descriptor, &info) == 0, info.st_mode & 0o044 != 0 {
-            Terminal.error("warning: --token-file \(path) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
+            Terminal.error("warning: \(option) \(path) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
         }
         return token
     }

@@ -50,8 +50,13 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Largest file accepted; bigger ones are refused before any byte is stored.")
     var maxUploadSize: ByteSize = ByteSize(bytes: ReceiverConfiguration(root: "").maximumUploadSize)
 
-    @Option(help: "Require 'Authorization: Bearer TOKEN' on every request but /health and the upload page (never printed). Also read from $XFER_AUTH_TOKEN.")
+    @Option(help: "Require 'Authorization: Bearer TOKEN' on every request but /health and the upload page (never printed). Other local users can read a command line: prefer --auth-token-file or $XFER_AUTH_TOKEN (this warns).")
     var authToken: String?
+
+    @Option(name: .customLong("auth-token-file"), help: ArgumentHelp(
+        "Read --auth-token's token from the first line of FILE (never printed; warns when others can read FILE).", valueName: "FILE"),
+        completion: .file())
+    var authTokenFile: String?
 
     @Option(name: .customLong("tls-cert"), help: ArgumentHelp(
         "Speak HTTPS with this certificate (PEM; the server's first, then its chain); with --tls-key.", valueName: "FILE"))
@@ -61,17 +66,32 @@ struct ServeCommand: AsyncParsableCommand {
     var tlsKey: String?
 
     @Option(name: .customLong("hook-url"), help: ArgumentHelp(
-        "POST each upload's events here (pre-create, which may refuse it; post-finish; post-terminate) as JSON.", valueName: "URL"))
+        "POST each upload's events here as JSON (pre-create and pre-finish, which may refuse it; post-receive; post-finish; post-terminate).",
+        valueName: "URL"))
     var hookURL: String?
 
+    @Option(name: .customLong("hook-url-file"), help: ArgumentHelp(
+        "Read --hook-url from the first line of FILE: for a URL that carries a credential (never printed).", valueName: "FILE"),
+        completion: .file())
+    var hookURLFile: String?
+
     @Option(name: .customLong("hooks-dir"), help: ArgumentHelp(
-        "Run DIR/pre-create, DIR/post-finish, DIR/post-terminate (those that exist) with each event's JSON on standard input; instead of --hook-url.",
+        "Run DIR/pre-create, DIR/pre-finish, DIR/post-receive, DIR/post-finish, DIR/post-terminate (those that exist) with each event's JSON on standard input; instead of --hook-url.",
         valueName: "DIR"))
     var hooksDirectory: String?
 
     @Option(name: .customLong("hook-timeout"), help: ArgumentHelp(
-        "How long a hook call may take (default 5s); a pre-create that takes longer refuses the upload.", valueName: "DURATION"))
+        "How long a hook call may take (default 5s); a pre-create or pre-finish that takes longer refuses the upload.", valueName: "DURATION"))
     var hookTimeout: DurationArgument?
+
+    @Option(name: .customLong("hook-concurrency"), help: ArgumentHelp(
+        "Hook calls (requests or processes) running at once at most (default 4 per core, at least 8); past it pre-* events wait up to --hook-timeout, then 503.",
+        valueName: "N"))
+    var hookConcurrency: Int?
+
+    @Option(name: .customLong("hook-progress-interval"), help: ArgumentHelp(
+        "Shortest time between two post-receive events of one upload (default 2s; 0: no post-receive).", valueName: "DURATION"))
+    var hookProgressInterval: DurationArgument?
 
     @Option(name: .customLong("cors-origin"), help: ArgumentHelp(
         "Let pages of this origin upload from a browser (repeatable; * for any page).", valueName: "ORIGIN"))
@@ -127,12 +147,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.maximumUploadSize = maxUploadSize.bytes
         // The test switches, XferReceiverTesting's: never part of a production configuration.
         let switches = try testing.switches()
-        if let token = authToken ?? ProcessInfo.processInfo.environment["XFER_AUTH_TOKEN"] {
-            guard !token.isEmpty, !token.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value > 0x7E }) else {
-                throw XferError.invalidInput("--auth-token must be non-empty printable ASCII without spaces")
-            }
-            configuration.authToken = token
-        }
+        configuration.authToken = try resolvedAuthToken()
         for origin in corsOrigins where origin != "*" {
             // What a browser sends as Origin: scheme, host and port, no path.
             guard let url = URL(string: origin), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil,
@@ -143,35 +158,7 @@ struct ServeCommand: AsyncParsableCommand {
         }
         configuration.corsOrigins = corsOrigins
         configuration.uploadPage = !noUploadPage
-        let destination: HookSettings.Destination?
-        switch (hookURL, hooksDirectory) {
-        case (nil, nil):
-            destination = nil
-        case (let hookURL?, nil):
-            guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
-                throw XferError.invalidInput("--hook-url must be an http(s) URL, not '\(hookURL.prefix(80))'")
-            }
-            destination = .url(hookURL)
-        case (nil, let directory?):
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
-                throw XferError.invalidInput("--hooks-dir must be a directory, not '\(directory.prefix(80))'")
-            }
-            // Absolute: the hooks are found by path whatever the receiver's working directory.
-            destination = .executables(directory: URL(fileURLWithPath: directory).standardizedFileURL.path)
-        case (_?, _?):
-            throw XferError.invalidInput("--hook-url and --hooks-dir are two ways to the same hooks: give one")
-        }
-        if let destination {
-            var hooks = HookSettings(destination)
-            if let hookTimeout {
-                guard hookTimeout.duration > .zero else { throw XferError.invalidInput("--hook-timeout must be longer than 0") }
-                hooks.timeout = hookTimeout.duration
-            }
-            configuration.hooks = hooks
-        } else if hookTimeout != nil {
-            throw XferError.invalidInput("--hook-timeout is for --hook-url or --hooks-dir")
-        }
+        configuration.hooks = try hookSettings()
         // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
         // request latencies, through the swift-metrics facade bootstrapped here, once.
         let registry = PrometheusCollectorRegistry()
@@ -205,5 +192,86 @@ struct ServeCommand: AsyncParsableCommand {
         } catch {
             throw XferError.invalidInput("cannot serve on \(host):\(port): \(Receiver.reason(for: error))")
         }
+    }
+
+    /// The token every request must carry: `--auth-token-file`'s, `--auth-token`'s (which
+    /// warns: any local user reads a command line in /proc/PID/cmdline), or
+    /// `$XFER_AUTH_TOKEN`'s; nil when none is given.
+    private func resolvedAuthToken() throws(XferError) -> String? {
+        let found: (token: String, source: String)
+        switch (authToken, authTokenFile) {
+        case (_?, _?):
+            throw .invalidInput("give the token with --auth-token-file or $XFER_AUTH_TOKEN, not with --auth-token too")
+        case (let token?, nil):
+            found = (token, "--auth-token")
+        case (nil, let file?):
+            found = (try TokenFile.firstLine(of: file, option: "--auth-token-file"), "--auth-token-file")
+        case (nil, nil):
+            guard let token = ProcessInfo.processInfo.environment["XFER_AUTH_TOKEN"] else { return nil }
+            found = (token, "$XFER_AUTH_TOKEN")
+        }
+        guard !found.token.isEmpty, !found.token.unicodeScalars.contains(where: { $0.value < 0x21 || $0.value > 0x7E }) else {
+            throw .invalidInput("\(found.source) must be non-empty printable ASCII without spaces")
+        }
+        if found.source == "--auth-token" {
+            Terminal.error(
+                "warning: --auth-token puts the token on the command line, where any local user can read it (ps, /proc/PID/cmdline); give it with --auth-token-file FILE or $XFER_AUTH_TOKEN")
+        }
+        return found.token
+    }
+
+    /// The hooks' settings from their flags; nil without `--hook-url`, `--hook-url-file` or `--hooks-dir`.
+    private func hookSettings() throws(XferError) -> HookSettings? {
+        var hookURL = hookURL
+        if let hookURLFile {
+            guard hookURL == nil else { throw .invalidInput("give the hook's URL with --hook-url or --hook-url-file, not both") }
+            hookURL = try TokenFile.firstLine(of: hookURLFile, option: "--hook-url-file")
+        }
+        let destination: HookSettings.Destination?
+        switch (hookURL, hooksDirectory) {
+        case (nil, nil):
+            destination = nil
+        case (let hookURL?, nil):
+            // The URL is not echoed: it may carry a credential.
+            guard let url = URL(string: hookURL), ["http", "https"].contains(url.scheme ?? ""), url.host != nil else {
+                throw .invalidInput("--hook-url must be an http(s) URL with a host (it is not repeated here: it may hold a credential)")
+            }
+            if hookURLFile == nil, url.user != nil || url.password != nil || url.query != nil {
+                Terminal.error(
+                    "warning: --hook-url has user info or a query, where credentials go, on the command line any local user can read; give it with --hook-url-file FILE")
+            }
+            destination = .url(hookURL)
+        case (nil, let directory?):
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+                throw .invalidInput("--hooks-dir must be a directory, not '\(directory.prefix(80))'")
+            }
+            // Absolute: the hooks are found by path whatever the receiver's working directory.
+            destination = .executables(directory: URL(fileURLWithPath: directory).standardizedFileURL.path)
+        case (_?, _?):
+            throw .invalidInput("--hook-url and --hooks-dir are two ways to the same hooks: give one")
+        }
+        guard let destination else {
+            for (flag, given) in [
+                ("--hook-timeout", hookTimeout != nil), ("--hook-concurrency", hookConcurrency != nil),
+                ("--hook-progress-interval", hookProgressInterval != nil),
+            ] where given {
+                throw .invalidInput("\(flag) is for --hook-url or --hooks-dir")
+            }
+            return nil
+        }
+        var hooks = HookSettings(destination)
+        if let hookTimeout {
+            guard hookTimeout.duration > .zero else { throw .invalidInput("--hook-timeout must be longer than 0") }
+            hooks.timeout = hookTimeout.duration
+        }
+        if let hookConcurrency {
+            guard (1...4096).contains(hookConcurrency) else { throw .invalidInput("--hook-concurrency must be between 1 and 4096") }
+            hooks.concurrency = hookConcurrency
+        }
+        if let hookProgressInterval {
+            hooks.progressInterval = hookProgressInterval.duration > .zero ? hookProgressInterval.duration : nil
+        }
+        return hooks
     }
 }

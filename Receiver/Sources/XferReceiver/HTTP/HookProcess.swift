@@ -14,6 +14,8 @@ import Glibc
 ///   close-on-exec (NIO's sockets, the storage's files, these pipes, made and spawned under one
 ///   lock so that two hooks starting at once cannot inherit each other's);
 /// - default signal dispositions and an empty mask;
+/// - an environment of its own (`environment(event:receiver:)`): a few harmless variables of
+///   the receiver's, never its credentials;
 /// - the input written into the pipe before the hook starts (an event is far smaller than a
 ///   pipe's buffer), so a hook that exits without reading cannot raise SIGPIPE in the receiver.
 /// The blocking waits run on a dispatch thread, never on an event loop.
@@ -43,23 +45,41 @@ enum HookProcess {
     /// Pipes hold at least 64 KiB on Linux: an input below that never blocks the write.
     static let inputLimit = 60 << 10
 
-    /// What the hook's environment lacks of the receiver's: its own credentials.
-    static let withheldVariables: Set<String> = ["XFER_AUTH_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "XFER_TOKEN"]
+    /// The receiver's variables a hook gets: where programs are, whose home, language and
+    /// time zone — nothing that could hold a credential. Besides these, `LC_*` and `XFER_HOOK_*`
+    /// (what the operator means hooks to have: `XFER_HOOK_SCANNER_URL=… xfer serve …`).
+    ///
+    /// An allow-list, not a deny-list: a receiver's environment holds credentials under names
+    /// no list can know in advance (`AWS_CONTAINER_AUTHORIZATION_TOKEN`, a platform's own), and
+    /// a hook is a program the receiver did not write.
+    static let passedVariables: Set<String> = ["PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR"]
+    static let passedPrefixes = ["LC_", "XFER_HOOK_"]
+    /// When the receiver has no PATH, the hook gets this one (a shell script's `#!/bin/bash` and
+    /// the commands in it must be found).
+    static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-    static func run(_ executable: String, input: String, timeout: Duration) async throws -> Outcome {
+    /// The environment of a hook run for `event`: the allowed variables of `receiver`, and
+    /// `XFER_HOOK_EVENT` naming the event.
+    static func environment(event: String, receiver: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
+        var chosen = receiver.filter { name, _ in passedVariables.contains(name) || passedPrefixes.contains { name.hasPrefix($0) } }
+        if chosen["PATH"] == nil { chosen["PATH"] = defaultPath }
+        chosen["XFER_HOOK_EVENT"] = event
+        return chosen.keys.sorted().map { "\($0)=\(chosen[$0]!)" }
+    }
+
+    static func run(_ executable: String, input: String, environment: [String], timeout: Duration) async throws -> Outcome {
         try await withCheckedThrowingContinuation { continuation in
             DispatchQueue.global().async {
-                continuation.resume(with: Result { try runBlocking(executable, input: Array(input.utf8), timeout: timeout) })
+                continuation.resume(with: Result { try runBlocking(executable, input: Array(input.utf8), environment: environment, timeout: timeout) })
             }
         }
     }
 
-    private static func runBlocking(_ executable: String, input: [UInt8], timeout: Duration) throws -> Outcome {
+    private static func runBlocking(_ executable: String, input: [UInt8], environment: [String], timeout: Duration) throws -> Outcome {
         guard input.count <= inputLimit else { throw Failure.cannotStart("the event is larger than \(inputLimit) bytes") }
         var inputPipe: [Int32] = [0, 0]
         var outputPipe: [Int32] = [0, 0]
         var pid: pid_t = 0
-        let environment = ProcessInfo.processInfo.environment.filter { !withheldVariables.contains($0.key) }.map { "\($0.key)=\($0.value)" }
         spawning.lock()
         guard pipe(&inputPipe) == 0 else {
             spawning.unlock()

@@ -6,17 +6,19 @@ import Metrics
 /// `GET /metrics`). With no backend bootstrapped every call is a no-op.
 ///
 /// - `xfer_receiver_uploads_total{protocol, event}`: requests that created (`created`),
-///   completed (`completed`) or terminated (`terminated`) an upload. A completion repeated by a
-///   client whose answer was lost counts again.
+///   completed (`completed`) or terminated (`terminated`) an upload, or whose completion the
+///   application's `pre-finish` hook refused, discarding the upload (`refused`). A completion
+///   repeated by a client whose answer was lost counts again.
 /// - `xfer_receiver_open_uploads{protocol}`: uploads this process saw created and not yet
 ///   completed or terminated (an instance's view: a restart starts it at 0, and an upload
-///   created on one instance and completed on another moves two instances' figures).
+///   created on one instance and completed on another moves two instances' figures); a
+///   refused one leaves them too.
 /// - `xfer_receiver_received_bytes_total`: file bytes read from request bodies, cut bodies included.
 /// - Hummingbird's request metrics (`http_server_request_duration`, seconds, by method, route
 ///   and status, `hb_requests`, `hb_request_errors`, `http_server_active_requests`).
 enum ReceiverMetrics {
     enum Event: String {
-        case created, completed, terminated
+        case created, completed, terminated, refused
     }
 
     static func upload(_ protocolName: String, _ event: Event) {

@@ -14,7 +14,21 @@ struct RouteEnvironment: Sendable {
     /// What upload URLs carry instead of the bare id (`UploadHandles`).
     let handles: UploadHandles
     /// The application's hook and the upload metrics: where routes report an upload's events.
-    var hooks: UploadHooks { UploadHooks(settings: configuration.hooks, logger: logger) }
+    /// One per receiver: its calls share one cap and one line (`HookRuntime`).
+    let hooks: UploadHooks
+
+    init(
+        store: any UploadStorage, baseURL: BaseURL, configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, logger: Logger,
+        handles: UploadHandles
+    ) {
+        self.handles = handles
+        self.store = store
+        self.baseURL = baseURL
+        self.configuration = configuration
+        self.testHooks = testHooks
+        self.logger = logger
+        hooks = UploadHooks(settings: configuration.hooks, logger: logger)
+    }
 }
 
 /// One protocol's routes: built from the receiver's environment, registered on any router (the

@@ -45,10 +45,21 @@ import NIOPosix
 struct IETFRoutes: OffsetUploadRoutes {
     static let protocolName = "ietf"
 
-    /// Publishes a complete upload and reports it (`post-finish`, the metrics).
+    /// Publishes a complete upload and reports it (`pre-finish`, then `post-finish` and the
+    /// metrics). When the application refuses it (`pre-finish`), the upload is cancelled and
+    /// the refusal thrown: the request that completed it answers it.
     func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
-        hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
+        try await hooks.finish(
+            Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText, form: .problem
+        ) { try await uploads.delete(id: upload.id) }
+    }
+
+    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
+    /// (a creation without a body) or the upload is complete (`post-finish` says so).
+    func progressed(_ upload: any OffsetUpload, to offset: Int) {
+        guard offset > 0, offset < upload.length else { return }
+        hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
     }
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
@@ -194,6 +205,7 @@ struct IETFRoutes: OffsetUploadRoutes {
             if complete, offset != length {
                 throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
             }
+            progressed(upload, to: offset)
             return answer(upload: upload, offset: offset, location: location, creation: true)
         case .failed(let failure):
             // Without a 104 the client cannot know the upload: a failed body leaves nothing behind.
@@ -252,6 +264,7 @@ struct IETFRoutes: OffsetUploadRoutes {
                 if complete, offset != length {
                     throw inconsistent("the request said it completes the upload, but its body ended at \(offset) of \(length) bytes")
                 }
+                progressed(upload, to: offset)
                 return answer(upload: upload, offset: offset, location: location, creation: false)
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.

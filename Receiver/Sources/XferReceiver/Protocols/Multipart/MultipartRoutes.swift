@@ -95,7 +95,7 @@ struct MultipartRoutes: ProtocolRoutes {
                 throw Refusal.emptyFragment(failure)
             }
         }
-        guard let upload = try await fileUpload(block.fileId, path: path, geometry: geometry) else {
+        guard let upload = try await fileUpload(block, path: path, geometry: geometry) else {
             throw Refusal.envelope(400, "the fragment's file (name, size or fragment size) differs from the file's earlier fragments")
         }
         guard geometry.size > 0 else { return MultipartAnswer.ok() }
@@ -109,19 +109,31 @@ struct MultipartRoutes: ProtocolRoutes {
         } catch UploadError.deleted {
             throw Refusal.fragmentDiscarded
         }
+        hooks.received(Self.protocolName, upload: upload)
         return MultipartAnswer.ok()
     }
 
     /// The file's upload as this fragment describes it, created by the file's first fragment. Nil
     /// when earlier fragments, acknowledged ones, described the file otherwise.
-    private func fileUpload(_ fileId: String, path: RelativePath, geometry: FileGeometry) async throws -> (any ChunkedUpload)? {
+    ///
+    /// The application's `pre-create` hook is asked before the file is created, with its name and
+    /// size — each time it would be created (again), never for a fragment of a file that exists:
+    /// that file was authorised as it is. A refused file's other fragments are refused with the
+    /// same answer (`UploadHooks.preCreateFile`).
+    private func fileUpload(_ block: FileBlock, path: RelativePath, geometry: FileGeometry) async throws -> (any ChunkedUpload)? {
+        let fileId = block.fileId
+        let new = NewUpload(protocolName: Self.protocolName, path: path, size: geometry.size, chunkSize: geometry.fragmentSize)
         func matches(_ meta: UploadMeta) -> Bool {
             meta.protocolName == Self.protocolName && meta.size == geometry.size && meta.chunkSize == geometry.fragmentSize
                 && meta.fileName.utf8.elementsEqual(path.text.utf8)
         }
-        let upload = try await store.upload(
-            id: fileId,
-            creatingIfAbsent: NewUpload(protocolName: Self.protocolName, path: path, size: geometry.size, chunkSize: geometry.fragmentSize))
+        func authorise() async throws {
+            try await hooks.preCreateFile(
+                Self.protocolName, id: fileId, sourceId: block.sourceId, path: path.text, size: geometry.size, form: .envelope)
+        }
+        // Only with hooks: the look costs a lookup per fragment (a store request on an object store).
+        if hooks.asksBeforeCreating, try await store.upload(id: fileId) == nil { try await authorise() }
+        let upload = try await store.upload(id: fileId, creatingIfAbsent: new)
         if matches(upload.meta) { return upload }
         // A creator whose fragment was then refused (a wrong size, say) left its numbers but nothing
         // acknowledged; they bind no one. (A zero-byte file exists only once its fragment was accepted.)
@@ -129,9 +141,9 @@ struct MultipartRoutes: ProtocolRoutes {
             return nil
         }
         _ = try await store.delete(id: fileId)
-        let replaced = try await store.upload(
-            id: fileId,
-            creatingIfAbsent: NewUpload(protocolName: Self.protocolName, path: path, size: geometry.size, chunkSize: geometry.fragmentSize))
+        // Another name or size than the one the hook allowed: asked anew.
+        if hooks.asksBeforeCreating { try await authorise() }
+        let replaced = try await store.upload(id: fileId, creatingIfAbsent: new)
         return matches(replaced.meta) ? replaced : nil
     }
 
@@ -151,6 +163,8 @@ struct MultipartRoutes: ProtocolRoutes {
     private enum MergeOutcome: Sendable {
         case merged(url: String)
         case failed(reason: String)
+        /// The application's `pre-finish` refused the file: it is gone.
+        case refused(Refusal)
     }
 
     private func isFinish(_ request: Request) async throws -> Response {
@@ -180,10 +194,15 @@ struct MultipartRoutes: ProtocolRoutes {
                 start()
             }
         }
+        // A file the application refused ends the check with its refusal (the files confirmed
+        // beside it stay): sending it again would not change the application's mind.
+        for case .refused(let refusal)? in outcomes { throw refusal }
         var urls: [String: String] = [:]
         var failed: [String] = []
         for (fileId, outcome) in zip(fileIds, outcomes) {
             switch outcome {
+            case .refused?:
+                break
             case .merged(let url)?:
                 urls[fileId] = url
             case .failed(let reason)?:
@@ -215,7 +234,14 @@ struct MultipartRoutes: ProtocolRoutes {
             }
             switch try await upload.complete() {
             case .completed:
-                hooks.finished(Self.protocolName, id: upload.meta.uploadId, path: upload.meta.fileName, size: upload.meta.size)
+                do {
+                    try await hooks.finish(Self.protocolName, id: fileId, path: upload.meta.fileName, size: upload.meta.size, form: .envelope) {
+                        try await store.delete(id: fileId)
+                    }
+                } catch let refused as Refusal {
+                    let words = "fileId \(fileId): \(refused.message)"
+                    return .refused(Refusal(form: refused.form, status: refused.status, code: refused.code, message: words, headers: refused.headers))
+                }
                 return .merged(url: url)
             case .missing(let missing): return .failed(reason: "\(missing.count) fragments missing")
             }

@@ -105,6 +105,7 @@ struct PatchRoutes: ProtocolRoutes {
         } catch UploadError.completed {
             throw Refusal.error(.conflict, UploadError.completed.description)
         }
+        hooks.received(Self.protocolName, upload: upload)
         return Response(status: .noContent)
     }
 
@@ -128,7 +129,13 @@ struct PatchRoutes: ProtocolRoutes {
         }
         switch outcome {
         case .completed(let record):
-            if !wasComplete { hooks.finished(Self.protocolName, id: upload.meta.uploadId, path: upload.meta.fileName, size: upload.meta.size) }
+            if !wasComplete {
+                // The application may refuse the file now (a scan, say): then it is gone, and the client told why.
+                let id = upload.meta.uploadId
+                try await hooks.finish(Self.protocolName, id: id, path: upload.meta.fileName, size: upload.meta.size, form: .error) {
+                    try await store.delete(id: id)
+                }
+            }
             return PatchAnswer.completed(
                 sha256: record.sha256, crc32c: record.crc32c, url: DownloadRoutes.url(base: baseURL.links, upload: upload))
         case .missing(let missing):

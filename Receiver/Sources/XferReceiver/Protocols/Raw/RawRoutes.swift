@@ -36,19 +36,22 @@ struct RawRoutes: ProtocolRoutes {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit {
             throw Refusal.rawTooLarge(limit: limit)
         }
-        try await hooks.preCreate("raw", path: name, size: request.headers[.contentLength].flatMap { Int($0) }, form: .error)
+        let declared = request.headers[.contentLength].flatMap { Int($0) }
+        // A chunked body has no size yet: the hook hears so (`sizeIsDeferred`) and the most it
+        // may be (`maximumSize`), which the body is held to.
+        try await hooks.preCreate("raw", path: name, size: declared, maximumSize: limit, form: .error)
         let written: Int
         do {
-            written = try await storage.storeWhole(
-                request.body, name: name, limit: limit, declaredLength: request.headers[.contentLength].flatMap { Int($0) })
+            written = try await storage.storeWhole(request.body, name: name, limit: limit, declaredLength: declared)
         } catch BodyWriter.Failure.tooLarge {
             throw Refusal.rawTooLarge(limit: limit)
         } catch WholeFileFailure.lengthRequired {
             throw Refusal.error(.lengthRequired, "this receiver needs the body's Content-Length")
         }
-        // One request creates and completes the file.
+        // One request creates and completes the file. No `pre-finish`: a raw file is published
+        // at no URL, and the request that would be refused is the one that replaced it.
         hooks.created("raw")
-        hooks.finished("raw", id: name, path: name, size: written)
+        hooks.stored("raw", id: name, path: name, size: written)
         return JSONResponse.make(.created, RawAnswer(name: name, bytes: written))
     }
 }

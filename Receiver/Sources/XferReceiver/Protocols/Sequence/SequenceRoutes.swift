@@ -34,7 +34,13 @@ struct SequenceRoutes: ProtocolRoutes {
     }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
-        let routes = router.group().add(middleware: RefusalMiddleware(form: .envelope, logger: logger, refusing: Refusal.unreadableForm))
+        let routes = router.group().add(
+            middleware: RefusalMiddleware(form: .envelope, logger: logger) { error in
+                // An upload discarded under a request (its completion refused by the application):
+                // what a client hears of an upToken that leads nowhere, so that it starts over.
+                if case UploadError.deleted? = error as? UploadError { return .sequence(.unknownUpToken, "the upload is gone") }
+                return Refusal.unreadableForm(error)
+            })
         routes.post("upload") { request, _ in try await self.receive(request) }
     }
 
@@ -134,8 +140,15 @@ struct SequenceRoutes: ProtocolRoutes {
                 try await upload.recordAccepted(sequenceNo, crc: crc)
                 let reply = try await answer(sequenceNo, of: upload, base: base)
                 // Counted here, not in a replayed answer: the last block accepted once completes it.
+                let meta = upload.upload.meta
                 if sequenceNo == blockCount {
-                    hooks.finished("sequence", id: upload.upload.meta.uploadId, path: upload.upload.meta.fileName, size: upload.upload.meta.size)
+                    // The application may refuse the file now: then it is gone, and the client told why.
+                    try await hooks.finish("sequence", id: meta.uploadId, path: meta.fileName, size: meta.size, form: .envelope) {
+                        try await store.delete(id: meta.uploadId)
+                    }
+                } else {
+                    let received = min(sequenceNo * meta.chunkSize, meta.size)
+                    hooks.received("sequence", id: meta.uploadId, path: meta.fileName, size: meta.size) { received }
                 }
                 return reply
             }

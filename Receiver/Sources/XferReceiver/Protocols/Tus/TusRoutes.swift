@@ -35,13 +35,24 @@ import XferPrimitives
 struct TusRoutes: OffsetUploadRoutes {
     static let protocolName = "tus"
 
-    /// Publishes a complete upload and reports it (`post-finish`, the metrics), unless it is a
-    /// partial one: a part of a file the final upload concatenates, which reports the file once.
+    /// Publishes a complete upload and reports it (`pre-finish`, then `post-finish` and the
+    /// metrics), unless it is a partial one: a part of a file the final upload concatenates,
+    /// which reports the file once. When the application refuses it (`pre-finish`), the upload
+    /// is terminated and the refusal thrown: the request that completed it answers it.
     func finishUpload(_ upload: any OffsetUpload) async throws {
         try await upload.finish()
         if upload.info.role != .partial {
-            hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
+            try await hooks.finish(
+                Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText, form: .error
+            ) { try await uploads.delete(id: upload.id) }
         }
+    }
+
+    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
+    /// (a creation without a body) or the upload is complete (`post-finish` says so).
+    func progressed(_ upload: any OffsetUpload, to offset: Int) {
+        guard offset > 0, offset < upload.length else { return }
+        hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
     }
 
     /// Counts the creation of an upload, partial uploads aside (see `finishUpload`).
@@ -138,6 +149,7 @@ struct TusRoutes: OffsetUploadRoutes {
             switch try await upload.write(request.body, at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check) {
             case .stored(let offset):
                 if offset == upload.length { try await finishUpload(upload) }
+                progressed(upload, to: offset)
                 var headers: HTTPFields = [.uploadOffset: String(offset)]
                 if offset < upload.length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
                 return Response(status: .noContent, headers: headers)
@@ -236,6 +248,9 @@ struct TusRoutes: OffsetUploadRoutes {
         do {
             if case .stored(let offset) = result, offset == length { try await finishUpload(upload) }
         } catch {
+            // A completion the application refused (pre-finish, which counted the refusal): the
+            // upload was created, then discarded.
+            if error is Refusal { countCreated(upload) }
             _ = try? await uploads.delete(id: upload.id)
             throw error
         }
@@ -243,6 +258,7 @@ struct TusRoutes: OffsetUploadRoutes {
         switch result {
         case .stored(let offset):
             countCreated(upload)
+            progressed(upload, to: offset)
             var headers: HTTPFields = [.location: location, .uploadOffset: String(offset)]
             if offset < length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
             return Response(status: .created, headers: headers)
