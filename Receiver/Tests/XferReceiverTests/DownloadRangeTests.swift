@@ -38,21 +38,23 @@ final class DownloadRangeTests: XCTestCase {
     ) async throws -> (path: String, id: String) {
         let chunkSize = 4096
         let create = ByteBuffer(string: "{\"fileName\":\"some dir/data.bin\",\"size\":\(bytes.count),\"chunkSize\":\(chunkSize)}")
-        let id = try await client.execute(uri: "/uploads", method: .post, body: create) { response in
+        // The upload's handle, in its URLs; the id (its first 32 hex digits) names its file.
+        let handle = try await client.execute(uri: "/uploads", method: .post, body: create) { response in
             XCTAssertEqual(response.status, .created)
             let answer = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(body: response.body)) as? [String: Any])
             return try XCTUnwrap(answer["uploadId"] as? String)
         }
+        let id = String(handle.prefix(32))
         for (index, start) in stride(from: 0, to: bytes.count, by: chunkSize).enumerated() {
             let chunk = Array(bytes[start..<min(start + chunkSize, bytes.count)])
             var headers: HTTPFields = [.contentRange: "bytes \(start)-\(start + chunk.count - 1)/\(bytes.count)"]
             if digests { headers[HTTPField.Name("Content-Digest")!] = "crc32c=:\(base64(CRC32.bigEndianBytes(CRC32C.of(chunk)))):" }
-            let uri = "/uploads/\(id)/chunks/\(index + 1)"
+            let uri = "/uploads/\(handle)/chunks/\(index + 1)"
             try await client.execute(uri: uri, method: .patch, headers: headers, body: ByteBuffer(bytes: chunk)) {
                 XCTAssertEqual($0.status, .noContent)
             }
         }
-        let url = try await client.execute(uri: "/uploads/\(id)/complete", method: .post) { response in
+        let url = try await client.execute(uri: "/uploads/\(handle)/complete", method: .post) { response in
             XCTAssertEqual(response.status, .ok)
             let answer = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(body: response.body)) as? [String: Any])
             return try XCTUnwrap(answer["url"] as? String)
@@ -268,7 +270,7 @@ final class DownloadRangeTests: XCTestCase {
             create[HTTPField.Name("Upload-Length")!] = String(data.count)
             let location = try await client.execute(uri: "/files/", method: .post, headers: create) { try XCTUnwrap($0.headers[.location]) }
             let path = try XCTUnwrap(URL(string: location)?.path)
-            let id = try XCTUnwrap(path.split(separator: "/").last.map(String.init))
+            let id = try XCTUnwrap(path.split(separator: "/").last.map { String($0.prefix(32)) })
             var patch = tus
             patch[HTTPField.Name("Upload-Offset")!] = "0"
             patch[.contentType] = "application/offset+octet-stream"
