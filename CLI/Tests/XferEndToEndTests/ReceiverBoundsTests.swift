@@ -177,6 +177,14 @@ final class ReceiverBoundsTests: XCTestCase {
             "PATCH", server.url + "/uploads/\(patchID)/chunks/1", headers: ["Content-Type: application/octet-stream", "Content-Range: bytes 0-0/3"],
             body: Data("a".utf8), in: work).status, 204)
 
+        // A multipart source preloaded and never sent to: its record goes too, once nothing of
+        // it is unfinished.
+        let preloaded = try curlRequest(
+            "POST", server.url + "/fileSection/preLoad.do", headers: ["Content-Type: application/x-www-form-urlencoded"],
+            body: Data("sourceId=idle-source&fileCount=3".utf8), in: work)
+        XCTAssertEqual(preloaded.status, 200, preloaded.text)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.file("server/sources")).count, 1)
+
         let done = try tusCreate(server, length: 4, body: Data("done".utf8))
         XCTAssertEqual(done.status, 201)
         XCTAssertNil(done.headers["upload-expires"], "a complete upload does not expire")
@@ -187,7 +195,8 @@ final class ReceiverBoundsTests: XCTestCase {
             let tusGone = try curlRequest("HEAD", tusURL, headers: ["Tus-Resumable: 1.0.0"], in: self.work).status == 404
             let patchGone = try curlRequest("GET", server.url + "/uploads/\(patchID)", in: self.work).status == 404
             let ietfGone = try curlRequest("HEAD", try XCTUnwrap(ietf.headers["location"]), in: self.work).status == 404
-            return tusGone && patchGone && ietfGone ? true : nil
+            let sourcesGone = (try? FileManager.default.contentsOfDirectory(atPath: self.work.file("server/sources")))?.isEmpty == true
+            return tusGone && patchGone && ietfGone && sourcesGone ? true : nil
         }
         let left = try FileManager.default.contentsOfDirectory(atPath: work.file("server/uploads"))
         let doneID = storedID(doneURL.split(separator: "/").last ?? "")

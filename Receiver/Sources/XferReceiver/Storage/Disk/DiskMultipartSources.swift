@@ -86,6 +86,31 @@ actor DiskMultipartSources {
         return true
     }
 
+    /// Forgets the sources made before `cutoff` none of whose files is an unfinished upload
+    /// (`hasUnfinished`): every file completed, expired or never begun. A source is a request's
+    /// record of up to 1,000 ids; kept for ever, what clients could make a disk hold would only
+    /// grow. A client that asks about one after this is told the source is unknown.
+    func expire(madeBefore cutoff: Date, hasUnfinished: @escaping @Sendable (String) -> Bool) async throws -> Int {
+        let directory = self.directory
+        let stale: [MultipartSourceRecord] = try await io.run {
+            var found: [MultipartSourceRecord] = []
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasSuffix(".json") {
+                let path = directory + "/" + name
+                guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+                    let modified = attributes[.modificationDate] as? Date, modified < cutoff,
+                    let bytes = try FileSystemOps.readAll(path),
+                    let record = try? JSONDecoder().decode(MultipartSourceRecord.self, from: Data(bytes)),
+                    !record.fileIds.contains(where: hasUnfinished)
+                else { continue }
+                found.append(record)
+            }
+            return found
+        }
+        var removed = 0
+        for record in stale where try await remove(id: record.sourceId) { removed += 1 }
+        return removed
+    }
+
     // MARK: Helpers
 
     private func lookup(_ sourceId: String, key: String) async throws -> MultipartSourceRecord? {

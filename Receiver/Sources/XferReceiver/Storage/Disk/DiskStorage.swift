@@ -26,6 +26,7 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
     let sequenceUploads: any SequenceUploadStore
     private let diskSequenceUploads: DiskSequenceUploads
     let multipartSources: any MultipartSourceStore
+    private let diskMultipartSources: DiskMultipartSources
     private let logger: Logger
     /// One store per protocol name, made on first use: each keeps the uploads it loaded.
     private let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
@@ -56,7 +57,8 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         self.logger = logger
         diskSequenceUploads = DiskSequenceUploads(store: uploads, logger: logger)
         sequenceUploads = diskSequenceUploads
-        multipartSources = DiskMultipartSources(root: uploads.layout.root, io: uploads.io)
+        diskMultipartSources = DiskMultipartSources(root: uploads.layout.root, io: uploads.io)
+        multipartSources = diskMultipartSources
     }
 
     var statistics: ReceiverStatistics { uploads.statistics }
@@ -129,12 +131,19 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         guard let expireAfter else { return }
         do {
             let candidates = try await uploads.expiryCandidates(after: expireAfter)
-            guard !candidates.isEmpty else { return }
-            // The protocols' registries let go of those no request holds (theirs hold the
-            // uploads beneath); what a request holds stays, and is not expired.
-            for store in offsetStores.withLock({ Array($0.values) }) { await store.dropUnlessHeld(candidates) }
-            await diskSequenceUploads.dropUnlessHeld(candidates)
-            try await uploads.expire(candidates, after: expireAfter)
+            if !candidates.isEmpty {
+                // The protocols' registries let go of those no request holds (theirs hold the
+                // uploads beneath); what a request holds stays, and is not expired.
+                for store in offsetStores.withLock({ Array($0.values) }) { await store.dropUnlessHeld(candidates) }
+                await diskSequenceUploads.dropUnlessHeld(candidates)
+                try await uploads.expire(candidates, after: expireAfter)
+            }
+            // multipart's sources as old, with no unfinished file left (an unfinished one has
+            // its data file: it expires by itself first, or it is alive).
+            let uploadsDirectory = uploads.layout.uploads
+            try await diskMultipartSources.expire(madeBefore: Date() - expireAfter.seconds) { id in
+                UploadID.isValid(id) && FileSystemOps.exists(uploadsDirectory + "/" + id + ".data")
+            }
         } catch {
             logger.warning("Expiring unfinished uploads failed", metadata: ["error": "\(error)"])
         }
