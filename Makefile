@@ -91,7 +91,7 @@ test: python-tools
 # directory: the same tests (SuiteStorage in the harness), ~10 min. `make test`
 # runs the short version (ObjectStorageTests, LoadBalancedReceiverTests, the torture
 # on two receivers over Ceph).
-OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|SequencePushTests|TusPushTests|TusReceiverTests|IETFPushTests|IETFReceiverTests|ReceiverRawTests|ReceiverTreeTests|TreePushTests|StreamPushTests|FaultTests|UploadPageTests
+OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|SequencePushTests|TusPushTests|TusReceiverTests|IETFPushTests|IETFReceiverTests|ReceiverRawTests|ReceiverTreeTests|TreePushTests|StreamPushTests|FaultTests|UploadPageTests|SlowClientTests
 test-objectstore: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_TEST_STORAGE=ceph $(SWIFT) test $(CLI) --skip-build --filter '$(OBJECT_STORE_SUITES)'
