@@ -89,7 +89,7 @@ struct ServeCommand: AsyncParsableCommand {
     var tlsHandshakeTimeout: DurationArgument?
 
     @Option(name: .customLong("max-connections"), help: ArgumentHelp(
-        "Connections held at once (default: half of what the descriptor limit leaves, at most 10000); at the limit the one idle the longest gives way.",
+        "Connections held at once (default: half of what the descriptor limit leaves, at most 4096); at the limit the one idle the longest gives way.",
         valueName: "N"))
     var maxConnections: Int?
 

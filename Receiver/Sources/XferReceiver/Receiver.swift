@@ -48,9 +48,10 @@ public struct ReceiverConfiguration: Sendable {
     /// How long a TLS handshake may take from the connection (with `tls`).
     public var tlsHandshakeTimeout: Duration = .seconds(10)
     /// The most connections held at once; nil: half of what the process's descriptor limit
-    /// leaves after a reserve, at most 10,000 (`ConnectionLimit.defaultMaximum`). At the maximum
-    /// a new connection pushes out the one idle the longest (no request under way: half-open, or
-    /// kept alive between requests); it is refused only when every other one is busy.
+    /// leaves after a reserve, at most 4,096 (`ConnectionLimit.defaultMaximum`; each held
+    /// connection costs ~22 KiB resident). At the maximum a new connection pushes out the one idle
+    /// the longest (no request under way: half-open, or kept alive between requests); it is
+    /// refused only when every other one is busy.
     public var maximumConnections: Int? = nil
     /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
     public var authToken: String? = nil
@@ -314,7 +315,11 @@ public struct Receiver: Sendable {
         let app = Application(
             router: router,
             server: server,
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+            // A deep accept queue (the kernel caps it at net.core.somaxconn): in a burst of new
+            // connections the receiver accepts a little behind, and each SYN dropped from a full
+            // queue costs its client a second's retransmission — a /health probe among them
+            // included. Accepted connections are then counted and bounded (ConnectionLimit).
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil, backlog: 4096),
             onServerRunning: { channel in
                 onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))
             },
