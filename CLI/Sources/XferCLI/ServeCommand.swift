@@ -80,7 +80,7 @@ struct ServeCommand: AsyncParsableCommand {
     var idleTimeout: DurationArgument?
 
     @Option(name: .customLong("body-timeout"), help: ArgumentHelp(
-        "Close a connection whose request body sends no byte for this long (default 60s); its upload keeps what a cut body keeps.",
+        "Close a connection whose request body sends no byte, or whose client reads no byte of an answer, for this long (default 60s); an upload keeps what a cut body keeps.",
         valueName: "DURATION"))
     var bodyTimeout: DurationArgument?
 

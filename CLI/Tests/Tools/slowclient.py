@@ -22,6 +22,8 @@ library only, epoll for thousands of sockets.
                                   until it stops reading (no progress for 1 s), prints {"blocked":
                                   bytes sent}, then waits (at most WAIT s) for the receiver to close
                                   the connection
+  unread-answer PORT PATH SECONDS one GET of PATH whose answer is never read; prints {"asked": PATH},
+                                  then holds the connection for SECONDS s or until SIGTERM
   busy PORT COUNT SECONDS         COUNT connections each send a PATCH head and one body byte of 2
                                   (busy: a request under way), print {"busy": ...}, then hold them
                                   for SECONDS s or until SIGTERM
@@ -232,6 +234,16 @@ def unread(port, path, length, wait):
     print(json.dumps(summary("unread", 1, closed)), flush=True)
 
 
+def unread_answer(port, path, seconds):
+    s = connect(port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: the receiver's side fills sooner
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    print(json.dumps({"asked": path}), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    time.sleep(seconds)  # reading nothing is the point of this command; SIGTERM ends it early
+    s.close()
+
+
 def busy(port, count, seconds):
     raise_descriptor_limit()
     sockets = []
@@ -351,6 +363,8 @@ def main(argv):
         stall(int(args[0]), args[1], args[2], int(args[3]), int(args[4]), int(args[5]), float(args[6]), args[7:])
     elif command == "unread":
         unread(int(args[0]), args[1], int(args[2]), float(args[3]))
+    elif command == "unread-answer":
+        unread_answer(int(args[0]), args[1], float(args[2]))
     elif command == "busy":
         busy(int(args[0]), int(args[1]), float(args[2]))
     elif command == "attack":

@@ -256,6 +256,34 @@ final class SlowClientTests: XCTestCase {
         XCTAssertEqual(int(result["closed"]), 0, "cut although the receiver, not the client, was the one not reading: \(result)")
     }
 
+    /// A download whose client reads nothing holds its connection and its file only for the body
+    /// timeout: the connection, unwritable that long, is closed (seen from the receiver's side:
+    /// its descriptors, since a client that reads nothing cannot see the close).
+    func testAnAnswerNobodyReadsIsCutAtTheBodyTimeout() throws {
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--body-timeout", "2s"])
+        let tus = ["Tus-Resumable: 1.0.0"]
+        let file = Data(count: 32 << 20)
+        let created = try curlRequest(
+            "POST", server.url + "/files/", headers: tus + ["Upload-Length: \(file.count)", "Content-Type: application/offset+octet-stream"],
+            body: file, in: work)
+        XCTAssertEqual(created.status, 201, created.text)
+        let path = try XCTUnwrap(URL(string: try XCTUnwrap(created.headers["location"]))).path
+        let before = try descriptors(of: server)
+        let started = Date()
+        let reader = try ChildProcess(executable: "/usr/bin/python3", arguments: [Self.tool, "unread-answer", String(server.port), path, "60"])
+        XCTAssertNotNil(reader.readLine(), reader.standardError)
+        defer { reader.kill(SIGTERM); reader.wait() }
+        // Held while the answer waits for the client (its connection, and the file it reads).
+        let held = Date() + 10
+        while try descriptors(of: server) <= before, Date() < held { usleep(20_000) }
+        XCTAssertGreaterThan(try descriptors(of: server), before, "the download is under way")
+        let deadline = Date() + 2 + slack
+        while try descriptors(of: server) > before, Date() < deadline { usleep(20_000) }
+        let took = Date().timeIntervalSince(started)
+        XCTAssertLessThanOrEqual(try descriptors(of: server), before, "the connection nobody reads was closed, its file with it")
+        XCTAssertGreaterThanOrEqual(took, 1.9, "not before the body timeout")
+    }
+
     // MARK: The connection limit
 
     func testAtMaxConnectionsTheLongestIdleGivesWayAndBusyOnesAreKept() throws {

@@ -43,7 +43,8 @@ public struct ReceiverConfiguration: Sendable {
     /// connection is closed and the request fails as a cut body (an upload keeps what a cut body
     /// keeps; a resuming client need not wait for this, see `OffsetUpload.takingOver`). Time the
     /// receiver itself spends not reading does not count. nginx's `client_body_timeout`; also
-    /// `URLSession`'s default request timeout.
+    /// `URLSession`'s default request timeout. The same bound holds for answers: a client that
+    /// takes no byte of one (a download) this long is closed (nginx's `send_timeout`).
     public var bodyStallTimeout: Duration = .seconds(60)
     /// How long a TLS handshake may take from the connection (with `tls`).
     public var tlsHandshakeTimeout: Duration = .seconds(10)

@@ -26,7 +26,9 @@ struct ConnectionRules: Sendable {
 ///   open, or one whose next head trickles in);
 /// - a request body of which no byte arrived for `bodyStallTimeout` while the receiver was
 ///   reading it: the connection is closed, so the request's handler sees its body fail, and the
-///   storage keeps what it keeps of a cut body.
+///   storage keeps what it keeps of a cut body;
+/// - an answer of which the client took no byte for `bodyStallTimeout` (the connection stayed
+///   unwritable: a download nobody reads holds its file and its connection otherwise for ever).
 ///
 /// Nothing is timed while a request's answer is being worked out, nor while the receiver itself
 /// is not reading the body (its handler busy or waiting, or NIO's backpressure holding reads):
@@ -64,6 +66,8 @@ final class ConnectionDeadlines: ChannelDuplexHandler, RemovableChannelHandler {
     private var since = NIODeadline.now()
     /// Since when a read the pipeline asked for has gone unanswered; nil when none is pending.
     private var waitingForBytesSince: NIODeadline?
+    /// Since when the connection has taken none of the answer's bytes (unwritable); nil while it can.
+    private var unwritableSince: NIODeadline?
     private var timer: Scheduled<Void>?
     private var timerDeadline: NIODeadline?
 
@@ -79,11 +83,19 @@ final class ConnectionDeadlines: ChannelDuplexHandler, RemovableChannelHandler {
         case firstHead = "no complete request head"
         case idle = "idle"
         case body = "request body stalled"
+        case answer = "answer not read"
     }
 
     /// When the connection is to be closed if nothing happens meanwhile, and why; nil while the
     /// receiver, not the client, is the one to act.
     private var deadline: (at: NIODeadline, wait: Wait)? {
+        let answer = unwritableSince.map { ($0 + TimeAmount(rules.bodyStallTimeout), Wait.answer) }
+        guard let phase = phaseDeadline else { return answer }
+        guard let answer else { return phase }
+        return answer.0 < phase.at ? answer : phase
+    }
+
+    private var phaseDeadline: (at: NIODeadline, wait: Wait)? {
         if handshaking, let timeout = rules.tlsHandshakeTimeout { return (since + TimeAmount(timeout), .tlsHandshake) }
         if readingBody { return waitingForBytesSince.map { ($0 + TimeAmount(rules.bodyStallTimeout), .body) } }
         if requestsInProgress > 0 { return nil }
@@ -159,6 +171,16 @@ final class ConnectionDeadlines: ChannelDuplexHandler, RemovableChannelHandler {
             if requestsInProgress == 0 { becomeIdle(context) }
         }
         context.fireChannelRead(data)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable {
+            unwritableSince = nil
+        } else if unwritableSince == nil {
+            unwritableSince = .now()
+            schedule(context)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func read(context: ChannelHandlerContext) {
