@@ -204,7 +204,21 @@ def stall(port, method, path, start, length, sent, wait, headers):
     head += "".join(h + "\r\n" for h in headers) + "\r\n"
     s.sendall(head.encode() + bytes((start + i) % 251 for i in range(sent)))
     opened = {s.fileno(): time.monotonic()}
-    print(json.dumps({"stalled": sent}), flush=True)
+    stalled = {"stalled": sent}
+    if method == "POST":
+        # An IETF creation names its upload in a 104 before its body is read: its Location.
+        s.settimeout(10)
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            interim += chunk
+        for line in interim.decode("latin-1").split("\r\n"):
+            if line.lower().startswith("location:"):
+                stalled["location"] = line.split(":", 1)[1].strip()
+        s.settimeout(None)
+    print(json.dumps(stalled), flush=True)
     closed = wait_closed([s], opened, wait)
     print(json.dumps(summary("stalls", 1, closed)), flush=True)
 

@@ -120,14 +120,20 @@ final class SlowClientTests: XCTestCase {
     private let upload = Data((0..<100_000).map { UInt8($0 % 251) })
 
     /// A request of `length` body bytes (`upload`'s from `offset`) that sends `sent` of them and
-    /// stops; returns once they are sent (the child then waits for the receiver to close the connection).
-    private func stalledRequest(_ method: String, _ url: String, from offset: Int = 0, length: Int, sent: Int, headers: [String]) throws -> ChildProcess {
+    /// stops; returns once they are sent (the child then waits for the receiver to close the
+    /// connection), with the Location of a 104 a creation got.
+    @discardableResult
+    private func stalledRequest(
+        _ method: String, _ url: String, from offset: Int = 0, length: Int, sent: Int, headers: [String], location: UnsafeMutablePointer<String?>? = nil
+    ) throws -> ChildProcess {
         let path = try XCTUnwrap(URL(string: url)).path
         let port = try XCTUnwrap(URL(string: url)?.port)
         let child = try ChildProcess(
             executable: "/usr/bin/python3",
             arguments: [Self.tool, "stall", String(port), method, path, String(offset), String(length), String(sent), "60"] + headers)
-        XCTAssertEqual(try parsed(try XCTUnwrap(child.readLine(), child.standardError))["stalled"] as? Int, sent)
+        let stalled = try parsed(try XCTUnwrap(child.readLine(), child.standardError))
+        XCTAssertEqual(stalled["stalled"] as? Int, sent)
+        location?.pointee = stalled["location"] as? String
         return child
     }
 
@@ -239,6 +245,34 @@ final class SlowClientTests: XCTestCase {
         XCTAssertEqual(rest.status, 201, rest.text)
         XCTAssertEqual(try curlRequest("GET", url, headers: ietf, in: work).body, upload, "the file is what was sent, byte for byte")
         try assertNoDescriptorLeft(by: server, before: before)
+    }
+
+    /// URLSession's way: a creation carrying the whole file, whose 104 named the upload, stalls mid-body
+    /// (the phone lost its network). Its offset retrieval is answered at once, with what the cut
+    /// creation kept, and the rest is accepted from there. Over the object store this is the
+    /// creation stored whole (one object), whose state only exists once its body failed.
+    func testAStalledIETFCreationIsCutByTheResumingHEAD() throws {
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--body-timeout", "30s"])
+        var location: String?
+        let stalled = try stalledRequest(
+            "POST", server.url + "/resumable/whole.bin", length: upload.count, sent: 40_000,
+            headers: ["Upload-Draft-Interop-Version: 8", "Upload-Complete: ?1"], location: &location)
+        // Its path: the host a Location names is not this test's business.
+        let url = server.url + (try XCTUnwrap(location.flatMap(URL.init(string:))?.path, "the 104 named the upload"))
+        try waitUntilReceived(40_000, by: server)
+        let ietf = ["Upload-Draft-Interop-Version: 8"]
+        let (head, took) = try timed { try curlRequest("HEAD", url, headers: ietf, in: work) }
+        XCTAssertLessThan(took, 3, "HEAD waited \(took) s behind a stalled creation")
+        XCTAssertEqual(head.status, 204, head.text)
+        let kept = SuiteStorage.keepsWhatArrivedOfACutBody ? 40_000 : 0
+        XCTAssertEqual(head.headers["upload-offset"], String(kept))
+        XCTAssertNotNil(stalled.readLine(), stalled.standardError)
+        XCTAssertEqual(stalled.wait(), 0)
+        let rest = try curlRequest(
+            "PATCH", url, headers: ietf + ["Upload-Offset: \(kept)", "Upload-Complete: ?1", "Content-Type: application/partial-upload"],
+            body: upload[kept...], in: work)
+        XCTAssertEqual(rest.status, 201, rest.text)
+        XCTAssertEqual(try curlRequest("GET", url, headers: ietf, in: work).body, upload, "the file is what was sent, byte for byte")
     }
 
     /// The body clock runs only while the receiver waits for bytes it asked for: a body it is not
