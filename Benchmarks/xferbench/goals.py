@@ -520,6 +520,29 @@ def _far_s3(t):
             bool(mine) and all(yes(r[met]) for r in mine))
 
 
+@goal("hostile.rate", "hostile")
+def _hostile_rate(t):
+    t = t["hostile"]
+    attacked = [row for row in t.rows if row[1] == "all three"]
+    ratios = [(row[0], number(row[t.header.index("ratio to alone")])) for row in attacked]
+    return ("A noisy neighbour (issue 42): legitimate pushes into one `xfer serve` while another client holds half-open "
+            "connections and stalled bodies, after uploads declaring 16 MiB of 1-byte chunks",
+            "≥ 0.8× the rate into a receiver nobody attacks",
+            ", ".join(f"{name} {ratio:.2f}×" for name, ratio in ratios),
+            min(ratio for _, ratio in ratios) >= 0.8)
+
+
+@goal("hostile.rss", "hostile")
+def _hostile_rss(t):
+    t = t["hostile"]
+    column = t.header.index("receiver peak RSS MiB")
+    attacked = [number(row[column]) for row in t.rows if row[1] == "all three"]
+    connections = [number(row[column]) for row in t.rows if row[1] == "connections"]
+    return ("A noisy neighbour: the attacked receiver's peak RSS",
+            "≤ 256 MiB",
+            f"{max(attacked):.0f} MiB ({max(connections):.0f} MiB under the connections alone)",
+            max(attacked) <= 256)
+
 # ---------------------------------------------------------------- the registry
 
 def order(record):

@@ -27,6 +27,7 @@ from .sections.objectstore import bench_objectstore
 from .sections.pull import bench_pull
 from .sections.pullceph import bench_pull_ceph
 from .sections.far import bench_far
+from .sections.hostile import bench_hostile
 
 
 def bench_command():
@@ -65,6 +66,7 @@ def main():
         ("pull", lambda: bench_pull(work, recv)),
         ("pullceph", lambda: bench_pull_ceph(work)),
         ("far", lambda: bench_far(work)),
+        ("hostile", lambda: bench_hostile(work)),
     ]
     ran = []
     try:

@@ -100,6 +100,28 @@ struct ServeCommand: AsyncParsableCommand {
     @Flag(name: .customLong("no-upload-page"), help: "Do not serve the upload page at / (browsers then upload only from pages of --cors-origin).")
     var noUploadPage = false
 
+    @Option(name: .customLong("header-timeout"), help: ArgumentHelp(
+        "Close a connection that has not sent a whole request head this long after it opened (default 30s).", valueName: "DURATION"))
+    var headerTimeout: DurationArgument?
+
+    @Option(name: .customLong("idle-timeout"), help: ArgumentHelp(
+        "Close a connection with no request under way for this long, between requests (default 75s).", valueName: "DURATION"))
+    var idleTimeout: DurationArgument?
+
+    @Option(name: .customLong("body-timeout"), help: ArgumentHelp(
+        "Close a connection whose request body sends no byte, or whose client reads no byte of an answer, for this long (default 60s); an upload keeps what a cut body keeps.",
+        valueName: "DURATION"))
+    var bodyTimeout: DurationArgument?
+
+    @Option(name: .customLong("tls-handshake-timeout"), help: ArgumentHelp(
+        "With --tls-cert: close a connection whose TLS handshake takes longer (default 10s).", valueName: "DURATION"))
+    var tlsHandshakeTimeout: DurationArgument?
+
+    @Option(name: .customLong("max-connections"), help: ArgumentHelp(
+        "Connections held at once (default: half of what the descriptor limit leaves, at most 4096); at the limit the one idle the longest gives way.",
+        valueName: "N"))
+    var maxConnections: Int?
+
     // Faults, held answers and the like, for tests only (hidden; XFER_TEST_HOOKS=1).
     @OptionGroup var testing: ServeTestSwitches
 
@@ -159,13 +181,15 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.corsOrigins = corsOrigins
         configuration.uploadPage = !noUploadPage
         configuration.hooks = try hookSettings()
+        try applyConnectionLimits(to: &configuration)
         // GET /metrics in Prometheus's text format: the receiver's counters and Hummingbird's
         // request latencies, through the swift-metrics facade bootstrapped here, once.
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         configuration.metrics = MetricsExposition(contentType: "text/plain; version=0.0.4; charset=utf-8") { registry.emitToBuffer() }
         switch (tlsCertificate, tlsKey) {
-        case (nil, nil): break
+        case (nil, nil):
+            if tlsHandshakeTimeout != nil { throw XferError.invalidInput("--tls-handshake-timeout is for --tls-cert and --tls-key") }
         case (let certificate?, let key?):
             let files = TLSFiles(certificateChain: certificate, privateKey: key)
             // Read now: a bad file is bad input, said before anything listens.
@@ -273,5 +297,29 @@ struct ServeCommand: AsyncParsableCommand {
             hooks.progressInterval = hookProgressInterval.duration > .zero ? hookProgressInterval.duration : nil
         }
         return hooks
+    }
+}
+
+extension ServeCommand {
+    /// The timeouts and the connection limit, checked: each timeout longer than 0, the limit
+    /// within what the descriptor limit allows.
+    private func applyConnectionLimits(to configuration: inout ReceiverConfiguration) throws(XferError) {
+        let timeouts: [(String, DurationArgument?, WritableKeyPath<ReceiverConfiguration, Duration>)] = [
+            ("--header-timeout", headerTimeout, \.requestHeadTimeout), ("--idle-timeout", idleTimeout, \.idleTimeout),
+            ("--body-timeout", bodyTimeout, \.bodyStallTimeout), ("--tls-handshake-timeout", tlsHandshakeTimeout, \.tlsHandshakeTimeout),
+        ]
+        for (flag, value, field) in timeouts {
+            guard let value else { continue }
+            guard value.duration > .zero else { throw XferError.invalidInput("\(flag) must be longer than 0") }
+            configuration[keyPath: field] = value.duration
+        }
+        if let maxConnections {
+            let largest = ReceiverConfiguration.largestMaximumConnections
+            guard (1...largest).contains(maxConnections) else {
+                throw XferError.invalidInput(
+                    "--max-connections must be between 1 and \(largest) (the descriptor limit, less a reserve), not \(maxConnections)")
+            }
+            configuration.maximumConnections = maxConnections
+        }
     }
 }

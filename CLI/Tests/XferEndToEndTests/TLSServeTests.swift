@@ -44,4 +44,35 @@ final class TLSServeTests: XCTestCase {
         XCTAssertTrue(notACertificate.stderr.contains("TLS certificate") || notACertificate.stderr.contains("PEM"), notACertificate.stderr)
         XCTAssertEqual(notACertificate.stderr.split(separator: "\n").count, 1, notACertificate.stderr)
     }
+
+    /// TLS 1.2 at least (issue 42, item 5): a client offering only TLS 1.1 (openssl, its own floor
+    /// lowered so that it can) is refused, one offering 1.2 gets it. And a connection that never
+    /// begins its handshake is closed after `--tls-handshake-timeout`.
+    func testTLSBelow12IsRefusedAndAHandshakeMustEndInTime() throws {
+        let work = TemporaryDirectory("xfer-tls-floor")
+        let (certificate, key) = try TLSFront.makeCertificate(in: work)
+        let server = try ServeProcess(
+            root: work.file("server"), extraArguments: ["--tls-cert", certificate, "--tls-key", key, "--tls-handshake-timeout", "2s"])
+        func handshake(_ version: String) throws -> RunResult {
+            try runToEnd("/usr/bin/openssl", [
+                "s_client", "-connect", "127.0.0.1:\(server.port)", "-servername", "127.0.0.1", "-\(version)",
+                "-cipher", "DEFAULT:@SECLEVEL=0", "-CAfile", certificate,
+            ])
+        }
+        let old = try handshake("tls1_1")
+        XCTAssertNotEqual(old.status, 0, "a TLS 1.1 handshake must fail: \(old.stdout.joined(separator: "\n"))")
+        XCTAssertTrue(old.stderr.contains("alert protocol version"), "the receiver refuses the version: \(old.stderr)")
+        let current = try handshake("tls1_2")
+        XCTAssertEqual(current.status, 0, current.stderr)
+        XCTAssertTrue(current.stdout.contains { $0.contains("Protocol") && $0.contains("TLSv1.2") }, "\(current.stdout)")
+
+        let child = try ChildProcess(
+            executable: "/usr/bin/python3", arguments: [repositoryRoot + "/CLI/Tests/Tools/slowclient.py", "silent", String(server.port), "5", "30"])
+        let line = try XCTUnwrap(child.readLine(), child.standardError)
+        XCTAssertEqual(child.wait(), 0, child.standardError)
+        let silent = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        XCTAssertEqual(int(silent["closed"]), 5, line)
+        XCTAssertGreaterThanOrEqual((silent["firstClosedAfter"] as? NSNumber)?.doubleValue ?? 0, 1.9, line)
+        XCTAssertLessThanOrEqual((silent["lastClosedAfter"] as? NSNumber)?.doubleValue ?? 99, 5, line)
+    }
 }

@@ -30,6 +30,30 @@ public struct ReceiverConfiguration: Sendable {
     public var logLevel: Logger.Level = .warning
     /// How long SIGINT/SIGTERM waits for requests in flight before cutting them off.
     public var shutdownGracePeriod: Duration = .seconds(10)
+    /// How long a new connection may take to deliver its first request's head (after the TLS
+    /// handshake): a client that sends nothing, or half a head, is closed after this. (nginx's
+    /// `client_header_timeout` is 60 s; a head takes one packet.)
+    public var requestHeadTimeout: Duration = .seconds(30)
+    /// How long a connection may stay open with no request under way, after an answer, until the
+    /// next request's head is complete. Longer than the idle timeouts of common load balancers (60
+    /// s), so that they, not the receiver, close the connections they keep; nginx's
+    /// `keepalive_timeout`.
+    public var idleTimeout: Duration = .seconds(75)
+    /// How long a request body may go without a byte while the receiver reads it: then the
+    /// connection is closed and the request fails as a cut body (an upload keeps what a cut body
+    /// keeps; a resuming client need not wait for this, see `OffsetUpload.takingOver`). Time the
+    /// receiver itself spends not reading does not count. nginx's `client_body_timeout`; also
+    /// `URLSession`'s default request timeout. The same bound holds for answers: a client that
+    /// takes no byte of one (a download) this long is closed (nginx's `send_timeout`).
+    public var bodyStallTimeout: Duration = .seconds(60)
+    /// How long a TLS handshake may take from the connection (with `tls`).
+    public var tlsHandshakeTimeout: Duration = .seconds(10)
+    /// The most connections held at once; nil: half of what the process's descriptor limit
+    /// leaves after a reserve, at most 4,096 (`ConnectionLimit.defaultMaximum`; each held
+    /// connection costs ~22 KiB resident). At the maximum a new connection pushes out the one idle
+    /// the longest (no request under way: half-open, or kept alive between requests); it is
+    /// refused only when every other one is busy.
+    public var maximumConnections: Int? = nil
     /// When set, every request must carry `Authorization: Bearer <authToken>` (401 otherwise).
     public var authToken: String? = nil
     /// When set, the receiver speaks HTTPS with this certificate (iOS apps reach only HTTPS by
@@ -72,6 +96,14 @@ public struct ReceiverConfiguration: Sendable {
     }
 }
 
+extension ReceiverConfiguration {
+    /// What a nil `maximumConnections` stands for in this process (its descriptor limit now).
+    public static var defaultMaximumConnections: Int { ConnectionLimit.defaultMaximum() }
+    /// The most `maximumConnections` may be in this process: one descriptor per connection,
+    /// past a reserve for files, stores and hooks.
+    public static var largestMaximumConnections: Int { ConnectionLimit.largestMaximum() }
+}
+
 /// The receiver's certificate and key, as PEM files (a chain: the server's certificate first).
 public struct TLSFiles: Sendable, Hashable {
     public var certificateChain: String
@@ -106,6 +138,9 @@ public struct TLSFiles: Sendable, Hashable {
         }
         var configuration = TLSConfiguration.makeServerConfiguration(certificateChain: chain.map { .certificate($0) }, privateKey: .privateKey(key))
         configuration.applicationProtocols = ["http/1.1"]
+        // TLS 1.0 and 1.1 are deprecated (RFC 8996); every client that speaks the upload
+        // protocols speaks 1.2.
+        configuration.minimumTLSVersion = .tlsv12
         return configuration
     }
 }
@@ -320,12 +355,24 @@ public struct Receiver: Sendable {
         routes.registerRoutes(Set(UploadProtocol.allCases), on: router)
 
         let baseURL = routes.environment.baseURL
-        var server = HTTPServerBuilder.eventLoopBoundHTTP1(configuration: .init(additionalChannelHandlers: [ExpectContinueHandler()]))
+        // What a slow or silent client may hold, in time and in connections (ConnectionGuard.swift).
+        let rules = ConnectionRules(
+            requestHeadTimeout: configuration.requestHeadTimeout, idleTimeout: configuration.idleTimeout,
+            bodyStallTimeout: configuration.bodyStallTimeout, tlsHandshakeTimeout: configuration.tls == nil ? nil : configuration.tlsHandshakeTimeout)
+        let connections = ConnectionLimit(maximum: configuration.maximumConnections ?? ConnectionLimit.defaultMaximum())
+        var server = HTTPServerBuilder.eventLoopBoundHTTP1(
+            configuration: .init(additionalChannelHandlers: [
+                ExpectContinueHandler(), ConnectionDeadlines(rules: rules, limit: connections, logger: logger),
+            ]))
         if let tls = configuration.tls { server = try .tls(server, tlsConfiguration: try tls.serverConfiguration()) }
         let app = Application(
             router: router,
             server: server,
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil),
+            // A deep accept queue (the kernel caps it at net.core.somaxconn): in a burst of new
+            // connections the receiver accepts a little behind, and each SYN dropped from a full
+            // queue costs its client a second's retransmission — a /health probe among them
+            // included. Accepted connections are then counted and bounded (ConnectionLimit).
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: nil, backlog: 4096),
             onServerRunning: { channel in
                 onListening(baseURL.setBoundPort(channel.localAddress?.port ?? 0))
             },

@@ -1,3 +1,5 @@
+import NIOCore
+import NIOEmbedded
 import Testing
 @testable import XferReceiver
 
@@ -51,5 +53,49 @@ import Testing
         // turns away those not yet queued: none of them gets the turn, none is left waiting.
         await guarded.delete()
         for waiter in waiters { #expect(await waiter.value == false) }
+    }
+
+    actor OffsetLike: TakesTurns {
+        var turns = KeyedTurns<WholeUpload>()
+    }
+
+    /// A connection a test can watch being closed.
+    private func connection() async throws -> NIOAsyncTestingChannel {
+        let channel = NIOAsyncTestingChannel()
+        try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9)).get()
+        return channel
+    }
+
+    @Test func aTakerCutsTheBodyItsHolderStillReceivesAndGetsTheTurnOnceThatSettled() async throws {
+        let upload = OffsetLike()
+        let channel = try await connection()
+        let inFlight = BodyInFlight(arrivingOn: channel)
+        let inTurn = AsyncStream<Void>.makeStream()
+        let holder = Task {
+            try await upload.takingOver(receiving: inFlight) {
+                inTurn.continuation.yield()
+                // Its body goes on until its connection is closed: the holder then settles.
+                try await channel.closeFuture.get()
+                return "settled"
+            }
+        }
+        var holding = inTurn.stream.makeAsyncIterator()
+        await holding.next()
+        // The taker gets the turn only after the holder's connection was closed and its turn ended.
+        let holderStillActive = try await upload.takingOver(receiving: nil) { channel.isActive }
+        #expect(holderStillActive == false)
+        #expect(try await holder.value == "settled")
+    }
+
+    @Test func aBodyThatEndedIsNotCut() async throws {
+        let channel = try await connection()
+        let inFlight = BodyInFlight(arrivingOn: channel)
+        for try await _ in inFlight.watching(AsyncStream<ByteBuffer> { $0.finish() }) {}
+        inFlight.cut()
+        #expect(channel.isActive, "a request whose body ended is settling: its answer must not be lost")
+        let other = try await connection()
+        BodyInFlight(arrivingOn: other).cut()
+        try await other.closeFuture.get()
+        #expect(!other.isActive)
     }
 }

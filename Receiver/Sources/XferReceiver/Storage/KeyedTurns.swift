@@ -14,6 +14,11 @@
 struct KeyedTurns<Key: Hashable> {
     private var holders: Set<Key> = []
     private var waiters: [Key: [CheckedContinuation<Void, Never>]] = [:]
+    /// The bodies holders are still receiving, where a later request may cut them (`takeOver`).
+    private var receiving: [Key: BodyInFlight] = [:]
+    /// Requests waiting to take over each key's turn: a body its holder starts receiving meanwhile
+    /// is cut at once (the later request wins, as it would had it come after).
+    private var takers: [Key: Int] = [:]
 
     /// Takes the turn on `key` when nobody holds it; false means queue and retry.
     mutating func take(_ key: Key) -> Bool {
@@ -30,11 +35,35 @@ struct KeyedTurns<Key: Hashable> {
         waiters[key, default: []].append(waiter)
     }
 
+    /// Says that the holder of `key` is receiving `body`: a request taking over (`takeOver`) cuts
+    /// it. Forgotten when the turn ends.
+    mutating func holderReceives(_ key: Key, _ body: BodyInFlight) {
+        guard holders.contains(key) else { return }
+        receiving[key] = body
+        if takers[key, default: 0] > 0 { body.cut() }
+    }
+
+    /// Waits for the turn on `key` as `queue` does, after cutting the body its holder is still
+    /// receiving (see `BodyInFlight.cut`) and any body a holder starts receiving while this waits:
+    /// the holder then settles what arrived, as for any cut body, and ends its turn.
+    mutating func takeOver(_ key: Key, _ waiter: CheckedContinuation<Void, Never>) {
+        receiving[key]?.cut()
+        takers[key, default: 0] += 1
+        queue(key, waiter)
+    }
+
+    /// Called by a request woken from `takeOver`, whether or not it then gets the turn.
+    mutating func tookOver(_ key: Key) {
+        let left = takers[key, default: 1] - 1
+        takers[key] = left > 0 ? left : nil
+    }
+
     /// Ends the turn on `key` and wakes the first waiter for it. The waiter
     /// then takes the turn like any caller: one that arrives meanwhile may
     /// take it first (order is not promised, exclusion is).
     mutating func end(_ key: Key) {
         holders.remove(key)
+        receiving[key] = nil
         guard var queue = waiters[key], !queue.isEmpty else { return }
         let next = queue.removeFirst()
         waiters[key] = queue.isEmpty ? nil : queue
@@ -66,7 +95,27 @@ protocol TakesTurns: Actor {
 extension TakesTurns {
     /// Runs `body` while no other request of this upload runs its own.
     nonisolated func exclusively<T>(_ body: () async throws -> T) async throws -> T {
-        await takeTurn()
+        try await inTurn(takingOver: false, receiving: nil, body)
+    }
+
+    /// Runs `body` in this upload's turn, as `exclusively`, after cutting the body of a request
+    /// that holds the turn while it still receives one (`BodyInFlight.cut`): that request then
+    /// settles what arrived as for any cut body and ends its turn, so this one waits for the
+    /// storage's work, never for a client. Work that receives no body (a concatenation, a
+    /// creation's state) is waited for. `receiving`: this request's own body, which a later
+    /// request may cut in turn.
+    nonisolated func takingOver<T>(receiving inFlight: BodyInFlight?, _ body: () async throws -> T) async throws -> T {
+        try await inTurn(takingOver: true, receiving: inFlight, body)
+    }
+
+    /// Says, from inside this upload's turn, that the request holding it now receives `body`
+    /// (a creation announcing its URL before its body: see `OffsetUploadStore.create`).
+    func receiveInTurn(_ body: BodyInFlight) {
+        turns.holderReceives(.turn, body)
+    }
+
+    private nonisolated func inTurn<T>(takingOver: Bool, receiving inFlight: BodyInFlight?, _ body: () async throws -> T) async throws -> T {
+        await takeTurn(takingOver: takingOver, receiving: inFlight)
         do {
             let result = try await body()
             await endTurn()
@@ -77,8 +126,16 @@ extension TakesTurns {
         }
     }
 
-    private func takeTurn() async {
-        while !turns.take(.turn) { await withCheckedContinuation { turns.queue(.turn, $0) } }
+    private func takeTurn(takingOver: Bool, receiving inFlight: BodyInFlight?) async {
+        while !turns.take(.turn) {
+            if takingOver {
+                await withCheckedContinuation { turns.takeOver(.turn, $0) }
+                turns.tookOver(.turn)
+            } else {
+                await withCheckedContinuation { turns.queue(.turn, $0) }
+            }
+        }
+        if let inFlight { turns.holderReceives(.turn, inFlight) }
     }
 
     private func endTurn() {

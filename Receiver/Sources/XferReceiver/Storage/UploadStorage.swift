@@ -120,8 +120,8 @@ protocol OffsetUploadStore: Sendable {
     func create(path: RelativePath, length: Int, info: OffsetUploadInfo) async throws -> any OffsetUpload
     /// Creates an upload with the request's body as its first append (tus's creation-with-upload,
     /// the IETF draft's creation): `create`, then `write` from offset 0 in the upload's turn, with
-    /// `announce` called with the upload before the body's first byte is read (where a protocol
-    /// tells the client its URL early). A storage may take a shorter way when the body is the
+    /// `announce` called with the upload, in that turn, before the body's first byte is read (where
+    /// a protocol tells the client its URL early, and says what body it receives). A storage may take a shorter way when the body is the
     /// whole upload, as long as the outcome is the same once this returns (`ObjectOffsetUploads`:
     /// one object, its state in the object's metadata).
     func create<Body: AsyncSequence>(
@@ -183,6 +183,15 @@ protocol OffsetUpload: AnyObject, Sendable {
 
     /// Runs `body` while no other request of this upload runs its own.
     func exclusively<T>(_ body: () async throws -> T) async throws -> T
+    /// Runs `body` in this upload's turn as `exclusively` does, but first cuts the body of a
+    /// request that holds the turn while still receiving it (`BodyInFlight`): a resuming client's
+    /// request, which must not wait behind a body its client has given up on. What the cut
+    /// request keeps is what a cut body keeps; only then does this one get the turn.
+    /// `receiving`: this request's own body, which a later request may cut in turn.
+    func takingOver<T>(receiving: BodyInFlight?, _ body: () async throws -> T) async throws -> T
+    /// Called from inside this upload's turn (by a creation's `announce`): the request holding it
+    /// now receives `body`, which a request taking over may cut.
+    func receiveInTurn(_ body: BodyInFlight) async
     /// The acknowledged offset; nil once the upload is terminated.
     var currentOffset: Int? { get async }
     /// The CRC-32C of the bytes below the offset, when known.

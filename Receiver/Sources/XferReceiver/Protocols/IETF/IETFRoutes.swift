@@ -84,7 +84,7 @@ struct IETFRoutes: OffsetUploadRoutes {
         }
         routes.head(RouterPath(Self.resourcePath + "/:id")) { _, context in try await self.head(id: context.parameters.get("id")) }
         routes.patch(RouterPath(Self.resourcePath + "/:id")) { request, context in
-            try await self.append(request, id: context.parameters.get("id"))
+            try await self.append(request, id: context.parameters.get("id"), context: context)
         }
         routes.delete(RouterPath(Self.resourcePath + "/:id")) { _, context in try await self.cancel(id: context.parameters.get("id")) }
         routes.get(RouterPath(Self.resourcePath + "/:id")) { request, context in
@@ -121,9 +121,13 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     private func head(id: String?) async throws -> Response {
         var headers: HTTPFields = [.cacheControl: "no-store"]
-        // In its turn: a request still writing (one whose client died mid-body, say) settles
-        // first, so the offset reported is the one the next append must send.
-        guard let upload = try await upload(id), let offset = try await upload.exclusively({ await upload.currentOffset }) else {
+        // The draft has the offset reported here accepted by the next append, and a client asks
+        // for it only once it has given up on its request in flight (it must not ask while one
+        // runs). So an append still receiving its body (a client that died mid-body, say, whose
+        // connection says nothing more) is cut, as the draft lets a server end such a transfer,
+        // and settles what arrived first: the answer waits for the storage, never for a client.
+        guard let upload = try await upload(id), let offset = try await upload.takingOver(receiving: nil, { await upload.currentOffset })
+        else {
             return Response(status: .notFound, headers: headers)
         }
         headers[.uploadOffset] = String(offset)
@@ -170,6 +174,7 @@ struct IETFRoutes: OffsetUploadRoutes {
         }
         let path = try destination(request)
         let check = try digestCheck(request)
+        let inFlight = BodyInFlight(arrivingOn: context.channel)
 
         // The draft carries no metadata; the application's hook may give the upload some.
         var info = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
@@ -178,11 +183,13 @@ struct IETFRoutes: OffsetUploadRoutes {
         let result: OffsetWriteResult
         do {
             (upload, result) = try await uploads.create(
-                path: path, length: length, info: info, body: request.body, limit: length, declaredLength: declared, check: check
+                path: path, length: length, info: info, body: inFlight.watching(request.body), limit: length, declaredLength: declared,
+                check: check
             ) { upload in
                 // The upload exists: from here the client may resume it, so it learns where
-                // before any byte is read. Only a client that named its version gets the 104 (the
-                // draft's rule).
+                // before any byte is read, and its resumption may cut this body. Only a client
+                // that named its version gets the 104 (the draft's rule).
+                await upload.receiveInTurn(inFlight)
                 guard let version else { return }
                 var head = HTTPResponse(status: .init(code: 104, reasonPhrase: "Upload Resumption Supported"))
                 head.headerFields[.location] = url(of: upload.id, for: request)
@@ -216,7 +223,7 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     // MARK: Append
 
-    private func append(_ request: Request, id: String?) async throws -> Response {
+    private func append(_ request: Request, id: String?, context: some ReceiverRequestContext) async throws -> Response {
         _ = try IETFFields.version(of: request)
         let headers = request.headers
         guard headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() == IETFFields.partialUpload
@@ -237,7 +244,9 @@ struct IETFRoutes: OffsetUploadRoutes {
         }
         let length = upload.length
         let location = url(of: upload.id, for: request)
-        return try await upload.exclusively {
+        // An append is a resumption too: it takes over from a request still receiving its body.
+        let inFlight = BodyInFlight(arrivingOn: context.channel)
+        return try await upload.takingOver(receiving: inFlight) {
             guard let current = await upload.currentOffset else { throw Self.unknownUpload }
             if current == length, requested == length, complete, (declared ?? 0) == 0 {
                 // The client lost the final answer and asks again: the same answer.
@@ -258,7 +267,7 @@ struct IETFRoutes: OffsetUploadRoutes {
             if complete, let declared, current + declared != length {
                 throw inconsistent("the request says it completes the upload, but \(current) + \(declared) bytes is not \(length)")
             }
-            switch try await upload.write(request.body, at: current, limit: length, declaredLength: declared, check: check) {
+            switch try await upload.write(inFlight.watching(request.body), at: current, limit: length, declaredLength: declared, check: check) {
             case .stored(let offset):
                 if offset == length { try await finishUpload(upload) }
                 if complete, offset != length {

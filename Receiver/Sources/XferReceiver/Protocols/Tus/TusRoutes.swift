@@ -73,12 +73,14 @@ struct TusRoutes: OffsetUploadRoutes {
         routes.on("files/:id", method: .options) { _, _ in self.options() }
         routes.post("files") { request, _ in try await self.create(request) }
         routes.head("files/:id") { _, context in try await self.head(id: context.parameters.get("id")) }
-        routes.patch("files/:id") { request, context in try await self.patch(request, id: context.parameters.get("id")) }
+        routes.patch("files/:id") { request, context in try await self.patch(request, id: context.parameters.get("id"), context: context) }
         routes.delete("files/:id") { _, context in try await self.terminate(id: context.parameters.get("id")) }
         routes.get("files/:id") { request, context in
             try await self.download(id: context.parameters.get("id"), request: request, context: context)
         }
-        routes.post("files/:id") { request, context in try await self.overridden(request, id: context.parameters.get("id")) }
+        routes.post("files/:id") { request, context in
+            try await self.overridden(request, id: context.parameters.get("id"), context: context)
+        }
     }
 
     /// Paths the tus middleware and the auth exemption look at.
@@ -107,6 +109,9 @@ struct TusRoutes: OffsetUploadRoutes {
 
     private func head(id: String?) async throws -> Response {
         var headers: HTTPFields = [.cacheControl: "no-store"]
+        // The acknowledged offset, out of turn: a PATCH in flight (or stalled) is not waited for.
+        // A client that resumes from it takes over with its PATCH, which then finds the offset
+        // the cut request settled on (409 when it moved, as tusd answers).
         guard let upload = try await tusUpload(id), let offset = await upload.currentOffset else {
             return Response(status: .notFound, headers: headers)
         }
@@ -121,7 +126,7 @@ struct TusRoutes: OffsetUploadRoutes {
         return Response(status: .ok, headers: headers)
     }
 
-    private func patch(_ request: Request, id: String?) async throws -> Response {
+    private func patch(_ request: Request, id: String?, context: some ReceiverRequestContext) async throws -> Response {
         guard TusHeaders.isOffsetStream(request.headers[.contentType]) else {
             throw Refusal.error(.unsupportedMediaType, "a PATCH body must be Content-Type: \(TusHeaders.offsetStream)")
         }
@@ -137,7 +142,10 @@ struct TusRoutes: OffsetUploadRoutes {
         if let declared, declared > configuration.maximumChunkSize {
             throw Refusal.error(.contentTooLarge, "a PATCH body may carry at most \(configuration.maximumChunkSize) bytes; send smaller chunks")
         }
-        return try await upload.exclusively {
+        // A PATCH is how a tus client resumes: it takes over from a request still receiving its
+        // body (one whose client gave up on it), instead of waiting for that body to end.
+        let inFlight = BodyInFlight(arrivingOn: context.channel)
+        return try await upload.takingOver(receiving: inFlight) {
             guard let current = await upload.currentOffset else { throw Refusal.unknownUpload }
             guard requested == current else {
                 throw Refusal.error(
@@ -146,7 +154,9 @@ struct TusRoutes: OffsetUploadRoutes {
             if let declared, declared > upload.length - current {
                 throw Refusal.error(.contentTooLarge, "the body (\(declared) bytes) goes past Upload-Length: \(upload.length - current) bytes are left")
             }
-            switch try await upload.write(request.body, at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check) {
+            switch try await upload.write(
+                inFlight.watching(request.body), at: current, limit: configuration.maximumChunkSize, declaredLength: declared, check: check)
+            {
             case .stored(let offset):
                 if offset == upload.length { try await finishUpload(upload) }
                 progressed(upload, to: offset)
@@ -341,9 +351,9 @@ struct TusRoutes: OffsetUploadRoutes {
     }
 
     /// `X-HTTP-Method-Override`, for clients that cannot send PATCH or DELETE.
-    private func overridden(_ request: Request, id: String?) async throws -> Response {
+    private func overridden(_ request: Request, id: String?, context: some ReceiverRequestContext) async throws -> Response {
         switch request.headers[.xHTTPMethodOverride]?.uppercased() {
-        case "PATCH": return try await patch(request, id: id)
+        case "PATCH": return try await patch(request, id: id, context: context)
         case "DELETE": return try await terminate(id: id)
         case "HEAD": return try await head(id: id)
         default:

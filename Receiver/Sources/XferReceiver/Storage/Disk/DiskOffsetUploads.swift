@@ -35,7 +35,8 @@ import Darwin
 ///
 /// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
 /// recording the new offset must not interleave with another PATCH of the same upload. A
-/// second PATCH waits for the first to end, then usually gets 409 (the offset moved).
+/// second PATCH takes over (`takingOver`): it cuts the first's body if it is still arriving, waits
+/// for the first to keep what arrived (synced, recorded), then usually gets 409 (the offset moved).
 actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     nonisolated let upload: DiskUpload
     nonisolated let info: OffsetUploadInfo
