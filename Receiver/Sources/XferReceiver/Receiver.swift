@@ -161,6 +161,7 @@ public struct ReceiverRoutes: Sendable {
     ) async throws -> ReceiverRoutes {
         let store: any UploadStorage
         if let location = configuration.objectStore {
+            try location.validate()
             let requests = S3ObjectRequests(
                 bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
             store = ObjectStorage(
@@ -242,7 +243,13 @@ public struct Receiver: Sendable {
     private func serve(threadPool: NIOThreadPool, logger: Logger, onListening: @escaping @Sendable (String) -> Void) async throws {
         let routes = try await ReceiverRoutes.open(configuration, testHooks: testHooks, threadPool: threadPool, logger: logger)
         // Unfinished uploads of an object store expire by sweeps while the receiver runs.
-        let sweeping = (routes.environment.store as? ObjectStorage).map { storage in Task { await storage.sweepExpired() } }
+        // A sweep that completes an upload (its completion had failed) reports it as a request would.
+        let hooks = routes.environment.hooks
+        let sweeping = (routes.environment.store as? ObjectStorage).map { storage in
+            Task {
+                await storage.sweepExpired(finished: { hooks.finished($0.protocolName, id: $0.id, path: $0.path, size: $0.size, metadata: $0.metadata) })
+            }
+        }
         defer { sweeping?.cancel() }
         let router = Router(context: ReceiverContext.self)
         // Middleware first: Hummingbird wraps each route in the middleware present when it is added,

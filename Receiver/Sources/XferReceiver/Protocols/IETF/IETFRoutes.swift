@@ -45,9 +45,9 @@ import NIOPosix
 struct IETFRoutes: OffsetUploadRoutes {
     static let protocolName = "ietf"
 
-    /// Publishes a complete upload and reports it (`post-finish`, the metrics).
+    /// Publishes a complete upload and reports it (`post-finish`, the metrics) if this call completed it.
     func finishUpload(_ upload: any OffsetUpload) async throws {
-        try await upload.finish()
+        guard try await upload.finish() else { return }
         hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
     }
     static let creationPath = "resumable"
@@ -105,7 +105,8 @@ struct IETFRoutes: OffsetUploadRoutes {
         var headers: HTTPFields = [.cacheControl: "no-store"]
         // In its turn: a request still writing (one whose client died mid-body, say) settles
         // first, so the offset reported is the one the next append must send.
-        guard let upload = try await upload(id), let offset = try await upload.exclusively({ await upload.currentOffset }) else {
+        guard let upload = try await upload(id), let offset = try await upload.exclusively({ try await settledOffset(of: upload, inTurn: true) })
+        else {
             return Response(status: .notFound, headers: headers)
         }
         headers[.uploadOffset] = String(offset)
@@ -219,7 +220,7 @@ struct IETFRoutes: OffsetUploadRoutes {
         let length = upload.length
         let location = url(of: upload.id, for: request)
         return try await upload.exclusively {
-            guard let current = await upload.currentOffset else { throw Self.unknownUpload }
+            guard let current = try await settledOffset(of: upload, inTurn: true) else { throw Self.unknownUpload }
             if current == length, requested == length, complete, (declared ?? 0) == 0 {
                 // The client lost the final answer and asks again: the same answer.
                 return answer(upload: upload, offset: current, location: location, creation: false)
@@ -281,7 +282,7 @@ struct IETFRoutes: OffsetUploadRoutes {
     private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
             try await upload(id), request: request, context: context, unknown: Self.unknownUpload,
-            refusal: { Refusal.problem($0, $1, headers: $2) })
+            refusal: { Refusal.problem($0, $1, headers: $2) }, finish: finishUpload)
     }
 
     // MARK: Helpers

@@ -38,8 +38,7 @@ struct TusRoutes: OffsetUploadRoutes {
     /// Publishes a complete upload and reports it (`post-finish`, the metrics), unless it is a
     /// partial one: a part of a file the final upload concatenates, which reports the file once.
     func finishUpload(_ upload: any OffsetUpload) async throws {
-        try await upload.finish()
-        if upload.info.role != .partial {
+        if try await upload.finish(), upload.info.role != .partial {
             hooks.finished(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText)
         }
     }
@@ -96,7 +95,7 @@ struct TusRoutes: OffsetUploadRoutes {
 
     private func head(id: String?) async throws -> Response {
         var headers: HTTPFields = [.cacheControl: "no-store"]
-        guard let upload = try await tusUpload(id), let offset = await upload.currentOffset else {
+        guard let upload = try await tusUpload(id), let offset = try await settledOffset(of: upload) else {
             return Response(status: .notFound, headers: headers)
         }
         // A final upload reports an offset only once its concatenation is done (always, unless
@@ -127,7 +126,7 @@ struct TusRoutes: OffsetUploadRoutes {
             throw Refusal.error(.contentTooLarge, "a PATCH body may carry at most \(configuration.maximumChunkSize) bytes; send smaller chunks")
         }
         return try await upload.exclusively {
-            guard let current = await upload.currentOffset else { throw Refusal.unknownUpload }
+            guard let current = try await settledOffset(of: upload, inTurn: true) else { throw Refusal.unknownUpload }
             guard requested == current else {
                 throw Refusal.error(
                     .conflict, "Upload-Offset \(requested) is not the upload's offset \(current)", headers: [.uploadOffset: String(current)])
@@ -251,7 +250,7 @@ struct TusRoutes: OffsetUploadRoutes {
         var partials: [any OffsetUpload] = []
         var total = 0
         for id in ids {
-            guard let partial = try await uploads.upload(id: id), let offset = await partial.currentOffset else {
+            guard let partial = try await uploads.upload(id: id), let offset = try await settledOffset(of: partial) else {
                 throw Refusal.error(.notFound, "partial upload \(id) is unknown")
             }
             guard partial.info.role == .partial else {
@@ -306,7 +305,7 @@ struct TusRoutes: OffsetUploadRoutes {
     private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
             try await tusUpload(id), request: request, context: context, unknown: Refusal.unknownUpload,
-            refusal: { Refusal.error($0, $1, headers: $2) })
+            refusal: { Refusal.error($0, $1, headers: $2) }, finish: finishUpload)
     }
 
     /// `X-HTTP-Method-Override`, for clients that cannot send PATCH or DELETE.
