@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import Synchronization
 import XferPrimitives
 import XferS3
 
@@ -105,6 +106,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
                 }
             }
             upload.version.advance(to: (state, ObjectStorage.noStateObject))
+            upload.completedByItsWrite()
             return .stored(offset: length)
         }
         return (upload, result)
@@ -148,6 +150,9 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     /// The last sight of the state a request here read or wrote: where the next change starts.
     nonisolated let version = StateVersion()
     var turns = KeyedTurns<WholeUpload>()
+    /// Set when a write of this handle completed the upload by itself (a whole upload in one
+    /// append, or in its creation): the `finish` that follows is then the call that completed it.
+    private nonisolated let completedUnreported = Atomic<Bool>(false)
 
     init(storage: ObjectStorage, meta: UploadMeta, info: OffsetUploadInfo) {
         self.storage = storage
@@ -158,6 +163,11 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
     nonisolated var id: String { meta.uploadId }
     nonisolated var length: Int { meta.size }
+    /// See `completedUnreported`.
+    fileprivate nonisolated func completedByItsWrite() {
+        completedUnreported.store(true, ordering: .relaxed)
+    }
+
     /// A partial upload (tus's `Upload-Concat: partial`) is completed into an object of its own
     /// among the staged ones, which a concatenation copies from: only files live under `files/`.
     private nonisolated var fileKey: String {
@@ -198,14 +208,25 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         }
         guard let claim = claimed.claim else { preconditionFailure("a claimed state holds its claim") }
 
+        // Until when the claim holds as this append last confirmed it (taking it, then each renewal).
+        let confirmed = ConfirmedClaim(until: claim.until)
         let renewal = Task { [storage, id, version] in
-            await Self.renew(nonce, of: id, in: storage, from: version)
+            await Self.renew(nonce, of: id, in: storage, from: version, confirming: confirmed)
         }
         defer { renewal.cancel() }
 
         let statistics = storage.statistics
+        let lifetime = storage.claimLifetime
         let checked = CheckedBody(
             UncheckedSendableBody(body), limit: count, exactLength: true, check: check,
+            // The body's last byte goes to the store (which then applies the part or object)
+            // only while the claim is confirmed for a third of its lifetime more: a sender whose
+            // renewals failed that long may have lost it, and the next claimant may already
+            // have sent this part's number (`ObjectUploadState.nextPartNumber`), which a late
+            // part must not replace. The body then ends short: the store keeps nothing.
+            trailer: {
+                guard confirmed.until > Date() + lifetime.seconds / 3 else { throw ClaimNotConfirmed() }
+            },
             counted: { statistics.received($0) })
         let requests = storage.client.requests
         // What this append's object holds before its own bytes: the whole staged tail when it is a
@@ -276,6 +297,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             if whole { state.completion = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex)) }
             return true
         }
+        if whole, !lost, recorded.completion != nil { completedByItsWrite() }
         if lost {
             // Our claim lapsed and another append took the upload: these bytes count for nothing,
             // and the state names none of them (checked above), so they go.
@@ -310,7 +332,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     /// Keeps an append's claim alive while its body streams: renewed every third of the claim's
     /// lifetime, and after a failed renewal sooner (two more may fail before it lapses). Only a
     /// definite loss ends it: the claim no longer this append's, or the upload gone.
-    private static func renew(_ nonce: String, of id: String, in storage: ObjectStorage, from version: StateVersion) async {
+    private static func renew(_ nonce: String, of id: String, in storage: ObjectStorage, from version: StateVersion, confirming confirmed: ConfirmedClaim) async {
         let lifetime = storage.claimLifetime
         var pause = lifetime / 3
         while !Task.isCancelled {
@@ -321,15 +343,20 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             }
             do {
                 var ours = true
-                try await storage.updateState(id, from: version) { state in
+                let renewed = try await storage.updateState(id, from: version) { state in
                     ours = state.claim?.by == nonce
                     guard ours else { return false }
                     state.claim?.until = Date() + lifetime.seconds
                     return true
                 }
-                guard ours else { return }
+                guard ours, let until = renewed.claim?.until else {
+                    confirmed.lost()
+                    return
+                }
+                confirmed.until = until
                 pause = lifetime / 3
             } catch UploadError.deleted {
+                confirmed.lost()
                 return
             } catch {
                 storage.logger.debug("An append's claim renewal failed; retrying", metadata: ["upload": "\(id)", "reason": "\(error)"])
@@ -368,8 +395,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
                     let tail = state.stagedTail.reduce(0) { $0 + $1.length }
                     let asPart = tail + count >= minimumPartSize || start + count == state.meta.size
                     state.claim = .init(
-                        at: start, part: asPart ? state.nextPart : nil, until: Date() + storage.claimLifetime.seconds, by: nonce)
-                    if asPart { state.nextPart += 1 }
+                        at: start, part: asPart ? state.nextPartNumber : nil, until: Date() + storage.claimLifetime.seconds, by: nonce)
                     return true
                 }
             } catch {
@@ -432,7 +458,6 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         let recorded = pieces
         try await storage.updateState(id, from: version) { state in
             state.pieces = recorded
-            state.nextPart = number
             state.offset = state.meta.size
             state.crc = crc
             return true
@@ -454,7 +479,8 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             if let seen { version.advance(to: seen) }
         }
         guard let (state, _) = seen else { throw UploadError.deleted }
-        guard state.completion == nil else { return false }
+        // Complete already: by this handle's own last write (then this call reports it), or before.
+        guard state.completion == nil else { return completedUnreported.exchange(false, ordering: .relaxed) }
         guard state.offset == length else { throw UploadError.corrupt("finish called at offset \(state.offset) of \(length)") }
         let client = storage.client
         let requests = client.requests
@@ -503,5 +529,30 @@ extension Duration {
     var seconds: TimeInterval {
         let (seconds, attoseconds) = components
         return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}
+
+/// Why an append's last byte was held back: its claim was not confirmed long enough.
+struct ClaimNotConfirmed: Error, CustomStringConvertible {
+    var description: String { "the append's claim on its upload may have lapsed" }
+}
+
+/// Until when an append's claim holds, as its sender last confirmed it in the store: shared by
+/// the append and its renewals.
+final class ConfirmedClaim: Sendable {
+    private let time: Mutex<Date>
+
+    init(until: Date) {
+        time = Mutex(until)
+    }
+
+    var until: Date {
+        get { time.withLock { $0 } }
+        set { time.withLock { $0 = newValue } }
+    }
+
+    /// The claim is no longer this sender's.
+    func lost() {
+        until = .distantPast
     }
 }

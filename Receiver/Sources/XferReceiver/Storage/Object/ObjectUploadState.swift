@@ -54,9 +54,14 @@ struct ObjectUploadState: Codable, Sendable {
     /// The store's multipart upload receiving this upload's parts, once one was needed: recorded
     /// before the first part is sent to it, so that a crash never leaves parts nobody can find.
     var multipartUploadID: String?
-    /// The next part number to hand out. Never reused, even for a part whose sender died before
-    /// recording it: a number is unique to one body.
-    var nextPart = 1
+    /// The part number the next part of an offset upload gets: its place among the parts, so one
+    /// after the last recorded. A part whose sender died (or lost its claim) before recording it
+    /// is sent again by the next claimant under the same number, over it: Ceph's gateway (16)
+    /// refuses a completion that does not name every part the upload holds (`InvalidPart`,
+    /// checked), so no part may be left that no record names. (`ObjectOffsetUpload.write` holds
+    /// back a part's last byte unless its claim is sure to hold, so a sender that lost its claim
+    /// never lands a part over the next claimant's.)
+    var nextPartNumber: Int { (pieces.compactMap(\.part).max() ?? 0) + 1 }
     /// What holds the bytes, in byte order: a part or a staged object (offset uploads), or the
     /// single chunk of a chunked upload of one. (A chunked upload of several records its chunks
     /// apart, under `ObjectLayout.receivedPrefix`.)
