@@ -171,10 +171,17 @@ final class StoreFaultTests: CephBucketTestCase {
     func testWritesAppliedButUnansweredAreRecognisedAsTheirWritersOwn() throws {
         let file = work.file("file.bin")
         try makeTestFile(at: file, size: (6 << 20) + 321, seed: 41)
-        for backend in ["tus", "ietf", "patch"] {
+        let hooks = try postFinishLog()
+        for (index, backend) in ["tus", "ietf", "patch"].enumerated() {
             let prefix = "lost-\(backend)"
-            let server = try serve(prefix: prefix, extra: backend == "patch" ? ["--patch-chunk-size", String(1 << 20)] : [])
+            let server = try serve(
+                prefix: prefix, extra: ["--hooks-dir", hooks.directory] + (backend == "patch" ? ["--patch-chunk-size", String(1 << 20)] : []))
             try proxy.reset()
+            // The completion's record among them: its writer must know it completed the upload.
+            try proxy.add([
+                "method": "PUT", "path": "/uploads/[^/]+\\.json$", "header": "If-Match", "action": "drop",
+                "after": ["method": "POST", "path": "\\?uploadId="],
+            ])
             try proxy.add(["method": "PUT", "path": "/uploads/[^/]+\\.json$", "header": "If-Match", "action": "drop", "every": 3, "times": NSNull()])
             try proxy.add(["method": "PUT", "path": "/uploads/[^/]+\\.json$", "header": "If-None-Match", "action": "error"])
             let result = try runXfer([
@@ -187,11 +194,15 @@ final class StoreFaultTests: CephBucketTestCase {
             let log = try proxy.log()
             XCTAssertGreaterThanOrEqual(log.filter { $0["action"] as? String == "drop" }.count, 1, "\(backend): the faults happened")
             XCTAssertGreaterThanOrEqual(log.filter { $0["action"] as? String == "error" }.count, 1, "\(backend): the faults happened")
-            let left = try keys(under: prefix + "/").filter { !$0.hasPrefix(prefix + "/files/") && !$0.hasPrefix(prefix + "/uploads/") }
+            let stored = try keys(under: prefix + "/")
+            XCTAssertEqual(stored.filter { $0.hasPrefix(prefix + "/uploads/") }.count, 1, "\(backend): one upload, no orphan of a creation retried: \(stored)")
+            let left = stored.filter { !$0.hasPrefix(prefix + "/files/") && !$0.hasPrefix(prefix + "/uploads/") }
             XCTAssertEqual(left, [], "\(backend): nothing staged or recorded is left")
+            XCTAssertEqual(waitForLines(hooks.log, count: index + 1).count, index + 1, "\(backend): post-finish fires once")
             XCTAssertEqual(try uploadsInProgress(under: prefix + "/"), [], backend)
             server.stop()
         }
+        XCTAssertEqual(lines(of: hooks.log).count, 3, "post-finish fired once a push")
     }
 
     // MARK: A completion failing for a while
