@@ -327,7 +327,7 @@ final class StoreFaultTests: CephBucketTestCase {
         XCTAssertEqual(appended.status, 0, appended.stderr)
         XCTAssertEqual(appended.stdout.first, "offset \(length)")
         let heads = Int(appended.stdout.last?.split(separator: " ").last ?? "") ?? 0
-        XCTAssertGreaterThan(heads, 5, "HEADs ran alongside: \(appended.stdout)")
+        XCTAssertGreaterThanOrEqual(heads, 3, "HEADs ran alongside: \(appended.stdout)")
         XCTAssertEqual(try downloadSHA256(upload, into: work), try sha256sum(file))
         XCTAssertEqual(try keys(under: "heads/staging/"), [])
     }
@@ -358,6 +358,32 @@ final class StoreFaultTests: CephBucketTestCase {
         XCTAssertEqual(try downloadSHA256(upload, into: work), try sha256sum(file))
         XCTAssertEqual(try keys(under: "tiny/staging/"), [])
         XCTAssertEqual(try uploadsInProgress(under: "tiny/"), [])
+    }
+
+    /// An append whose body streams for longer than `--expire-after` (10 s at 200 KB/s, expiry
+    /// 8 s) is not expired: its claim renewals keep the state fresh, and a renewal that failed
+    /// whole (four attempts answered 503) is retried instead of ending them. Before, renewals
+    /// stopped at their first error, and the sweep's unconditional delete could follow.
+    func testAnAppendLongerThanTheExpiryIsNotExpired() throws {
+        let server = try serve(prefix: "slow", extra: ["--expire-after", "8s", "--claim-lifetime", "2"])
+        let file = work.file("file.bin")
+        let length = 2 << 20
+        try makeTestFile(at: file, size: length, seed: 53)
+        let upload = try XCTUnwrap(try tus("POST", server.url + "/files/", headers: ["Upload-Length: \(length)"]).headers["location"])
+        // The claim is written; every attempt of the first renewal then fails.
+        try proxy.add(["method": "PUT", "path": "/uploads/[^/]+\\.json$", "header": "If-Match", "action": "fail", "skip": 1, "times": 4])
+        let slow = try ChildProcess(
+            executable: "/usr/bin/curl",
+            arguments: [
+                "-sS", "-o", "/dev/null", "-w", "%{http_code}", "--limit-rate", "200K", "-X", "PATCH", "-H", "Tus-Resumable: 1.0.0",
+                "-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream", "--data-binary", "@" + file, upload,
+            ])
+        XCTAssertEqual(slow.readRemaining().joined(), "204", slow.standardError)
+        XCTAssertEqual(slow.wait(), 0)
+        let log = try proxy.log()
+        XCTAssertEqual(log.filter { $0["action"] as? String == "fail" }.count, 4, "a renewal failed whole")
+        XCTAssertGreaterThan(log.filter { $0["method"] as? String == "PUT" && ($0["target"] as? String ?? "").hasSuffix(".json") }.count, 10, "renewals went on")
+        XCTAssertEqual(try downloadSHA256(upload, into: work), try sha256sum(file))
     }
 
     /// `--expire-after` must stay well above the claim lifetime: a live append shows it is alive
