@@ -314,10 +314,11 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
     /// How many of the staged tail's last pieces an append of `count` bytes staged after it takes
     /// into its own object: none while the tail is below `ObjectUploadState.maximumStagedPieces`;
-    /// past it, the last piece and those before it no larger than what is taken so far. A byte
-    /// is stored again only into a piece at least twice the one it was in, so a byte is stored
-    /// again at most log2(5 MiB / the smallest append) times, and appends of the usual sizes
-    /// (reaching the 5 MiB part in fewer appends than the cap) never are.
+    /// past it, the last piece and those before it no larger than what is taken so far. The
+    /// pieces taken are the small ones at the tail's end, so the tail keeps pieces that grow
+    /// towards its start, like a binary counter's: under a stream of tiny appends a byte is
+    /// stored again about log2(the tail's size / the append's) times. Appends of the usual sizes
+    /// (reaching the 5 MiB part in fewer appends than the cap) are never folded.
     static func piecesToFold(appending count: Int, to tail: [ObjectUploadState.Piece]) -> Int {
         guard tail.count >= ObjectUploadState.maximumStagedPieces else { return 0 }
         var taken = 0

@@ -146,7 +146,7 @@ struct ObjectUploadState: Codable, Sendable {
     /// with the tail's last pieces (`ObjectOffsetUpload.piecesToFold`), so the state — rewritten
     /// whole by every append — stays small however small the appends (beside the parts, which
     /// S3 caps at 10,000 and which are at least 5 MiB each).
-    static let maximumStagedPieces = 16
+    static let maximumStagedPieces = 32
 }
 
 /// How large a part must be, but for the last: S3's 5 MiB (Ceph's gateway enforces it at
