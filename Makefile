@@ -99,7 +99,7 @@ test-objectstore: python-tools
 # The receiver on the Ceph gateway behind the store-fault proxy (CLI/Tests/Tools/storefaults.py,
 # Docs/reliability.md "The store failing"), long version: a receiver killed after each of the
 # ~45 store requests of a tus, an ietf and a patch upload in turn, and 3,000 tiny appends
-# (~15 min; `make test` kills at 7 of them per protocol and sends 200 appends).
+# (~17 min; `make test` kills at 7 of them per protocol and sends 200 appends: ~3 min).
 test-store-faults: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_STORE_FAULT_KILLS=all $(SWIFT) test $(CLI) --skip-build --filter StoreFaultTests
