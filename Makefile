@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all build-deps deps python-tools build release man test api-check test-objectstore test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
+.PHONY: all build-deps deps python-tools build release man test api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -95,6 +95,14 @@ OBJECT_STORE_SUITES = PatchPushTests|ReceiverPatchTests|MultipartPushTests|Seque
 test-objectstore: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_TEST_STORAGE=ceph $(SWIFT) test $(CLI) --skip-build --filter '$(OBJECT_STORE_SUITES)'
+
+# The receiver on the Ceph gateway behind the store-fault proxy (CLI/Tests/Tools/storefaults.py,
+# Docs/reliability.md "The store failing"), long version: a receiver killed after each of the
+# ~45 store requests of a tus, an ietf and a patch upload in turn, and 3,000 tiny appends
+# (~17 min; `make test` kills at 7 of them per protocol and sends 200 appends: ~3 min).
+test-store-faults: python-tools
+	$(SWIFT) build $(CLI) --build-tests
+	XFER_STORE_FAULT_KILLS=all $(SWIFT) test $(CLI) --skip-build --filter StoreFaultTests
 
 # `xfer pull` of a prefix of 5,000 objects from the Ceph gateway, killed twice and run to its end
 # (~2 min; `make test` runs it with 1,000).

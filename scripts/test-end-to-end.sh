@@ -11,7 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SWIFT="${SWIFT:-swift}"
-SECOND_LANE='FreshPackageTests|HostileNameTests|CephS3Tests|CephPullTests|ObjectStorageTests|LoadBalancedReceiverTests|S3ObjectRequestsCephTests|TortureTests|S3PushTests|S3UploadsTests|FaultTests|RateLimitTests'
+SECOND_LANE='FreshPackageTests|HostileNameTests|CephS3Tests|CephPullTests|ObjectStorageTests|LoadBalancedReceiverTests|StoreFaultTests|S3ObjectRequestsCephTests|TortureTests|S3PushTests|S3UploadsTests|FaultTests|RateLimitTests'
 
 log="$(mktemp -t xfer-e2e-lane.XXXXXX)"
 trap 'rm -f "$log"' EXIT

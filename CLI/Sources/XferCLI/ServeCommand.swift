@@ -125,6 +125,12 @@ struct ServeCommand: AsyncParsableCommand {
     // Faults, held answers and the like, for tests only (hidden; XFER_TEST_HOOKS=1).
     @OptionGroup var testing: ServeTestSwitches
 
+    /// `30s`, `0.5s`: a duration as its flags are written.
+    private static func text(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        return attoseconds == 0 ? "\(seconds)s" : "\(Double(seconds) + Double(attoseconds) / 1e18)s"
+    }
+
     mutating func run() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
         var configuration = ReceiverConfiguration(root: root ?? "")
@@ -151,6 +157,15 @@ struct ServeCommand: AsyncParsableCommand {
             throw XferError.invalidInput("--endpoint, --region, --addressing and --profile are for --storage s3://...")
         }
         configuration.expireAfter = expireAfter.duration > .zero ? expireAfter.duration : nil
+        if let store = configuration.objectStore {
+            do {
+                try store.validate(expireAfter: configuration.expireAfter)
+            } catch {
+                let ratio = ObjectStoreLocation.expiryToClaimLifetimeRatio
+                throw XferError.invalidInput(
+                    "--expire-after must be at least \(ratio) times the \(Self.text(store.claimLifetime)) an append's claim holds (\(Self.text(store.claimLifetime * ratio))), so that no upload being written expires")
+            }
+        }
         guard maxUploadsInMemory >= 1 else { throw XferError.invalidInput("--max-uploads-in-memory must be at least 1") }
         configuration.limits.uploadsInMemory = maxUploadsInMemory
         configuration.host = host

@@ -130,7 +130,7 @@ final class ObjectStorageTests: CephBucketTestCase {
     /// An unfinished upload untouched for `--expire-after` is dropped by the receivers' sweep,
     /// its multipart upload aborted; a completed one stays.
     func testUnfinishedUploadsExpireAndTheirMultipartUploadsAreAborted() throws {
-        let server = try serve(extra: ["--expire-after", "2s"])
+        let server = try serve(extra: ["--expire-after", "2s", "--claim-lifetime", "0.5"])
         let body = work.file("part.bin")
         try makeTestFile(at: body, size: 6 << 20, seed: 21)
         let created = try curl(["-X", "POST", "-H", "Tus-Resumable: 1.0.0", "-H", "Upload-Length: \(12 << 20)", server.url + "/files/"])
@@ -301,15 +301,18 @@ final class LoadBalancedReceiverTests: CephBucketTestCase {
 
 /// Debian's haproxy on 127.0.0.1 in front of receivers: round robin, no stickiness, a failed
 /// connection sent to another receiver, a receiver that fails its check taken out at once.
+/// `backups` take requests only while every one of `backends` is out.
 final class HAProxy {
     let child: ChildProcess
     let url: String
 
-    init(backends: [Int], directory: String) throws {
+    init(backends: [Int], backups: [Int] = [], directory: String) throws {
         let port = try Self.freePort()
-        let servers = backends.enumerated().map { index, port in
+        let servers = (backends.enumerated().map { index, port in
             "  server r\(index) 127.0.0.1:\(port) check inter 200ms fall 1 rise 1"
-        }.joined(separator: "\n")
+        } + backups.enumerated().map { index, port in
+            "  server b\(index) 127.0.0.1:\(port) check inter 200ms fall 1 rise 1 backup"
+        }).joined(separator: "\n")
         let configuration = """
             global
               maxconn 512
@@ -329,7 +332,7 @@ final class HAProxy {
             \(servers)
 
             """
-        let path = directory + "/haproxy.cfg"
+        let path = directory + "/haproxy-\(port).cfg"
         try configuration.write(toFile: path, atomically: true, encoding: .utf8)
         child = try ChildProcess(executable: "/usr/sbin/haproxy", arguments: ["-f", path, "-db"])
         url = "http://127.0.0.1:\(port)"

@@ -220,6 +220,7 @@ public struct ReceiverRoutes: Sendable {
         let store: any UploadStorage
         let memory = UploadsInMemory(limits: configuration.limits)
         if let location = configuration.objectStore {
+            try location.validate(expireAfter: configuration.expireAfter)
             let requests = S3ObjectRequests(
                 bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
             store = ObjectStorage(
@@ -230,14 +231,26 @@ public struct ReceiverRoutes: Sendable {
                 root: configuration.root, threadPool: threadPool, memory: memory, expireAfter: configuration.expireAfter, logger: logger)
         }
         let handles = UploadHandles(key: try await store.handleKey())
+        let environment = RouteEnvironment(
+            store: store,
+            baseURL: BaseURL(
+                publicURL: configuration.publicURL, configuredHost: configuration.host, configuredPort: configuration.port,
+                scheme: configuration.tls == nil ? "http" : "https"),
+            configuration: configuration, testHooks: testHooks, logger: logger, handles: handles)
+        // A sweep that completes an upload (its completion had failed) reports it as a request
+        // would: pre-finish (a refusal discards it; nobody is there to be answered), post-finish.
+        if let storage = store as? ObjectStorage {
+            let hooks = environment.hooks
+            storage.sweepFinished.withLock {
+                $0 = { [weak storage] upload in
+                    try? await hooks.finish(
+                        upload.protocolName, id: upload.id, path: upload.path, size: upload.size, metadata: upload.metadata, form: .error
+                    ) { try await storage?.delete(id: upload.id) ?? false }
+                }
+            }
+        }
         startUpkeep(of: store, limits: configuration.limits)
-        return ReceiverRoutes(
-            environment: RouteEnvironment(
-                store: store,
-                baseURL: BaseURL(
-                    publicURL: configuration.publicURL, configuredHost: configuration.host, configuredPort: configuration.port,
-                    scheme: configuration.tls == nil ? "http" : "https"),
-                configuration: configuration, testHooks: testHooks, logger: logger, handles: handles))
+        return ReceiverRoutes(environment: environment)
     }
 
     /// The storage's upkeep for as long as it serves: idle uploads leave memory every half of

@@ -26,7 +26,8 @@ struct DownloadRoutes: ProtocolRoutes {
 
     /// A finished offset upload (tus's, the IETF's) at the URL its client already has: not part of
     /// those protocols, but where a client looks. `unknown` when it is gone; `refusal` makes the
-    /// protocol's own refusals (409 before its last byte, 412, 416).
+    /// protocol's own refusals (409 before its last byte, 412, 416); `finish` finishes it first, in
+    /// its turn (a completion that failed is done now, and reported if this call did it).
     ///
     /// Its tag is the id and the length: an offset upload's CRC-32C is read from the store on
     /// each request and may be missing from one answer, and a tag must not change with that. The
@@ -34,13 +35,13 @@ struct DownloadRoutes: ProtocolRoutes {
     /// length costs nothing.
     static func serve(
         _ upload: (any OffsetUpload)?, request: Request, context: some RequestContext, unknown: Refusal,
-        refusal: (HTTPResponse.Status, String, HTTPFields) -> Refusal
+        refusal: (HTTPResponse.Status, String, HTTPFields) -> Refusal, finish: @escaping (any OffsetUpload) async throws -> Void
     ) async throws -> Response {
         guard let upload, let offset = await upload.currentOffset else { throw unknown }
         guard offset == upload.length else {
             throw refusal(.conflict, "upload is incomplete: \(offset) of \(upload.length) bytes received", [:])
         }
-        try await upload.finish()
+        try await upload.exclusively { try await finish(upload) }
         let file = StoredRepresentation(
             etag: EntityTag(upload.id + "-" + String(upload.length)), size: upload.length, sha256: nil,
             crc32c: await upload.currentCRC.map(CRC32.hex))

@@ -55,6 +55,33 @@ extension ProtocolRoutes {
 protocol OffsetUploadRoutes: ProtocolRoutes {
     static var protocolName: String { get }
     init(environment: RouteEnvironment, uploads: any OffsetUploadStore)
+    /// Publishes a complete upload and reports it (`pre-finish`, then `post-finish` and the
+    /// metrics) if this call completed it.
+    func finishUpload(_ upload: any OffsetUpload) async throws
+}
+
+extension OffsetUploadRoutes {
+    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
+    /// (a creation without a body) or the upload is complete (`post-finish` says so).
+    func progressed(_ upload: any OffsetUpload, to offset: Int) {
+        guard offset > 0, offset < upload.length else { return }
+        hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
+    }
+
+    /// The upload's offset as a client may be told it (nil once it is gone): an upload whose every
+    /// byte is in but whose completion failed or was cut short by a crash is finished first, so
+    /// that no answer says "complete" before the file exists (a completion that fails again is
+    /// this request's error). `inTurn`: the caller holds the upload's turn already.
+    func settledOffset(of upload: any OffsetUpload, inTurn: Bool = false) async throws -> Int? {
+        guard let offset = await upload.currentOffset else { return nil }
+        guard offset == upload.length else { return offset }
+        if inTurn {
+            try await finishUpload(upload)
+        } else {
+            try await upload.exclusively { try await finishUpload(upload) }
+        }
+        return offset
+    }
 }
 
 extension OffsetUploadRoutes {

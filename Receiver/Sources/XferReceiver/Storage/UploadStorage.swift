@@ -210,8 +210,11 @@ protocol OffsetUpload: AnyObject, Sendable {
     /// it returns. `crc`: the partials' CRC-32Cs combined, when every one is known.
     func concatenate(_ partials: [any OffsetUpload], crc: UInt32?) async throws
     /// Publishes the file once the offset has reached the length (partials stay where they are,
-    /// for a concatenation). Idempotent: also finishes what a restart cut short.
-    func finish() async throws
+    /// for a concatenation). Idempotent: also finishes what a restart or a failed completion cut
+    /// short. True when this call is the one that completed the upload — its `post-finish` is the
+    /// caller's to report, and no other call's (call it in the upload's turn: `exclusively`).
+    @discardableResult
+    func finish() async throws -> Bool
     /// The finished upload's bytes, all of them or those of `range` (inclusive offsets within the
     /// file), streamed (call `finish` first).
     func finishedBody(range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody

@@ -46,20 +46,14 @@ struct IETFRoutes: OffsetUploadRoutes {
     static let protocolName = "ietf"
 
     /// Publishes a complete upload and reports it (`pre-finish`, then `post-finish` and the
-    /// metrics). When the application refuses it (`pre-finish`), the upload is cancelled and
-    /// the refusal thrown: the request that completed it answers it.
+    /// metrics), once: by the call that completed it (`finish` says so). When the application
+    /// refuses it (`pre-finish`), the upload is cancelled and the refusal thrown: the request that
+    /// completed it answers it.
     func finishUpload(_ upload: any OffsetUpload) async throws {
-        try await upload.finish()
+        guard try await upload.finish() else { return }
         try await hooks.finish(
             Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText, form: .problem
         ) { try await uploads.delete(id: upload.id) }
-    }
-
-    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
-    /// (a creation without a body) or the upload is complete (`post-finish` says so).
-    func progressed(_ upload: any OffsetUpload, to offset: Int) {
-        guard offset > 0, offset < upload.length else { return }
-        hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
     }
     static let creationPath = "resumable"
     static let resourcePath = "resumable-uploads"
@@ -126,7 +120,10 @@ struct IETFRoutes: OffsetUploadRoutes {
         // runs). So an append still receiving its body (a client that died mid-body, say, whose
         // connection says nothing more) is cut, as the draft lets a server end such a transfer,
         // and settles what arrived first: the answer waits for the storage, never for a client.
-        guard let upload = try await upload(id), let offset = try await upload.takingOver(receiving: nil, { await upload.currentOffset })
+        // An upload whose every byte is in is finished first: no answer says complete before the
+        // file is.
+        guard let upload = try await upload(id),
+            let offset = try await upload.takingOver(receiving: nil, { try await settledOffset(of: upload, inTurn: true) })
         else {
             return Response(status: .notFound, headers: headers)
         }
@@ -247,7 +244,7 @@ struct IETFRoutes: OffsetUploadRoutes {
         // An append is a resumption too: it takes over from a request still receiving its body.
         let inFlight = BodyInFlight(arrivingOn: context.channel)
         return try await upload.takingOver(receiving: inFlight) {
-            guard let current = await upload.currentOffset else { throw Self.unknownUpload }
+            guard let current = try await settledOffset(of: upload, inTurn: true) else { throw Self.unknownUpload }
             if current == length, requested == length, complete, (declared ?? 0) == 0 {
                 // The client lost the final answer and asks again: the same answer.
                 return answer(upload: upload, offset: current, location: location, creation: false)
@@ -310,7 +307,7 @@ struct IETFRoutes: OffsetUploadRoutes {
     private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
             try await upload(id), request: request, context: context, unknown: Self.unknownUpload,
-            refusal: { Refusal.problem($0, $1, headers: $2) })
+            refusal: { Refusal.problem($0, $1, headers: $2) }, finish: finishUpload)
     }
 
     // MARK: Helpers

@@ -40,19 +40,12 @@ struct TusRoutes: OffsetUploadRoutes {
     /// which reports the file once. When the application refuses it (`pre-finish`), the upload
     /// is terminated and the refusal thrown: the request that completed it answers it.
     func finishUpload(_ upload: any OffsetUpload) async throws {
-        try await upload.finish()
-        if upload.info.role != .partial {
+        // Asked and reported once, by the call that completed the upload (finish says so).
+        if try await upload.finish(), upload.info.role != .partial {
             try await hooks.finish(
                 Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length, metadata: upload.info.metadataText, form: .error
             ) { try await uploads.delete(id: upload.id) }
         }
-    }
-
-    /// Bytes below `offset` are acknowledged: `post-receive` (paced), unless there are none yet
-    /// (a creation without a body) or the upload is complete (`post-finish` says so).
-    func progressed(_ upload: any OffsetUpload, to offset: Int) {
-        guard offset > 0, offset < upload.length else { return }
-        hooks.received(Self.protocolName, id: upload.id, path: upload.path.text, size: upload.length) { offset }
     }
 
     /// Counts the creation of an upload, partial uploads aside (see `finishUpload`).
@@ -111,8 +104,9 @@ struct TusRoutes: OffsetUploadRoutes {
         var headers: HTTPFields = [.cacheControl: "no-store"]
         // The acknowledged offset, out of turn: a PATCH in flight (or stalled) is not waited for.
         // A client that resumes from it takes over with its PATCH, which then finds the offset
-        // the cut request settled on (409 when it moved, as tusd answers).
-        guard let upload = try await tusUpload(id), let offset = await upload.currentOffset else {
+        // the cut request settled on (409 when it moved, as tusd answers). An upload whose every
+        // byte is in is finished first (settledOffset): no answer says complete before the file is.
+        guard let upload = try await tusUpload(id), let offset = try await settledOffset(of: upload) else {
             return Response(status: .notFound, headers: headers)
         }
         // A final upload reports an offset only once its concatenation is done (always, unless
@@ -146,7 +140,7 @@ struct TusRoutes: OffsetUploadRoutes {
         // body (one whose client gave up on it), instead of waiting for that body to end.
         let inFlight = BodyInFlight(arrivingOn: context.channel)
         return try await upload.takingOver(receiving: inFlight) {
-            guard let current = await upload.currentOffset else { throw Refusal.unknownUpload }
+            guard let current = try await settledOffset(of: upload, inTurn: true) else { throw Refusal.unknownUpload }
             guard requested == current else {
                 throw Refusal.error(
                     .conflict, "Upload-Offset \(requested) is not the upload's offset \(current)", headers: [.uploadOffset: String(current)])
@@ -292,7 +286,7 @@ struct TusRoutes: OffsetUploadRoutes {
         var partials: [any OffsetUpload] = []
         var total = 0
         for id in ids {
-            guard let partial = try await tusUpload(id), let offset = await partial.currentOffset else {
+            guard let partial = try await tusUpload(id), let offset = try await settledOffset(of: partial) else {
                 throw Refusal.error(.notFound, "partial upload \(id) is unknown")
             }
             guard partial.info.role == .partial else {
@@ -347,7 +341,7 @@ struct TusRoutes: OffsetUploadRoutes {
     private func download(id: String?, request: Request, context: some RequestContext) async throws -> Response {
         try await DownloadRoutes.serve(
             try await tusUpload(id), request: request, context: context, unknown: Refusal.unknownUpload,
-            refusal: { Refusal.error($0, $1, headers: $2) })
+            refusal: { Refusal.error($0, $1, headers: $2) }, finish: finishUpload)
     }
 
     /// `X-HTTP-Method-Override`, for clients that cannot send PATCH or DELETE.

@@ -186,11 +186,14 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     /// Partial uploads are left as they are (the spec has servers not process them until they are
     /// concatenated): their data stays in place, where concatenation and GET read it. That spares
     /// each chunk of a parallel upload a hash and a publication's syncs.
-    func finish() async throws {
+    @discardableResult
+    func finish() async throws -> Bool {
         guard !terminated else { throw UploadError.deleted }
         guard offset == length else { throw UploadError.corrupt("finish called at offset \(offset) of \(length)") }
-        guard info.role != .partial else { return }
+        guard info.role != .partial else { return false }
+        let wasComplete = try await upload.completionRecord() != nil
         _ = try await upload.completeWritten(crc32c: crc)
+        return !wasComplete
     }
 
     nonisolated var path: RelativePath { upload.layout.path }

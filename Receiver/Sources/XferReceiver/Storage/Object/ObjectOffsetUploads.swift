@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import NIOCore
+import Synchronization
 import XferPrimitives
 import XferS3
 
@@ -39,7 +40,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
             state.info = info
         }
         let upload = ObjectOffsetUpload(storage: storage, meta: created.meta, info: info)
-        upload.version.latest = created.version.latest
+        if let latest = created.version.latest { upload.version.advance(to: latest) }
         uploads.insert(upload, for: created.id)
         return upload
     }
@@ -98,7 +99,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
                 // longer way leaves it, for a client that learned its URL.
                 var empty = ObjectUploadState(meta: meta, created: state.created)
                 empty.info = info
-                if let made = try? await storage.createState(id, empty) { upload.version.latest = (empty, made) }
+                if let made = try? await storage.createState(id, &empty) { upload.version.advance(to: (empty, made)) }
                 switch checked.outcome.failure {
                 case .digestMismatch?: return .failed(.checksumMismatch)
                 case .tooLarge(let limit)?: return .failed(.tooLarge(limit: limit))
@@ -106,7 +107,8 @@ actor ObjectOffsetUploads: OffsetUploadStore {
                 case nil: throw OffsetCreationFailure(upload: upload, error: error)
                 }
             }
-            upload.version.latest = (state, ObjectStorage.noStateObject)
+            upload.version.advance(to: (state, ObjectStorage.noStateObject))
+            upload.completedByItsWrite()
             return .stored(offset: length)
         }
         return (upload, result)
@@ -128,7 +130,7 @@ actor ObjectOffsetUploads: OffsetUploadStore {
                 return nil
             }
             let upload = ObjectOffsetUpload(storage: storage, meta: read.0.meta, info: info)
-            upload.version.latest = read
+            upload.version.advance(to: read)
             return upload
         }
     }
@@ -156,6 +158,9 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     /// The last sight of the state a request here read or wrote: where the next change starts.
     nonisolated let version = StateVersion()
     var turns = KeyedTurns<WholeUpload>()
+    /// Set when a write of this handle completed the upload by itself (a whole upload in one
+    /// append, or in its creation): the `finish` that follows is then the call that completed it.
+    private nonisolated let completedUnreported = Atomic<Bool>(false)
 
     init(storage: ObjectStorage, meta: UploadMeta, info: OffsetUploadInfo) {
         self.storage = storage
@@ -166,6 +171,11 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
 
     nonisolated var id: String { meta.uploadId }
     nonisolated var length: Int { meta.size }
+    /// See `completedUnreported`.
+    fileprivate nonisolated func completedByItsWrite() {
+        completedUnreported.store(true, ordering: .relaxed)
+    }
+
     /// A partial upload (tus's `Upload-Concat: partial`) is completed into an object of its own
     /// among the staged ones, which a concatenation copies from: only files live under `files/`.
     private nonisolated var fileKey: String {
@@ -176,7 +186,7 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     var currentOffset: Int? {
         get async {
             guard let read = (try? await storage.readState(id)) ?? nil else { return nil }
-            version.latest = read
+            version.advance(to: read)
             return read.0.offset
         }
     }
@@ -206,26 +216,37 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         }
         guard let claim = claimed.claim else { preconditionFailure("a claimed state holds its claim") }
 
-        let renewal = Task { [storage, id] in
-            // A third of the lifetime: two renewals may fail before the claim lapses.
-            while !Task.isCancelled {
-                try await Task.sleep(for: storage.claimLifetime / 3)
-                try await storage.updateState(id, from: version) { state in
-                    guard state.claim?.by == nonce else { return false }
-                    state.claim?.until = Date() + storage.claimLifetime.seconds
-                    return true
-                }
-            }
+        // Until when the claim holds as this append last confirmed it (taking it, then each renewal).
+        let confirmed = ConfirmedClaim(until: claim.until)
+        let renewal = Task { [storage, id, version] in
+            await Self.renew(nonce, of: id, in: storage, from: version, confirming: confirmed)
         }
         defer { renewal.cancel() }
 
         let statistics = storage.statistics
+        let lifetime = storage.claimLifetime
         let checked = CheckedBody(
             UncheckedSendableBody(body), limit: count, exactLength: true, check: check,
+            // The body's last byte goes to the store (which then applies the part or object)
+            // only while the claim is confirmed for a third of its lifetime more: a sender whose
+            // renewals failed that long may have lost it, and the next claimant may already
+            // have sent this part's number (`ObjectUploadState.nextPartNumber`), which a late
+            // part must not replace. The body then ends short: the store keeps nothing.
+            trailer: {
+                guard confirmed.until > Date() + lifetime.seconds / 3 else { throw ClaimNotConfirmed() }
+            },
             counted: { statistics.received($0) })
         let requests = storage.client.requests
-        let tail = claim.part == nil ? [] : claimed.stagedTail
-        let tailLength = tail.reduce(0) { $0 + $1.length }
+        // What this append's object holds before its own bytes: the whole staged tail when it is a
+        // part; past the cap on staged pieces, the tail's last pieces (each byte of them is then
+        // stored again, and the tail keeps few pieces); else nothing. Read back from the store as
+        // they are sent (`ConcatenatedObjects`), so nothing is held.
+        let tail = claimed.stagedTail
+        let folded = claim.part == nil ? Array(tail.suffix(Self.piecesToFold(appending: count, to: tail))) : tail
+        let foldedLength = folded.reduce(0) { $0 + $1.length }
+        let foldedCRC = folded.reduce(UInt32(0)) { CRC32C.combine($0, $1.crc, lengthOfSecond: Int64($1.length)) }
+        let foldedKeys = folded.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
+        let contents = Chained(first: storage.concatenation(of: foldedKeys), second: checked)
         let piece: ObjectUploadState.Piece
         // The whole upload in one append (a small file created with its body, typically): one
         // object at the file's key, no multipart upload, and the record completes it.
@@ -237,19 +258,20 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
                 piece = .init(at: 0, length: count, etag: etag.unquoted, crc: checked.outcome.crc32c)
             } else if let part = claim.part {
                 let uploadID = try await storage.multipartUploadID(of: id, key: fileKey, version: version)
-                let keys = tail.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
                 let etag = try await storage.client.perform(
-                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: part, length: Int64(tailLength + count)),
-                    streaming: Chained(first: storage.concatenation(of: keys), second: checked), length: tailLength + count)
-                let tailCRC = tail.reduce(UInt32(0)) { CRC32C.combine($0, $1.crc, lengthOfSecond: Int64($1.length)) }
+                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: part, length: Int64(foldedLength + count)),
+                    streaming: contents, length: foldedLength + count)
                 piece = .init(
-                    at: start - tailLength, length: tailLength + count, part: part, etag: etag.unquoted,
-                    crc: CRC32C.combine(tailCRC, checked.outcome.crc32c, lengthOfSecond: Int64(count)))
+                    at: start - foldedLength, length: foldedLength + count, part: part, etag: etag.unquoted,
+                    crc: CRC32C.combine(foldedCRC, checked.outcome.crc32c, lengthOfSecond: Int64(count)))
             } else {
-                let name = "o\(start)-\(nonce.prefix(8))"
+                let name = "o\(start - foldedLength)-\(nonce.prefix(8))"
                 let etag = try await storage.client.perform(
-                    requests.putObjectStreamed(key: storage.layout.staged(id, name), length: Int64(count)), streaming: checked, length: count)
-                piece = .init(at: start, length: count, staged: name, etag: etag.unquoted, crc: checked.outcome.crc32c)
+                    requests.putObjectStreamed(key: storage.layout.staged(id, name), length: Int64(foldedLength + count)),
+                    streaming: contents, length: foldedLength + count)
+                piece = .init(
+                    at: start - foldedLength, length: foldedLength + count, staged: name, etag: etag.unquoted,
+                    crc: CRC32C.combine(foldedCRC, checked.outcome.crc32c, lengthOfSecond: Int64(count)))
             }
         } catch {
             await release(nonce)
@@ -262,14 +284,20 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             }
         }
 
-        // Record it, if the claim is still ours.
+        // Record it, if the claim is still ours. Each evaluation decides from the version it is
+        // given alone (the flags are set anew each time): a cached sight may be stale.
         var lost = false
         let recorded = try await storage.updateState(id, from: version) { state in
+            lost = false
+            if state.pieces.contains(piece) {
+                // This very record, applied by a write whose answer was lost (and changed since).
+                return false
+            }
             guard state.claim?.by == nonce, state.offset == start else {
                 lost = true
                 return false
             }
-            if piece.part != nil { state.pieces.removeAll { $0.staged != nil } }
+            state.pieces.removeAll { folded.contains($0) }
             state.pieces.append(piece)
             state.crc = state.crc.map { CRC32C.combine($0, checked.outcome.crc32c, lengthOfSecond: Int64(count)) }
             state.offset = start + count
@@ -277,15 +305,73 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             if whole { state.completion = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex)) }
             return true
         }
+        if whole, !lost, recorded.completion != nil { completedByItsWrite() }
         if lost {
-            // Our claim lapsed and another append took the upload: these bytes count for nothing.
+            // Our claim lapsed and another append took the upload: these bytes count for nothing,
+            // and the state names none of them (checked above), so they go.
             if let name = piece.staged { _ = try? await storage.client.perform({ requests.deleteObject(key: self.storage.layout.staged(self.id, name)) }) }
             return .failed(.offsetMoved(offset: recorded.offset))
         }
-        for staged in tail {
+        // The folded pieces are in this append's object now. (Should this process die first, the
+        // completion deletes what is left under staging.)
+        for staged in folded {
             if let name = staged.staged { _ = try? await storage.client.perform({ requests.deleteObject(key: self.storage.layout.staged(self.id, name)) }) }
         }
         return .stored(offset: recorded.offset)
+    }
+
+    /// How many of the staged tail's last pieces an append of `count` bytes staged after it takes
+    /// into its own object: none while the tail is below `ObjectUploadState.maximumStagedPieces`;
+    /// past it, the last piece and those before it no larger than what is taken so far. The
+    /// pieces taken are the small ones at the tail's end, so the tail keeps pieces that grow
+    /// towards its start, like a binary counter's: under a stream of tiny appends a byte is
+    /// stored again about log2(the tail's size / the append's) times. Appends of the usual sizes
+    /// (reaching the 5 MiB part in fewer appends than the cap) are never folded.
+    static func piecesToFold(appending count: Int, to tail: [ObjectUploadState.Piece]) -> Int {
+        guard tail.count >= ObjectUploadState.maximumStagedPieces else { return 0 }
+        var taken = 0
+        var merged = count
+        repeat {
+            merged += tail[tail.count - 1 - taken].length
+            taken += 1
+        } while taken < tail.count && tail[tail.count - 1 - taken].length <= merged
+        return taken
+    }
+
+    /// Keeps an append's claim alive while its body streams: renewed every third of the claim's
+    /// lifetime, and after a failed renewal sooner (two more may fail before it lapses). Only a
+    /// definite loss ends it: the claim no longer this append's, or the upload gone.
+    private static func renew(_ nonce: String, of id: String, in storage: ObjectStorage, from version: StateVersion, confirming confirmed: ConfirmedClaim) async {
+        let lifetime = storage.claimLifetime
+        var pause = lifetime / 3
+        while !Task.isCancelled {
+            do {
+                try await Task.sleep(for: pause)
+            } catch {
+                return
+            }
+            do {
+                var ours = true
+                let renewed = try await storage.updateState(id, from: version) { state in
+                    ours = state.claim?.by == nonce
+                    guard ours else { return false }
+                    state.claim?.until = Date() + lifetime.seconds
+                    return true
+                }
+                guard ours, let until = renewed.claim?.until else {
+                    confirmed.lost()
+                    return
+                }
+                confirmed.until = until
+                pause = lifetime / 3
+            } catch UploadError.deleted {
+                confirmed.lost()
+                return
+            } catch {
+                storage.logger.debug("An append's claim renewal failed; retrying", metadata: ["upload": "\(id)", "reason": "\(error)"])
+                pause = lifetime / 12
+            }
+        }
     }
 
     /// The most one `PutObject` stores (S3's 5 GiB).
@@ -301,25 +387,35 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     private nonisolated func claim(at start: Int, count: Int, nonce: String) async throws -> ClaimOutcome {
         var wait = Duration.milliseconds(20)
         while true {
+            // Set by the evaluation of the version the decision was taken on, and by no other:
+            // `updateState` may evaluate the change several times (a stale sight, a lost race).
             var moved: Int?
-            var busyUntil: Date?
-            let state = try await storage.updateState(id, from: version) { state in
-                if state.completion != nil || state.offset != start {
-                    moved = state.offset
-                    return false
+            let state: ObjectUploadState
+            do {
+                state = try await storage.updateState(id, from: version) { state in
+                    moved = nil
+                    // Ours already: a write of this claim whose answer was lost.
+                    if state.claim?.by == nonce { return false }
+                    if state.completion != nil || state.offset != start {
+                        moved = state.offset
+                        return false
+                    }
+                    if let claim = state.claim, claim.until > Date() { return false }
+                    let tail = state.stagedTail.reduce(0) { $0 + $1.length }
+                    let asPart = tail + count >= minimumPartSize || start + count == state.meta.size
+                    state.claim = .init(
+                        at: start, part: asPart ? state.nextPartNumber : nil, until: Date() + storage.claimLifetime.seconds, by: nonce)
+                    return true
                 }
-                if let claim = state.claim, claim.until > Date() {
-                    busyUntil = claim.until
-                    return false
-                }
-                let tail = state.stagedTail.reduce(0) { $0 + $1.length }
-                let asPart = tail + count >= minimumPartSize || start + count == state.meta.size
-                state.claim = .init(at: start, part: asPart ? state.nextPart : nil, until: Date() + storage.claimLifetime.seconds, by: nonce)
-                if asPart { state.nextPart += 1 }
-                return true
+            } catch {
+                // The claim may be in the store all the same (written, its answer lost for good):
+                // given up, so that the next append need not wait it out.
+                await release(nonce)
+                throw error
             }
+            if state.claim?.by == nonce { return .claimed(state) }
             if let moved { return .moved(moved) }
-            if busyUntil == nil { return .claimed(state) }
+            // Another append's live claim: wait for it to end or lapse.
             try await Task.sleep(for: wait)
             wait = min(wait * 2, .milliseconds(500))
         }
@@ -371,7 +467,6 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
         let recorded = pieces
         try await storage.updateState(id, from: version) { state in
             state.pieces = recorded
-            state.nextPart = number
             state.offset = state.meta.size
             state.crc = crc
             return true
@@ -379,24 +474,43 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
     }
 
     /// Completes the multipart upload into the file's object once the offset reached the length
-    /// (partials too: a concatenation reads them as objects). Idempotent.
-    nonisolated func finish() async throws {
+    /// (partials too: a concatenation reads them as objects), then records the completion. True
+    /// when this call's record is the one that completed the upload (of any number of calls on any
+    /// instances, exactly one); false when it was complete already. Repeatable: a completion that
+    /// failed, or that a crash cut short, is finished by the next call.
+    @discardableResult
+    nonisolated func finish() async throws -> Bool {
         // The state the write that reached the length left (or a fresh read): a completion already
         // done elsewhere is found by the store (the multipart upload unknown, the object there).
         var seen = version.latest
-        if seen == nil { seen = try await storage.readState(id) }
+        if seen == nil {
+            seen = try await storage.readState(id)
+            if let seen { version.advance(to: seen) }
+        }
         guard let (state, _) = seen else { throw UploadError.deleted }
-        guard state.completion == nil else { return }
+        // Complete already: by this handle's own last write (then this call reports it), or before.
+        guard state.completion == nil else { return completedUnreported.exchange(false, ordering: .relaxed) }
         guard state.offset == length else { throw UploadError.corrupt("finish called at offset \(state.offset) of \(length)") }
         let client = storage.client
         let requests = client.requests
         let key = fileKey
+        // Every byte is in parts now (the append that reached the length made the last one, its
+        // staged tail with it): what is left under staging is what appends that died, lost their
+        // claim or were cut after their record left behind. It goes before the completion is
+        // recorded, so that no crash leaves it behind a completed upload.
+        try await storage.deleteAll(under: storage.layout.stagingPrefix(id)) { key in
+            key != self.storage.layout.staged(self.id, ObjectLayout.completedPartial)
+        }
         if let uploadID = state.multipartUploadID {
             let parts = state.pieces.compactMap { piece in piece.part.map { S3CompletedPart(number: $0, etag: S3ETag(piece.etag)) } }
             switch try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
             case .completed: break
             case .uploadUnknown:
+                // Completed by an earlier attempt (here or elsewhere) whose record is missing, or
+                // aborted by a deletion: the object tells.
                 guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
+                    guard let current = try await storage.readState(id) else { throw UploadError.deleted }
+                    if current.0.completion != nil { return false }
                     throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
                 }
             }
@@ -406,12 +520,12 @@ actor ObjectOffsetUpload: OffsetUpload, TakesTurns {
             _ = try await client.perform({ requests.putObject(key: key, bytes: []) })
         }
         let record = CompletionRecord(sha256: nil, size: length, crc32c: state.crc.map(CRC32.hex))
-        try await storage.updateState(id, from: version) { state in
+        return try await storage.changeState(id, from: version) { state in
             guard state.completion == nil else { return false }
             state.completion = record
             state.multipartUploadID = nil
             return true
-        }
+        }.wrote
     }
 
     nonisolated func finishedBody(range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
@@ -424,5 +538,30 @@ extension Duration {
     var seconds: TimeInterval {
         let (seconds, attoseconds) = components
         return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}
+
+/// Why an append's last byte was held back: its claim was not confirmed long enough.
+struct ClaimNotConfirmed: Error, CustomStringConvertible {
+    var description: String { "the append's claim on its upload may have lapsed" }
+}
+
+/// Until when an append's claim holds, as its sender last confirmed it in the store: shared by
+/// the append and its renewals.
+final class ConfirmedClaim: Sendable {
+    private let time: Mutex<Date>
+
+    init(until: Date) {
+        time = Mutex(until)
+    }
+
+    var until: Date {
+        get { time.withLock { $0 } }
+        set { time.withLock { $0 = newValue } }
+    }
+
+    /// The claim is no longer this sender's.
+    func lost() {
+        until = .distantPast
     }
 }

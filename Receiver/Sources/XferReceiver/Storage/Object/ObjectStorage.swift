@@ -70,10 +70,19 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             } catch {
                 throw UploadError.corrupt("the state of \(id) does not decode")
             }
-            if state.completion == nil, isExpired(lastChanged: content.metadata.lastModified),
+            if state.deletion != nil {
+                // A deletion began and has not ended (its deleter is at work, or died): nothing may
+                // change the upload any more, and whoever meets it finishes the deletion.
+                try await removeObjects(of: id, state)
+                return nil
+            }
+            if state.completion == nil, !state.isDueForCompletion, isExpired(lastChanged: content.metadata.lastModified),
                 try await isExpired(chunksOf: id, recordedApart: state.meta.chunkCount > 1 && state.info == nil)
             {
-                _ = try await delete(id: id, state: state)
+                // Dropped only if the state is still the version read: a claim, a renewal or a
+                // record since made it live again, and it stays (read anew: fresh, so not expired).
+                guard try await tombstone(id, (state, etag), onlyIfUnchanged: true) else { return try await readState(id) }
+                try await removeObjects(of: id, state)
                 return nil
             }
             return (state, etag)
@@ -110,21 +119,40 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     }
 
     /// Creates `state` under `id` only if no upload has that id: its version, nil when one has.
-    func createState(_ id: String, _ state: ObjectUploadState) async throws -> S3ETag? {
-        let bytes = Array(try JSONEncoder.objectState.encode(state))
+    /// (`state` gets the write's nonce: a creation whose answer was lost is recognised as this
+    /// one's, not taken for another upload's.)
+    func createState(_ id: String, _ state: inout ObjectUploadState) async throws -> S3ETag? {
+        try await write(&state, of: id, condition: .onlyIfAbsent)
+    }
+
+    /// Writes `state` as upload `id`'s on `condition`, marked with a nonce of its own (`writer`)
+    /// and the next revision: the new version, or nil when the condition failed — unless the
+    /// version the store holds now is this very write, applied by an attempt whose answer was
+    /// lost (then its version). One read more, only after a refusal.
+    private func write(_ state: inout ObjectUploadState, of id: String, condition: S3WriteCondition) async throws -> S3ETag? {
         let key = layout.state(id)
-        switch try await client.perform(
-            { client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent, contentType: "application/json") })
-        {
-        case .stored(let etag): return etag
-        case .preconditionFailed: return nil
+        let nonce = Self.writeNonce()
+        state.writer = nonce
+        let bytes = Array(try JSONEncoder.objectState.encode(state))
+        switch try await client.perform({ client.requests.putObject(key: key, bytes: bytes, condition: condition, contentType: "application/json") }) {
+        case .stored(let etag):
+            return etag
+        case .preconditionFailed:
+            guard case .found(let content) = try await client.perform({ client.requests.getObject(key: key) }),
+                let etag = content.metadata.etag,
+                let current = try? JSONDecoder.objectState.decode(ObjectUploadState.self, from: Data(content.body)), current.writer == nonce
+            else { return nil }
+            return etag
         }
     }
+
+    /// A write's nonce: unique enough that two writes of one upload never share it.
+    private static func writeNonce() -> String { String(UploadID.generate().prefix(16)) }
 
     /// Applies `change` to the upload's current state and stores the result only if nobody changed
     /// it meanwhile; on a lost race, reads again and applies `change` anew. `change` returns false
     /// to store nothing. Returns the state as stored (or as found). Throws `UploadError.deleted`
-    /// when the upload is gone.
+    /// when the upload is gone or being deleted.
     ///
     /// `version`, a handle's last sight of the state, saves the first read: a write from it is
     /// still conditional on it being current, and a decision to write nothing is only taken on a
@@ -133,8 +161,23 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     func updateState(
         _ id: String, from version: StateVersion? = nil, _ change: (inout ObjectUploadState) throws -> Bool
     ) async throws -> ObjectUploadState {
+        try await changeState(id, from: version, change).state
+    }
+
+    /// `updateState`, telling also whether this call's write is the one that made the state: of
+    /// any number of callers racing to change one thing (to record a completion, say), exactly one
+    /// hears true — also when the store applied its write and the answer was lost.
+    ///
+    /// `change` is evaluated anew on every version it meets, and must decide from that version
+    /// alone (flags it sets are reset at each evaluation by the caller's closure).
+    func changeState(
+        _ id: String, from version: StateVersion? = nil, _ change: (inout ObjectUploadState) throws -> Bool
+    ) async throws -> (state: ObjectUploadState, wrote: Bool) {
         let key = layout.state(id)
         var known = version?.latest
+        // The nonce of a write the store refused (412) after retrying it: the first attempt may
+        // have been applied, and the next read tells.
+        var unconfirmed: String?
         while true {
             let fresh = known == nil
             let current: (ObjectUploadState, S3ETag)
@@ -145,25 +188,54 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
                 guard let read = try await readState(id) else { throw UploadError.deleted }
                 current = read
             }
+            if let nonce = unconfirmed, current.0.writer == nonce {
+                version?.advance(to: current)
+                return (current.0, true)
+            }
+            unconfirmed = nil
+            guard current.0.deletion == nil else { throw UploadError.deleted }
             var (state, etag) = current
             guard try change(&state) else {
                 if fresh {
-                    version?.latest = current
-                    return state
+                    version?.advance(to: current)
+                    return (state, false)
                 }
                 continue
             }
+            let nonce = Self.writeNonce()
+            state.revision = (current.0.revision ?? 0) + 1
+            state.writer = nonce
             let bytes = Array(try JSONEncoder.objectState.encode(state))
             let condition: S3WriteCondition = etag == Self.noStateObject ? .onlyIfAbsent : .onlyIfCurrent(etag)
             switch try await client.perform(
                 { client.requests.putObject(key: key, bytes: bytes, condition: condition, contentType: "application/json") })
             {
             case .stored(let newETag):
-                version?.latest = (state, newETag)
-                return state
+                version?.advance(to: (state, newETag))
+                return (state, true)
             case .preconditionFailed:
-                continue
+                unconfirmed = nonce
             }
+        }
+    }
+
+    /// Marks the upload deleted (`ObjectUploadState.deletion`) by compare-and-swap on the version
+    /// `read`: true once marked (by this call); false when another version is current — with
+    /// `onlyIfUnchanged` (an expiry), whatever changed; else only when someone else marked it.
+    private func tombstone(_ id: String, _ read: (ObjectUploadState, S3ETag), onlyIfUnchanged: Bool) async throws -> Bool {
+        var marked = read.0
+        marked.deletion = Date()
+        marked.revision = (read.0.revision ?? 0) + 1
+        let condition: S3WriteCondition = read.1 == Self.noStateObject ? .onlyIfAbsent : .onlyIfCurrent(read.1)
+        if try await write(&marked, of: id, condition: condition) != nil { return true }
+        if onlyIfUnchanged { return false }
+        do {
+            return try await changeState(id) { state in
+                state.deletion = Date()
+                return true
+            }.wrote
+        } catch UploadError.deleted {
+            return false
         }
     }
 
@@ -212,7 +284,7 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
             let id = UploadID.generate()
             var state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
             extra(&state)
-            if let etag = try await createState(id, state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
+            if let etag = try await createState(id, &state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
         }
     }
 
@@ -238,19 +310,24 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         precondition(UploadID.isValid(id), "upload ids name objects")
         while true {
             if let existing = try await chunkedUpload(id: id) { return existing }
-            let state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
-            if let etag = try await createState(id, state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
+            var state = ObjectUploadState(meta: Self.meta(id: id, upload), created: Date())
+            if let etag = try await createState(id, &state) { return try await prepared(ObjectChunkedUpload(storage: self, meta: state.meta, seen: (state, etag))) }
         }
     }
 
-    /// Aborts the multipart upload, removes staged pieces and the file, then the state: the state
-    /// goes last, so that a crash part way leaves an upload a repeated delete finishes.
+    /// Marks the upload deleted (its tombstone, so that no append on any instance records anything
+    /// more), then aborts its multipart upload, removes staged pieces and the file, then the state:
+    /// the state goes last, so that a crash part way leaves a tombstone whoever meets it finishes.
     func delete(id: String) async throws -> Bool {
-        guard let (state, _) = try await readState(id) else { return false }
-        return try await delete(id: id, state: state)
+        guard let read = try await readState(id) else { return false }
+        guard try await tombstone(id, read, onlyIfUnchanged: false) else { return false }
+        try await removeObjects(of: id, read.0)
+        return true
     }
 
-    private func delete(id: String, state: ObjectUploadState) async throws -> Bool {
+    /// Everything of an upload whose tombstone is written, the state last (unconditionally: a
+    /// tombstone is never replaced). Repeatable.
+    private func removeObjects(of id: String, _ state: ObjectUploadState) async throws {
         var fileKey = try fileKey(state)
         if state.info?.role == .partial { fileKey = layout.staged(id, ObjectLayout.completedPartial) }
         if let uploadID = state.multipartUploadID {
@@ -261,7 +338,6 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         try await deleteAll(under: layout.receivedPrefix(id))
         try await client.perform({ client.requests.deleteObject(key: fileKey) })
         try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
-        return true
     }
 
     func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
@@ -362,9 +438,12 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time:
     /// one sweep, which the receiver's upkeep runs every quarter of it (at most every minute, at
     /// least every second). Each receiver sweeps; a drop is the same whoever does it, and a
-    /// repeated one finds nothing.
+    /// repeated one finds nothing. An offset upload whose every byte is acknowledged is completed
+    /// instead (its completion failed and no request came back to finish it), and
+    /// `sweepFinished` hears of it if this sweep did it.
     func expire() async {
         guard expireAfter != nil else { return }
+        let finished = sweepFinished.withLock { $0 }
         var token: String?
         repeat {
             guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
@@ -373,11 +452,16 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
                 let name = object.key.dropFirst(layout.uploadsPrefix.count)
                 guard name.hasSuffix(".json") else { continue }
                 // Read again: the state decides (a completed upload stays; a fresh change wins).
-                _ = try? await readState(String(name.dropLast(".json".count)))
+                guard let read = try? await readState(String(name.dropLast(".json".count))), read.0.isDueForCompletion else { continue }
+                await finishDue(read, reporting: finished)
             }
             token = page.nextContinuationToken
         } while token != nil && !Task.isCancelled
     }
+
+    /// Who hears of an upload a sweep completed (the routes' hooks: `post-finish`), set once
+    /// the routes are built.
+    let sweepFinished = Mutex<@Sendable (FinishedUpload) async -> Void>({ _ in })
 
     /// `PREFIX/upload-urls.key`: made by the first receiver of the store (`If-None-Match: *`), read
     /// by every other, so an upload URL one handed out works through all.
@@ -406,6 +490,35 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     /// Offset uploads no request used for a while leave memory.
     func dropIdle() async {
         for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
+    }
+
+    /// An upload a sweep completed: what its `post-finish` says.
+    struct FinishedUpload: Sendable {
+        var protocolName: String
+        var id: String
+        var path: String
+        var size: Int
+        var metadata: [String: String]?
+    }
+
+    /// Completes an offset upload whose every byte is acknowledged, as a request would
+    /// (`ObjectOffsetUpload.finish`), and reports it when this call completed it (partial uploads
+    /// aside: their final upload is the file).
+    private func finishDue(_ read: (ObjectUploadState, S3ETag), reporting finished: @Sendable (FinishedUpload) async -> Void) async {
+        let (state, _) = read
+        guard let info = state.info else { return }
+        let upload = ObjectOffsetUpload(storage: self, meta: state.meta, info: info)
+        upload.version.advance(to: read)
+        do {
+            guard try await upload.finish(), info.role != .partial else { return }
+            await finished(
+                FinishedUpload(
+                    protocolName: state.meta.protocolName, id: state.meta.uploadId, path: upload.path.text, size: state.meta.size,
+                    metadata: info.metadataText))
+        } catch {
+            logger.warning("An upload whose bytes are all in could not be completed; the next sweep tries again",
+                           metadata: ["upload": "\(state.meta.uploadId)", "reason": "\(error)"])
+        }
     }
 
     // MARK: Capabilities
@@ -455,12 +568,25 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
 /// A handle's last sight of an upload's state and the version the store gave it: where a
 /// compare-and-swap starts, so that a request that just read or wrote the state does not read it
 /// again. A stale sight costs one refused write (412) and a read, never a wrong one.
+///
+/// It only moves forward (by `ObjectUploadState.revision`): requests of one instance read and
+/// write one upload's state at once (a `HEAD` while an append records), and a sight read before a
+/// write but arriving after it must not replace the newer one.
 final class StateVersion: Sendable {
     private let seen = Mutex<(ObjectUploadState, S3ETag)?>(nil)
 
-    var latest: (ObjectUploadState, S3ETag)? {
-        get { seen.withLock { $0 } }
-        set { seen.withLock { $0 = newValue } }
+    init(_ sight: (ObjectUploadState, S3ETag)? = nil) {
+        if let sight { advance(to: sight) }
+    }
+
+    var latest: (ObjectUploadState, S3ETag)? { seen.withLock { $0 } }
+
+    /// Keeps `sight` unless the sight kept is newer.
+    func advance(to sight: (ObjectUploadState, S3ETag)) {
+        seen.withLock { kept in
+            if let old = kept, old.0.created == sight.0.created, (old.0.revision ?? 0) > (sight.0.revision ?? 0) { return }
+            kept = sight
+        }
     }
 }
 
@@ -539,7 +665,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
         self.storage = storage
         self.meta = meta
         path = RelativePath.validated(meta.fileName) ?? RelativePath.validated("file")!
-        version.latest = seen
+        if let seen { version.advance(to: seen) }
     }
 
     var id: String { meta.uploadId }
@@ -612,6 +738,12 @@ final class ObjectChunkedUpload: ChunkedUpload {
                     length: range.count)
                 piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: name, etag: etag.unquoted, crc: 0)
             }
+        } catch let failure as S3Failure where failure.code == "NoSuchUpload" && checked.outcome.failure == nil {
+            // The multipart upload was completed (by a completion whose record its instance did not
+            // live to write): the chunk is the completed upload's already. Its completion is left
+            // to the client's request for it, which records it and reports it, once.
+            if case .found = try await storage.client.perform({ requests.headObject(key: fileKey) }) { throw UploadError.completed }
+            throw failure
         } catch {
             if let failure = checked.outcome.failure { throw failure }
             throw error
@@ -635,7 +767,7 @@ final class ObjectChunkedUpload: ChunkedUpload {
     private func state() async throws -> ObjectUploadState {
         if let seen = version.latest { return seen.0 }
         guard let read = try await storage.readState(id) else { throw UploadError.deleted }
-        version.latest = read
+        version.advance(to: read)
         return read.0
     }
 
@@ -651,7 +783,11 @@ final class ObjectChunkedUpload: ChunkedUpload {
 
     func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
         let state = try await state()
-        if let completion = state.completion { return .completed(completion) }
+        if let completion = state.completion {
+            // Completed by a request whose instance died before deleting what it left.
+            if state.leftovers == true { try await removeLeftovers() }
+            return .completed(completion)
+        }
         let records = recordsChunksApart ? try await storage.receivedRecords(id, meta: meta) : []
         let pieces = recordsChunksApart ? records.map(\.piece) : state.pieces
         // Runs: what this costs follows the chunks received, not the chunks declared.
@@ -676,14 +812,25 @@ final class ObjectChunkedUpload: ChunkedUpload {
         let stored = try await storage.updateState(id, from: version) { state in
             guard state.completion == nil else { return false }
             state.completion = record
+            if self.recordsChunksApart { state.leftovers = true }
             return true
         }
-        // The file holds the staged pieces now, and the state says it is complete.
-        if recordsChunksApart {
-            try? await storage.deleteAll(under: storage.layout.stagingPrefix(id))
-            try? await storage.deleteAll(under: storage.layout.receivedPrefix(id))
-        }
+        // The file holds the staged pieces now, and the state says it is complete: the chunk
+        // records and staged chunks go (a crash first leaves them to the next request's cleanup).
+        if stored.leftovers == true { try? await removeLeftovers() }
         return .completed(stored.completion ?? record)
+    }
+
+    /// Deletes what a completed upload of several chunks no longer needs, its staged chunks and
+    /// chunk records, then says so in its state (`ObjectUploadState.leftovers`).
+    private func removeLeftovers() async throws {
+        try await storage.deleteAll(under: storage.layout.stagingPrefix(id))
+        try await storage.deleteAll(under: storage.layout.receivedPrefix(id))
+        try await storage.updateState(id, from: version) { state in
+            guard state.leftovers == true else { return false }
+            state.leftovers = nil
+            return true
+        }
     }
 
     /// Makes the file's object from the pieces: nothing to do for a single chunk (already there);
@@ -700,42 +847,47 @@ final class ObjectChunkedUpload: ChunkedUpload {
         }
         if meta.chunkCount == 1 { return }
         let uploadID = try await storage.multipartUploadID(of: id, key: key, version: version)
-        var parts: [S3CompletedPart] = []
-        var group: [ObjectUploadState.Piece] = []
-        // Staged chunks (the only kind folded here) never share an upload with chunks sent as
-        // parts, so the folded parts are numbered from 1: a file of many small chunks still needs
-        // at most size / 5 MiB of S3's 10,000 part numbers.
-        var nextNumber = 1
-        func flush() async throws {
-            guard !group.isEmpty else { return }
-            let length = group.reduce(0) { $0 + $1.length }
-            let keys = group.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
-            let number = nextNumber
-            nextNumber += 1
-            let etag = try await client.perform(
-                requests.uploadPart(key: key, uploadID: uploadID, partNumber: number, length: Int64(length)),
-                streaming: storage.concatenation(of: keys), length: length)
-            parts.append(S3CompletedPart(number: number, etag: etag))
-            group = []
-        }
-        for piece in pieces.sorted(by: { $0.at < $1.at }) {
-            if let part = piece.part {
-                try await flush()
-                parts.append(S3CompletedPart(number: part, etag: S3ETag(piece.etag)))
-            } else {
-                group.append(piece)
-                if group.reduce(0, { $0 + $1.length }) >= minimumPartSize { try await flush() }
+        do {
+            var parts: [S3CompletedPart] = []
+            var group: [ObjectUploadState.Piece] = []
+            // Staged chunks (the only kind folded here) never share an upload with chunks sent as
+            // parts, so the folded parts are numbered from 1: a file of many small chunks still
+            // needs at most size / 5 MiB of S3's 10,000 part numbers.
+            var nextNumber = 1
+            func flush() async throws {
+                guard !group.isEmpty else { return }
+                let length = group.reduce(0) { $0 + $1.length }
+                let keys = group.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
+                let number = nextNumber
+                nextNumber += 1
+                let etag = try await client.perform(
+                    requests.uploadPart(key: key, uploadID: uploadID, partNumber: number, length: Int64(length)),
+                    streaming: storage.concatenation(of: keys), length: length)
+                parts.append(S3CompletedPart(number: number, etag: etag))
+                group = []
             }
-        }
-        try await flush()
-        switch try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
-        case .completed:
-            return
-        case .uploadUnknown:
-            // Completed by an earlier attempt whose answer was lost, or gone: the object tells.
-            guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
-                throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
+            for piece in pieces.sorted(by: { $0.at < $1.at }) {
+                if let part = piece.part {
+                    try await flush()
+                    parts.append(S3CompletedPart(number: part, etag: S3ETag(piece.etag)))
+                } else {
+                    group.append(piece)
+                    if group.reduce(0, { $0 + $1.length }) >= minimumPartSize { try await flush() }
+                }
             }
+            try await flush()
+            if case .completed = try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
+                return
+            }
+        } catch let failure as S3Failure where failure.code == "NoSuchUpload" {
+            // A part folded into an upload the store no longer knows: as a completion answered
+            // `NoSuchUpload` (`.uploadUnknown`), below.
+        }
+        // The store no longer knows the multipart upload: completed by an earlier attempt whose
+        // answer or record was lost (its instance died between the two, say), or gone. The
+        // object tells.
+        guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
+            throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
         }
     }
 }
@@ -799,5 +951,31 @@ struct ObjectMultipartSources: MultipartSourceStore {
         let key = key(sourceId)
         try await client.perform({ client.requests.deleteObject(key: key) })
         return true
+    }
+}
+
+// MARK: Settings that must hold together
+
+extension ObjectStoreLocation {
+    /// How many claim lifetimes `expireAfter` must be at least. A live append shows the store it
+    /// is alive only by renewing its claim (every third of a lifetime, more often after a failed
+    /// renewal): an expiry near the lifetime could drop an upload whose body is still streaming.
+    public static let expiryToClaimLifetimeRatio = 4
+
+    /// Settings that cannot hold together.
+    public struct Misconfiguration: Error, CustomStringConvertible, Sendable {
+        /// The least `expireAfter` the `claimLifetime` allows.
+        public let minimumExpiry: Duration
+        public var description: String {
+            "an object store's expiry must be at least \(ObjectStoreLocation.expiryToClaimLifetimeRatio) times its claim lifetime (here at least \(minimumExpiry)), so that no upload whose append is alive ever expires"
+        }
+    }
+
+    /// Throws when the settings cannot hold together: the expiry of uploads in this store (the
+    /// receiver's `expireAfter`, given) not well above the `claimLifetime`
+    /// (`expiryToClaimLifetimeRatio`).
+    public func validate(expireAfter: Duration?) throws(Misconfiguration) {
+        let minimum = claimLifetime * Self.expiryToClaimLifetimeRatio
+        if let expireAfter = expiry ?? expireAfter, expireAfter < minimum { throw Misconfiguration(minimumExpiry: minimum) }
     }
 }

@@ -54,9 +54,14 @@ struct ObjectUploadState: Codable, Sendable {
     /// The store's multipart upload receiving this upload's parts, once one was needed: recorded
     /// before the first part is sent to it, so that a crash never leaves parts nobody can find.
     var multipartUploadID: String?
-    /// The next part number to hand out. Never reused, even for a part whose sender died before
-    /// recording it: a number is unique to one body.
-    var nextPart = 1
+    /// The part number the next part of an offset upload gets: its place among the parts, so one
+    /// after the last recorded. A part whose sender died (or lost its claim) before recording it
+    /// is sent again by the next claimant under the same number, over it: Ceph's gateway (16)
+    /// refuses a completion that does not name every part the upload holds (`InvalidPart`,
+    /// checked), so no part may be left that no record names. (`ObjectOffsetUpload.write` holds
+    /// back a part's last byte unless its claim is sure to hold, so a sender that lost its claim
+    /// never lands a part over the next claimant's.)
+    var nextPartNumber: Int { (pieces.compactMap(\.part).max() ?? 0) + 1 }
     /// What holds the bytes, in byte order: a part or a staged object (offset uploads), or the
     /// single chunk of a chunked upload of one. (A chunked upload of several records its chunks
     /// apart, under `ObjectLayout.receivedPrefix`.)
@@ -74,6 +79,34 @@ struct ObjectUploadState: Codable, Sendable {
     var blocks: [UInt32] = []
 
     var completion: CompletionRecord?
+
+    /// How many writes made this version: every compare-and-swap writes one more than it read, so
+    /// of two sights of one upload's state the higher is the newer (`StateVersion` keeps that
+    /// one). Nil in a state no write has replaced since it was created: 0.
+    var revision: Int?
+    /// The nonce of the write that made this version. A write whose answer was lost, or was an
+    /// error after the store applied it, is retried and refused (412: the version it named is
+    /// gone — replaced by itself); reading the state again, the writer finds its own nonce and
+    /// knows it won, instead of taking its own write for another's.
+    var writer: String?
+    /// When the upload's deletion began (a client's, or its expiry): from then on no write may
+    /// change it, and whoever meets it finishes the deletion. A tombstone written by
+    /// compare-and-swap on the version the deleter read, because the store this was built on
+    /// cannot make a `DeleteObject` conditional (Ceph 16's gateway ignores `If-Match` there and
+    /// deletes whatever the key holds): an append that claimed the upload since makes the
+    /// tombstone's write fail, and the upload stays.
+    var deletion: Date?
+    /// A chunked upload's completion is recorded, and what it no longer needs (its staged chunks
+    /// and chunk records, needed until then to finish it again) may still be in the store: the
+    /// next request that meets the upload deletes them and clears this.
+    var leftovers: Bool?
+
+    /// An offset upload whose every byte is acknowledged but whose file is not made yet (its
+    /// completion failed, or its instance died first): whoever meets it completes it — it never
+    /// expires, and no answer reports it complete before the file exists.
+    var isDueForCompletion: Bool {
+        info != nil && completion == nil && deletion == nil && offset == meta.size
+    }
 
     struct Piece: Codable, Sendable, Equatable {
         /// Chunked uploads: the chunk (1-based) this is.
@@ -108,6 +141,12 @@ struct ObjectUploadState: Codable, Sendable {
     var stagedTail: [Piece] {
         Array(pieces.reversed().prefix { $0.staged != nil }.reversed())
     }
+
+    /// The most staged pieces an offset upload's tail holds: past it, an append is staged together
+    /// with the tail's last pieces (`ObjectOffsetUpload.piecesToFold`), so the state — rewritten
+    /// whole by every append — stays small however small the appends (beside the parts, which
+    /// S3 caps at 10,000 and which are at least 5 MiB each).
+    static let maximumStagedPieces = 32
 }
 
 /// How large a part must be, but for the last: S3's 5 MiB (Ceph's gateway enforces it at
