@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import XCTest
 import XferTestSupport
@@ -374,4 +375,15 @@ func freeTCPPort() throws -> Int {
 /// 32): what names the upload's files and its download link.
 func storedID(_ handle: some StringProtocol) -> String {
     String(handle.prefix(32))
+}
+
+/// What a receiver names its key of upload handles, beside its uploads (`ROOT/upload-urls.key`,
+/// `PREFIX/upload-urls.key`): made once and kept, part of no upload.
+let uploadHandleKeyName = "upload-urls.key"
+
+/// The handle a receiver with `key` hands out for upload `id` (`UploadHandles`: the id, then the
+/// first 16 bytes of an HMAC-SHA256 of it), for a test that learned only the id (a download link).
+func uploadHandle(of id: String, key: Data) -> String {
+    let tag = HMAC<SHA256>.authenticationCode(for: Data(id.utf8), using: SymmetricKey(data: key))
+    return id + tag.prefix(16).map { String(format: "%02x", $0) }.joined()
 }

@@ -11,12 +11,9 @@ import Glibc
 import Darwin
 #endif
 
-/// The handle a receiver on `root` hands out for upload `id` (`UploadHandles`: the id, then the first
-/// 16 bytes of an HMAC-SHA256 of it under `root/upload-urls.key`), for uploads a test planted.
+/// The handle a receiver on `root` hands out for upload `id`, for uploads a test planted.
 private func handle(of id: String, root: String) throws -> String {
-    let key = try Data(contentsOf: URL(fileURLWithPath: root + "/upload-urls.key"))
-    let tag = HMAC<SHA256>.authenticationCode(for: Data(id.utf8), using: SymmetricKey(data: key))
-    return id + tag.prefix(16).map { String(format: "%02x", $0) }.joined()
+    uploadHandle(of: id, key: try Data(contentsOf: URL(fileURLWithPath: root + "/" + uploadHandleKeyName)))
 }
 
 /// Drives the reference receiver's `patch` protocol over real HTTP (curl), in-process.

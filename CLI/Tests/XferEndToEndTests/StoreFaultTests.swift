@@ -92,9 +92,9 @@ final class StoreFaultTests: CephBucketTestCase {
     }
 
     /// A receiver on `s3://BUCKET/prefix`, reaching the store through the proxy unless `direct`.
-    private func serve(prefix: String, direct: Bool = false, extra: [String] = []) throws -> ServeProcess {
+    private func serve(prefix: String, direct: Bool = false, port: Int = 0, extra: [String] = []) throws -> ServeProcess {
         try ServeProcess(
-            storage: ["--storage", "s3://\(bucket!)/\(prefix)", "--endpoint", direct ? ceph.url : proxy.url] + extra,
+            storage: ["--storage", "s3://\(bucket!)/\(prefix)", "--endpoint", direct ? ceph.url : proxy.url] + extra, port: port,
             environment: CephGateway.environment)
     }
 
@@ -106,7 +106,13 @@ final class StoreFaultTests: CephBucketTestCase {
         }
     }
 
+    /// The keys under `prefix`, but the receivers' key of upload handles (`uploadHandleKeyName`):
+    /// made once per prefix and kept, part of no upload.
     private func keys(under prefix: String) throws -> [String] {
+        try allKeys(under: prefix).filter { !$0.hasSuffix("/" + uploadHandleKeyName) }
+    }
+
+    private func allKeys(under prefix: String) throws -> [String] {
         var keys: [String] = []
         var token: String?
         repeat {
@@ -221,7 +227,7 @@ final class StoreFaultTests: CephBucketTestCase {
         let bytes = try Data(contentsOf: URL(fileURLWithPath: file))
         let created = try tus("POST", server.url + "/files/", headers: ["Upload-Length: \(length)"])
         let upload = try XCTUnwrap(created.headers["location"])
-        let id = try XCTUnwrap(upload.split(separator: "/").last.map(String.init))
+        let id = try XCTUnwrap(upload.split(separator: "/").last.map(storedID))
         XCTAssertEqual(try patch(upload, at: 0, bytes.prefix(3 << 20)).status, 204)
         try proxy.add(["method": "POST", "path": "\\?uploadId=", "action": "fail", "seconds": 4, "times": NSNull()])
         let last = try patch(upload, at: 3 << 20, bytes.suffix(from: 3 << 20))
@@ -296,7 +302,7 @@ final class StoreFaultTests: CephBucketTestCase {
         try makeTestFile(at: file, size: length, seed: 45)
         let bytes = try Data(contentsOf: URL(fileURLWithPath: file))
         let upload = try XCTUnwrap(try tus("POST", server.url + "/files/", headers: ["Upload-Length: \(length)"]).headers["location"])
-        let id = try XCTUnwrap(upload.split(separator: "/").last.map(String.init))
+        let id = try XCTUnwrap(upload.split(separator: "/").last.map(storedID))
         XCTAssertEqual(try patch(upload, at: 0, bytes.prefix(4096)).status, 204)
         try proxy.add(["method": "POST", "path": "\\?uploadId=", "action": "fail", "seconds": 1, "times": NSNull()])
         XCTAssertGreaterThanOrEqual(try patch(upload, at: 4096, bytes.suffix(from: 4096)).status, 500)
@@ -346,7 +352,7 @@ final class StoreFaultTests: CephBucketTestCase {
         try makeTestFile(at: file, size: length, seed: 49)
         let created = try appendTool(["create", server.url, String(length)])
         let upload = try XCTUnwrap(created.stdout.first, created.stderr)
-        let id = try XCTUnwrap(upload.split(separator: "/").last.map(String.init))
+        let id = try XCTUnwrap(upload.split(separator: "/").last.map(storedID))
         let most = try appendTool(["append", upload, file, String(piece), "--upto", String(length - piece)])
         XCTAssertEqual(most.status, 0, most.stderr)
         let state = try ceph.head(bucket: bucket, key: "tiny/uploads/\(id).json")
@@ -445,8 +451,12 @@ final class StoreFaultTests: CephBucketTestCase {
     private func killAtEveryStoreRequest(_ backend: String) throws {
         try XCTSkipIf(!FileManager.default.isExecutableFile(atPath: "/usr/sbin/haproxy"), "haproxy is not installed")
         let prefix = "kill-\(backend)"
-        // Claims lapse after 1 s: an append A died in is taken over soon.
-        let common = ["--claim-lifetime", "1"] + (backend == "patch" ? ["--patch-chunk-size", String(1 << 20)] : [])
+        // Claims lapse after 1 s: an append A died in is taken over soon. Both receivers' links
+        // name the balancer (--public-url), on one port for every run, as receivers behind one
+        // are told: a Location or download link naming A would die with it.
+        let balancerPort = try freeTCPPort()
+        let common = ["--claim-lifetime", "1", "--public-url", "http://127.0.0.1:\(balancerPort)"]
+            + (backend == "patch" ? ["--patch-chunk-size", String(1 << 20)] : [])
         let survivor = try serve(prefix: prefix, direct: true, extra: common)
         let file = work.file("file.bin")
         try makeTestFile(at: file, size: (6 << 20) + 123, seed: 51)
@@ -459,7 +469,8 @@ final class StoreFaultTests: CephBucketTestCase {
             let tag = k.map(String.init) ?? "clean"
             try proxy.reset()
             let first = try serve(prefix: prefix, extra: common)
-            let balancer = try HAProxy(backends: [first.port], backups: [survivor.port], directory: work.path)
+            let balancer = try HAProxy(backends: [first.port], backups: [survivor.port], port: balancerPort, directory: work.path)
+            try balancer.waitUntilServing()
             if let k { try proxy.stop(after: k) }
             let push = try ChildProcess(
                 executable: xferExecutable,
@@ -495,12 +506,22 @@ final class StoreFaultTests: CephBucketTestCase {
             // The upload goes (through B), and with it everything of it.
             let path = try XCTUnwrap(URL(string: url)?.path)
             let parts = path.split(separator: "/").map(String.init)
-            let id = parts[backend == "patch" ? 1 : parts.count - 1]
+            // tus and ietf report the upload's URL (its handle); patch the download link (the id),
+            // whose handle the receivers' key makes.
+            let id = backend == "patch" ? parts[1] : storedID(parts[parts.count - 1])
+            let handle: String
+            if backend == "patch" {
+                let key = work.file("handle-key-\(tag)")
+                _ = try ceph.download(bucket: bucket, key: prefix + "/" + uploadHandleKeyName, to: key)
+                handle = uploadHandle(of: id, key: try Data(contentsOf: URL(fileURLWithPath: key)))
+            } else {
+                handle = parts[parts.count - 1]
+            }
             let resource: String
             switch backend {
-            case "tus": resource = survivor.url + "/files/\(id)"
-            case "ietf": resource = survivor.url + "/resumable-uploads/\(id)"
-            default: resource = survivor.url + "/uploads/\(id)"
+            case "tus": resource = survivor.url + "/files/\(handle)"
+            case "ietf": resource = survivor.url + "/resumable-uploads/\(handle)"
+            default: resource = survivor.url + "/uploads/\(handle)"
             }
             // Completed, nothing of it is left but its file and state: no staged piece, no chunk
             // record, no multipart upload (a completion A died in was finished by B, leftovers too).
