@@ -71,9 +71,10 @@ RESUMED=$(json_field "$last" '["bytesResumed"]')
 SENT2=$(json_field "$last" '["bytesSent"]')
 echo "run 2:     resumed with $RESUMED bytes already on the server, sent $SENT2 more"
 
-# What the receiver actually received over both runs, partial bodies included.
-UPLOAD_ID=$(sed -n 's|.*/downloads/\([^/]*\)/.*|\1|p' <<<"$FILE_URL")
-RECEIVED=$(curl -fsS "$URL/uploads/$UPLOAD_ID" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("bytesReceived",""))')
+# What the receiver actually received over both runs, partial bodies included: its counter
+# of file bytes read (one upload on this receiver, so the upload's). A download link's id
+# opens nothing else of the upload, its status included.
+RECEIVED=$(curl -fsS "$URL/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("payloadBytesReceived",""))')
 
 LOCAL_SHA=$(sha256sum "$FILE" | cut -d' ' -f1)
 REMOTE_SHA=$(curl -fsS "$FILE_URL" | sha256sum | cut -d' ' -f1)
