@@ -20,7 +20,7 @@ final class SchedulerTests: XCTestCase {
     private func scheduler(
         files: Int, size: Int64 = 25, concurrency: Int = 2, started: Bool = true,
         order: ChunkOrder = .any, emptyFileHasOneChunk: Bool = false, doneBytes: Int64 = 0, dropsUploads: Bool = false,
-        smallRequestConcurrency: Int? = nil, completesFilesAndReconciles: Bool = false
+        smallRequestConcurrency: Int? = nil, completesFilesAndReconciles: Bool = false, pull: Bool = false
     ) -> Scheduler {
         var record = JobRecord(
             id: id, backend: "test", target: "http://127.0.0.1:1", createdAt: Date(), updatedAt: Date(),
@@ -38,7 +38,9 @@ final class SchedulerTests: XCTestCase {
             configuration: Scheduler.Configuration(
                 traits: traits, concurrency: concurrency, chunkSize: { _ in 10 }, chunkOrder: { _ in order },
                 dropsUploads: dropsUploads, smallRequestConcurrency: smallRequestConcurrency,
-                completesFilesAndReconciles: completesFilesAndReconciles))
+                completesFilesAndReconciles: completesFilesAndReconciles,
+                // A pull's terms, as `DownloadSteps.configuration` gives them.
+                isDownload: pull, startsJob: !pull, finishesJob: !pull, reconcilesFiles: !pull))
     }
 
     private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
@@ -99,6 +101,52 @@ final class SchedulerTests: XCTestCase {
     }
 
     // MARK: Tests
+
+    /// A pull's steps are opening a file, its ranges and finishing it: the
+    /// scheduler hands out no job-wide step, no reconciliation (a range was
+    /// durable before it was marked done) and no drop, and still ends; a
+    /// file in progress goes on from its missing ranges.
+    func testPullIsHandedOnlyItsOwnSteps() throws {
+        var s = scheduler(files: 2, started: false, doneBytes: 10, pull: true)
+        var held = 0
+        var open = fileRecord(1)
+        open.isOpen = true
+        let seen = try drive(
+            &s, records: { $0 == 1 ? open : self.fileRecord($0) }, done: { $0 == 1 ? [0] : [] }, maximumHeld: &held)
+        for work in seen {
+            switch work {
+            case .startJob, .finishJob, .reconcileFile, .dropUpload: XCTFail("a pull was handed \(work)")
+            case .loadFile, .openFile, .chunk, .finishFile: break
+            }
+        }
+        XCTAssertEqual(seen.filter { $0.file == 0 }, [.loadFile(0), .openFile(0), .chunk(file: 0, chunk: 0), .chunk(file: 0, chunk: 1), .chunk(file: 0, chunk: 2), .finishFile(0)])
+        XCTAssertEqual(seen.filter { $0.file == 1 }, [.loadFile(1), .chunk(file: 1, chunk: 1), .chunk(file: 1, chunk: 2), .finishFile(1)])
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(s.doneBytes, 50)
+    }
+
+    /// An object that changed under a pull has its file start over, opened
+    /// anew (the new version described), once a run, saying why.
+    func testPulledObjectThatChangedStartsItsFileOver() throws {
+        var s = scheduler(files: 1, pull: true)
+        var held = 0
+        var changes = 0
+        let seen = try drive(&s, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+            guard case .chunk(0, 1) = work, changes == 0 else { return nil }
+            changes += 1
+            return .objectChanged(file: 0, work: work, message: "s3://b/k changed on the server")
+        }
+        XCTAssertEqual(seen.filter { $0 == .openFile(0) }.count, 2, "the file is opened anew")
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(s.doneBytes, 25)
+        // A second change in the same run fails the job instead of looping.
+        var t = scheduler(files: 1, pull: true)
+        XCTAssertThrowsError(
+            try drive(&t, records: { self.fileRecord($0) }, maximumHeld: &held) { work, _ in
+                guard case .chunk = work else { return nil }
+                return .objectChanged(file: 0, work: work, message: "s3://b/k changed on the server")
+            })
+    }
 
     func testFreshJobRunsEveryStepInOrderAndEnds() throws {
         var s = scheduler(files: 2, started: false)

@@ -10,7 +10,8 @@ import XferPrimitives
 /// its bytes are durable in the partial file.
 struct DownloadWorker: Sendable {
     let jobID: JobID
-    let source: any DownloadSource
+    /// The source's capabilities, resolved once for the pull.
+    let steps: SourceSteps
     let options: TransferOptions
     let store: any JobStateStore
     let transport: HTTPTransport
@@ -23,6 +24,8 @@ struct DownloadWorker: Sendable {
     let syncRounds: SyncRounds?
 
     private typealias StepError = RetryLoop.Failure
+
+    var source: any DownloadSource { steps.source }
 
     /// Why a file cannot be fetched, while the others can (its object is gone).
     private struct FileGone: Error {
@@ -137,7 +140,8 @@ struct DownloadWorker: Sendable {
     /// What an answer to a range means, by HTTP's rules (one place for every
     /// source): the range, arrived whole; a changed object (`412`, `416`, or a
     /// `200` of another version); a server that ignores ranges (a `200` of
-    /// the same version); an object gone; or the status's usual meaning.
+    /// the same version: the file starts over as one stream); an object
+    /// gone; or the status's usual meaning.
     private func interpretRange(
         _ response: HTTPResponse, writer: RangeWriter, object: RemoteObject, operation: String, job: JobContext
     ) throws -> [ObjectDigest] {
@@ -145,9 +149,9 @@ struct DownloadWorker: Sendable {
         if let refused = writer.refusedStatus, (200..<300).contains(refused) {
             let now = HTTPSource.validator(in: response.headers)
             if let now, let recorded = object.validator, now != recorded {
-                throw BackendError.uploadUnknown("\(shown) changed on the server")
+                throw StepError.objectChanged("\(shown) changed on the server")
             }
-            throw BackendError.uploadUnknown("the server ignored the range asked of \(shown)")
+            throw StepError.objectChanged("the server ignored the range asked of \(shown)")
         }
         switch response.status {
         case 200, 206:
@@ -156,7 +160,7 @@ struct DownloadWorker: Sendable {
             }
             return source.digests(in: response)
         case 412, 416:
-            throw BackendError.uploadUnknown("\(shown) changed on the server")
+            throw StepError.objectChanged("\(shown) changed on the server")
         case 404, 410:
             throw FileGone(reason: "it is gone from the server (HTTP \(response.status))")
         default:
@@ -322,7 +326,7 @@ struct DownloadWorker: Sendable {
 
     /// The user's credentials and extra headers, then the source's signature.
     private func prepared(_ request: HTTPRequest, in job: JobContext) -> HTTPRequest {
-        request.prepared(adding: options.extraHeaders, for: source, in: job)
+        steps.prepared(request, adding: options.extraHeaders, in: job)
     }
 
     private func perform<T: Sendable>(
@@ -364,10 +368,11 @@ struct DownloadWorker: Sendable {
 
     private func failure(_ work: Work, file: Int, _ error: any Error) -> WorkResult {
         switch error {
-        case StepError.uploadUnknown(let message):
-            return .uploadUnknown(file: file, work: work, message: message)
-        case StepError.outOfSync(let message):
-            return .uploadUnknown(file: file, work: work, message: message)
+        // A source of its own may say the object is not what was asked for in
+        // an upload's words (`BackendError.uploadUnknown`, `.outOfSync`): for a
+        // pull, each means the file's record names another version.
+        case StepError.objectChanged(let message), StepError.uploadUnknown(let message), StepError.outOfSync(let message):
+            return .objectChanged(file: file, work: work, message: message)
         case StepError.failed(let error) where error.kind == .fileUnreadable:
             return .fileFailed(file: file, work: work, reason: error.reason ?? error.message)
         case StepError.failed(let error):
@@ -395,9 +400,8 @@ struct DownloadWorker: Sendable {
 extension HTTPRequest {
     /// The request as a pull sends it: the user's credentials (when the
     /// engine places them) and extra headers, then the source's signature.
+    /// (For a test's single request; a pull resolves its source's steps once, `SourceSteps`.)
     package func prepared(adding extraHeaders: HTTPHeaders, for source: any DownloadSource, in job: JobContext) -> HTTPRequest {
-        var request = prepared(adding: extraHeaders, authentication: source.traits.authentication, signing: nil, in: job)
-        (source as? any DownloadRequestSigning)?.sign(&request, in: job)
-        return request
+        SourceSteps(source).prepared(self, adding: extraHeaders, in: job)
     }
 }

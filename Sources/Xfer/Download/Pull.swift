@@ -61,7 +61,9 @@ extension TransferEngine {
         if Set(normalized).count != normalized.count {
             throw .invalidInput("the same location is named twice; name each once")
         }
-        let listing = source as? any ObjectListing
+        // The source's steps, resolved once for every run of the job.
+        let steps = SourceSteps(source)
+        let listing = steps.listing
         let prefixes = normalized.map { listing?.isPrefix($0) ?? false }
         let root = URL(fileURLWithPath: destination).standardizedFileURL.path
         var isDirectory: ObjCBool = false
@@ -85,7 +87,7 @@ extension TransferEngine {
             guard expected == id, let existing = try store.job(id) else { throw .unknownJob(expected.rawValue) }
             guard existing.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
         }
-        let traits = DownloadRunner.traits(of: source)
+        let traits = steps.traits
         let named = options.chunkSize
         let chunkSize: @Sendable (Int64) -> Int = { _ in max(1, named ?? traits.defaultChunkSize) }
 
@@ -116,7 +118,7 @@ extension TransferEngine {
             for (index, location) in normalized.enumerated() {
                 if prefixes[index], let listing {
                     try await recordListing(
-                        of: location, root: index, into: root, job: job, listing: listing, options: options,
+                        of: location, root: index, into: root, job: job, steps: steps, listing: listing, options: options,
                         selection: pullOptions.selection, chunkSize: chunkSize)
                 } else {
                     let name = Self.safeRelativePath(source.fileName(of: location)).flatMap { $0.contains("/") ? nil : $0 } ?? "download"
@@ -137,10 +139,10 @@ extension TransferEngine {
             throw .invalidInput("nothing to pull: \(normalized.count == 1 ? normalized[0] : "the locations named") hold\(normalized.count == 1 ? "s" : "") no object")
         }
 
-        let make: @Sendable (JobRecord, Bool) -> DownloadRunner = { [store, transport] record, resumed in
-            DownloadRunner(
-                record: record, source: source, options: options, concurrency: concurrency, chunkSize: chunkSize, store: store,
-                transport: transport, lock: lock, resumed: resumed, replacesExisting: pullOptions.replacesExisting)
+        let make: @Sendable (JobRecord, Bool) -> JobRunner = { [store, transport] record, resumed in
+            JobRunner(
+                record: record, direction: .pull(steps, replacesExisting: pullOptions.replacesExisting), options: options,
+                concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed)
         }
         let session = JobSession(
             id: id, store: store, lock: lock, stateDirectory: stateDirectory, retention: finishedJobRetention,
@@ -156,7 +158,7 @@ extension TransferEngine {
     /// Records the objects under a prefix, page by page (a page is one
     /// transaction), each at its path below `root`.
     private func recordListing(
-        of location: String, root index: Int, into root: String, job: JobContext, listing: any ObjectListing,
+        of location: String, root index: Int, into root: String, job: JobContext, steps: SourceSteps, listing: any ObjectListing,
         options: TransferOptions, selection: FileSelection, chunkSize: @Sendable (Int64) -> Int
     ) async throws(XferError) {
         var cursor: String?
@@ -167,13 +169,14 @@ extension TransferEngine {
             do {
                 page = try await RetryLoop.run("list \(location)", policy: options.retry) { _, _, _ in } _: { () async throws -> ObjectListingPage in
                     let exchange = try listing.listObjects(under: location, after: after, in: job)
-                    let request = exchange.request.prepared(adding: options.extraHeaders, for: listing, in: job)
+                    let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
                     return try exchange.interpret(try await transport.send(request))
                 }
             } catch {
                 switch error {
                 case .failed(let failure): throw failure
-                case .uploadUnknown(let message), .outOfSync(let message): throw .transferFailed(message)
+                case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message):
+                    throw .transferFailed(message)
                 }
             }
             var objects: [(Int, String, String, RemoteObject, Bool)] = []

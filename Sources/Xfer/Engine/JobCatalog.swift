@@ -341,7 +341,7 @@ extension TransferEngine {
         _ record: JobRecord, using backend: any UploadBackend, options: TransferOptions
     ) async throws(XferError) -> [CancellationReport.Request] {
         // With receipts: chunks may be uploads of their own (tus's partial uploads), named by them.
-        let context = try JobRunner.wholeJobContext(record, store: store, traits: backend.traits, options: options, withReceipts: true)
+        let context = try UploadSteps.wholeJobContext(record, store: store, traits: backend.traits, options: options, withReceipts: true)
         var requests: [CancellationReport.Request] = []
         for unprepared in backend.requestsToCancel(context) {
             let request = unprepared.prepared(adding: options.extraHeaders, for: backend, in: context)

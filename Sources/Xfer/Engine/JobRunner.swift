@@ -1,18 +1,27 @@
 import Foundation
 
-/// Runs one job: feeds the `Scheduler` the results of work, starts what it
-/// hands out (up to the job's concurrency at once), and commits what it says
-/// to commit before asking it for more.
+/// Runs one job, whichever way its bytes go: feeds the `Scheduler` the
+/// results of work, starts what it hands out (up to the job's concurrency at
+/// once), and commits what it says to commit before asking it for more.
 ///
-/// The scheduler decides; this type does the I/O around it: loading files
-/// from the store and the disk, building each step's contexts, and the
-/// transactions. It holds open only the files the scheduler has in progress.
+/// The scheduler decides; the loop around it is `SchedulerDriver`'s; what
+/// differs by direction is only the steps — a push's (`UploadSteps`: the
+/// backend's, over files on disk) or a pull's (`DownloadSteps`: ranges into
+/// partial files) — and the terms the scheduler gets with them.
 final class JobRunner: JobRun {
+    /// Which way a job's bytes go, with what that direction brings.
+    enum Direction: Sendable {
+        /// A push through a backend; `notes` are what the walk skipped,
+        /// reported before the first request.
+        case push(BackendSteps, notes: [TransferEvent])
+        /// A pull from a source; `replacesExisting` (`--force`): a
+        /// destination that is not this pull's is replaced.
+        case pull(SourceSteps, replacesExisting: Bool)
+    }
+
     let jobID: JobID
     private let initialRecord: JobRecord
-    private let backend: any UploadBackend
-    /// The backend's steps, resolved once for the job.
-    private let steps: BackendSteps
+    private let direction: Direction
     private let options: TransferOptions
     private let concurrency: Int
     private let chunkSize: @Sendable (Int64) -> Int
@@ -20,18 +29,15 @@ final class JobRunner: JobRun {
     private let transport: HTTPTransport
     private let lock: JobLock
     private let resumed: Bool
-    /// What the walk skipped, reported before the first request.
-    private let notes: [TransferEvent]
 
     init(
-        record: JobRecord, backend: any UploadBackend, options: TransferOptions, concurrency: Int,
+        record: JobRecord, direction: Direction, options: TransferOptions, concurrency: Int,
         chunkSize: @escaping @Sendable (Int64) -> Int, store: any JobStateStore, transport: HTTPTransport, lock: JobLock,
-        resumed: Bool, notes: [TransferEvent]
+        resumed: Bool
     ) {
         jobID = record.id
         initialRecord = record
-        self.backend = backend
-        steps = BackendSteps(backend)
+        self.direction = direction
         self.options = options
         self.concurrency = concurrency
         self.chunkSize = chunkSize
@@ -39,225 +45,47 @@ final class JobRunner: JobRun {
         self.transport = transport
         self.lock = lock
         self.resumed = resumed
-        self.notes = notes
     }
 
     func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
         defer { withExtendedLifetime(lock) {} }
-        let backend = self.backend
         let counters: JobCounters
         do { counters = try store.counters(jobID) } catch { return .failure(error) }
-        var scheduler = Scheduler(
-            record: initialRecord, counters: counters,
-            configuration: Scheduler.Configuration(
-                traits: backend.traits, concurrency: concurrency, chunkSize: chunkSize,
-                chunkOrder: { [options] record in
-                    backend.chunkOrder(in: JobRunner.jobContext(record, fileCount: 0, store: nil, traits: backend.traits, options: options))
-                },
-                dropsUploads: steps.fileUploadCancelling != nil,
-                // A number the user named bounds every request; the backend's
-                // default may let small ones go wider.
-                smallRequestConcurrency: options.concurrency == nil ? backend.traits.smallRequestConcurrency : nil,
-                completesFilesAndReconciles: steps.completesFilesAndReconciles))
-        let worker = Worker(
-            jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
-            bytesSent: TransferByteCounter())
+        switch direction {
+        case .push(let steps, let notes):
+            let worker = Worker(
+                jobID: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
+                bytesSent: TransferByteCounter())
+            return await run(
+                UploadSteps(jobID: jobID, steps: steps, options: options, store: store, worker: worker),
+                configuration: UploadSteps.configuration(steps, options: options, concurrency: concurrency, chunkSize: chunkSize),
+                counters: counters, notes: notes, owner: "the backend '\(steps.backend.name)'", verb: "sent",
+                moved: worker.bytesSent, events: events)
+        case .pull(let steps, let replacesExisting):
+            let worker = DownloadSteps.worker(
+                job: jobID, steps: steps, options: options, store: store, transport: transport, events: events,
+                destination: initialRecord.target, replacesExisting: replacesExisting)
+            return await run(
+                DownloadSteps(worker: worker, traits: steps.traits),
+                configuration: DownloadSteps.configuration(steps, options: options, concurrency: concurrency, chunkSize: chunkSize),
+                counters: counters, notes: [], owner: "the source '\(steps.source.name)'", verb: "pulled",
+                moved: worker.bytesReceived, events: events)
+        }
+    }
 
+    /// The run itself, the same for both directions.
+    private func run<Steps: ScheduledSteps>(
+        _ steps: Steps, configuration: Scheduler.Configuration, counters: JobCounters, notes: [TransferEvent], owner: String,
+        verb: String, moved: TransferByteCounter, events: AsyncStream<TransferEvent>.Continuation
+    ) async -> Result<JobReport, XferError> {
+        var scheduler = Scheduler(record: initialRecord, counters: counters, configuration: configuration)
         events.yield(
             .started(
                 job: jobID, totalBytes: counters.totalBytes, doneBytes: counters.doneBytes, files: counters.fileCount,
                 doneFiles: counters.completedFiles, resumed: resumed))
         for note in notes { events.yield(note) }
-
-        let failure = await SchedulerDriver.drive(
-            &scheduler, steps: UploadSteps(runner: self, worker: worker), store: store, transport: transport, events: events)
+        let failure = await SchedulerDriver.drive(&scheduler, steps: steps, store: store, transport: transport, events: events)
         return await SchedulerDriver.conclude(
-            &scheduler, failure: failure, store: store, owner: "the backend '\(backend.name)'", verb: "sent",
-            bytes: Int64(worker.bytesSent.value))
-    }
-
-    /// Reads file `index`'s record and progress and opens it.
-    fileprivate func load(_ index: Int) -> (WorkResult, FileOnDisk?) {
-        let record: FileRecord
-        let done: ChunkSet
-        do {
-            guard let stored = try store.file(job: jobID, index: index) else {
-                return (.loadFailed(file: index, record: nil, reason: "it is missing from the job's state"), nil)
-            }
-            record = stored
-            let plan = record.chunkPlan(backend.traits)
-            if record.isComplete {
-                // A complete file keeps no bitmap. Unchanged since (one stat, no
-                // descriptor), it is settled without being opened: a re-run
-                // passes the files an earlier run sent at a few µs each (opening each was ~12).
-                var full = ChunkSet(capacity: plan.count)
-                full.insertAll(below: plan.count)
-                var info = stat()
-                if stat(record.path, &info) == 0, info.st_mode & S_IFMT == S_IFREG, LocalFile.identity(of: info) == record.identity {
-                    return (.loaded(file: index, LoadedFile(record: record, done: full, identity: record.identity)), nil)
-                }
-                done = full
-            } else {
-                done = try store.doneChunks(job: jobID, file: index, capacity: plan.count)
-            }
-        } catch {
-            return (.failed(.loadFile(index), error), nil)
-        }
-        do {
-            let local = try LocalFile(path: record.path)
-            let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
-            return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), FileOnDisk(local: local, hash: hash))
-        } catch {
-            guard error.kind == .fileUnreadable, let why = error.reason else { return (.failed(.loadFile(index), error), nil) }
-            return (.loadFailed(file: index, record: record, reason: "cannot be read (\(why))"), nil)
-        }
-    }
-
-    /// The upload's side of the scheduler's loop.
-    struct UploadSteps: ScheduledSteps {
-        let runner: JobRunner
-        let worker: Worker
-
-        func context(_ scheduler: Scheduler) -> JobContext { runner.jobContext(scheduler.record, fileCount: scheduler.fileCount) }
-        func load(_ index: Int) -> (WorkResult, FileOnDisk?) { runner.load(index) }
-        func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool { runner.isLight(work, scheduler) }
-        func task(
-            for work: Work, scheduler: Scheduler, held: [Int: FileOnDisk], context: JobContext
-        ) -> @Sendable () async -> WorkResult {
-            runner.makeTask(for: work, scheduler: scheduler, open: held, context: context, worker: worker)
-        }
-    }
-
-    // MARK: Building work
-
-    fileprivate func makeTask(
-        for work: Work, scheduler: Scheduler, open: [Int: FileOnDisk], context job: JobContext, worker: Worker
-    ) -> @Sendable () async -> WorkResult {
-        switch work {
-        case .startJob:
-            let record = scheduler.record
-            let count = scheduler.fileCount
-            return { [self] in
-                do throws(XferError) {
-                    return await worker.startJob(try self.wholeJobContext(record, fileCount: count))
-                } catch {
-                    return .failed(.startJob, error)
-                }
-            }
-        case .finishJob:
-            let record = scheduler.record
-            let count = scheduler.fileCount
-            let traits = backend.traits
-            return { [self] in
-                do throws(XferError) {
-                    return await worker.finishJob(try self.wholeJobContext(record, fileCount: count), traits: traits)
-                } catch {
-                    return .failed(.finishJob, error)
-                }
-            }
-        case .loadFile:
-            preconditionFailure("files are loaded by the runner itself")
-        case .dropUpload(let index):
-            guard let state = scheduler.file(index) else {
-                return { .failed(work, .transferFailed("file \(index + 1) is not held (this is a bug)")) }
-            }
-            // With its receipts: they name a file's partial uploads (tus).
-            let file = Self.fileContext(index, state).with(receipts: (try? store.receipts(job: jobID, file: index)) ?? [:])
-            return { await worker.dropUpload(file, job: job) }
-        case .openFile(let index), .reconcileFile(let index), .finishFile(let index), .chunk(let index, _):
-            guard let state = scheduler.file(index), let opened = open[index] else {
-                return { .failed(work, .transferFailed("file \(index + 1) is not open (this is a bug)")) }
-            }
-            let file = Self.fileContext(index, state)
-            let record = state.record
-            switch work {
-            case .openFile:
-                return { await worker.openFile(file, record: record, content: opened, job: job) }
-            case .reconcileFile:
-                return { await worker.reconcileFile(file, job: job) }
-            case .finishFile:
-                return { await worker.finishFile(file, record: record, content: opened, job: job) }
-            case .chunk(_, let chunk):
-                let terms = scheduler.terms(ofChunk: chunk, file: index)
-                let feedsHash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true
-                return {
-                    await worker.uploadChunk(
-                        chunk, of: file, record: record, content: opened, from: terms.start, feedingHash: feedsHash, job: job,
-                        commitsAcknowledgement: terms.commitsAcknowledgement)
-                }
-            default:
-                preconditionFailure("unreachable")
-            }
-        }
-    }
-
-    /// Steps that hold a thread briefly: a chunk, or a step of a file,
-    /// under 256 KiB. They run on the transport's thread, in turn with the
-    /// transfers. Heavier ones (reading and hashing a large chunk, a file's
-    /// digests, a whole-job step) run on the global executor, so they hash in
-    /// parallel with the transport instead of holding up every transfer.
-    fileprivate func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool {
-        let limit = 256 * 1024
-        switch work {
-        case .chunk(let index, let chunk):
-            guard let state = scheduler.file(index) else { return false }
-            return state.plan.length(of: chunk) < limit
-        case .openFile(let index), .reconcileFile(let index), .finishFile(let index):
-            guard let state = scheduler.file(index) else { return false }
-            return state.record.size < Int64(limit)
-        case .startJob, .finishJob, .loadFile:
-            return false
-        case .dropUpload:
-            return true
-        }
-    }
-
-    static func fileContext(_ index: Int, _ state: Scheduler.FileState) -> FileContext {
-        state.record.context(index: index, plan: state.plan)
-    }
-
-    /// The view of the job the steps of one file get: its files are read
-    /// from the store when a backend asks for one, so building it costs O(1).
-    fileprivate func jobContext(_ record: JobRecord, fileCount: Int) -> JobContext {
-        Self.jobContext(record, fileCount: fileCount, store: store, traits: backend.traits, options: options)
-    }
-
-    static func jobContext(
-        _ record: JobRecord, fileCount: Int, store: (any JobStateStore)?, traits: BackendTraits, options: TransferOptions,
-        withReceipts: Bool = false
-    ) -> JobContext {
-        let id = record.id
-        let files = JobFiles(count: store == nil ? 0 : fileCount) { index in
-            let stored = try? store?.file(job: id, index: index)
-            let file = fileContext(index, stored ?? nil, traits: traits)
-            guard withReceipts, let receipts = try? store?.receipts(job: id, file: index) else { return file }
-            return file.with(receipts: receipts)
-        }
-        return record.context(files: files, credentials: options.credentials)
-    }
-
-    /// The view of the job `startJob`, `finishJob` and `cancelRequests` get:
-    /// every file, each read from the store when the backend reaches it, so
-    /// even these steps hold no job-sized array (100,000 files would be tens
-    /// of MiB kept by the allocator long after the step).
-    private func wholeJobContext(_ record: JobRecord, fileCount: Int) throws(XferError) -> JobContext {
-        try Self.wholeJobContext(record, store: store, traits: backend.traits, options: options)
-    }
-
-    /// `withReceipts`: each file's chunk receipts too, read when the backend
-    /// reaches the file (a cancel's view: tus names partial uploads by them).
-    static func wholeJobContext(
-        _ record: JobRecord, store: any JobStateStore, traits: BackendTraits, options: TransferOptions, withReceipts: Bool = false
-    ) throws(XferError) -> JobContext {
-        jobContext(
-            record, fileCount: try store.counters(record.id).fileCount, store: store, traits: traits, options: options,
-            withReceipts: withReceipts)
-    }
-
-    static func fileContext(_ index: Int, _ record: FileRecord?, traits: BackendTraits) -> FileContext {
-        guard let record else {
-            return FileContext(index: index, path: "", name: "", size: 0, plan: ChunkPlan(fileSize: 0, chunkSize: 1), handles: ServerHandles())
-        }
-        return record.context(index: index, plan: record.chunkPlan(traits))
+            &scheduler, failure: failure, store: store, owner: owner, verb: verb, bytes: Int64(moved.value))
     }
 }

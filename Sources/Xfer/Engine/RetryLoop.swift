@@ -11,6 +11,9 @@ enum RetryLoop {
         case uploadUnknown(String)
         /// The server holds another part than assumed (`BackendError.outOfSync`).
         case outOfSync(String)
+        /// A pulled object is no longer the version its file's record names
+        /// (thrown by a pull's steps, which read the answers to ranges).
+        case objectChanged(String)
     }
 
     /// Runs `attempt` until it returns, retrying what may succeed later —
@@ -131,7 +134,7 @@ extension TransferEngine {
         } catch {
             switch error {
             case .failed(let failure): throw failure
-            case .uploadUnknown(let message), .outOfSync(let message): throw .transferFailed(message)
+            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message): throw .transferFailed(message)
             }
         }
     }

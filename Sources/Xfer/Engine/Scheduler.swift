@@ -62,7 +62,12 @@ enum WorkResult: Sendable {
     /// Committed: URLs of `.completed`, resets of `.rollback` (whose files'
     /// paths come along, for the error that ends the rounds).
     case jobFinished(JobFinish?, rolledBack: [RolledBackFile] = [])
+    /// The server no longer knows the file's upload: it starts over (once a run).
     case uploadUnknown(file: Int, work: Work, message: String)
+    /// A pulled object is another version than the file's record names (its
+    /// validator changed, or the server would not answer the range asked for):
+    /// the file starts over from the new version (once a run).
+    case objectChanged(file: Int, work: Work, message: String)
     case outOfSync(file: Int, work: Work, message: String)
     /// The local file let the push down (unreadable, changed, vanished):
     /// that file fails, the others go on.
@@ -165,6 +170,16 @@ struct Scheduler {
         /// The job pulls: a file reset because its object changed says so.
         var isDownload = false
 
+        /// The steps beyond opening a file, sending its chunks and finishing
+        /// it that this direction takes, resolved once for the run (as a
+        /// backend's are, `BackendSteps`): the scheduler hands out no work
+        /// nobody would do. A pull takes none of them: its object needs no
+        /// job-wide start or end, and its ranges were durable before they
+        /// were marked done, so there is nobody to ask what they hold.
+        var startsJob = true
+        var finishesJob = true
+        var reconcilesFiles = true
+
         /// A chunk up to this size is a small request.
         static let smallRequestSize = 1 << 20
         /// The bytes small chunks in flight may carry together: requests of a
@@ -207,7 +222,7 @@ struct Scheduler {
     private var reload = RingQueue<Int>()
     private var loading = false
     private var jobStart: StepState
-    private var jobFinish: StepState = .needed
+    private var jobFinish: StepState
     private var jobFinishRounds = 0
     private(set) var settledFiles = 0
     private(set) var failedFiles = 0
@@ -223,7 +238,8 @@ struct Scheduler {
         fileCount = counters.fileCount
         doneBytes = counters.doneBytes
         totalBytes = counters.totalBytes
-        jobStart = record.isStarted ? .done : .needed
+        jobStart = record.isStarted || !configuration.startsJob ? .done : .needed
+        jobFinish = configuration.finishesJob ? .needed : .done
         // (Asked again once `startJob` has run: no chunk is sent before.)
         chunkOrder = configuration.chunkOrder(record)
     }
@@ -506,7 +522,7 @@ struct Scheduler {
                 jobFinish = .needed
             }
 
-        case .uploadUnknown(let index, let work, let message):
+        case .uploadUnknown(let index, let work, let message), .objectChanged(let index, let work, let message):
             inFlight -= 1
             if case .chunk(_, let chunk) = work { settle(index, chunk) }
             try reopen(index, message: message, effects: &effects)
@@ -593,8 +609,8 @@ struct Scheduler {
             changed = true
         }
         if changed { effects.changes.append(.putFiles(job: self.record.id, files: [(index, record)])) }
-        let phase: FilePhase = !record.isOpen ? .needsOpen : .needsReconcile
-        files[index] = FileState(record: record, phase: phase, plan: plan, done: done)
+        files[index] = FileState(record: record, phase: .needsOpen, plan: plan, done: done)
+        if record.isOpen { needsReconcile(index) }
         enqueue(index)
     }
 
@@ -647,7 +663,7 @@ struct Scheduler {
         guard let file = files[index] else { return }
         switch file.phase {
         case .resyncing where file.inFlight.isEmpty:
-            files[index]?.phase = .needsReconcile
+            needsReconcile(index)
         case .resetting where file.inFlight.isEmpty:
             finishReset(index, effects: &effects)
         case .failing where file.inFlight.isEmpty:
@@ -664,6 +680,19 @@ struct Scheduler {
             return
         }
         enqueue(index)
+    }
+
+    /// An open file's progress is to be reconciled with the other side, or,
+    /// for a direction that never asks (`Configuration.reconcilesFiles`),
+    /// taken as the store has it: what an empty answer would do.
+    private mutating func needsReconcile(_ index: Int) {
+        guard configuration.reconcilesFiles else {
+            files[index]?.partial = nil
+            files[index]?.cursor = 0
+            files[index]?.phase = .sending
+            return
+        }
+        files[index]?.phase = .needsReconcile
     }
 
     /// The server forgot a file's upload: once nothing of the file is in

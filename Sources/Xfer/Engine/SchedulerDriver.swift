@@ -1,7 +1,7 @@
 import Foundation
 
 /// What a run of the scheduler needs from the direction it moves bytes in
-/// (an upload's `JobRunner`, a download's `DownloadRunner`): how a file is
+/// (a push's `UploadSteps`, a pull's `DownloadSteps`; `JobRunner` runs either): how a file is
 /// taken up, how a piece of work becomes a task, and which tasks are light.
 /// The loop around them (`SchedulerDriver.drive`) is written once.
 protocol ScheduledSteps {

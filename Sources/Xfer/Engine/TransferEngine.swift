@@ -197,10 +197,12 @@ public final class TransferEngine: Sendable {
         record.updatedAt = Date()
         try await store.commit(.putJob(record))
 
+        // The backend's steps, resolved once for every run of the job.
+        let steps = BackendSteps(backend)
         let make: @Sendable (JobRecord, Bool, [TransferEvent]) -> JobRunner = { [store, transport] record, resumed, notes in
             JobRunner(
-                record: record, backend: backend, options: options, concurrency: concurrency, chunkSize: chunkSize,
-                store: store, transport: transport, lock: lock, resumed: resumed, notes: notes)
+                record: record, direction: .push(steps, notes: notes), options: options, concurrency: concurrency,
+                chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed)
         }
         let runner = make(record, resumed, notes)
         let session = JobSession(

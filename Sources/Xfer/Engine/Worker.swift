@@ -247,7 +247,7 @@ struct Worker: Sendable {
         } catch {
             switch error {
             case .failed(let failure): throw failure
-            case .uploadUnknown(let message), .outOfSync(let message): throw .transferFailed(message)
+            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message): throw .transferFailed(message)
             }
         }
     }

@@ -1,86 +1,44 @@
 import Foundation
 import Glibc
 
-/// Runs one pull: the same scheduler as a push (ranges are its chunks), the
-/// same loop (`SchedulerDriver`), the same store and transport; only the
-/// steps differ (`DownloadWorker`). A file's record is the destination: its
-/// `path` is where the object lands, its handles name the object, its
-/// identity is the object's size and the partial file's inode.
-final class DownloadRunner: JobRun {
-    let jobID: JobID
-    private let initialRecord: JobRecord
-    private let source: any DownloadSource
-    private let options: TransferOptions
-    private let concurrency: Int
-    private let chunkSize: @Sendable (Int64) -> Int
-    private let store: any JobStateStore
-    private let transport: HTTPTransport
-    private let lock: JobLock
-    private let resumed: Bool
-    private let replacesExisting: Bool
-
-    init(
-        record: JobRecord, source: any DownloadSource, options: TransferOptions, concurrency: Int,
-        chunkSize: @escaping @Sendable (Int64) -> Int, store: any JobStateStore, transport: HTTPTransport, lock: JobLock,
-        resumed: Bool, replacesExisting: Bool
-    ) {
-        jobID = record.id
-        initialRecord = record
-        self.source = source
-        self.options = options
-        self.concurrency = concurrency
-        self.chunkSize = chunkSize
-        self.store = store
-        self.transport = transport
-        self.lock = lock
-        self.resumed = resumed
-        self.replacesExisting = replacesExisting
-    }
-
-    /// The scheduler's view of a source: a download file has no empty chunk.
-    static func traits(of source: any DownloadSource) -> BackendTraits {
-        BackendTraits(
-            defaultChunkSize: source.traits.defaultChunkSize, defaultConcurrency: source.traits.defaultConcurrency,
-            authentication: source.traits.authentication)
-    }
-
-    func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
-        defer { withExtendedLifetime(lock) {} }
-        let counters: JobCounters
-        do { counters = try store.counters(jobID) } catch { return .failure(error) }
-        let traits = Self.traits(of: source)
-        var scheduler = Scheduler(
-            record: initialRecord, counters: counters,
-            configuration: Scheduler.Configuration(
-                traits: traits, concurrency: concurrency, chunkSize: chunkSize, chunkOrder: { _ in .any },
-                smallRequestConcurrency: options.concurrency == nil ? source.traits.smallRequestConcurrency : nil,
-                isDownload: true))
-        // The destination (a directory, or a file's parent) holds every partial file but
-        // those under another mount, which sync on their own.
-        var isDirectory: ObjCBool = false
-        let root = initialRecord.target
-        let directory = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
-            ? root : (root as NSString).deletingLastPathComponent
-        let worker = DownloadWorker(
-            jobID: jobID, source: source, options: options, store: store, transport: transport, events: events,
-            bytesReceived: TransferByteCounter(), replacesExisting: replacesExisting,
-            syncRounds: try? SyncRounds(filesystemOf: directory))
-        events.yield(
-            .started(
-                job: jobID, totalBytes: counters.totalBytes, doneBytes: counters.doneBytes, files: counters.fileCount,
-                doneFiles: counters.completedFiles, resumed: resumed))
-        let failure = await SchedulerDriver.drive(
-            &scheduler, steps: DownloadSteps(worker: worker, traits: traits), store: store, transport: transport, events: events)
-        return await SchedulerDriver.conclude(
-            &scheduler, failure: failure, store: store, owner: "the source '\(source.name)'", verb: "pulled",
-            bytes: Int64(worker.bytesReceived.value))
-    }
-}
-
-/// The download's side of the scheduler's loop.
+/// A pull's side of the scheduler's loop (`JobRunner` runs it): ranges are
+/// its chunks; opening a file describes its object and creates the partial
+/// file, finishing it checks the whole and makes it the destination
+/// (`DownloadWorker`). A file's record is the destination: its `path` is
+/// where the object lands, its handles name the object, its identity is the
+/// object's size and the partial file's inode.
+///
+/// A pull takes no other step: `configuration` tells the scheduler so, and
+/// it hands out none (Tests/XferTests/SchedulerTests.swift).
 struct DownloadSteps: ScheduledSteps {
     let worker: DownloadWorker
     let traits: BackendTraits
+
+    /// The scheduler's terms for a pull from `steps`.
+    static func configuration(
+        _ steps: SourceSteps, options: TransferOptions, concurrency: Int, chunkSize: @escaping @Sendable (Int64) -> Int
+    ) -> Scheduler.Configuration {
+        Scheduler.Configuration(
+            traits: steps.traits, concurrency: concurrency, chunkSize: chunkSize, chunkOrder: { _ in .any },
+            smallRequestConcurrency: options.concurrency == nil ? steps.source.traits.smallRequestConcurrency : nil,
+            isDownload: true, startsJob: false, finishesJob: false, reconcilesFiles: false)
+    }
+
+    /// The worker of a pull into `destination` (a directory, or a file's path).
+    static func worker(
+        job: JobID, steps: SourceSteps, options: TransferOptions, store: any JobStateStore, transport: HTTPTransport,
+        events: AsyncStream<TransferEvent>.Continuation, destination root: String, replacesExisting: Bool
+    ) -> DownloadWorker {
+        // The destination (a directory, or a file's parent) holds every partial file but
+        // those under another mount, which sync on their own.
+        var isDirectory: ObjCBool = false
+        let directory = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
+            ? root : (root as NSString).deletingLastPathComponent
+        return DownloadWorker(
+            jobID: job, steps: steps, options: options, store: store, transport: transport, events: events,
+            bytesReceived: TransferByteCounter(), replacesExisting: replacesExisting,
+            syncRounds: try? SyncRounds(filesystemOf: directory))
+    }
 
     func context(_ scheduler: Scheduler) -> JobContext {
         scheduler.record.context(files: JobFiles([]), credentials: worker.options.credentials)
@@ -121,18 +79,9 @@ struct DownloadSteps: ScheduledSteps {
 
     func task(for work: Work, scheduler: Scheduler, held: [Int: PartialFile], context job: JobContext) -> @Sendable () async -> WorkResult {
         switch work {
-        case .startJob:
-            return { .started(nil) }
-        case .finishJob:
-            return { .jobFinished(nil) }
-        case .loadFile:
-            preconditionFailure("files are loaded by the runner itself")
-        case .dropUpload(let index):
-            return { .uploadDropped(file: index) }
-        case .reconcileFile(let index):
-            // The store's ranges were durable before they were marked done, and
-            // every range asked for from here is conditional on the validator.
-            return { .reconciled(file: index, nil) }
+        case .startJob, .finishJob, .loadFile, .dropUpload, .reconcileFile:
+            // Never handed out for a pull (`configuration`); loading is the driver's.
+            return { .failed(work, .transferFailed("a pull has no step \(work) (this is a bug)")) }
         case .openFile(let index), .finishFile(let index), .chunk(let index, _):
             guard let state = scheduler.file(index), let partial = held[index] else {
                 return { .failed(work, .transferFailed("file \(index + 1) is not held (this is a bug)")) }
@@ -163,10 +112,8 @@ struct DownloadSteps: ScheduledSteps {
         case .openFile(let index), .finishFile(let index):
             guard let state = scheduler.file(index) else { return false }
             return state.record.size < Int64(limit)
-        case .reconcileFile, .dropUpload, .startJob, .finishJob:
+        case .reconcileFile, .dropUpload, .startJob, .finishJob, .loadFile:
             return true
-        case .loadFile:
-            return false
         }
     }
 }
