@@ -102,18 +102,4 @@ struct DownloadSteps: ScheduledSteps {
         }
     }
 
-    /// Ranges and files under 256 KiB run on the transport's thread (see `ScheduledSteps.isLight`).
-    func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool {
-        let limit = 256 * 1024
-        switch work {
-        case .chunk(let index, let chunk):
-            guard let state = scheduler.file(index) else { return false }
-            return state.plan.length(of: chunk) < limit
-        case .openFile(let index), .finishFile(let index):
-            guard let state = scheduler.file(index) else { return false }
-            return state.record.size < Int64(limit)
-        case .reconcileFile, .dropUpload, .startJob, .finishJob, .loadFile:
-            return true
-        }
-    }
 }

@@ -2,7 +2,7 @@ import Foundation
 
 /// What a run of the scheduler needs from the direction it moves bytes in
 /// (a push's `UploadSteps`, a pull's `DownloadSteps`; `JobRunner` runs either): how a file is
-/// taken up, how a piece of work becomes a task, and which tasks are light.
+/// taken up and how a piece of work becomes a task.
 /// The loop around them (`SchedulerDriver.drive`) is written once.
 protocol ScheduledSteps {
     /// What the runner holds open for a file in progress (the local file, the partial file).
@@ -14,8 +14,30 @@ protocol ScheduledSteps {
     /// Reads file `index`'s record and progress and opens what it needs (at once, on the runner).
     func load(_ index: Int) -> (WorkResult, Held?)
     func task(for work: Work, scheduler: Scheduler, held: [Int: Held], context: Context) -> @Sendable () async -> WorkResult
-    /// Whether the task holds a thread briefly, so it runs on the transport's thread.
-    func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool
+}
+
+extension Scheduler {
+    /// Whether `work` holds a thread briefly, so it runs on the transport's
+    /// thread, in turn with the transfers: a chunk, or a step of a file, under
+    /// 256 KiB, and a drop (one small request). Heavier ones (reading and
+    /// hashing a large chunk, a file's digests, a whole-job step) run on the
+    /// global executor, so they hash in parallel with the transport instead
+    /// of holding up every transfer. The same for both directions.
+    func isLight(_ work: Work) -> Bool {
+        let limit = 256 * 1024
+        switch work {
+        case .chunk(let index, let chunk):
+            guard let state = file(index) else { return false }
+            return state.plan.length(of: chunk) < limit
+        case .openFile(let index), .reconcileFile(let index), .finishFile(let index):
+            guard let state = file(index) else { return false }
+            return state.record.size < Int64(limit)
+        case .startJob, .finishJob, .loadFile:
+            return false
+        case .dropUpload:
+            return true
+        }
+    }
 }
 
 enum SchedulerDriver {
@@ -24,7 +46,7 @@ enum SchedulerDriver {
     /// for more. Returns the error that stopped the run, if one did.
     ///
     /// The loop and its light steps run on the transport's thread (see
-    /// `ScheduledSteps.isLight`): a small file's requests and their commits
+    /// `Scheduler.isLight`): a small file's requests and their commits
     /// then cost no wake-up of another thread, which was most of the kernel's
     /// share of the client's CPU (per file: 11 futex calls before, 4.7 after).
     static func drive<Steps: ScheduledSteps>(
@@ -63,7 +85,7 @@ enum SchedulerDriver {
                             continue
                         }
                         let task = steps.task(for: work, scheduler: scheduler, held: held, context: context)
-                        let executor = steps.isLight(work, scheduler) ? transport.executor : globalConcurrentExecutor
+                        let executor = scheduler.isLight(work) ? transport.executor : globalConcurrentExecutor
                         group.addTask(executorPreference: executor) { await task() }
                         inFlight += 1
                     }

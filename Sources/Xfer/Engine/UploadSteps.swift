@@ -131,27 +131,6 @@ struct UploadSteps: ScheduledSteps {
         }
     }
 
-    /// Steps that hold a thread briefly: a chunk, or a step of a file,
-    /// under 256 KiB. They run on the transport's thread, in turn with the
-    /// transfers. Heavier ones (reading and hashing a large chunk, a file's
-    /// digests, a whole-job step) run on the global executor, so they hash in
-    /// parallel with the transport instead of holding up every transfer.
-    func isLight(_ work: Work, _ scheduler: Scheduler) -> Bool {
-        let limit = 256 * 1024
-        switch work {
-        case .chunk(let index, let chunk):
-            guard let state = scheduler.file(index) else { return false }
-            return state.plan.length(of: chunk) < limit
-        case .openFile(let index), .reconcileFile(let index), .finishFile(let index):
-            guard let state = scheduler.file(index) else { return false }
-            return state.record.size < Int64(limit)
-        case .startJob, .finishJob, .loadFile:
-            return false
-        case .dropUpload:
-            return true
-        }
-    }
-
     static func fileContext(_ index: Int, _ state: Scheduler.FileState) -> FileContext {
         state.record.context(index: index, plan: state.plan)
     }
