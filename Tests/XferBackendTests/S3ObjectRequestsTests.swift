@@ -122,7 +122,7 @@ final class S3ObjectRequestsTests: XCTestCase {
         XCTAssertNil(create.headers["If-Match"])
         XCTAssertEqual(create.headers["Content-Type"], "application/octet-stream")
         XCTAssertTrue(signedHeaders(create).contains("if-none-match"))
-        XCTAssertEqual(try create.body, [1, 2, 3])
+        XCTAssertEqual(create.body, [1, 2, 3])
 
         let tls = S3ObjectRequests(
             bucket: "bkt", endpoint: S3Endpoint(base: "https://store.example", addressing: .path), region: "eu-west-1",
@@ -182,7 +182,7 @@ final class S3ObjectRequestsTests: XCTestCase {
         XCTAssertEqual(complete.method, "POST")
         XCTAssertEqual(complete.url, "http://127.0.0.1:7480/bkt/in/x?uploadId=U%2F1")
         XCTAssertEqual(complete.headers["Content-Type"], "application/xml")
-        let body = String(decoding: try complete.body.materializedSegments().joined(), as: UTF8.self)
+        let body = String(decoding: complete.body, as: UTF8.self)
         XCTAssertEqual(
             body,
             "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
