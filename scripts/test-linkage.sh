@@ -25,23 +25,27 @@ if echo "$needed" | grep -Eq '^lib(lmdb|curl)'; then
   echo "test-linkage: FAIL: the app needs $(echo "$needed" | grep -E '^lib(lmdb|curl)' | tr '\n' ' ')" >&2
   failed=1
 fi
+# The symbol table, read once (grep -q on a pipe would cut nm off and fail the pipe).
+symbols="$(nm "$bin")"
 # Undefined or defined, any reference to LMDB's or curl's API means the engine came along.
-symbols="$(nm "$bin" | grep -E ' (mdb_|curl_)[a-z_]+$' | head -5 || true)"
-if [ -n "$symbols" ]; then
+foreign="$(grep -E ' (mdb_|curl_)[a-z_]+$' <<<"$symbols" | head -5 || true)"
+if [ -n "$foreign" ]; then
   echo "test-linkage: FAIL: the app holds LMDB or curl symbols:" >&2
-  echo "$symbols" >&2
+  echo "$foreign" >&2
   failed=1
 fi
 # And the engine's own code: its module's symbols are mangled with `4Xfer` (XferS3Core's with
 # `10XferS3Core`, XferPrimitives' with `14XferPrimitives`, which it may hold).
-if nm "$bin" | grep -Eq '\$s4Xfer[0-9A-Z]'; then
+engine="$(grep -E '\$s4Xfer[0-9A-Z]' <<<"$symbols" | head -3 || true)"
+if [ -n "$engine" ]; then
   echo "test-linkage: FAIL: the app holds the engine's (module Xfer) code:" >&2
-  nm "$bin" | grep -E '\$s4Xfer[0-9A-Z]' | head -3 >&2
+  echo "$engine" >&2
   failed=1
 fi
 # A control, so that the checks above can fail: the receiver's own code and XferS3Core are there.
-nm "$bin" | grep -q '12XferReceiver' || { echo "test-linkage: FAIL: no XferReceiver symbols: nothing was checked" >&2; failed=1; }
-nm "$bin" | grep -q '10XferS3Core' || { echo "test-linkage: FAIL: no XferS3Core symbols: nothing was checked" >&2; failed=1; }
+grep -q '12XferReceiver' <<<"$symbols" || { echo "test-linkage: FAIL: no XferReceiver symbols: nothing was checked" >&2; failed=1; }
+grep -q '10XferS3Core' <<<"$symbols" || { echo "test-linkage: FAIL: no XferS3Core symbols: nothing was checked" >&2; failed=1; }
+echo "test-linkage: $(grep -c '12XferReceiver' <<<"$symbols") XferReceiver and $(grep -c '10XferS3Core' <<<"$symbols") XferS3Core symbols, none of LMDB, curl or the engine"
 
 root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
