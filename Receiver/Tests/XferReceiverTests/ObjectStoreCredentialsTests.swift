@@ -12,7 +12,7 @@ import XferReceiver
 /// served on 127.0.0.1.
 final class ObjectStoreCredentialsTests: XCTestCase {
     /// No shared files, no instance metadata: only what each test sets is a source.
-    private func environment(_ extra: [String: String]) -> [String: String] {
+    private static func environment(_ extra: [String: String]) -> [String: String] {
         let nowhere = NSTemporaryDirectory() + "xfer-no-aws-" + UUID().uuidString
         return [
             "HOME": nowhere, "AWS_SHARED_CREDENTIALS_FILE": nowhere + "/credentials", "AWS_CONFIG_FILE": nowhere + "/config",
@@ -31,7 +31,7 @@ final class ObjectStoreCredentialsTests: XCTestCase {
         try await Application(router: router).test(.live) { client in
             let port = try XCTUnwrap(client.port)
             let aws = try ObjectStoreLocation.resolveConfiguration(
-                environment: environment([
+                environment: Self.environment([
                     "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:\(port)/v2/credentials",
                     "AWS_CONTAINER_AUTHORIZATION_TOKEN": "the-token",
                 ]))
@@ -51,7 +51,7 @@ final class ObjectStoreCredentialsTests: XCTestCase {
             let port = try XCTUnwrap(client.port)
             XCTAssertThrowsError(
                 try ObjectStoreLocation.resolveConfiguration(
-                    environment: environment(["AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:\(port)/v2/credentials"]))
+                    environment: Self.environment(["AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:\(port)/v2/credentials"]))
             ) { error in
                 let text = "\(error)"
                 XCTAssertTrue(text.contains("container credentials at http://127.0.0.1:\(port)/v2/credentials"), text)
