@@ -60,10 +60,26 @@ final class ObjectStoreCredentialsTests: XCTestCase {
             }
         }
     }
+
+    /// What an endpoint sends is held up to 64 KiB: a longer answer fails as it passes the limit.
+    func testAnAnswerLargerThanAMetadataEndpointGivesIsRefused() async throws {
+        let router = Router()
+        router.get("/v2/credentials") { _, _ -> Response in
+            Response(status: .ok, body: .init(byteBuffer: ByteBuffer(repeating: UInt8(ascii: " "), count: 1 << 20)))
+        }
+        try await Application(router: router).test(.live) { client in
+            let port = try XCTUnwrap(client.port)
+            XCTAssertThrowsError(
+                try ObjectStoreLocation.resolveConfiguration(
+                    environment: Self.environment(["AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:\(port)/v2/credentials"]))
+            ) { error in
+                XCTAssertTrue("\(error)".contains("larger than 65536 bytes"), "\(error)")
+            }
+        }
+    }
 }
 
 /// The `Authorization` headers the endpoint was sent, in order.
 private final class Authorizations: Sendable {
     let seen = Mutex<[String]>([])
 }
-

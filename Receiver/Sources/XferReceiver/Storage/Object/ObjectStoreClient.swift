@@ -155,12 +155,50 @@ struct StoreCredentialFetcher: AWSHTTPFetcher {
             outgoing.headers.add(name: field.name, value: field.value)
         }
         if !request.body.isEmpty { outgoing.body = .bytes(request.body) }
-        let response = try client.execute(request: outgoing, deadline: .now() + deadline).wait()
-        let body = response.body.map { Array(buffer: $0) } ?? []
-        guard body.count <= limit else {
-            throw AWSConfiguration.Failure("the answer from \(request.url.prefix(80)) is larger than \(limit) bytes")
-        }
-        return AWSResponse(status: Int(response.status.code), headers: AWSHeaders(response.headers), body: body)
+        let answer = BoundedAnswer(limit: limit, url: request.url)
+        return try client.execute(request: outgoing, delegate: answer, deadline: .now() + deadline).futureResult.wait()
     }
+}
+
+/// An answer read into memory up to `limit` bytes: a longer one fails the request as soon as it
+/// passes the limit, so what an endpoint sends cannot make the receiver hold more.
+// Unchecked: its state is touched only on the request's event loop, one callback at a time
+// (AsyncHTTPClient's promise for a delegate), and read once the request is done.
+private final class BoundedAnswer: HTTPClientResponseDelegate, @unchecked Sendable {
+    typealias Response = AWSResponse
+
+    private let limit: Int
+    private let url: String
+    private var head: HTTPResponseHead?
+    private var body: [UInt8] = []
+
+    init(limit: Int, url: String) {
+        self.limit = limit
+        self.url = url
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<AWSResponse>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.head = head
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<AWSResponse>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        guard body.count + buffer.readableBytes <= limit else {
+            return task.eventLoop.makeFailedFuture(
+                AWSConfiguration.Failure("the answer from \(CredentialsURL.shown(url)) is larger than \(limit) bytes"))
+        }
+        body += buffer.readableBytesView
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<AWSResponse>) throws -> AWSResponse {
+        guard let head else { throw AWSConfiguration.Failure("no answer from \(CredentialsURL.shown(url))") }
+        return AWSResponse(status: Int(head.status.code), headers: AWSHeaders(head.headers), body: body)
+    }
+}
+
+/// A credentials endpoint's URL in messages: without its query (which could carry a token).
+private enum CredentialsURL {
+    static func shown(_ url: String) -> String { String(url.prefix { $0 != "?" }.prefix(120)) }
 }
 
