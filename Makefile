@@ -83,13 +83,14 @@ test: python-tools
 	$(SWIFT) test $(ENGINE) --skip-build
 	$(SWIFT) build $(RECEIVER) --build-tests
 	$(SWIFT) test $(RECEIVER) --skip-build
-	SWIFT="$(SWIFT)" ./scripts/test-linkage.sh
 	$(SWIFT) package $(CLI) plugin generate-manual --configuration debug
 	SWIFT="$(SWIFT)" ./scripts/test-end-to-end.sh
+	SWIFT="$(SWIFT)" ./scripts/test-linkage.sh
 
 # An app of its own that mounts the receiver's routes (Receiver/Tests/Fixtures/LinkageApp),
-# built in the command's build folder (only its one file is compiled), links neither LMDB nor
-# libcurl: the receiver does not depend on the engine. Part of `make test`.
+# built in the command's build folder (its one file, and Hummingbird again: SwiftPM builds a
+# dependency of another root package anew, ~20 s), links neither LMDB nor libcurl: the receiver
+# does not depend on the engine. Last in `make test`, so the command is not rebuilt after it.
 test-linkage: deps
 	$(SWIFT) build $(RECEIVER)
 	SWIFT="$(SWIFT)" ./scripts/test-linkage.sh
