@@ -130,8 +130,10 @@ public struct S3ObjectRequests: Sendable {
     /// offsets), only if it is still version `ifMatch` when one is named
     /// (sent quoted, which Ceph's gateway and AWS honour on GET).
     ///
-    /// The body comes back in the answer, so this suits what a transport
-    /// holds in memory (`TransportOptions.maximumResponseBodySize`); a body
+    /// The body comes back in the answer, so this suits what a client holds
+    /// in memory (the engine's `TransportOptions.maximumResponseBodySize`, the
+    /// receiver's `ObjectStoreClient.maximumAnswerSize`; a download streams
+    /// the body instead); a body
     /// shorter than its `Content-Length` is a retryable failure, never bytes.
     public func getObject(key: String, range: ClosedRange<Int64>? = nil, ifMatch: S3ETag? = nil) -> S3Operation<S3GetOutcome> {
         var request = AWSRequest(method: "GET", url: endpoint.url(bucket: bucket, key: key))
