@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all build-deps deps python-tools build release man test api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
+.PHONY: all build-deps deps python-tools build release man test test-linkage api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -85,6 +85,15 @@ test: python-tools
 	$(SWIFT) test $(RECEIVER) --skip-build
 	$(SWIFT) package $(CLI) plugin generate-manual --configuration debug
 	SWIFT="$(SWIFT)" ./scripts/test-end-to-end.sh
+	SWIFT="$(SWIFT)" ./scripts/test-linkage.sh
+
+# An app of its own that mounts the receiver's routes (Receiver/Tests/Fixtures/LinkageApp),
+# built in the command's build folder (its one file, and Hummingbird again: SwiftPM builds a
+# dependency of another root package anew, ~20 s), links neither LMDB nor libcurl: the receiver
+# does not depend on the engine. Last in `make test`, so the command is not rebuilt after it.
+test-linkage: deps
+	$(SWIFT) build $(RECEIVER)
+	SWIFT="$(SWIFT)" ./scripts/test-linkage.sh
 
 # The end-to-end suites of every protocol the receiver speaks, run again with the
 # receiver on the Ceph gateway's S3 (`xfer serve --storage s3://...`) instead of a

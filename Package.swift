@@ -14,6 +14,8 @@ let package = Package(
         .library(name: "XferMultipart", targets: ["XferMultipart"]),
         .library(name: "XferSequence", targets: ["XferSequence"]),
         .library(name: "XferS3", targets: ["XferS3"]),
+        // S3 without the engine: what the receiver's object storage needs (Receiver/).
+        .library(name: "XferS3Core", targets: ["XferS3Core"]),
         .library(name: "XferTus", targets: ["XferTus"]),
         .library(name: "XferIETF", targets: ["XferIETF"]),
         // For tests of a backend's steps, with no network (Docs/backend-guide.md).
@@ -66,8 +68,16 @@ let package = Package(
         .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
         .target(name: "XferMultipart", dependencies: ["Xfer"], path: "Backends/Multipart"),
         .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
+        // S3 described and read without sending anything: Signature V4, the object and multipart
+        // requests and their answers, S3's XML and errors, the AWS credentials chain (its few
+        // HTTP calls through a fetcher the caller gives). Apart from the engine so that the
+        // receiver, which sends with AsyncHTTPClient, links neither LMDB nor libcurl.
         .target(
-            name: "XferS3", dependencies: ["Xfer", "XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
+            name: "XferS3Core", dependencies: ["XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
+            path: "Sources/XferS3Core"),
+        .target(
+            name: "XferS3",
+            dependencies: ["Xfer", "XferS3Core", "XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
             path: "Backends/S3"),
         .target(
             name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
@@ -89,7 +99,8 @@ let package = Package(
         .testTarget(
             name: "XferTests",
             dependencies: [
-                "Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF", "XferTestSupport",
+                "Xfer", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferS3Core", "XferTus", "XferIETF",
+                "XferTestSupport",
             ],
             path: "Tests/XferTests"
         ),
@@ -98,7 +109,8 @@ let package = Package(
         .testTarget(
             name: "XferBackendTests",
             dependencies: [
-                "Xfer", "XferBackendTesting", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferTus", "XferIETF",
+                "Xfer", "XferBackendTesting", "XferPrimitives", "XferPatch", "XferMultipart", "XferSequence", "XferS3", "XferS3Core", "XferTus",
+                "XferIETF",
             ],
             path: "Tests/XferBackendTests"
         ),

@@ -7,11 +7,14 @@ import PackageDescription
 // downloads) mountable in any Hummingbird application, on the storage it is
 // given. The command's package (CLI/) depends on it; so can an app's server.
 //
-// It needs the engine's package (the folder above) for XferPrimitives (hex,
-// CRCs, chunk sets) and, for uploads on an object store, the `s3` backend's
-// S3 requests (XferS3). A path dependency's
-// identity is its folder's name, whatever the clone is called: it is read
-// from here, not written down.
+// It needs the engine's package (the folder above) for two of its products,
+// never the engine itself: XferPrimitives (hex, CRCs, chunk sets) and, for
+// uploads on an object store, XferS3Core (Signature V4, the S3 requests and
+// answers, the AWS credentials chain), which the `s3` backend shares and
+// which sends nothing itself: the receiver sends with AsyncHTTPClient, so an
+// app that mounts its routes links neither LMDB nor libcurl (the engine's),
+// as LinkageTests checks. A path dependency's identity is its folder's name,
+// whatever the clone is called: it is read from here, not written down.
 let engine = URL(fileURLWithPath: Context.packageDirectory).deletingLastPathComponent().lastPathComponent
 
 let package = Package(
@@ -27,8 +30,8 @@ let package = Package(
     dependencies: [
         .package(path: ".."),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
-        // The object storage's requests to the store: bodies stream from a client's request
-        // straight into them.
+        // The object storage's requests to the store (bodies stream from a client's request
+        // straight into them) and its credentials' requests (STS, metadata endpoints).
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -41,9 +44,10 @@ let package = Package(
             name: "XferReceiver",
             dependencies: [
                 .product(name: "XferPrimitives", package: engine),
-                // The object storage speaks S3 through the `s3` backend's own requests (signing,
-                // credentials, XML, errors): one S3 client, not a second copy.
-                .product(name: "XferS3", package: engine),
+                // The object storage speaks S3 through the `s3` backend's own descriptions of
+                // requests and readings of answers (signing, credentials, XML, errors): one S3
+                // client, not a second copy; without the engine (no LMDB, no libcurl).
+                .product(name: "XferS3Core", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 // HTTPS (`xfer serve --tls-cert`), over the swift-nio-ssl AsyncHTTPClient brings already.
                 .product(name: "HummingbirdTLS", package: "hummingbird"),

@@ -44,6 +44,8 @@ if [ "$purpose" = test ]; then
   command -v chromium >/dev/null || need+=(chromium)
   # pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
   command -v pgrep >/dev/null || need+=(procps)
+  # readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh).
+  { command -v readelf >/dev/null && command -v nm >/dev/null; } || need+=(binutils)
 fi
 
 # DRY_RUN=1 prints what would be installed (InstallDepsTests).

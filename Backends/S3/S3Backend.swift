@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Xfer
+import XferS3Core
 import XferPrimitives
 
 /// S3's multipart upload, as AWS S3 and the S3-compatible stores speak it.
@@ -190,7 +191,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let operation = "start the multipart upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
             do throws(S3Failure) {
-                let id = try S3Answer.uploadID(response, operation: operation)
+                let id = try S3Answer.uploadID(AWSResponse(response), operation: operation)
                 return OpenedFile(handles: [Self.uploadID: id, Self.objectKey: key])
             } catch {
                 throw session.failure(error)
@@ -230,7 +231,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let crc = crcHeader.flatMap { request.headers[$0] }
         return Exchange(request) { response throws(BackendError) in
             do throws(S3Failure) {
-                let etag = try S3Answer.storedETag(response, operation: operation, crcHeader: crcHeader, sentCRC: crc)
+                let etag = try S3Answer.storedETag(AWSResponse(response), operation: operation, crcHeader: crcHeader, sentCRC: crc)
                 return .stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
             } catch {
                 throw session.failure(error)
@@ -297,7 +298,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         return .send(request) { response throws(BackendError) in
             let outcome: S3CompleteOutcome
             do throws(S3Failure) {
-                outcome = try S3Answer.completion(response, operation: operation)
+                outcome = try S3Answer.completion(AWSResponse(response), operation: operation)
             } catch {
                 // S3 lacks a part this job recorded (or holds another one): send them all again.
                 if error.code == "InvalidPart", !error.isErrorInSuccess { return .missing(Array(0..<parts.count)) }
@@ -398,7 +399,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             // Ceph's gateway (16) answers NoSuchKey, not NoSuchUpload, to ListParts of an
             // upload it no longer knows (aborted, expired or completed). ListParts reads
             // no object, so either code means the upload is gone.
-            if let code = response.s3Error?.code, code == "NoSuchUpload" || code == "NoSuchKey" {
+            if let code = AWSResponse(response).s3Error?.code, code == "NoSuchUpload" || code == "NoSuchKey" {
                 throw .uploadUnknown("\(operation): S3 no longer knows the upload")
             }
             guard response.status == 200 else { throw session.failure(response, operation) }
@@ -547,7 +548,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         known: (code: String, message: String)? = nil, okStatus: Bool = false
     ) -> BackendError {
         failure(
-            signer.reviewed(S3Failure(response, operation: operation, known: known, isErrorInSuccess: okStatus)), bucket: bucket,
+            signer.reviewed(S3Failure(AWSResponse(response), operation: operation, known: known, isErrorInSuccess: okStatus)), bucket: bucket,
             endpoint: endpoint, signer: signer)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Xfer
+import XferS3Core
 import XferPrimitives
 
 /// Objects pulled from S3 and the S3-compatible stores (`xfer pull`), as
@@ -113,7 +114,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         return Exchange(request) { response throws(BackendError) in
             let outcome: S3HeadOutcome
             do throws(S3Failure) {
-                outcome = try S3Answer.head(response, operation: operation)
+                outcome = try S3Answer.head(AWSResponse(response), operation: operation)
             } catch {
                 throw store.failure(error, response: response, bucket: object.bucket)
             }
@@ -212,7 +213,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         return Exchange(request) { response throws(BackendError) in
             let page: S3ObjectPage
             do throws(S3Failure) {
-                page = try S3Answer.objectPage(response, operation: operation, continuationToken: cursor)
+                page = try S3Answer.objectPage(AWSResponse(response), operation: operation, continuationToken: cursor)
             } catch {
                 throw store.failure(error, response: response, bucket: parsed.bucket)
             }

@@ -1,5 +1,6 @@
 import Foundation
 import Xfer
+import XferS3Core
 
 /// What S3 keeps with each object besides its bytes: the headers of
 /// `PutObject` and `CreateMultipartUpload` (signed like every header). A job

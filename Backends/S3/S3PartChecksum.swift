@@ -1,5 +1,6 @@
 import Foundation
 import Xfer
+import XferS3Core
 
 /// The checksum each part (or the one `PutObject`) carries, so S3 refuses
 /// bytes that changed on the way.
@@ -62,9 +63,7 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
     }
 
     /// S3's spelling of a CRC: its four bytes, big-endian, in base64.
-    static func crcText(_ crc: UInt32) -> String {
-        Checksums.base64(CRC32.bigEndianBytes(crc))
-    }
+    static func crcText(_ crc: UInt32) -> String { S3Answer.crcText(crc) }
 }
 
 /// What a job records of a part S3 stored: its ETag and, for a job that

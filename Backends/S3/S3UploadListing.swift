@@ -1,66 +1,9 @@
 import Foundation
 import Xfer
+import XferS3Core
 
-/// A multipart upload S3 holds unfinished: one `Upload` of a
-/// ListMultipartUploads answer.
-public struct S3MultipartUpload: Sendable, Hashable {
-    /// The key of the object it would become.
-    public var key: String
-    /// Its UploadId.
-    public var uploadID: String
-    /// When it was created; nil when S3's answer held no date xfer can read.
-    public var initiated: Date?
-    /// The storage class its object would have (`STANDARD`, …), when S3 says.
-    public var storageClass: String?
-
-    public init(key: String, uploadID: String, initiated: Date?, storageClass: String? = nil) {
-        self.key = key
-        self.uploadID = uploadID
-        self.initiated = initiated
-        self.storageClass = storageClass
-    }
-
-    /// Whether a local file with these handles opened this upload: its
-    /// upload id, and its key where the file keeps one.
-    public func isOpened(byFileWith handles: ServerHandles) -> Bool {
-        guard handles[S3Backend.uploadID] == uploadID else { return false }
-        return handles[S3Backend.objectKey].map { $0 == key } ?? true
-    }
-}
-
-/// One page of a listing of multipart uploads.
-public struct S3UploadPage: Sendable, Hashable {
-    /// Where a page starts: after this upload (ListMultipartUploads'
-    /// `key-marker` and `upload-id-marker`).
-    public struct Marker: Sendable, Hashable {
-        public var key: String
-        public var uploadID: String
-
-        public init(key: String, uploadID: String) {
-            self.key = key
-            self.uploadID = uploadID
-        }
-    }
-
-    /// The uploads of this page, in S3's order (by key).
-    public var uploads: [S3MultipartUpload]
-    /// Where the next page starts; nil after the last page.
-    public var next: Marker?
-
-    public init(uploads: [S3MultipartUpload], next: Marker?) {
-        self.uploads = uploads
-        self.next = next
-    }
-}
-
-/// What an `AbortMultipartUpload` did.
-public enum S3AbortOutcome: Sendable, Hashable {
-    /// S3 dropped the upload and its parts.
-    case aborted
-    /// S3 no longer knew the upload (`NoSuchUpload`): aborted, completed or
-    /// expired before.
-    case alreadyGone
-}
+// `S3MultipartUpload`, `S3UploadPage` and `S3AbortOutcome` are XferS3Core's (the receiver
+// lists and aborts uploads too); `isOpened(byFileWith:)` is in S3CoreBridges.swift.
 
 /// The multipart uploads in progress in one bucket under one key prefix:
 /// the requests that list them a page at a time and abort them, and the
@@ -109,39 +52,20 @@ public struct S3UploadListing: Sendable {
 
     /// `ListMultipartUploads`: the page after `marker` (nil: the first).
     public func listPage(after marker: S3UploadPage.Marker?) -> Exchange<S3UploadPage> {
-        var query = "uploads&max-uploads=\(pageSize)"
-        if !prefix.isEmpty { query += "&prefix=\(Self.encoded(prefix))" }
-        if let marker {
-            query += "&key-marker=\(Self.encoded(marker.key))"
-            if !marker.uploadID.isEmpty { query += "&upload-id-marker=\(Self.encoded(marker.uploadID))" }
-        }
+        let query = S3Answer.uploadListQuery(prefix: prefix, after: marker, maxUploads: pageSize)
         var request = HTTPRequest(method: .get, url: endpoint.url(bucket: bucket, key: "", query: query))
         signer.sign(&request)
         let operation = "list the multipart uploads in \(target)"
         return Exchange(request) { [self] response throws(BackendError) in
-            guard response.status == 200 else { throw failure(response, operation) }
-            // AWS names the root ListMultipartUploadsResult; moto too.
-            guard let document = S3XML(response.body, recordNames: ["Upload"]), document.root.hasPrefix("ListMultipartUploads") else {
-                if let error = response.s3Error { throw failure(response, operation, error) }
-                throw .transient("\(operation): the answer is not a ListMultipartUploadsResult")
+            do throws(S3Failure) {
+                return try S3Answer.uploadPage(AWSResponse(response), operation: operation, after: marker)
+            } catch {
+                // A page that cannot be read is worth another try; S3's refusals are named as the
+                // backend names them (the bucket, the credentials).
+                if error.code == nil, error.isRetryable { throw .transient(error.description) }
+                if error.code == nil { throw .rejected(error.description) }
+                throw failure(response, operation)
             }
-            let uploads = document.records.compactMap { record -> S3MultipartUpload? in
-                guard let key = record["Key"], let id = record["UploadId"], !id.isEmpty else { return nil }
-                let storageClass = record["StorageClass"].flatMap { $0.isEmpty ? nil : $0 }
-                return S3MultipartUpload(key: key, uploadID: id, initiated: record["Initiated"].flatMap(Self.date), storageClass: storageClass)
-            }
-            guard document.fields["IsTruncated"] == "true" else { return S3UploadPage(uploads: uploads, next: nil) }
-            // S3 names where to go on; else the page's last upload is the place.
-            let next: S3UploadPage.Marker? =
-                if let key = document.fields["NextKeyMarker"], !key.isEmpty {
-                    S3UploadPage.Marker(key: key, uploadID: document.fields["NextUploadIdMarker"] ?? "")
-                } else {
-                    uploads.last.map { S3UploadPage.Marker(key: $0.key, uploadID: $0.uploadID) }
-                }
-            guard let next, next != marker else {
-                throw .rejected("\(operation): S3 says more uploads follow, but not where they start")
-            }
-            return S3UploadPage(uploads: uploads, next: next)
         }
     }
 
@@ -154,7 +78,7 @@ public struct S3UploadListing: Sendable {
         let operation = "abort upload \(uploadID) of \(url(ofKey: key))"
         return Exchange(request) { [self] response throws(BackendError) in
             do throws(S3Failure) {
-                return try S3Answer.abort(response, operation: operation)
+                return try S3Answer.abort(AWSResponse(response), operation: operation)
             } catch {
                 throw S3Backend.failure(signer.reviewed(error), bucket: bucket, endpoint: endpoint, signer: signer)
             }
@@ -166,13 +90,7 @@ public struct S3UploadListing: Sendable {
     }
 
     private static func encoded(_ value: String) -> String { SignatureV4.uriEncode(value, keepSlash: false) }
-
-    /// S3's timestamps: ISO 8601 in UTC, with milliseconds (AWS) or without.
-    static func date(_ text: String) -> Date? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        return (try? Date(trimmed, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
-            ?? (try? Date(trimmed, strategy: Date.ISO8601FormatStyle()))
-    }
+    static func date(_ text: String) -> Date? { S3Answer.date(text) }
 }
 
 extension S3Backend {

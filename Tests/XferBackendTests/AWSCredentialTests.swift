@@ -5,6 +5,7 @@ import Xfer
 import XferBackendTesting
 import XferPrimitives
 @testable import XferS3
+@testable import XferS3Core
 
 /// Where the s3 backend's credentials come from, and when temporary ones
 /// are fetched again: the documents, the profile chain, the order of the
@@ -268,7 +269,7 @@ final class AWSCredentialTests: XCTestCase {
 
     func testContainerEndpointsAsTheSDKsAllowThem() throws {
         func url(_ environment: [String: String]) throws -> String? {
-            try ContainerCredentialSource(environment: AWSEnvironment(environment), http: BlockingHTTPClient(), now: { Date() })?.url
+            try ContainerCredentialSource(environment: AWSEnvironment(environment), http: CredentialHTTP(fetcher: CurlCredentialFetcher(transport: TransportOptions()), destination: .metadataEndpoint), now: { Date() })?.url
         }
         XCTAssertNil(try url([:]))
         XCTAssertEqual(try url(["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/abc"]), "http://169.254.170.2/v2/credentials/abc")
@@ -297,9 +298,9 @@ final class AWSCredentialTests: XCTestCase {
             endpoint(["AWS_ENDPOINT_URL": "http://a:1", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true"], region: nil), "https://sts.amazonaws.com")
 
         let request = STSClient.form([("Action", "AssumeRole"), ("RoleArn", "arn:aws:iam::1:role/a b"), ("RoleSessionName", "x=y&z")], to: "http://h:1")
-        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.method, "POST")
         XCTAssertEqual(request.url, "http://h:1/")
-        XCTAssertEqual(request.bodyText, "Action=AssumeRole&RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2Fa%20b&RoleSessionName=x%3Dy%26z")
+        XCTAssertEqual(String(decoding: request.body, as: UTF8.self), "Action=AssumeRole&RoleArn=arn%3Aaws%3Aiam%3A%3A1%3Arole%2Fa%20b&RoleSessionName=x%3Dy%26z")
 
         let answer = """
             <AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult><Credentials>\
@@ -308,7 +309,7 @@ final class AWSCredentialTests: XCTestCase {
             </AssumeRoleResult></AssumeRoleResponse>
             """
         XCTAssertEqual(
-            try STSClient.credentials(from: HTTPResponse(status: 200, body: Array(answer.utf8)), action: "AssumeRole", source: "role r", endpoint: "e", secrets: []),
+            try STSClient.credentials(from: AWSResponse(status: 200, body: Array(answer.utf8)), action: "AssumeRole", source: "role r", endpoint: "e", secrets: []),
             AWSCredentials(
                 accessKeyID: "ASIASTS", secretAccessKey: "ssts", sessionToken: "tsts",
                 expiration: Date(timeIntervalSince1970: 1_893_456_000.5)))
@@ -318,7 +319,7 @@ final class AWSCredentialTests: XCTestCase {
             """
         XCTAssertThrowsError(
             try STSClient.credentials(
-                from: HTTPResponse(status: 400, body: Array(refusal.utf8)), action: "AssumeRoleWithWebIdentity", source: "web identity role r",
+                from: AWSResponse(status: 400, body: Array(refusal.utf8)), action: "AssumeRoleWithWebIdentity", source: "web identity role r",
                 endpoint: "http://h:1", secrets: ["eyJ-the-token-itself"])
         ) { error in
             XCTAssertEqual(

@@ -4,6 +4,7 @@ import XCTest
 import Xfer
 import XferBackendTesting
 @testable import XferS3
+@testable import XferS3Core
 
 /// The s3 backend is sans-IO: these tests check the signatures it computes,
 /// the requests it builds and how it reads S3's answers, with no network.

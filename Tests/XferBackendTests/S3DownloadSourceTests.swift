@@ -4,6 +4,7 @@ import Xfer
 import XferBackendTesting
 import XferPrimitives
 @testable import XferS3
+@testable import XferS3Core
 
 /// `S3DownloadSource` is sans-IO: these tests check the requests it
 /// describes (method, URL, conditions, checksum mode, Signature V4) and how

@@ -144,7 +144,14 @@ struct ServeCommand: AsyncParsableCommand {
             } catch {
                 throw XferError.invalidInput("--storage: \(error.description)")
             }
-            let aws = try profile.configuration()
+            // The receiver's own resolution: its STS and metadata requests go through
+            // AsyncHTTPClient, as its store requests do, not through the engine's curl.
+            let aws: AWSConfiguration
+            do {
+                aws = try ObjectStoreLocation.resolveConfiguration(profile: profile.profile)
+            } catch {
+                throw XferError.invalidInput(error.description)
+            }
             var store = ObjectStoreLocation(
                 bucket: location.bucket, prefix: location.prefix, configuration: aws,
                 endpoint: try s3Server.endpoint(region: s3Server.region ?? aws.region), region: s3Server.region)

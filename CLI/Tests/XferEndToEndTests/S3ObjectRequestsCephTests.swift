@@ -7,8 +7,8 @@ import XferS3
 
 /// `S3ObjectRequests` against a real store, Ceph's RADOS Gateway (16; one
 /// cluster for the whole test process, see `CephGateway`): every operation
-/// the receiver's object storage needs, described by XferS3, sent by the
-/// engine's `BlockingHTTPClient`, read back by XferS3. What each test writes
+/// the receiver's object storage needs, described by XferS3Core, sent by the
+/// engine's `BlockingHTTPClient`, read back by XferS3Core. What each test writes
 /// goes with its bucket.
 final class S3ObjectRequestsCephTests: XCTestCase {
     var ceph: CephGateway!
@@ -40,7 +40,7 @@ final class S3ObjectRequestsCephTests: XCTestCase {
     /// Sends `operation`'s request, with `body` attached when the caller
     /// streams it (UploadPart), and reads the answer.
     private func send<Outcome>(_ operation: S3Operation<Outcome>, body: [UInt8]? = nil) throws -> Outcome {
-        var request = operation.request
+        var request = HTTPRequest(operation.request)
         if let body { request.body = RequestBody(body) }
         return try operation.interpret(try client.send(request))
     }

@@ -7,7 +7,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import ServiceLifecycle
-import XferS3
+import XferS3Core
 import UnixSignals
 
 /// What a receiver is told in production: where it listens, where it stores, what it accepts,

@@ -1,4 +1,5 @@
 import Foundation
+import XferPrimitives
 
 extension HTTPResponse {
     /// Accepts the listed statuses; turns the rest into the error the engine
@@ -11,7 +12,7 @@ extension HTTPResponse {
 
     /// Whether the status says "try again later": 5xx, 408 (the server timed the request out) and
     /// 429 (too many requests). The one rule every retry of the engine follows.
-    public var isTransientStatus: Bool { status >= 500 || status == 408 || status == 429 }
+    public var isTransientStatus: Bool { HTTPAnswerRules.isTransient(status) }
 
     /// The error for a status the caller did not expect (see `require`).
     public func unexpectedStatus(_ operation: String) -> BackendError {
@@ -23,22 +24,11 @@ extension HTTPResponse {
     }
 
     /// The server's `Retry-After`, in seconds or as an HTTP date.
-    public var retryAfter: Duration? {
-        guard let value = headers["Retry-After"]?.trimmingCharacters(in: .whitespaces) else { return nil }
-        if let seconds = Int(value), seconds >= 0 { return .seconds(seconds) }
-        guard let date = Self.httpDate(value) else { return nil }
-        return .seconds(max(0, Int(date.timeIntervalSinceNow.rounded(.up))))
-    }
+    public var retryAfter: Duration? { headers["Retry-After"].flatMap { HTTPAnswerRules.retryAfter($0) } }
 
     /// An HTTP date (RFC 9110's IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`),
     /// as in `Retry-After` and `Last-Modified`; nil for anything else.
-    public static func httpDate(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))
-    }
+    public static func httpDate(_ text: String) -> Date? { HTTPAnswerRules.date(text) }
 
     /// A short, single-line message from the body: a JSON `error`, `msg` or
     /// `message` field, else the start of a text body. Nil when there is none.

@@ -3,7 +3,7 @@ import Hummingbird
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// One protocol's offset uploads (tus's, the IETF draft's) in an object store.
 ///

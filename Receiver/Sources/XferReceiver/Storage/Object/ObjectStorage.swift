@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// Uploads in an S3-compatible object store (`xfer serve --storage s3://BUCKET/PREFIX`), shared by
 /// any number of receivers with no lock service and no sticky sessions: every upload's state is a

@@ -3,11 +3,13 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
-import Xfer
-import XferS3
+import NIOPosix
+import XferS3Core
 
-/// Sends the S3 operations `S3ObjectRequests` describes (the `s3` backend's signing, credentials,
-/// XML and error reading, shared) through AsyncHTTPClient, on the receiver's event loops.
+/// Sends the S3 operations `S3ObjectRequests` describes (XferS3Core's signing, credentials, XML
+/// and error reading, which the `s3` backend shares) through AsyncHTTPClient, on the receiver's
+/// event loops. XferS3Core sends nothing itself, so the receiver carries no second HTTP client:
+/// an app mounting its routes links neither the engine's LMDB nor its libcurl.
 ///
 /// Small requests (state records, completions, listings) are retried on what `S3Failure` calls
 /// retryable and on connection errors, described anew for each attempt so that each is signed at
@@ -46,7 +48,7 @@ final class ObjectStoreClient: Sendable {
         var attempt = 1
         while true {
             let operation = describe()
-            let body = operation.request.body.bytesInMemory ?? []
+            let body = operation.request.body
             do {
                 let response = try await send(operation.request, body: .bytes(ByteBuffer(bytes: body)), length: body.count)
                 return try operation.interpret(response)
@@ -77,20 +79,18 @@ final class ObjectStoreClient: Sendable {
         return try await http.execute(Self.clientRequest(operation.request, body: nil), timeout: .hours(24), logger: logger)
     }
 
-    private func send(_ request: HTTPRequest, body: HTTPClientRequest.Body, length: Int) async throws -> HTTPResponse {
+    private func send(_ request: AWSRequest, body: HTTPClientRequest.Body, length: Int) async throws -> AWSResponse {
         statistics.storeRequests.add(1, ordering: .relaxed)
         var outgoing = Self.clientRequest(request, body: body)
-        if length == 0, request.method != .put, request.method != .post { outgoing.body = nil }
+        if length == 0, request.method != "PUT", request.method != "POST" { outgoing.body = nil }
         let response = try await http.execute(outgoing, timeout: .hours(24), logger: logger)
-        var headers = HTTPHeaders()
-        for field in response.headers { headers.add(field.name, field.value) }
         let collected = try await response.body.collect(upTo: Self.maximumAnswerSize)
-        return HTTPResponse(status: Int(response.status.code), headers: headers, body: Array(buffer: collected))
+        return AWSResponse(status: Int(response.status.code), headers: AWSHeaders(response.headers), body: Array(buffer: collected))
     }
 
-    private static func clientRequest(_ request: HTTPRequest, body: HTTPClientRequest.Body?) -> HTTPClientRequest {
+    private static func clientRequest(_ request: AWSRequest, body: HTTPClientRequest.Body?) -> HTTPClientRequest {
         var outgoing = HTTPClientRequest(url: request.url)
-        outgoing.method = NIOHTTP1.HTTPMethod(rawValue: request.method.rawValue)
+        outgoing.method = NIOHTTP1.HTTPMethod(rawValue: request.method)
         for field in request.headers where field.name.lowercased() != "content-length" && field.name.lowercased() != "host" {
             outgoing.headers.add(name: field.name, value: field.value)
         }
@@ -102,3 +102,103 @@ final class ObjectStoreClient: Sendable {
         [.remoteConnectionClosed, .connectTimeout, .readTimeout, .writeTimeout, .deadlineExceeded].contains(error)
     }
 }
+
+extension AWSHeaders {
+    /// An AsyncHTTPClient answer's header fields, in order.
+    init(_ headers: NIOHTTP1.HTTPHeaders) { self.init(headers.map { Field(name: $0.name, value: $0.value) }) }
+}
+
+extension ObjectStoreLocation {
+    /// Credentials and region for the store, found where the AWS SDKs and CLI look
+    /// (`AWSConfiguration.resolve`), their HTTP calls (STS, the container and instance metadata
+    /// endpoints) sent by AsyncHTTPClient: what `xfer serve --storage s3://…` uses, and what an
+    /// app mounting the routes may use, without the engine's curl client.
+    ///
+    /// - Parameters:
+    ///   - profile: The profile asked for by name (`--profile`); the environment's keys are then
+    ///     passed over.
+    ///   - environment: The `AWS_*` variables.
+    public static func resolveConfiguration(
+        profile: String? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(AWSConfiguration.Failure) -> AWSConfiguration {
+        try AWSConfiguration.resolve(profile: profile, environment: environment, fetcher: StoreCredentialFetcher())
+    }
+}
+
+/// The credentials chain's requests sent by AsyncHTTPClient, blocking the caller (the chain's
+/// fetches are synchronous: `AWSHTTPFetcher`). Its clients run on an event loop of their own, so
+/// the thread that waits is never the one that must answer, whichever thread signs a request.
+struct StoreCredentialFetcher: AWSHTTPFetcher {
+    /// One thread for all: a handful of small requests an hour.
+    private static let loop = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+
+    /// STS as the rest of AWS is reached, bounded in all (a request being signed may wait).
+    private static let sts = HTTPClient(
+        eventLoopGroupProvider: .shared(loop),
+        configuration: HTTPClient.Configuration(
+            redirectConfiguration: .disallow, timeout: .init(connect: .seconds(10), read: .seconds(30)), decompression: .disabled))
+
+    /// The metadata endpoints: on the machine's own link, given up quickly when nothing answers.
+    private static let metadata = HTTPClient(
+        eventLoopGroupProvider: .shared(loop),
+        configuration: HTTPClient.Configuration(
+            redirectConfiguration: .disallow, timeout: .init(connect: .seconds(1), read: .seconds(5)), decompression: .disabled))
+
+    func fetch(_ request: AWSRequest, to destination: AWSHTTPDestination) throws -> AWSResponse {
+        let (client, limit, deadline): (HTTPClient, Int, TimeAmount) =
+            switch destination {
+            case .securityTokenService: (Self.sts, 1 << 20, .seconds(30))
+            case .metadataEndpoint: (Self.metadata, 64 << 10, .seconds(5))
+            }
+        var outgoing = try HTTPClient.Request(url: request.url, method: NIOHTTP1.HTTPMethod(rawValue: request.method))
+        for field in request.headers where field.name.lowercased() != "host" {
+            outgoing.headers.add(name: field.name, value: field.value)
+        }
+        if !request.body.isEmpty { outgoing.body = .bytes(request.body) }
+        let answer = BoundedAnswer(limit: limit, url: request.url)
+        return try client.execute(request: outgoing, delegate: answer, deadline: .now() + deadline).futureResult.wait()
+    }
+}
+
+/// An answer read into memory up to `limit` bytes: a longer one fails the request as soon as it
+/// passes the limit, so what an endpoint sends cannot make the receiver hold more.
+// Unchecked: its state is touched only on the request's event loop, one callback at a time
+// (AsyncHTTPClient's promise for a delegate), and read once the request is done.
+private final class BoundedAnswer: HTTPClientResponseDelegate, @unchecked Sendable {
+    typealias Response = AWSResponse
+
+    private let limit: Int
+    private let url: String
+    private var head: HTTPResponseHead?
+    private var body: [UInt8] = []
+
+    init(limit: Int, url: String) {
+        self.limit = limit
+        self.url = url
+    }
+
+    func didReceiveHead(task: HTTPClient.Task<AWSResponse>, _ head: HTTPResponseHead) -> EventLoopFuture<Void> {
+        self.head = head
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didReceiveBodyPart(task: HTTPClient.Task<AWSResponse>, _ buffer: ByteBuffer) -> EventLoopFuture<Void> {
+        guard body.count + buffer.readableBytes <= limit else {
+            return task.eventLoop.makeFailedFuture(
+                AWSConfiguration.Failure("the answer from \(CredentialsURL.shown(url)) is larger than \(limit) bytes"))
+        }
+        body += buffer.readableBytesView
+        return task.eventLoop.makeSucceededVoidFuture()
+    }
+
+    func didFinishRequest(task: HTTPClient.Task<AWSResponse>) throws -> AWSResponse {
+        guard let head else { throw AWSConfiguration.Failure("no answer from \(CredentialsURL.shown(url))") }
+        return AWSResponse(status: Int(head.status.code), headers: AWSHeaders(head.headers), body: body)
+    }
+}
+
+/// A credentials endpoint's URL in messages: without its query (which could carry a token).
+private enum CredentialsURL {
+    static func shown(_ url: String) -> String { String(url.prefix { $0 != "?" }.prefix(120)) }
+}
+

@@ -1,6 +1,6 @@
 import Foundation
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// Where an object storage keeps what, below its prefix:
 ///

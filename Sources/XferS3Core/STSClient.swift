@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 
 /// The two calls of AWS STS that hand out a role's temporary credentials:
 /// `AssumeRole` (signed, Signature V4 for service `sts`) and
@@ -10,7 +9,7 @@ struct STSClient: Sendable {
     let endpoint: String
     /// The region requests are signed for.
     let signingRegion: String
-    let http: BlockingHTTPClient
+    let http: CredentialHTTP
     let now: @Sendable () -> Date
 
     static let version = "2011-06-15"
@@ -20,7 +19,7 @@ struct STSClient: Sendable {
     /// STS where the SDKs would send: `AWS_ENDPOINT_URL_STS`, else
     /// `AWS_ENDPOINT_URL` (unless `AWS_IGNORE_CONFIGURED_ENDPOINT_URLS` is
     /// true), else the region's own endpoint, else the global one.
-    init(environment: AWSEnvironment, region: String?, http: BlockingHTTPClient, now: @escaping @Sendable () -> Date) {
+    init(environment: AWSEnvironment, region: String?, http: CredentialHTTP, now: @escaping @Sendable () -> Date) {
         endpoint = Self.endpoint(environment: environment, region: region)
         signingRegion = region ?? "us-east-1"
         self.http = http
@@ -65,18 +64,18 @@ struct STSClient: Sendable {
     }
 
     /// A form-encoded POST of `parameters` to `endpoint`'s root.
-    static func form(_ parameters: [(String, String)], to endpoint: String) -> HTTPRequest {
+    static func form(_ parameters: [(String, String)], to endpoint: String) -> AWSRequest {
         let body = parameters.map { "\(SignatureV4.uriEncode($0.0, keepSlash: false))=\(SignatureV4.uriEncode($0.1, keepSlash: false))" }
             .joined(separator: "&")
         let url = endpoint.hasSuffix("/") ? endpoint : endpoint + "/"
-        return HTTPRequest(
-            method: .post, url: url, headers: ["Content-Type": "application/x-www-form-urlencoded; charset=utf-8"],
-            body: RequestBody(Array(body.utf8)))
+        return AWSRequest(
+            method: "POST", url: url, headers: ["Content-Type": "application/x-www-form-urlencoded; charset=utf-8"],
+            body: Array(body.utf8))
     }
 
-    private func send(_ request: HTTPRequest, action: String, source: String, secrets: [String]) throws(Failure) -> AWSCredentials {
+    private func send(_ request: AWSRequest, action: String, source: String, secrets: [String]) throws(Failure) -> AWSCredentials {
         let shownEndpoint = ContainerCredentialSource.shown(endpoint)
-        let response: HTTPResponse
+        let response: AWSResponse
         do {
             response = try http.send(request)
         } catch {
@@ -88,7 +87,7 @@ struct STSClient: Sendable {
     /// The credentials of an answer to `action`, or the error it reports
     /// (STS's code and message, with any of `secrets` cut out).
     static func credentials(
-        from response: HTTPResponse, action: String, source: String, endpoint: String, secrets: [String]
+        from response: AWSResponse, action: String, source: String, endpoint: String, secrets: [String]
     ) throws(Failure) -> AWSCredentials {
         let document = S3XML(response.body)
         guard response.status == 200, let document, document.root == "\(action)Response" else {

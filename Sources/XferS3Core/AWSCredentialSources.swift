@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 
 #if canImport(Glibc)
     import Glibc
@@ -171,13 +170,13 @@ struct ContainerCredentialSource: AWSCredentialSource {
     let url: String
     let authorizationTokenFile: String?
     let authorizationToken: String?
-    let http: BlockingHTTPClient
+    let http: CredentialHTTP
     let now: @Sendable () -> Date
 
     var name: String { "container credentials at \(Self.shown(url))" }
 
     /// Nil when neither variable is set.
-    init?(environment: AWSEnvironment, http: BlockingHTTPClient, now: @escaping @Sendable () -> Date) throws(CredentialFailure) {
+    init?(environment: AWSEnvironment, http: CredentialHTTP, now: @escaping @Sendable () -> Date) throws(CredentialFailure) {
         if let relative = environment["AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"] {
             url = Self.relativeHost + (relative.hasPrefix("/") ? relative : "/" + relative)
         } else if let full = environment["AWS_CONTAINER_CREDENTIALS_FULL_URI"] {
@@ -202,9 +201,9 @@ struct ContainerCredentialSource: AWSCredentialSource {
     }
 
     func fetch() throws(CredentialFailure) -> AWSCredentials {
-        var request = HTTPRequest(method: .get, url: url, headers: ["Accept": "application/json"])
+        var request = AWSRequest(method: "GET", url: url, headers: ["Accept": "application/json"])
         if let authorization = try authorization() { request.headers.set("Authorization", authorization) }
-        let response: HTTPResponse
+        let response: AWSResponse
         do {
             response = try http.send(request)
         } catch {
@@ -255,13 +254,13 @@ struct ContainerCredentialSource: AWSCredentialSource {
 struct InstanceMetadataCredentialSource: AWSCredentialSource {
     let endpoint: String
     let allowsVersion1: Bool
-    let http: BlockingHTTPClient
+    let http: CredentialHTTP
     let now: @Sendable () -> Date
 
     static let tokenLifetime = 21_600
     static let credentialsPath = "/latest/meta-data/iam/security-credentials/"
 
-    init(environment: AWSEnvironment, http: BlockingHTTPClient, now: @escaping @Sendable () -> Date) {
+    init(environment: AWSEnvironment, http: CredentialHTTP, now: @escaping @Sendable () -> Date) {
         var endpoint =
             environment["AWS_EC2_METADATA_SERVICE_ENDPOINT"]
             ?? (environment["AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE"]?.lowercased() == "ipv6"
@@ -276,10 +275,10 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
     var name: String { "EC2 instance metadata at \(ContainerCredentialSource.shown(endpoint))" }
 
     func fetch() throws(CredentialFailure) -> AWSCredentials {
-        var tokenRequest = HTTPRequest(method: .put, url: endpoint + "/latest/api/token")
+        var tokenRequest = AWSRequest(method: "PUT", url: endpoint + "/latest/api/token")
         tokenRequest.headers.set("X-aws-ec2-metadata-token-ttl-seconds", String(Self.tokenLifetime))
         let tokenAnswer = try send(tokenRequest)
-        var headers: HTTPHeaders = [:]
+        var headers: AWSHeaders = [:]
         switch tokenAnswer.status {
         case 200:
             let token = String(decoding: tokenAnswer.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -296,7 +295,7 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
         default:
             throw CredentialFailure("\(name) answered the session token request with HTTP \(tokenAnswer.status)")
         }
-        let roles = try send(HTTPRequest(method: .get, url: endpoint + Self.credentialsPath, headers: headers))
+        let roles = try send(AWSRequest(method: "GET", url: endpoint + Self.credentialsPath, headers: headers))
         guard roles.status == 200 else {
             if roles.status == 404 { throw CredentialFailure("\(name): the instance has no IAM role attached") }
             throw CredentialFailure("\(name) answered HTTP \(roles.status) when asked for the instance's role")
@@ -308,17 +307,17 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
             throw CredentialFailure("\(name): the instance has no IAM role attached")
         }
         let answer = try send(
-            HTTPRequest(method: .get, url: endpoint + Self.credentialsPath + SignatureV4.uriEncode(role, keepSlash: false), headers: headers))
+            AWSRequest(method: "GET", url: endpoint + Self.credentialsPath + SignatureV4.uriEncode(role, keepSlash: false), headers: headers))
         guard answer.status == 200 else {
             throw CredentialFailure("\(name) answered HTTP \(answer.status) when asked for the credentials of role \(role.prefix(64))")
         }
-        if let code = (try? JSONValue.parse(answer.body))?["Code"]?.stringValue, code != "Success" {
+        if let code = CredentialDocument.object(answer.body)?["Code"] as? String, code != "Success" {
             throw CredentialFailure("\(name) has no credentials for role \(role.prefix(64)): \(code.prefix(64))")
         }
         return try CredentialDocument.parse(answer.body, source: name, tokenField: "Token", requiresVersion: false, now: now())
     }
 
-    private func send(_ request: HTTPRequest) throws(CredentialFailure) -> HTTPResponse {
+    private func send(_ request: AWSRequest) throws(CredentialFailure) -> AWSResponse {
         do {
             return try http.send(request)
         } catch {
@@ -332,6 +331,19 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
 /// The JSON documents credentials come in: `credential_process`'s output,
 /// the container endpoint's and the instance metadata service's answers.
 enum CredentialDocument {
+    /// A JSON object's members, by Foundation's reader (this module has no JSON codec of its own,
+    /// and these documents are small and flat); nil for anything else.
+    static func object(_ bytes: [UInt8]) -> [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
+    }
+
+    /// Whether a member is the number 1 (a JSON `1` or `1.0`; not `true`, not `"1"`).
+    static func isOne(_ value: Any?) -> Bool {
+        // Foundation reads `true` as an NSNumber too; its type code ("c") tells it apart.
+        guard let number = value as? NSNumber, String(cString: number.objCType) != "c" else { return false }
+        return number.doubleValue == 1
+    }
+
     /// - Parameters:
     ///   - tokenField: `SessionToken` (credential_process) or `Token` (the endpoints).
     ///   - requiresVersion: credential_process must say `"Version": 1`.
@@ -339,24 +351,24 @@ enum CredentialDocument {
         _ bytes: [UInt8], source: String, tokenField: String, requiresVersion: Bool, now: Date
     ) throws(CredentialFailure) -> AWSCredentials {
         let shape = "{\"AccessKeyId\": …, \"SecretAccessKey\": …, \"\(tokenField)\": …, \"Expiration\": …}"
-        guard let document = try? JSONValue.parse(bytes), document.objectValue != nil else {
+        guard let document = object(bytes) else {
             throw CredentialFailure("\(source) gave no JSON object of credentials; expected \(requiresVersion ? "Version 1, " : "")\(shape)")
         }
-        if requiresVersion, document["Version"]?.intValue != 1 {
+        if requiresVersion, !Self.isOne(document["Version"]) {
             throw CredentialFailure("\(source) gave credentials without \"Version\": 1, the only version there is")
         }
-        guard case .string(let key)? = document["AccessKeyId"], !key.isEmpty,
-            case .string(let secret)? = document["SecretAccessKey"], !secret.isEmpty
+        guard let key = document["AccessKeyId"] as? String, !key.isEmpty,
+            let secret = document["SecretAccessKey"] as? String, !secret.isEmpty
         else {
             throw CredentialFailure("\(source) gave no AccessKeyId and SecretAccessKey; expected \(shape)")
         }
         var token: String?
-        if case .string(let value)? = document[tokenField], !value.isEmpty { token = value }
+        if let value = document[tokenField] as? String, !value.isEmpty { token = value }
         var expiration: Date?
         switch document["Expiration"] {
-        case nil, .null?:
+        case nil, is NSNull:
             break
-        case .string(let text)? where AWSTime.parse(text) != nil:
+        case let text as String where AWSTime.parse(text) != nil:
             expiration = AWSTime.parse(text)
         default:
             throw CredentialFailure("\(source) gave an Expiration that is not an ISO 8601 time (e.g. 2030-01-31T12:00:00Z)")
@@ -367,9 +379,9 @@ enum CredentialDocument {
     /// ": code (message)" of a JSON error answer (`{"code", "message"}`, any
     /// case), short and on one line; empty when there is none.
     static func errorDetail(_ body: [UInt8]) -> String {
-        guard let document = try? JSONValue.parse(body), let members = document.objectValue else { return "" }
+        guard let members = object(body) else { return "" }
         let byName = Dictionary(members.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
-        let parts = [byName["code"]?.stringValue, byName["message"]?.stringValue].compactMap { $0 }
+        let parts = [byName["code"] as? String, byName["message"] as? String].compactMap { $0 }
             .map { String($0.split(whereSeparator: \.isNewline).joined(separator: " ").prefix(200)) }
         guard let first = parts.first else { return "" }
         return ": \(first)" + (parts.count > 1 ? " (\(parts[1]))" : "")

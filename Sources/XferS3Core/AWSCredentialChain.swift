@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 
 /// Finds credentials where the AWS SDKs look, in this order; the first
 /// source that is set up wins, and one that is set up but fails is an
@@ -19,7 +18,8 @@ import Xfer
 struct AWSCredentialChain {
     let environment: AWSEnvironment
     let home: String
-    let transport: TransportOptions
+    /// Sends the chain's requests (STS, the container and instance metadata endpoints).
+    let fetcher: any AWSHTTPFetcher
     let now: @Sendable () -> Date
 
     typealias Failure = AWSConfiguration.Failure
@@ -111,30 +111,11 @@ struct AWSCredentialChain {
     }
 
     private func sts(region: String?) -> STSClient {
-        STSClient(environment: environment, region: region, http: BlockingHTTPClient(options: stsOptions), now: now)
+        STSClient(
+            environment: environment, region: region, http: CredentialHTTP(fetcher: fetcher, destination: .securityTokenService),
+            now: now)
     }
 
-    /// STS as the user reaches the rest of AWS (proxy, TLS trust), with a
-    /// bound on the whole call: a request being signed may wait for it.
-    private var stsOptions: TransportOptions {
-        var options = transport
-        options.maximumSendRate = nil
-        options.requestTimeout = min(options.requestTimeout ?? .seconds(30), .seconds(30))
-        return options
-    }
-
-    /// The container and instance metadata endpoints are on the machine's
-    /// own link (169.254.x.x, loopback): reached directly, never through a
-    /// proxy (which could not reach them, and should not see their
-    /// credentials), and given up quickly when nothing answers, as the
-    /// SDKs do, so a machine without them fails fast.
-    private var metadataClient: BlockingHTTPClient {
-        var options = transport
-        options.proxy = .none
-        options.maximumSendRate = nil
-        options.connectTimeout = .seconds(1)
-        options.requestTimeout = .seconds(5)
-        options.maximumResponseBodySize = 64 << 10
-        return BlockingHTTPClient(options: options)
-    }
+    /// The container and instance metadata endpoints (`AWSHTTPDestination.metadataEndpoint`).
+    private var metadataClient: CredentialHTTP { CredentialHTTP(fetcher: fetcher, destination: .metadataEndpoint) }
 }

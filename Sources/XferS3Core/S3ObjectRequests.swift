@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Xfer
 import XferPrimitives
 
 /// One S3 operation, sans-IO: the signed request to send, and the reading
@@ -13,33 +12,21 @@ public struct S3Operation<Outcome: Sendable>: Sendable {
     /// The request, signed. A body the caller streams (`UploadPart`) is not
     /// in it: attach it to `request.body` (or send it another way) with
     /// exactly the `Content-Length` the request names.
-    public var request: HTTPRequest
+    public var request: AWSRequest
     /// What the request does, for messages: `PutObject s3://bucket/key`.
     public let operation: String
-    private let read: @Sendable (HTTPResponse) throws(S3Failure) -> Outcome
+    private let read: @Sendable (AWSResponse) throws(S3Failure) -> Outcome
 
-    init(_ request: HTTPRequest, operation: String, read: @escaping @Sendable (HTTPResponse) throws(S3Failure) -> Outcome) {
+    package init(_ request: AWSRequest, operation: String, read: @escaping @Sendable (AWSResponse) throws(S3Failure) -> Outcome) {
         self.request = request
         self.operation = operation
         self.read = read
     }
 
-    /// Reads S3's answer: the outcome, or why it failed and whether to try again.
-    public func interpret(_ response: HTTPResponse) throws(S3Failure) -> Outcome {
+    /// Reads S3's answer: the outcome, or why it failed and whether to try again. (The engine's
+    /// `exchange` of it is in XferS3, which knows the engine.)
+    public func interpret(_ response: AWSResponse) throws(S3Failure) -> Outcome {
         try read(response)
-    }
-
-    /// The same operation as the engine sends it (`TransferEngine.send`):
-    /// a retryable failure is transient, the rest refusals.
-    public var exchange: Exchange<Outcome> {
-        let read = self.read
-        return Exchange(request) { response throws(BackendError) in
-            do throws(S3Failure) {
-                return try read(response)
-            } catch {
-                throw error.backendError
-            }
-        }
     }
 }
 
@@ -105,7 +92,7 @@ public struct S3ObjectRequests: Sendable {
     public func putObject(
         key: String, bytes: [UInt8], condition: S3WriteCondition? = nil, contentType: String = "application/octet-stream"
     ) -> S3Operation<S3PutOutcome> {
-        var request = HTTPRequest(method: .put, url: endpoint.url(bucket: bucket, key: key), body: RequestBody(bytes))
+        var request = AWSRequest(method: "PUT", url: endpoint.url(bucket: bucket, key: key), body: bytes)
         request.headers.set("Content-Type", contentType)
         switch condition {
         case nil: break
@@ -130,7 +117,7 @@ public struct S3ObjectRequests: Sendable {
     public func putObjectStreamed(
         key: String, length: Int64, contentType: String = "application/octet-stream", metadata: [String: String] = [:]
     ) -> S3Operation<S3ETag> {
-        var request = HTTPRequest(method: .put, url: endpoint.url(bucket: bucket, key: key))
+        var request = AWSRequest(method: "PUT", url: endpoint.url(bucket: bucket, key: key))
         request.headers.set("Content-Type", contentType)
         request.headers.set("Content-Length", String(length))
         for (name, value) in metadata.sorted(by: { $0.key < $1.key }) { request.headers.set(S3ObjectMetadata.userPrefix + name, value) }
@@ -143,11 +130,13 @@ public struct S3ObjectRequests: Sendable {
     /// offsets), only if it is still version `ifMatch` when one is named
     /// (sent quoted, which Ceph's gateway and AWS honour on GET).
     ///
-    /// The body comes back in the answer, so this suits what a transport
-    /// holds in memory (`TransportOptions.maximumResponseBodySize`); a body
+    /// The body comes back in the answer, so this suits what a client holds
+    /// in memory (the engine's `TransportOptions.maximumResponseBodySize`, the
+    /// receiver's `ObjectStoreClient.maximumAnswerSize`; a download streams
+    /// the body instead); a body
     /// shorter than its `Content-Length` is a retryable failure, never bytes.
     public func getObject(key: String, range: ClosedRange<Int64>? = nil, ifMatch: S3ETag? = nil) -> S3Operation<S3GetOutcome> {
-        var request = HTTPRequest(method: .get, url: endpoint.url(bucket: bucket, key: key))
+        var request = AWSRequest(method: "GET", url: endpoint.url(bucket: bucket, key: key))
         if let range { request.headers.set("Range", "bytes=\(range.lowerBound)-\(range.upperBound)") }
         if let ifMatch { request.headers.set("If-Match", ifMatch.quoted) }
         return describe("GetObject", key: key, request) { response, operation throws(S3Failure) in
@@ -176,7 +165,7 @@ public struct S3ObjectRequests: Sendable {
 
     /// `HeadObject`: the object's size, ETag, date and user metadata, without its bytes.
     public func headObject(key: String, ifMatch: S3ETag? = nil) -> S3Operation<S3HeadOutcome> {
-        var request = HTTPRequest(method: .head, url: endpoint.url(bucket: bucket, key: key))
+        var request = AWSRequest(method: "HEAD", url: endpoint.url(bucket: bucket, key: key))
         if let ifMatch { request.headers.set("If-Match", ifMatch.quoted) }
         return describe("HeadObject", key: key, request) { response, operation throws(S3Failure) in
             try S3Answer.head(response, operation: operation)
@@ -186,7 +175,7 @@ public struct S3ObjectRequests: Sendable {
     /// `DeleteObject`. Deleting a key that holds nothing succeeds, as S3
     /// itself answers it: the caller wanted it gone, and it is.
     public func deleteObject(key: String) -> S3Operation<Void> {
-        let request = HTTPRequest(method: .delete, url: endpoint.url(bucket: bucket, key: key))
+        let request = AWSRequest(method: "DELETE", url: endpoint.url(bucket: bucket, key: key))
         return describe("DeleteObject", key: key, request) { response, operation throws(S3Failure) in
             if response.isSuccess || (response.status == 404 && Self.isMissingKey(response)) { return }
             throw S3Failure(response, operation: operation)
@@ -202,9 +191,9 @@ public struct S3ObjectRequests: Sendable {
         for key in keys { xml += "<Object><Key>\(S3XML.escaped(key))</Key></Object>" }
         xml += "</Delete>"
         let body = Array(xml.utf8)
-        var request = HTTPRequest(method: .post, url: endpoint.url(bucket: bucket, key: "", query: "delete"), body: RequestBody(body))
+        var request = AWSRequest(method: "POST", url: endpoint.url(bucket: bucket, key: "", query: "delete"), body: body)
         request.headers.set("Content-Type", "application/xml")
-        request.headers.set("Content-MD5", Checksums.base64(Array(Insecure.MD5.hash(data: body))))
+        request.headers.set("Content-MD5", Data(Insecure.MD5.hash(data: body)).base64EncodedString())
         return describe("DeleteObjects (\(keys.count) keys)", request) { response, operation throws(S3Failure) in
             guard response.status == 200 else { throw S3Failure(response, operation: operation) }
             guard let document = S3XML(response.body, recordNames: ["Error"]), document.root == "DeleteResult" else {
@@ -227,7 +216,7 @@ public struct S3ObjectRequests: Sendable {
         prefix: String = "", delimiter: String? = nil, continuationToken: String? = nil, maxKeys: Int = 1000
     ) -> S3Operation<S3ObjectPage> {
         let query = Self.listQuery(prefix: prefix, delimiter: delimiter, continuationToken: continuationToken, maxKeys: maxKeys)
-        let request = HTTPRequest(method: .get, url: endpoint.url(bucket: bucket, key: "", query: query))
+        let request = AWSRequest(method: "GET", url: endpoint.url(bucket: bucket, key: "", query: query))
         let name = "ListObjectsV2 \(s3URL(ofKey: prefix))"
         return describe(name, request) { response, operation throws(S3Failure) in
             try S3Answer.objectPage(response, operation: operation, continuationToken: continuationToken)
@@ -238,7 +227,7 @@ public struct S3ObjectRequests: Sendable {
     /// with the `s3` download source, which signs its requests later.
     /// `urlEncodedKeys`: ask S3 to URL-encode the keys of its answer
     /// (`encoding-type=url`; `S3Answer.objectPage` decodes them).
-    static func listQuery(
+    package static func listQuery(
         prefix: String, delimiter: String?, continuationToken: String?, maxKeys: Int, urlEncodedKeys: Bool = false
     ) -> String {
         var query = "list-type=2&max-keys=\(max(1, min(1000, maxKeys)))"
@@ -259,7 +248,7 @@ public struct S3ObjectRequests: Sendable {
     public func createMultipartUpload(
         key: String, contentType: String = "application/octet-stream", partsCarryCRC32C: Bool = false
     ) -> S3Operation<String> {
-        var request = HTTPRequest(method: .post, url: endpoint.url(bucket: bucket, key: key, query: "uploads"))
+        var request = AWSRequest(method: "POST", url: endpoint.url(bucket: bucket, key: key, query: "uploads"))
         request.headers.set("Content-Type", contentType)
         if partsCarryCRC32C { request.headers.set("x-amz-checksum-algorithm", "CRC32C") }
         return describe("CreateMultipartUpload", key: key, request) { response, operation throws(S3Failure) in
@@ -279,9 +268,9 @@ public struct S3ObjectRequests: Sendable {
     ///   wants the upload created with `partsCarryCRC32C` then.)
     /// - Returns: The part's ETag, for `completeMultipartUpload`.
     public func uploadPart(key: String, uploadID: String, partNumber: Int, length: Int64, crc32c: UInt32? = nil) -> S3Operation<S3ETag> {
-        var request = HTTPRequest(method: .put, url: partURL(key: key, uploadID: uploadID, partNumber: partNumber))
+        var request = AWSRequest(method: "PUT", url: partURL(key: key, uploadID: uploadID, partNumber: partNumber))
         request.headers.set("Content-Length", String(length))
-        let crc = crc32c.map(S3PartChecksum.crcText)
+        let crc = crc32c.map(S3Answer.crcText)
         if let crc {
             request.headers.set("x-amz-checksum-crc32c", crc)
             request.headers.set("x-amz-sdk-checksum-algorithm", "CRC32C")
@@ -301,7 +290,7 @@ public struct S3ObjectRequests: Sendable {
         key: String, uploadID: String, partNumber: Int, sourceKey: String, sourceBucket: String? = nil,
         range: ClosedRange<Int64>? = nil, sourceETag: S3ETag? = nil
     ) -> S3Operation<S3ETag> {
-        var request = HTTPRequest(method: .put, url: partURL(key: key, uploadID: uploadID, partNumber: partNumber))
+        var request = AWSRequest(method: "PUT", url: partURL(key: key, uploadID: uploadID, partNumber: partNumber))
         request.headers.set("x-amz-copy-source", "/\(sourceBucket ?? bucket)/\(SignatureV4.uriEncode(sourceKey, keepSlash: true))")
         if let range { request.headers.set("x-amz-copy-source-range", "bytes=\(range.lowerBound)-\(range.upperBound)") }
         if let sourceETag { request.headers.set("x-amz-copy-source-if-match", sourceETag.quoted) }
@@ -326,10 +315,10 @@ public struct S3ObjectRequests: Sendable {
     public func completeMultipartUpload(key: String, uploadID: String, parts: [S3CompletedPart]) -> S3Operation<S3CompleteOutcome> {
         let body = S3Answer.completionBody(
             parts.sorted { $0.number < $1.number }.map { part in
-                (part.number, part.etag.quoted, part.crc32c.map { ("ChecksumCRC32C", S3PartChecksum.crcText($0)) })
+                (part.number, part.etag.quoted, part.crc32c.map { ("ChecksumCRC32C", S3Answer.crcText($0)) })
             })
-        var request = HTTPRequest(
-            method: .post, url: endpoint.url(bucket: bucket, key: key, query: "uploadId=\(Self.encoded(uploadID))"), body: RequestBody(body))
+        var request = AWSRequest(
+            method: "POST", url: endpoint.url(bucket: bucket, key: key, query: "uploadId=\(Self.encoded(uploadID))"), body: body)
         request.headers.set("Content-Type", "application/xml")
         return describe("CompleteMultipartUpload", key: key, request) { response, operation throws(S3Failure) in
             try S3Answer.completion(response, operation: operation)
@@ -340,7 +329,7 @@ public struct S3ObjectRequests: Sendable {
     /// it no longer knows is `.alreadyGone`, not a failure: aborting is how
     /// a caller makes sure it is gone.
     public func abortMultipartUpload(key: String, uploadID: String) -> S3Operation<S3AbortOutcome> {
-        let request = HTTPRequest(method: .delete, url: endpoint.url(bucket: bucket, key: key, query: "uploadId=\(Self.encoded(uploadID))"))
+        let request = AWSRequest(method: "DELETE", url: endpoint.url(bucket: bucket, key: key, query: "uploadId=\(Self.encoded(uploadID))"))
         return describe("AbortMultipartUpload", key: key, request) { response, operation throws(S3Failure) in
             try S3Answer.abort(response, operation: operation)
         }
@@ -351,16 +340,10 @@ public struct S3ObjectRequests: Sendable {
     /// whose creator died before recording it (the receiver's object storage aborts those of a key
     /// it completes).
     public func listMultipartUploads(prefix: String, after marker: S3UploadPage.Marker? = nil, maxUploads: Int = 1000) -> S3Operation<S3UploadPage> {
-        let signer = S3RequestSigner(credentials, region: region, endpoint: endpoint, now: now)
-        let exchange = S3UploadListing(bucket: bucket, prefix: prefix, endpoint: endpoint, pageSize: maxUploads, signer: signer)
-            .listPage(after: marker)
-        let operation = "ListMultipartUploads \(s3URL(ofKey: prefix))"
-        return S3Operation(exchange.request, operation: operation) { response throws(S3Failure) in
-            do throws(BackendError) {
-                return try exchange.interpret(response)
-            } catch {
-                throw signer.reviewed(S3Failure(response, operation: operation))
-            }
+        let query = S3Answer.uploadListQuery(prefix: prefix, after: marker, maxUploads: maxUploads)
+        let request = AWSRequest(method: "GET", url: endpoint.url(bucket: bucket, key: "", query: query))
+        return describe("ListMultipartUploads \(s3URL(ofKey: prefix))", request) { response, operation throws(S3Failure) in
+            try S3Answer.uploadPage(response, operation: operation, after: marker)
         }
     }
 
@@ -381,8 +364,8 @@ public struct S3ObjectRequests: Sendable {
     /// reviewed against the credentials that signed (expired temporary
     /// ones are fetched again and the failure made retryable).
     private func describe<Outcome: Sendable>(
-        _ name: String, key: String? = nil, _ request: HTTPRequest, checksum: BodyCheck = .signer,
-        read: @escaping @Sendable (HTTPResponse, String) throws(S3Failure) -> Outcome
+        _ name: String, key: String? = nil, _ request: AWSRequest, checksum: BodyCheck = .signer,
+        read: @escaping @Sendable (AWSResponse, String) throws(S3Failure) -> Outcome
     ) -> S3Operation<Outcome> {
         let signer = S3RequestSigner(credentials, region: region, endpoint: endpoint, now: now)
         var request = request
@@ -390,7 +373,7 @@ public struct S3ObjectRequests: Sendable {
         case .unsignedPayload:
             signer.sign(&request, payloadHash: SignatureV4.unsignedPayload)
         case .md5UnlessSigned(let body) where !signer.signsPayload:
-            request.headers.set("Content-MD5", Checksums.base64(Array(Insecure.MD5.hash(data: body))))
+            request.headers.set("Content-MD5", Data(Insecure.MD5.hash(data: body)).base64EncodedString())
             signer.sign(&request)
         case .md5UnlessSigned, .signer:
             signer.sign(&request)
@@ -411,7 +394,7 @@ public struct S3ObjectRequests: Sendable {
 
     /// A 404 about the key (`NoSuchKey`, or no body to say), not about the
     /// bucket: a missing bucket is a failure, not an absent object.
-    private static func isMissingKey(_ response: HTTPResponse) -> Bool {
+    private static func isMissingKey(_ response: AWSResponse) -> Bool {
         guard let code = response.s3Error?.code else { return true }
         return code == "NoSuchKey"
     }

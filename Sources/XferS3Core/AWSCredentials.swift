@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 import XferPrimitives
 
 /// The keys requests are signed with. Never printed: `description` shows
@@ -74,17 +73,18 @@ public struct AWSConfiguration: Sendable {
     ///     `AWS_SHARED_CREDENTIALS_FILE` and `AWS_CONFIG_FILE` say; by default
     ///     `environment`'s `HOME`, else the password entry's (`HomeDirectory`),
     ///     as the AWS CLI finds it.
-    ///   - transport: How STS is reached (proxy, TLS trust, timeouts). The
-    ///     container and instance metadata endpoints are reached directly,
-    ///     with timeouts of a second or two.
+    ///   - fetcher: Sends the chain's HTTP requests: to STS as the user reaches AWS, to the
+    ///     container and instance metadata endpoints directly, with timeouts of a second or
+    ///     two (`AWSHTTPDestination`). XferS3 offers the engine's curl client
+    ///     (`resolve(profile:environment:home:transport:)`); the receiver passes AsyncHTTPClient.
     public static func resolve(
         profile: String? = nil,
         environment: [String: String] = ProcessInfo.processInfo.environment,
         home: String? = nil,
-        transport: TransportOptions = TransportOptions()
+        fetcher: any AWSHTTPFetcher
     ) throws(Failure) -> AWSConfiguration {
         let chain = AWSCredentialChain(
-            environment: AWSEnvironment(environment), home: home ?? HomeDirectory.path(environment: environment), transport: transport,
+            environment: AWSEnvironment(environment), home: home ?? HomeDirectory.path(environment: environment), fetcher: fetcher,
             now: { Date() })
         return try chain.configuration(profile: profile)
     }

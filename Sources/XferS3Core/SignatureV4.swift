@@ -1,6 +1,6 @@
 import Crypto
 import Foundation
-import Xfer
+import XferPrimitives
 
 /// AWS Signature Version 4 for S3 (and for STS, `service: "sts"`, when
 /// credentials are fetched), with the `Authorization` header.
@@ -23,45 +23,49 @@ public struct SignatureV4: Sendable {
         self.service = service
     }
 
-    /// The hex SHA-256 of `body`, for `x-amz-content-sha256`. (A chunk that
-    /// cannot be read gets the hash of nothing: the engine fails that
-    /// request before its body is complete.)
-    public static func payloadHash(_ body: RequestBody) -> String {
-        Checksums.hex((try? body.sha256) ?? Array(SHA256.hash(data: [UInt8]())))
+    /// The hex SHA-256 of `body`, for `x-amz-content-sha256`.
+    public static func payloadHash(_ body: [UInt8]) -> String {
+        Hex.lowercase(SHA256.hash(data: body))
     }
 
     /// Signs `request` as of `date`: sets `Host`, `x-amz-date`,
     /// `x-amz-content-sha256`, `x-amz-security-token` when the credentials
     /// have one, and `Authorization`. Every header present is signed.
-    public func sign(_ request: inout HTTPRequest, payloadHash: String, at date: Date) {
+    public func sign(_ request: inout AWSRequest, payloadHash: String, at date: Date) {
+        sign(method: request.method, url: request.url, headers: &request.headers, payloadHash: payloadHash, at: date)
+    }
+
+    /// Signs a request of `method` to `url` whose header fields are `headers` (see
+    /// `sign(_:payloadHash:at:)`): for a client whose requests are not `AWSRequest`s (the
+    /// engine's, in XferS3).
+    public func sign(method: String, url: String, headers: inout AWSHeaders, payloadHash: String, at date: Date) {
         let timestamp = Self.timestamp(date)
-        let parts = Self.urlParts(request.url)
-        if !request.headers.contains("Host") { request.headers.set("Host", parts.host) }
-        request.headers.set("x-amz-date", timestamp)
-        request.headers.set("x-amz-content-sha256", payloadHash)
-        if let token = credentials.sessionToken { request.headers.set("x-amz-security-token", token) }
+        let parts = Self.urlParts(url)
+        if !headers.contains("Host") { headers.set("Host", parts.host) }
+        headers.set("x-amz-date", timestamp)
+        headers.set("x-amz-content-sha256", payloadHash)
+        if let token = credentials.sessionToken { headers.set("x-amz-security-token", token) }
 
         let (canonical, signedHeaders) = Self.canonicalRequest(
-            method: request.method.rawValue, path: parts.path, query: parts.query, headers: request.headers,
-            payloadHash: payloadHash)
+            method: method, path: parts.path, query: parts.query, headers: headers, payloadHash: payloadHash)
         let day = String(timestamp.prefix(8))
         let scope = "\(day)/\(region)/\(service)/aws4_request"
         let stringToSign = [
-            "AWS4-HMAC-SHA256", timestamp, scope, Checksums.hex(Array(SHA256.hash(data: Array(canonical.utf8)))),
+            "AWS4-HMAC-SHA256", timestamp, scope, Hex.lowercase(SHA256.hash(data: Array(canonical.utf8))),
         ].joined(separator: "\n")
         var key = SymmetricKey(data: Array("AWS4\(credentials.secretAccessKey)".utf8))
         for step in [day, region, service, "aws4_request"] {
             key = SymmetricKey(data: Array(HMAC<SHA256>.authenticationCode(for: Array(step.utf8), using: key)))
         }
-        let signature = Checksums.hex(Array(HMAC<SHA256>.authenticationCode(for: Array(stringToSign.utf8), using: key)))
-        request.headers.set(
+        let signature = Hex.lowercase(HMAC<SHA256>.authenticationCode(for: Array(stringToSign.utf8), using: key))
+        headers.set(
             "Authorization",
             "AWS4-HMAC-SHA256 Credential=\(credentials.accessKeyID)/\(scope),SignedHeaders=\(signedHeaders),Signature=\(signature)")
     }
 
     /// The canonical request and the signed-headers list.
-    static func canonicalRequest(
-        method: String, path: String, query: String, headers: HTTPHeaders, payloadHash: String
+    package static func canonicalRequest(
+        method: String, path: String, query: String, headers: AWSHeaders, payloadHash: String
     ) -> (String, String) {
         var byName: [String: [String]] = [:]
         for field in headers {
@@ -79,7 +83,7 @@ public struct SignatureV4: Sendable {
 
     /// Query parameters decoded, re-encoded the AWS way and sorted; a
     /// parameter without a value gets an empty one (`uploads` → `uploads=`).
-    static func canonicalQuery(_ query: String) -> String {
+    package static func canonicalQuery(_ query: String) -> String {
         guard !query.isEmpty else { return "" }
         let pairs = query.split(separator: "&").map { item -> (String, String) in
             let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -111,7 +115,7 @@ public struct SignatureV4: Sendable {
     }
 
     /// `yyyyMMdd'T'HHmmss'Z'` in UTC.
-    static func timestamp(_ date: Date) -> String {
+    package static func timestamp(_ date: Date) -> String {
         var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
         var parts = tm()
         gmtime_r(&seconds, &parts)
@@ -120,7 +124,7 @@ public struct SignatureV4: Sendable {
     }
 
     /// Host (with a port when the URL names one), path and query of an absolute URL, as written.
-    static func urlParts(_ url: String) -> (host: String, path: String, query: String) {
+    package static func urlParts(_ url: String) -> (host: String, path: String, query: String) {
         var rest = Substring(url)
         if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
@@ -134,21 +138,21 @@ public struct SignatureV4: Sendable {
     }
 }
 
-/// Signs each request of one client of one S3 endpoint: a job's, or a
-/// listing's of a bucket's uploads.
-struct S3RequestSigner: Sendable {
+/// Signs each request of one client of one S3 endpoint: a job's, a listing's of a bucket's
+/// uploads, a bucket's (`S3Bucket`).
+package struct S3RequestSigner: Sendable {
     /// Asked at every request: temporary credentials change under a long push.
-    let credentials: AWSCredentialProvider
+    package let credentials: AWSCredentialProvider
     /// Which credentials were current when this signer was made, so that S3's
     /// ExpiredToken makes only those be fetched again.
-    let generation: Int
+    package let generation: Int
     private let region: String
     /// Over TLS the body is not hashed for the signature: a part's checksum
     /// already guards it, and TLS the rest (as the AWS CLI does).
-    let signsPayload: Bool
+    package let signsPayload: Bool
     private let now: @Sendable () -> Date
 
-    init(_ credentials: AWSCredentialProvider, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {
+    package init(_ credentials: AWSCredentialProvider, region: String, endpoint: S3Endpoint, now: @escaping @Sendable () -> Date) {
         self.credentials = credentials
         generation = credentials.generation
         self.region = region
@@ -156,22 +160,29 @@ struct S3RequestSigner: Sendable {
         self.now = now
     }
 
-    func sign(_ request: inout HTTPRequest) {
+    /// Signs `request`, its body hashed unless TLS carries it (see `signsPayload`).
+    package func sign(_ request: inout AWSRequest) {
         let hash = signsPayload || request.body.isEmpty ? SignatureV4.payloadHash(request.body) : SignatureV4.unsignedPayload
         sign(&request, payloadHash: hash)
     }
 
     /// Signs with `payloadHash` as given: `SignatureV4.unsignedPayload` for a
     /// body the caller streams itself, which is not in the request to hash.
-    func sign(_ request: inout HTTPRequest, payloadHash: String) {
-        SignatureV4(credentials: credentials.credentials(), region: region).sign(&request, payloadHash: payloadHash, at: now())
+    package func sign(_ request: inout AWSRequest, payloadHash: String) {
+        sign(method: request.method, url: request.url, headers: &request.headers, payloadHash: payloadHash)
+    }
+
+    /// Signs a request that is not an `AWSRequest` (the engine's, in XferS3) by its parts.
+    package func sign(method: String, url: String, headers: inout AWSHeaders, payloadHash: String) {
+        SignatureV4(credentials: credentials.credentials(), region: region)
+            .sign(method: method, url: url, headers: &headers, payloadHash: payloadHash, at: now())
     }
 
     /// `failure` as it stands with these credentials: S3 saying temporary
     /// ones expired (the machine slept, or its clock is behind) makes them be
     /// fetched again, and the request retryable; long-term keys that S3
     /// calls expired stay a final refusal.
-    func reviewed(_ failure: S3Failure) -> S3Failure {
+    package func reviewed(_ failure: S3Failure) -> S3Failure {
         guard failure.code == "ExpiredToken" || failure.code == "TokenRefreshRequired", credentials.isRefreshable else {
             return failure
         }

@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 
 #if canImport(FoundationXML)
     import FoundationXML
@@ -8,22 +7,22 @@ import Xfer
 /// The few XML documents S3 (and STS) answer with, read into flat records:
 /// their answers are shallow, so "the text of each element, by name, under
 /// its parent record" is all the backend needs.
-struct S3XML {
+package struct S3XML {
     /// The document's root element name ("Error", "ListPartsResult", ...).
-    var root: String = ""
+    package var root: String = ""
     /// Text of the root's direct children, by element name.
-    var fields: [String: String] = [:]
+    package var fields: [String: String] = [:]
     /// Records: one per element named in `recordNames` (e.g. every `Part`), each its children's text.
-    var records: [[String: String]] = []
+    package var records: [[String: String]] = []
     /// Text of every element without children, at any depth, by name (the
     /// last wins): for STS, whose answers nest their few fields deeper
     /// (`AssumeRoleResponse/AssumeRoleResult/Credentials/AccessKeyId`).
-    var leaves: [String: String] = [:]
+    package var leaves: [String: String] = [:]
 
     /// Nil when `bytes` is not well-formed XML, or stops before its root
     /// element closes (an answer cut short, which Foundation's parser
     /// does not always call an error).
-    init?(_ bytes: [UInt8], recordNames: Set<String> = []) {
+    package init?(_ bytes: [UInt8], recordNames: Set<String> = []) {
         let reader = Reader(recordNames: recordNames)
         let parser = XMLParser(data: Data(bytes))
         parser.delegate = reader
@@ -35,7 +34,7 @@ struct S3XML {
     }
 
     /// `value` with `&`, `<`, `>` and `"` escaped, for building request bodies.
-    static func escaped(_ value: String) -> String {
+    package static func escaped(_ value: String) -> String {
         var out = ""
         for character in value {
             switch character {

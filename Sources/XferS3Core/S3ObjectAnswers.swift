@@ -1,5 +1,4 @@
 import Foundation
-import Xfer
 import XferPrimitives
 
 // What `S3ObjectRequests`' operations answer with, and the reading of S3's
@@ -32,7 +31,7 @@ public struct S3ETag: Sendable, Hashable, CustomStringConvertible {
     public func hash(into hasher: inout Hasher) { hasher.combine(unquoted.lowercased()) }
 
     /// The `ETag` header's tag; nil when it is missing or empty.
-    init?(header response: HTTPResponse) {
+    package init?(header response: AWSResponse) {
         guard let text = response.headers["ETag"] else { return nil }
         self.init(text)
         if unquoted.isEmpty { return nil }
@@ -99,7 +98,7 @@ public struct S3ObjectMetadata: Sendable, Hashable {
     ///
     /// Public for a caller that streams a `GetObject`'s body elsewhere and
     /// has only the headers to read.
-    public init?(_ response: HTTPResponse) {
+    public init?(_ response: AWSResponse) {
         guard let length = response.headers["Content-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
             length >= 0
         else { return nil }
@@ -113,7 +112,7 @@ public struct S3ObjectMetadata: Sendable, Hashable {
         }
         self.init(
             etag: S3ETag(header: response), contentLength: length, size: size, range: range,
-            lastModified: response.headers["Last-Modified"].flatMap(HTTPResponse.httpDate),
+            lastModified: response.headers["Last-Modified"].flatMap(HTTPAnswerRules.date),
             contentType: response.headers["Content-Type"],
             userMetadata: Dictionary(
                 response.headers.compactMap { field in
@@ -124,11 +123,11 @@ public struct S3ObjectMetadata: Sendable, Hashable {
 }
 
 /// `Content-Range: bytes FIRST-LAST/SIZE` (or `bytes */SIZE` on a 416).
-struct S3ContentRange {
-    var range: ClosedRange<Int64>?
-    var size: Int64?
+package struct S3ContentRange {
+    package var range: ClosedRange<Int64>?
+    package var size: Int64?
 
-    init?(_ text: String) {
+    package init?(_ text: String) {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
         let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
@@ -243,9 +242,9 @@ public struct S3ObjectPage: Sendable, Hashable {
 /// by one (Ceph's empty ETag, an `<Error>` inside a 200) is known to both.
 /// Each throws the unclassified-by-credentials `S3Failure`; callers review
 /// it with their signer.
-enum S3Answer {
+package enum S3Answer {
     /// `CreateMultipartUpload`'s UploadId.
-    static func uploadID(_ response: HTTPResponse, operation: String) throws(S3Failure) -> String {
+    package static func uploadID(_ response: AWSResponse, operation: String) throws(S3Failure) -> String {
         guard response.status == 200 else { throw S3Failure(response, operation: operation) }
         guard let document = S3XML(response.body), document.root.hasPrefix("InitiateMultipartUpload"),
             let id = document.fields["UploadId"], !id.isEmpty
@@ -259,8 +258,8 @@ enum S3Answer {
     /// A stored part's (or a `PutObject`'s) ETag. `crcHeader`, `sentCRC`:
     /// the checksum header the request carried, which S3 echoes; an echo of
     /// another value means the store computed something else than was sent.
-    static func storedETag(
-        _ response: HTTPResponse, operation: String, crcHeader: String? = nil, sentCRC: String? = nil
+    package static func storedETag(
+        _ response: AWSResponse, operation: String, crcHeader: String? = nil, sentCRC: String? = nil
     ) throws(S3Failure) -> S3ETag {
         guard response.status == 200 else { throw S3Failure(response, operation: operation) }
         guard let etag = S3ETag(header: response) else {
@@ -276,7 +275,7 @@ enum S3Answer {
     /// error in the body, even after sending whitespace for minutes: only a
     /// `CompleteMultipartUpload…` root means done (AWS names it …Result, moto
     /// …Response). `InvalidPart` and the like are thrown with their code.
-    static func completion(_ response: HTTPResponse, operation: String) throws(S3Failure) -> S3CompleteOutcome {
+    package static func completion(_ response: AWSResponse, operation: String) throws(S3Failure) -> S3CompleteOutcome {
         guard response.status == 200 else {
             if response.s3Error?.code == "NoSuchUpload" { return .uploadUnknown }
             throw S3Failure(response, operation: operation)
@@ -298,7 +297,7 @@ enum S3Answer {
 
     /// `HeadObject`'s answer: the object's metadata, or that it is missing
     /// or another version than `If-Match` named.
-    static func head(_ response: HTTPResponse, operation: String) throws(S3Failure) -> S3HeadOutcome {
+    package static func head(_ response: AWSResponse, operation: String) throws(S3Failure) -> S3HeadOutcome {
         switch response.status {
         case 200:
             guard let metadata = S3ObjectMetadata(response) else {
@@ -319,7 +318,7 @@ enum S3Answer {
     /// ignored the request sent them as they are, and they are read so.
     /// `continuationToken`: the token the page was asked with, so a store
     /// that names it again as the next one is an error, not a loop.
-    static func objectPage(_ response: HTTPResponse, operation: String, continuationToken: String?) throws(S3Failure) -> S3ObjectPage {
+    package static func objectPage(_ response: AWSResponse, operation: String, continuationToken: String?) throws(S3Failure) -> S3ObjectPage {
         guard response.status == 200 else { throw S3Failure(response, operation: operation) }
         guard let document = S3XML(response.body, recordNames: ["Contents", "CommonPrefixes"]), document.root == "ListBucketResult"
         else {
@@ -343,7 +342,7 @@ enum S3Answer {
                     S3ObjectSummary(
                         key: try name(key), size: record["Size"].flatMap { Int64($0) } ?? 0,
                         etag: record["ETag"].map(S3ETag.init).flatMap { $0.unquoted.isEmpty ? nil : $0 },
-                        lastModified: record["LastModified"].flatMap(S3UploadListing.date)))
+                        lastModified: record["LastModified"].flatMap(S3Answer.date)))
             } else if let prefix = record["Prefix"] {
                 prefixes.append(try name(prefix))
             }
@@ -362,7 +361,7 @@ enum S3Answer {
     }
 
     /// `AbortMultipartUpload`'s answer: an upload S3 no longer knows is gone already.
-    static func abort(_ response: HTTPResponse, operation: String) throws(S3Failure) -> S3AbortOutcome {
+    package static func abort(_ response: AWSResponse, operation: String) throws(S3Failure) -> S3AbortOutcome {
         if (200..<300).contains(response.status) { return .aborted }
         if response.s3Error?.code == "NoSuchUpload" { return .alreadyGone }
         throw S3Failure(response, operation: operation)
@@ -371,7 +370,7 @@ enum S3Answer {
     /// The body of `CompleteMultipartUpload`: each part's number, ETag (as
     /// S3 gave it, quotes and all) and, for an upload whose parts carry a
     /// CRC, that CRC in its element (`ChecksumCRC32C`, ...).
-    static func completionBody(_ parts: [(number: Int, etag: String, checksum: (element: String, value: String)?)]) -> [UInt8] {
+    package static func completionBody(_ parts: [(number: Int, etag: String, checksum: (element: String, value: String)?)]) -> [UInt8] {
         var xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
         for part in parts {
             xml += "<Part><PartNumber>\(part.number)</PartNumber><ETag>\(S3XML.escaped(part.etag))</ETag>"
@@ -383,4 +382,114 @@ enum S3Answer {
         xml += "</CompleteMultipartUpload>"
         return Array(xml.utf8)
     }
+
+    /// S3's spelling of a CRC: its four bytes, big-endian, in base64.
+    package static func crcText(_ crc: UInt32) -> String {
+        Data(CRC32.bigEndianBytes(crc)).base64EncodedString()
+    }
+
+    /// S3's timestamps: ISO 8601 in UTC, with milliseconds (AWS) or without.
+    package static func date(_ text: String) -> Date? {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        return (try? Date(trimmed, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
+            ?? (try? Date(trimmed, strategy: Date.ISO8601FormatStyle()))
+    }
+
+    /// `ListMultipartUploads`' query: the page of at most `maxUploads` (1–1,000) under `prefix`
+    /// after `marker`.
+    package static func uploadListQuery(prefix: String, after marker: S3UploadPage.Marker?, maxUploads: Int) -> String {
+        func encoded(_ value: String) -> String { SignatureV4.uriEncode(value, keepSlash: false) }
+        var query = "uploads&max-uploads=\(max(1, min(1000, maxUploads)))"
+        if !prefix.isEmpty { query += "&prefix=\(encoded(prefix))" }
+        if let marker {
+            query += "&key-marker=\(encoded(marker.key))"
+            if !marker.uploadID.isEmpty { query += "&upload-id-marker=\(encoded(marker.uploadID))" }
+        }
+        return query
+    }
+
+    /// A `ListMultipartUploads` page: the uploads, and where the next page starts. A page that
+    /// says more follow without saying where (or names where it started) is a final failure: asked
+    /// again, it would answer the same.
+    package static func uploadPage(_ response: AWSResponse, operation: String, after marker: S3UploadPage.Marker?) throws(S3Failure) -> S3UploadPage {
+        guard response.status == 200 else { throw S3Failure(response, operation: operation) }
+        // AWS names the root ListMultipartUploadsResult; moto too.
+        guard let document = S3XML(response.body, recordNames: ["Upload"]), document.root.hasPrefix("ListMultipartUploads") else {
+            if let error = response.s3Error { throw S3Failure(response, operation: operation, known: error, isErrorInSuccess: true) }
+            throw S3Failure.unreadable(response, operation: operation, "the answer is not a ListMultipartUploadsResult")
+        }
+        let uploads = document.records.compactMap { record -> S3MultipartUpload? in
+            guard let key = record["Key"], let id = record["UploadId"], !id.isEmpty else { return nil }
+            let storageClass = record["StorageClass"].flatMap { $0.isEmpty ? nil : $0 }
+            return S3MultipartUpload(key: key, uploadID: id, initiated: record["Initiated"].flatMap(date), storageClass: storageClass)
+        }
+        guard document.fields["IsTruncated"] == "true" else { return S3UploadPage(uploads: uploads, next: nil) }
+        // S3 names where to go on; else the page's last upload is the place.
+        let next: S3UploadPage.Marker? =
+            if let key = document.fields["NextKeyMarker"], !key.isEmpty {
+                S3UploadPage.Marker(key: key, uploadID: document.fields["NextUploadIdMarker"] ?? "")
+            } else {
+                uploads.last.map { S3UploadPage.Marker(key: $0.key, uploadID: $0.uploadID) }
+            }
+        guard let next, next != marker else {
+            throw S3Failure(
+                operation: operation, status: response.status, code: nil, message: "S3 says more uploads follow, but not where they start",
+                isRetryable: false)
+        }
+        return S3UploadPage(uploads: uploads, next: next)
+    }
+}
+
+/// A multipart upload S3 holds unfinished: one `Upload` of a
+/// ListMultipartUploads answer.
+public struct S3MultipartUpload: Sendable, Hashable {
+    /// The key of the object it would become.
+    public var key: String
+    /// Its UploadId.
+    public var uploadID: String
+    /// When it was created; nil when S3's answer held no date xfer can read.
+    public var initiated: Date?
+    /// The storage class its object would have (`STANDARD`, …), when S3 says.
+    public var storageClass: String?
+
+    public init(key: String, uploadID: String, initiated: Date?, storageClass: String? = nil) {
+        self.key = key
+        self.uploadID = uploadID
+        self.initiated = initiated
+        self.storageClass = storageClass
+    }
+}
+
+/// One page of a listing of multipart uploads.
+public struct S3UploadPage: Sendable, Hashable {
+    /// Where a page starts: after this upload (ListMultipartUploads'
+    /// `key-marker` and `upload-id-marker`).
+    public struct Marker: Sendable, Hashable {
+        public var key: String
+        public var uploadID: String
+
+        public init(key: String, uploadID: String) {
+            self.key = key
+            self.uploadID = uploadID
+        }
+    }
+
+    /// The uploads of this page, in S3's order (by key).
+    public var uploads: [S3MultipartUpload]
+    /// Where the next page starts; nil after the last page.
+    public var next: Marker?
+
+    public init(uploads: [S3MultipartUpload], next: Marker?) {
+        self.uploads = uploads
+        self.next = next
+    }
+}
+
+/// What an `AbortMultipartUpload` did.
+public enum S3AbortOutcome: Sendable, Hashable {
+    /// S3 dropped the upload and its parts.
+    case aborted
+    /// S3 no longer knew the upload (`NoSuchUpload`): aborted, completed or
+    /// expired before.
+    case alreadyGone
 }

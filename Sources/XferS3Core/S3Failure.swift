@@ -1,9 +1,8 @@
 import Foundation
-import Xfer
 
 /// An S3 answer that is not what the request wanted, classified once for
 /// every client of the store: the `s3` backend turns it into the engine's
-/// `BackendError`, `S3ObjectRequests`' callers throw or retry it as is.
+/// `BackendError` (`backendError`, in XferS3), `S3ObjectRequests`' callers throw or retry it as is.
 ///
 /// Why one classification: whether an answer is worth another attempt is a
 /// property of S3 (its error codes and statuses), not of who asked, and two
@@ -50,12 +49,12 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
     /// too, since the work may not have been done).
     ///
     /// - Parameter isErrorInSuccess: The answer was a 200 whose body is an `<Error>`.
-    public init(_ response: HTTPResponse, operation: String, isErrorInSuccess: Bool = false) {
+    public init(_ response: AWSResponse, operation: String, isErrorInSuccess: Bool = false) {
         self.init(response, operation: operation, known: nil, isErrorInSuccess: isErrorInSuccess)
     }
 
     /// `known`: the answer's error, when the caller has parsed it already.
-    init(_ response: HTTPResponse, operation: String, known: (code: String, message: String)?, isErrorInSuccess: Bool = false) {
+    package init(_ response: AWSResponse, operation: String, known: (code: String, message: String)?, isErrorInSuccess: Bool = false) {
         let error = known ?? response.s3Error
         let retryable: Bool
         if let code = error?.code, Self.retryableCodes.contains(code) {
@@ -73,7 +72,7 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
     /// An answer that says success but cannot be read (cut short, or not the
     /// document the operation answers with): retryable, since a proxy or a
     /// busy store can cut an answer.
-    static func unreadable(_ response: HTTPResponse, operation: String, _ what: String) -> S3Failure {
+    package static func unreadable(_ response: AWSResponse, operation: String, _ what: String) -> S3Failure {
         S3Failure(operation: operation, status: response.status, code: nil, message: what, isRetryable: true)
     }
 
@@ -81,7 +80,7 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
     /// failed inside, the body arrived damaged (`BadDigest`, a SHA-256
     /// mismatch), or another conditional write of the key was in progress
     /// (`ConditionalRequestConflict`, AWS's 409 for racing conditional PUTs).
-    static let retryableCodes: Set<String> = [
+    package static let retryableCodes: Set<String> = [
         "SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "BadDigest", "XAmzContentSHA256Mismatch",
         "OperationAborted", "ConditionalRequestConflict",
     ]
@@ -90,16 +89,16 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
     /// bucket or the credentials are not what the request assumed, or the
     /// clock is off. (Expired temporary credentials become retryable where
     /// they can be fetched again: `S3RequestSigner.reviewed(_:)`.)
-    static let finalCodes: Set<String> = [
+    package static let finalCodes: Set<String> = [
         "NoSuchUpload", "NoSuchBucket", "NoSuchKey", "RequestTimeTooSkewed", "AccessDenied", "InvalidAccessKeyId",
         "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired", "PreconditionFailed",
     ]
 
     /// "HTTP 503" or "HTTP 200 with an error".
-    var statusText: String { isErrorInSuccess ? "HTTP 200 with an error" : "HTTP \(status)" }
+    package var statusText: String { isErrorInSuccess ? "HTTP 200 with an error" : "HTTP \(status)" }
 
     /// `: Code (Message)`, or nothing when the answer had no code.
-    var detail: String {
+    package var detail: String {
         guard let code else { return "" }
         return ": \(code)" + (message.isEmpty ? "" : " (\(message))")
     }
@@ -110,19 +109,13 @@ public struct S3Failure: Error, Sendable, Hashable, CustomStringConvertible {
         if code == nil, !message.isEmpty { return "\(operation): \(message)" }
         return "\(operation): \(statusText)\(detail)"
     }
-
-    /// The engine's reading of this failure, for `TransferEngine.send`:
-    /// retryable ones are transient, the rest refusals.
-    public var backendError: BackendError {
-        isRetryable ? .transient(description, retryAfter: retryAfter) : .rejected(description)
-    }
 }
 
-extension HTTPResponse {
+extension AWSResponse {
     /// S3's `<Error><Code>…</Code><Message>…</Message></Error>`, as
     /// "Code: Message". Only these two: S3's errors also echo the string to
     /// sign and the access key id, which stay out of messages.
-    var s3Error: (code: String, message: String)? {
+    package var s3Error: (code: String, message: String)? {
         guard let document = S3XML(body), document.root == "Error", let code = document.fields["Code"] else { return nil }
         let message = (document.fields["Message"] ?? "").split(whereSeparator: \.isNewline).joined(separator: " ")
         return (code, String(message.prefix(300)))
