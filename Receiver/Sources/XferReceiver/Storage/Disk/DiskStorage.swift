@@ -20,7 +20,9 @@ import Darwin
 /// `syncfs` per round, shared by every request in flight) before the record that says they arrived;
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
-final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
+final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
+    WholeFileStoring, UploadExpiring, IdleUploadDropping, StatisticsReporting
+{
     let uploads: DiskUploads
     let fileIO: FileIO
     let sequenceUploads: any SequenceUploadStore
@@ -61,6 +63,18 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         multipartSources = diskMultipartSources
     }
 
+    /// Every capability there is: the disk is the reference storage.
+    func compose(into composer: inout StorageComposer) {
+        composer.offsetUploads = self
+        composer.concatenation = self
+        composer.sequences = self
+        composer.multipartSources = self
+        composer.wholeFiles = self
+        if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
+        composer.upkeep = self
+        composer.statistics = self
+    }
+
     var statistics: ReceiverStatistics { uploads.statistics }
     var syncRounds: Int { uploads.durability.rounds.load(ordering: .relaxed) }
     var preferredMinimumChunkSize: Int { 1 }
@@ -83,8 +97,9 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
     }
 
     func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
-        guard let upload = upload as? DiskUpload else { throw UploadError.corrupt("an upload of another storage") }
-        return try await fileIO.load(upload.layout.downloadFile, range: range, context: context)
+        // Every upload's file is at downloads/<id>/<path>, whatever its layout: found by its id
+        // and path, not by its type.
+        try await fileIO.load(uploads.layout.upload(upload.meta.uploadId, path: upload.path).downloadFile, range: range, context: context)
     }
 
     /// Unfinished uploads no request used for a while leave memory: the protocols' registries
@@ -151,6 +166,12 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
 
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
     static let readChunkLength = 256 * 1024
+
+    /// A final upload's bytes appended from its partials' data files (`DiskOffsetUpload.concatenate`).
+    func concatenate(_ partials: [any OffsetUpload], into final: any OffsetUpload, crc: UInt32?) async throws {
+        guard let final = final as? DiskOffsetUpload else { throw UploadError.corrupt("a final upload of another storage") }
+        try await final.concatenate(partials, crc: crc)
+    }
 
     func offsetUploads(protocolName: String) -> any OffsetUploadStore {
         offsetStores.withLock { stores in

@@ -18,7 +18,9 @@ import XferS3
 /// chunk n as part n; a single chunk goes straight to the file's key; smaller chunks are staged as
 /// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
 /// ietf) append parts under a claim (`ObjectOffsetUploads`).
-final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
+final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
+    WholeFileStoring, UploadExpiring, IdleUploadDropping, StatisticsReporting
+{
     let client: ObjectStoreClient
     let layout: ObjectLayout
     var statistics: ReceiverStatistics { client.statistics }
@@ -47,6 +49,28 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
 
     /// Keeps nothing of its own: every sequence upload's state is in the store.
     var sequenceUploads: any SequenceUploadStore { ObjectSequenceUploads(storage: self) }
+
+    /// Every capability there is, as on disk.
+    func compose(into composer: inout StorageComposer) {
+        composer.offsetUploads = self
+        composer.concatenation = self
+        composer.sequences = self
+        composer.multipartSources = self
+        composer.wholeFiles = self
+        if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
+        composer.upkeep = self
+        composer.statistics = self
+    }
+
+    /// A final upload's bytes copied from its partials' objects (`ObjectOffsetUpload.concatenate`).
+    func concatenate(_ partials: [any OffsetUpload], into final: any OffsetUpload, crc: UInt32?) async throws {
+        guard let final = final as? ObjectOffsetUpload else { throw UploadError.corrupt("a final upload of another storage") }
+        try await final.concatenate(partials, crc: crc)
+    }
+
+    func reportSweptCompletions(to report: @escaping @Sendable (FinishedUpload) async -> Void) {
+        sweepFinished.withLock { $0 = report }
+    }
 
     var syncRounds: Int { 0 }
     /// Chunks of at least a part's minimum go to the store as parts, with no staging; 8 MiB (the
@@ -493,14 +517,6 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
     }
 
     /// An upload a sweep completed: what its `post-finish` says.
-    struct FinishedUpload: Sendable {
-        var protocolName: String
-        var id: String
-        var path: String
-        var size: Int
-        var metadata: [String: String]?
-    }
-
     /// Completes an offset upload whose every byte is acknowledged, as a request would
     /// (`ObjectOffsetUpload.finish`), and reports it when this call completed it (partial uploads
     /// aside: their final upload is the file).
