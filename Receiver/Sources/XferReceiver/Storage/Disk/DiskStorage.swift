@@ -21,17 +21,17 @@ import Darwin
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
 final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    WholeFileStoring, UploadExpiring, IdleUploadDropping, StatisticsReporting
+    IdleUploadDropping, StatisticsReporting
 {
     let uploads: DiskUploads
     let fileIO: FileIO
     let sequenceUploads: any SequenceUploadStore
-    private let diskSequenceUploads: DiskSequenceUploads
+    let diskSequenceUploads: DiskSequenceUploads
     let multipartSources: any MultipartSourceStore
-    private let diskMultipartSources: DiskMultipartSources
-    private let logger: Logger
+    let diskMultipartSources: DiskMultipartSources
+    let logger: Logger
     /// One store per protocol name, made on first use: each keeps the uploads it loaded.
-    private let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
+    let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
 
     /// Opens (or creates) the store under `root`, emptying the trash a crash left.
     static func open(
@@ -142,28 +142,6 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         }
     }
 
-    func expire() async {
-        guard let expireAfter else { return }
-        do {
-            let candidates = try await uploads.expiryCandidates(after: expireAfter)
-            if !candidates.isEmpty {
-                // The protocols' registries let go of those no request holds (theirs hold the
-                // uploads beneath); what a request holds stays, and is not expired.
-                for store in offsetStores.withLock({ Array($0.values) }) { await store.dropUnlessHeld(candidates) }
-                await diskSequenceUploads.dropUnlessHeld(candidates)
-                try await uploads.expire(candidates, after: expireAfter)
-            }
-            // multipart's sources as old, with no unfinished file left (an unfinished one has
-            // its data file: it expires by itself first, or it is alive).
-            let uploadsDirectory = uploads.layout.uploads
-            try await diskMultipartSources.expire(madeBefore: Date() - expireAfter.seconds) { id in
-                UploadID.isValid(id) && FileSystemOps.exists(uploadsDirectory + "/" + id + ".data")
-            }
-        } catch {
-            logger.warning("Expiring unfinished uploads failed", metadata: ["error": "\(error)"])
-        }
-    }
-
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
     static let readChunkLength = 256 * 1024
 
@@ -182,33 +160,6 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         }
     }
 
-    /// Streamed as chunk bodies are (`BodyWriter`: pwrite into the page cache), synced with one
-    /// fdatasync at the end, then renamed into place under `ROOT/raw/`.
-    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
-    where Body.Element == ByteBuffer {
-        // The routes checked it; checked again where it becomes a path, whoever calls.
-        guard RelativePath.isValidComponent(name) else { throw UploadError.corrupt("an unsafe name reached the storage") }
-        let io = uploads.io
-        let directory = uploads.layout.root + "/raw"
-        let partial = directory + "/.partial-" + UploadID.generate()
-        try await io.run { try FileSystemOps.makeDirectory(directory) }
-        let file = try POSIXFile.open(partial, O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
-        let statistics = self.statistics
-        let writer = BodyWriter(limit: limit, sync: .fileData(io), counted: { statistics.received($0) })
-        let written: Int
-        do {
-            defer { file.close() }
-            written = try await writer.write(body, to: .file(file), at: 0).count
-        } catch {
-            try? FileManager.default.removeItem(atPath: partial)
-            throw error
-        }
-        try await io.run {
-            try FileSystemOps.rename(partial, to: directory + "/" + name)
-            try FileSystemOps.syncDirectory(directory)
-        }
-        return written
-    }
 }
 
 extension FileIO {
