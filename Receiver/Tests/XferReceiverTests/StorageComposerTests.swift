@@ -127,6 +127,33 @@ final class StorageComposerTests: XCTestCase {
         XCTAssertEqual(created, .created)
     }
 
+    /// Without range reads a download answers a `Range` with the whole file and offers no ranges.
+    func testRemovingRangeReadsRemovesRangesFromDownloads() async throws {
+        for (composer, ranges) in [(try await diskComposer(), true), (try await diskComposer().removing(.rangeReads), false)] {
+            let app = try await app(over: composer)
+            try await app.test(.router) { client in
+                let url = try await client.execute(uri: "/uploads", method: .post, body: ByteBuffer(string: #"{"fileName":"a","size":4,"chunkSize":4}"#)) {
+                    response in
+                    let id = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: Any])["uploadId"] as? String
+                    return try XCTUnwrap(id)
+                }
+                try await client.execute(
+                    uri: "/uploads/\(url)/chunks/1", method: .patch, headers: [HTTPField.Name("Content-Range")!: "bytes 0-3/4"],
+                    body: ByteBuffer(string: "abcd")
+                ) { XCTAssertEqual($0.status, .noContent) }
+                let link = try await client.execute(uri: "/uploads/\(url)/complete", method: .post) { response in
+                    let answer = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(buffer: response.body)) as? [String: Any])
+                    return try XCTUnwrap(URL(string: try XCTUnwrap(answer["url"] as? String))?.path)
+                }
+                try await client.execute(uri: link, method: .get, headers: [.range: "bytes=1-2"]) { response in
+                    XCTAssertEqual(response.status, ranges ? .partialContent : .ok)
+                    XCTAssertEqual(String(buffer: response.body), ranges ? "bc" : "abcd")
+                    XCTAssertEqual(response.headers[.acceptRanges], ranges ? "bytes" : nil)
+                }
+            }
+        }
+    }
+
     /// Without statistics, `/stats` answers zeros rather than asking the storage's type.
     func testStatsWithoutTheCapabilityAreZeros() async throws {
         let app = try await app(over: MemoryStorage().composer)

@@ -9,15 +9,16 @@ import NIOCore
 /// storage must have. Uploads whose chunks arrive in any order, each recorded as it is
 /// acknowledged: create one, describe it (`upload(id:)`, then its received chunks and completion
 /// record), write a chunk at its offset, finish it (`complete`: one file published under a stable
-/// name), read that file back, terminate it (`delete`). patch, multipart's files and downloads
+/// name), read that file back (whole), terminate it (`delete`). patch, multipart's files and downloads
 /// need nothing more.
 ///
 /// Everything else is a capability of its own, in Storage/Capabilities/, which a storage declares
 /// explicitly in a `StorageComposer` (`ComposableStorage.compose(into:)`): offset uploads (tus, the
-/// IETF draft), their concatenation, sequences, multipart's sources, whole files, expiry, idle
-/// upkeep, statistics. The receiver resolves the composer once when it starts and derives from
-/// it the routes it registers and what they advertise (tus's `Tus-Extension`, the IETF draft's
-/// `Upload-Limit`): a protocol whose capability is missing has no routes.
+/// IETF draft), their concatenation, sequences, multipart's sources, whole files, range reads,
+/// expiry, idle upkeep, statistics. The receiver resolves the composer once when it starts and
+/// derives from it the routes it registers and what they advertise (tus's `Tus-Extension`, the
+/// IETF draft's `Upload-Limit`, `Accept-Ranges`): a protocol whose capability is missing has no
+/// routes.
 ///
 /// Every implementation keeps the same promise: an answer that acknowledges bytes comes only after
 /// they are durable and recorded; what a request that failed or was cut sent is never counted
@@ -43,10 +44,9 @@ protocol UploadStorage: AnyObject, Sendable {
     /// False when the upload is unknown or already deleted. Its published file goes with it, and
     /// every other thing the storage kept of it.
     func delete(id: String) async throws -> Bool
-    /// The body of a completed upload's file, read from where the storage published it: the
-    /// whole file, or the bytes of `range` (inclusive offsets within the file), streamed.
-    /// `upload` is one this storage returned.
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody
+    /// The body of a completed upload's file, read from where the storage published it, whole,
+    /// streamed. `upload` is one this storage returned. (Ranges of it: `PublishedRangeReading`.)
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody
 
     /// The key of upload handles (`UploadHandles`), 32 bytes, made once and kept where every
     /// receiver of this storage finds the same.

@@ -8,7 +8,7 @@
 struct StorageComposer: Sendable {
     /// Everything beyond the core, by name: what a test removes, what the receiver logs it lacks.
     enum Capability: String, CaseIterable, Sendable, Hashable {
-        case offsetUploads, concatenation, sequences, multipartSources, wholeFiles, expiry, upkeep, statistics
+        case offsetUploads, concatenation, sequences, multipartSources, wholeFiles, rangeReads, expiry, upkeep, statistics
     }
 
     let core: any UploadStorage
@@ -22,6 +22,8 @@ struct StorageComposer: Sendable {
     var multipartSources: (any MultipartSourceStoring)?
     /// raw's whole files.
     var wholeFiles: (any WholeFileStoring)?
+    /// Downloads by byte range.
+    var rangeReads: (any PublishedRangeReading)?
     /// Unfinished uploads expire; nil: they are kept until a client deletes them.
     var expiry: StorageExpiry?
     /// Memory of unfinished uploads let go when idle.
@@ -48,6 +50,7 @@ struct StorageComposer: Sendable {
         if sequences != nil { found.insert(.sequences) }
         if multipartSources != nil { found.insert(.multipartSources) }
         if wholeFiles != nil { found.insert(.wholeFiles) }
+        if rangeReads != nil { found.insert(.rangeReads) }
         if expiry != nil { found.insert(.expiry) }
         if upkeep != nil { found.insert(.upkeep) }
         if statistics != nil { found.insert(.statistics) }
@@ -63,6 +66,7 @@ struct StorageComposer: Sendable {
         case .sequences: composer.sequences = nil
         case .multipartSources: composer.multipartSources = nil
         case .wholeFiles: composer.wholeFiles = nil
+        case .rangeReads: composer.rangeReads = nil
         case .expiry: composer.expiry = nil
         case .upkeep: composer.upkeep = nil
         case .statistics: composer.statistics = nil

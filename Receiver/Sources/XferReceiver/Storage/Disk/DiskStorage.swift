@@ -21,7 +21,7 @@ import Darwin
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
 final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    IdleUploadDropping, StatisticsReporting
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
 {
     let uploads: DiskUploads
     let fileIO: FileIO
@@ -70,6 +70,7 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         composer.sequences = self
         composer.multipartSources = self
         composer.wholeFiles = self
+        composer.rangeReads = self
         if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
         composer.upkeep = self
         composer.statistics = self
@@ -96,10 +97,18 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         try await uploads.delete(id: id)
     }
 
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
-        // Every upload's file is at downloads/<id>/<path>, whatever its layout: found by its id
-        // and path, not by its type.
-        try await fileIO.load(uploads.layout.upload(upload.meta.uploadId, path: upload.path).downloadFile, range: range, context: context)
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.load(publishedPath(of: upload), range: nil, context: context)
+    }
+
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>, context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.load(publishedPath(of: upload), range: range, context: context)
+    }
+
+    /// Every upload's file is at downloads/<id>/<path>, whatever its layout: found by its id and
+    /// path, not by its type.
+    private func publishedPath(of upload: any ChunkedUpload) -> String {
+        uploads.layout.upload(upload.meta.uploadId, path: upload.path).downloadFile
     }
 
     /// Unfinished uploads no request used for a while leave memory: the protocols' registries

@@ -6,8 +6,8 @@ import XferPrimitives
 
 /// The storage core and nothing else, in memory: the example of Docs/storage-guide.md, and a
 /// storage the receiver's route tests run on beside the disk. With no capability declared, a
-/// receiver over it serves patch, downloads, `/stats` (zeros) and `/health`; no tus, IETF,
-/// sequence, multipart or raw routes, and no upload page.
+/// receiver over it serves patch, downloads (whole files: no ranges), `/stats` (zeros) and
+/// `/health`; no tus, IETF, sequence, multipart or raw routes, and no upload page.
 ///
 /// Nothing outlives the process and every byte is held in memory, so it is no storage for a
 /// receiver that serves anyone: "durable" here means "recorded in this process".
@@ -52,11 +52,10 @@ final class MemoryStorage: ComposableStorage {
         return true
     }
 
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
         // Looked up by id: the caller's upload is one of ours, but asking by id needs no cast.
         guard let held = uploads.withLock({ $0[upload.meta.uploadId] }), let file = held.file else { throw UploadError.deleted }
-        guard let range else { return ResponseBody(byteBuffer: file) }
-        return ResponseBody(byteBuffer: file.getSlice(at: range.lowerBound, length: range.count) ?? ByteBuffer())
+        return ResponseBody(byteBuffer: file)
     }
 
     func handleKey() async throws -> [UInt8] { key }

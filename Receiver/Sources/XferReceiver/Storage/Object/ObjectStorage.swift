@@ -19,7 +19,7 @@ import XferS3
 /// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
 /// ietf) append parts under a claim (`ObjectOffsetUploads`).
 final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    IdleUploadDropping, StatisticsReporting
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
 {
     let client: ObjectStoreClient
     let layout: ObjectLayout
@@ -57,6 +57,7 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         composer.sequences = self
         composer.multipartSources = self
         composer.wholeFiles = self
+        composer.rangeReads = self
         if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
         composer.upkeep = self
         composer.statistics = self
@@ -360,7 +361,12 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
     }
 
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path))
+    }
+
+    /// The store reads the range itself (a ranged `GetObject`).
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>, context: some RequestContext) async throws -> ResponseBody {
         try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path), range: range)
     }
 
