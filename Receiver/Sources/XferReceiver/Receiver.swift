@@ -217,39 +217,49 @@ public struct ReceiverRoutes: Sendable {
     @_spi(Testing) public static func open(
         _ configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, threadPool: NIOThreadPool, logger: Logger
     ) async throws -> ReceiverRoutes {
-        let store: any UploadStorage
         let memory = UploadsInMemory(limits: configuration.limits)
+        let storage: StorageComposer
         if let location = configuration.objectStore {
             try location.validate(expireAfter: configuration.expireAfter)
             let requests = S3ObjectRequests(
                 bucket: location.bucket, configuration: location.configuration, endpoint: location.endpoint, region: location.region)
-            store = ObjectStorage(
+            storage = StorageComposer(composing: ObjectStorage(
                 client: ObjectStoreClient(requests: requests, logger: logger), prefix: location.prefix, claimLifetime: location.claimLifetime,
-                expireAfter: location.expiry ?? configuration.expireAfter, memory: memory, logger: logger)
+                expireAfter: location.expiry ?? configuration.expireAfter, memory: memory, logger: logger))
         } else {
-            store = try await DiskStorage.open(
-                root: configuration.root, threadPool: threadPool, memory: memory, expireAfter: configuration.expireAfter, logger: logger)
+            storage = StorageComposer(composing: try await DiskStorage.open(
+                root: configuration.root, threadPool: threadPool, memory: memory, expireAfter: configuration.expireAfter, logger: logger))
         }
-        let handles = UploadHandles(key: try await store.handleKey())
+        return try await open(storage, configuration: configuration, testHooks: testHooks, logger: logger)
+    }
+
+    /// The routes over `storage`, whose capabilities are resolved here, once: the routes of a
+    /// protocol whose capability it lacks are not registered, and nothing advertises it.
+    static func open(
+        _ storage: StorageComposer, configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks = ReceiverTestHooks(), logger: Logger
+    ) async throws -> ReceiverRoutes {
+        let handles = UploadHandles(key: try await storage.core.handleKey())
         let environment = RouteEnvironment(
-            store: store,
+            storage: storage,
             baseURL: BaseURL(
                 publicURL: configuration.publicURL, configuredHost: configuration.host, configuredPort: configuration.port,
                 scheme: configuration.tls == nil ? "http" : "https"),
             configuration: configuration, testHooks: testHooks, logger: logger, handles: handles)
         // A sweep that completes an upload (its completion had failed) reports it as a request
         // would: pre-finish (a refusal discards it; nobody is there to be answered), post-finish.
-        if let storage = store as? ObjectStorage {
+        if let expiry = storage.expiry {
             let hooks = environment.hooks
-            storage.sweepFinished.withLock {
-                $0 = { [weak storage] upload in
-                    try? await hooks.finish(
-                        upload.protocolName, id: upload.id, path: upload.path, size: upload.size, metadata: upload.metadata, form: .error
-                    ) { try await storage?.delete(id: upload.id) ?? false }
-                }
+            expiry.sweeper.reportSweptCompletions { [weak core = storage.core] upload in
+                try? await hooks.finish(
+                    upload.protocolName, id: upload.id, path: upload.path, size: upload.size, metadata: upload.metadata, form: .error
+                ) { try await core?.delete(id: upload.id) ?? false }
             }
         }
-        startUpkeep(of: store, limits: configuration.limits)
+        let missing = UploadProtocol.allCases.filter { !$0.routes.requiredCapabilities.isSubset(of: storage.capabilities) }
+        if !missing.isEmpty {
+            logger.info("The storage serves no \(missing.map(\.rawValue).joined(separator: ", ")): it lacks their capabilities")
+        }
+        startUpkeep(of: storage, limits: configuration.limits)
         return ReceiverRoutes(environment: environment)
     }
 
@@ -257,23 +267,25 @@ public struct ReceiverRoutes: Sendable {
     /// the idle lifetime (at least every 30 s, at most every second), expired ones go every
     /// quarter of `expireAfter` (at least every minute, at most every second). It holds the
     /// storage weakly, so routes an application lets go take their upkeep with them; nothing is
-    /// scanned at startup.
-    private static func startUpkeep(of store: any UploadStorage, limits: ReceiverLimits) {
+    /// scanned at startup. A storage without the capabilities has no upkeep.
+    private static func startUpkeep(of storage: StorageComposer, limits: ReceiverLimits) {
         let idlePeriod = min(max(limits.idleUploadLifetime / 2, .seconds(1)), .seconds(30))
-        Task.detached { [weak store] in
-            while true {
-                do { try await Task.sleep(for: idlePeriod) } catch { return }
-                guard let store else { return }
-                await store.dropIdle()
+        if let upkeep = storage.upkeep {
+            Task.detached { [weak upkeep] in
+                while true {
+                    do { try await Task.sleep(for: idlePeriod) } catch { return }
+                    guard let upkeep else { return }
+                    await upkeep.dropIdle()
+                }
             }
         }
-        guard let expireAfter = store.expireAfter else { return }
-        let expiryPeriod = min(max(expireAfter / 4, .seconds(1)), .seconds(60))
-        Task.detached { [weak store] in
+        guard let expiry = storage.expiry else { return }
+        let expiryPeriod = min(max(expiry.after / 4, .seconds(1)), .seconds(60))
+        Task.detached { [weak sweeper = expiry.sweeper] in
             while true {
                 do { try await Task.sleep(for: expiryPeriod) } catch { return }
-                guard let store else { return }
-                await store.expire()
+                guard let sweeper else { return }
+                await sweeper.expire()
             }
         }
     }

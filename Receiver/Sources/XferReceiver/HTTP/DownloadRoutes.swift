@@ -86,11 +86,15 @@ struct DownloadRoutes: ProtocolRoutes {
             upload.path.components.elementsEqual(components, by: { $0.utf8.elementsEqual($1.utf8) }),
             let record = try? await upload.completionRecord()
         else { return notFound }
+        let ranges = environment.storage.rangeReads
         do {
             return try await Self.answer(
                 request, file: StoredRepresentation(uploadId: upload.meta.uploadId, record: record), name: upload.path.name,
-                refuse: { Refusal.error($0, $1, headers: $2).response },
-                body: { try await self.store.publishedFile(of: upload, range: $0, context: context) })
+                servesRanges: ranges != nil, refuse: { Refusal.error($0, $1, headers: $2).response },
+                body: { range in
+                    guard let range, let ranges else { return try await self.store.publishedFile(of: upload, context: context) }
+                    return try await ranges.publishedFile(of: upload, range: range, context: context)
+                })
         } catch {
             return notFound
         }
@@ -98,12 +102,16 @@ struct DownloadRoutes: ProtocolRoutes {
 
     /// The answer to a GET or HEAD of `file`, whose bytes (all of them, or a range) `body` opens:
     /// the whole file, a part of it, or a refusal of the request's conditions (`RangeRequest`).
-    /// A HEAD answers what a GET without a range would, and opens nothing.
+    /// A HEAD answers what a GET without a range would, and opens nothing. Without
+    /// `servesRanges` (a storage that reads no ranges) a `Range` is ignored, as RFC 9110 lets a
+    /// server, and no `Accept-Ranges` is said.
     static func answer(
-        _ request: Request, file: StoredRepresentation, name: String,
+        _ request: Request, file: StoredRepresentation, name: String, servesRanges: Bool = true,
         refuse: (HTTPResponse.Status, String, HTTPFields) -> Response, body: (ClosedRange<Int>?) async throws -> ResponseBody
     ) async throws -> Response {
-        switch RangeRequest(method: request.method, headers: request.headers).answer(etag: file.etag, size: file.size) {
+        var conditions = RangeRequest(method: request.method, headers: request.headers)
+        if !servesRanges { conditions.range = nil }
+        switch conditions.answer(etag: file.etag, size: file.size) {
         case .notModified:
             return Response(status: .notModified, headers: [.eTag: file.etag.field])
         case .preconditionFailed:
@@ -113,7 +121,7 @@ struct DownloadRoutes: ProtocolRoutes {
                 .rangeNotSatisfiable, "the range starts at or past the end of the file (\(file.size) bytes)",
                 [.contentRange: "bytes */" + String(file.size), .acceptRanges: "bytes"])
         case .whole:
-            var headers = Self.fileHeaders(file, name: name)
+            var headers = Self.fileHeaders(file, name: name, servesRanges: servesRanges)
             // Hummingbird would take the length of the empty body a HEAD answer carries.
             guard request.method != .head else {
                 headers[.contentLength] = String(file.size)
@@ -121,7 +129,7 @@ struct DownloadRoutes: ProtocolRoutes {
             }
             return Response(status: .ok, headers: headers, body: try await body(nil))
         case .partial(let bytes):
-            var headers = Self.fileHeaders(file, name: name)
+            var headers = Self.fileHeaders(file, name: name, servesRanges: servesRanges)
             headers[.contentRange] = "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(file.size)"
             return Response(status: .partialContent, headers: headers, body: try await body(bytes))
         }
@@ -129,12 +137,12 @@ struct DownloadRoutes: ProtocolRoutes {
 
     /// Never a `Content-Encoding`: the bytes are sent as stored, so a range and `Repr-Digest`
     /// name the same bytes a client keeps.
-    private static func fileHeaders(_ file: StoredRepresentation, name: String) -> HTTPFields {
+    private static func fileHeaders(_ file: StoredRepresentation, name: String, servesRanges: Bool) -> HTTPFields {
         var headers = HTTPFields()
         headers[.eTag] = file.etag.field
         headers[.contentType] = "application/octet-stream"
         headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(name)
-        headers[.acceptRanges] = "bytes"
+        if servesRanges { headers[.acceptRanges] = "bytes" }
         if let digest = file.reprDigest { headers[.reprDigest] = digest }
         return headers
     }

@@ -42,13 +42,15 @@ struct StatisticsRoutes: ProtocolRoutes {
     }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
+        // Zeros from a storage that declared no statistics.
+        let reporting = environment.storage.statistics
         router.get("stats") { _, _ in
             JSONResponse.make(
                 .ok,
                 Answer(
-                    payloadBytesReceived: self.store.statistics.payloadBytesReceived.load(ordering: .relaxed),
-                    syncRounds: self.store.syncRounds,
-                    storeRequests: self.store.statistics.storeRequests.load(ordering: .relaxed)))
+                    payloadBytesReceived: reporting?.statistics.payloadBytesReceived.load(ordering: .relaxed) ?? 0,
+                    syncRounds: reporting?.syncRounds ?? 0,
+                    storeRequests: reporting?.statistics.storeRequests.load(ordering: .relaxed) ?? 0))
         }
     }
 }

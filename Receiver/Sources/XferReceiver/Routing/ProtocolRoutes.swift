@@ -2,11 +2,14 @@ import Hummingbird
 import Logging
 import NIOCore
 
-/// What every protocol's routes are built from, once per receiver: one storage, one set of limits,
-/// one way to make the URLs handed out, one log. A protocol's routes hold this and what is theirs
-/// alone (tus's and ietf's offset uploads, sequence's tokens, multipart's sources), nothing twice.
+/// What every protocol's routes are built from, once per receiver: one storage and the capabilities
+/// it declared (resolved once), one set of limits, one way to make the URLs handed out, one log. A
+/// protocol's routes hold this and what is theirs alone (tus's and ietf's offset uploads,
+/// sequence's tokens, multipart's sources), nothing twice.
 struct RouteEnvironment: Sendable {
-    let store: any UploadStorage
+    /// The storage's core and capabilities: routes take what they need from here, never by
+    /// asking the storage's type.
+    let storage: StorageComposer
     let baseURL: BaseURL
     let configuration: ReceiverConfiguration
     let testHooks: ReceiverTestHooks
@@ -18,11 +21,11 @@ struct RouteEnvironment: Sendable {
     let hooks: UploadHooks
 
     init(
-        store: any UploadStorage, baseURL: BaseURL, configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, logger: Logger,
+        storage: StorageComposer, baseURL: BaseURL, configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks, logger: Logger,
         handles: UploadHandles
     ) {
         self.handles = handles
-        self.store = store
+        self.storage = storage
         self.baseURL = baseURL
         self.configuration = configuration
         self.testHooks = testHooks
@@ -35,13 +38,19 @@ struct RouteEnvironment: Sendable {
 /// receiver's own, or a group of someone else's application).
 protocol ProtocolRoutes: Sendable {
     var environment: RouteEnvironment { get }
-    /// Nil when the environment's storage lacks a capability the protocol needs (resolved here, once).
+    /// Nil when the environment's storage did not declare a capability the protocol needs
+    /// (`requiredCapabilities`): the protocol then has no routes.
     init?(_ environment: RouteEnvironment)
+    /// What the protocol's routes need of the storage beyond its core.
+    static var requiredCapabilities: Set<StorageComposer.Capability> { get }
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>)
 }
 
 extension ProtocolRoutes {
-    var store: any UploadStorage { environment.store }
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [] }
+    var store: any UploadStorage { environment.storage.core }
+    /// How long unfinished uploads last; nil when they do not expire.
+    var expireAfter: Duration? { environment.storage.expiry?.after }
     var baseURL: BaseURL { environment.baseURL }
     var configuration: ReceiverConfiguration { environment.configuration }
     var testHooks: ReceiverTestHooks { environment.testHooks }
@@ -85,8 +94,10 @@ extension OffsetUploadRoutes {
 }
 
 extension OffsetUploadRoutes {
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [.offsetUploads] }
+
     init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any OffsetUploadStoring else { return nil }
+        guard let storage = environment.storage.offsetUploads else { return nil }
         self.init(environment: environment, uploads: storage.offsetUploads(protocolName: Self.protocolName))
     }
 }

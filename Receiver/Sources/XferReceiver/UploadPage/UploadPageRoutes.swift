@@ -13,8 +13,11 @@ import NIOCore
 struct UploadPageRoutes: ProtocolRoutes {
     let environment: RouteEnvironment
 
+    /// The page uploads over the IETF draft or tus: offset uploads.
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [.offsetUploads] }
+
     init?(_ environment: RouteEnvironment) {
-        guard environment.configuration.uploadPage else { return nil }
+        guard environment.configuration.uploadPage, environment.storage.offsetUploads != nil else { return nil }
         self.environment = environment
     }
 

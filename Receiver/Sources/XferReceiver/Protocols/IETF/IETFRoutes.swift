@@ -105,7 +105,7 @@ struct IETFRoutes: OffsetUploadRoutes {
     /// The limits of an unfinished upload a request just changed: with the draft's `expires`, the
     /// seconds it has left (all of `expireAfter`, counted from this change) when uploads expire.
     private var limitJustTouched: String {
-        guard let expireAfter = store.expireAfter else { return limit }
+        guard let expireAfter else { return limit }
         return limit + ", expires=\(expireAfter.components.seconds)"
     }
 

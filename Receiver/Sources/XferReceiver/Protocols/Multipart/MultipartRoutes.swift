@@ -30,8 +30,10 @@ struct MultipartRoutes: ProtocolRoutes {
     let environment: RouteEnvironment
     let sources: any MultipartSourceStore
 
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [.multipartSources] }
+
     init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any MultipartSourceStoring else { return nil }
+        guard let storage = environment.storage.multipartSources else { return nil }
         self.environment = environment
         sources = storage.multipartSources
     }

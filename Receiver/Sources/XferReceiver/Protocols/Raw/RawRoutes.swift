@@ -15,8 +15,10 @@ struct RawRoutes: ProtocolRoutes {
     let environment: RouteEnvironment
     let storage: any WholeFileStoring
 
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [.wholeFiles] }
+
     init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any WholeFileStoring else { return nil }
+        guard let storage = environment.storage.wholeFiles else { return nil }
         self.environment = environment
         self.storage = storage
     }

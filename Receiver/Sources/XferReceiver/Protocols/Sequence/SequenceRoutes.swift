@@ -27,8 +27,10 @@ struct SequenceRoutes: ProtocolRoutes {
     let environment: RouteEnvironment
     let uploads: any SequenceUploadStore
 
+    static var requiredCapabilities: Set<StorageComposer.Capability> { [.sequences] }
+
     init?(_ environment: RouteEnvironment) {
-        guard let storage = environment.store as? any SequenceUploadStoring else { return nil }
+        guard let storage = environment.storage.sequences else { return nil }
         self.environment = environment
         uploads = storage.sequenceUploads
     }

@@ -94,11 +94,21 @@ struct TusRoutes: OffsetUploadRoutes {
             status: .noContent,
             headers: [
                 .tusVersion: TusHeaders.version,
-                .tusExtension: TusHeaders.extensions(expiring: store.expireAfter != nil),
+                .tusExtension: advertisedExtensions,
                 .tusMaxSize: String(configuration.maximumUploadSize),
                 .tusChecksumAlgorithm: TusChecksum.advertised,
             ])
     }
+
+    /// The extensions the storage's capabilities allow (`StorageComposer`): `concatenation` only
+    /// with the storage's, `expiration` only when uploads expire.
+    var advertisedExtensions: String {
+        let all = TusHeaders.extensions(expiring: expireAfter != nil).split(separator: ",")
+        return all.filter { $0 != "concatenation" || concatenation != nil }.joined(separator: ",")
+    }
+
+    /// tus's final uploads, when the storage declared them.
+    var concatenation: (any OffsetUploadConcatenating)? { environment.storage.concatenation }
 
     private func head(id: String?) async throws -> Response {
         var headers: HTTPFields = [.cacheControl: "no-store"]
@@ -155,7 +165,7 @@ struct TusRoutes: OffsetUploadRoutes {
                 if offset == upload.length { try await finishUpload(upload) }
                 progressed(upload, to: offset)
                 var headers: HTTPFields = [.uploadOffset: String(offset)]
-                if offset < upload.length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+                if offset < upload.length { headers[.uploadExpires] = TusHeaders.expires(after: expireAfter) }
                 return Response(status: .noContent, headers: headers)
             case .failed(let failure):
                 // What arrived of a cut body is kept: if that was the rest of the upload, it is finished all the same.
@@ -185,6 +195,9 @@ struct TusRoutes: OffsetUploadRoutes {
             if let named = try TusMetadata.destination(pairs) { path = named }
         }
         let concat = try headers[.uploadConcat].map(TusConcat.parse)
+        if concat != nil, concatenation == nil {
+            throw Refusal.error(.badRequest, "this receiver's storage does not concatenate uploads (no concatenation in Tus-Extension)")
+        }
         let withData = TusHeaders.isOffsetStream(headers[.contentType])
         let declared = try TusHeaders.contentLength(request)
 
@@ -234,7 +247,7 @@ struct TusRoutes: OffsetUploadRoutes {
             countCreated(upload)
             if length == 0 { try await finishUpload(upload) }
             var headers: HTTPFields = [.location: url(of: upload.id, for: request)]
-            if length > 0 { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+            if length > 0 { headers[.uploadExpires] = TusHeaders.expires(after: expireAfter) }
             return Response(status: .created, headers: headers)
         }
         // creation-with-upload: the body is written as a PATCH at offset 0 would be. Until this
@@ -264,7 +277,7 @@ struct TusRoutes: OffsetUploadRoutes {
             countCreated(upload)
             progressed(upload, to: offset)
             var headers: HTTPFields = [.location: location, .uploadOffset: String(offset)]
-            if offset < length { headers[.uploadExpires] = TusHeaders.expires(after: store.expireAfter) }
+            if offset < length { headers[.uploadExpires] = TusHeaders.expires(after: expireAfter) }
             return Response(status: .created, headers: headers)
         case .failed(let failure):
             _ = try? await uploads.delete(id: upload.id)
@@ -274,6 +287,7 @@ struct TusRoutes: OffsetUploadRoutes {
 
     /// `Upload-Concat: final;...`: the final upload is built from its complete partials before the answer.
     private func createFinal(_ request: Request, concat: String, partials ids: [String], metadata: String?, path: RelativePath) async throws -> Response {
+        guard let concatenation else { throw Refusal.error(.badRequest, "this receiver's storage does not concatenate uploads") }
         // Each partial once, and a bounded number of them: a final upload copies every partial it
         // names, so a list that repeats one would make a short request cost the receiver many
         // copies of it.
@@ -316,7 +330,7 @@ struct TusRoutes: OffsetUploadRoutes {
         do {
             try await final.exclusively {
                 // Finished partials are immutable: no PATCH can write past an upload's length.
-                try await final.concatenate(partials, crc: crc)
+                try await concatenation.concatenate(partials, into: final, crc: crc)
                 try await finishUpload(final)
             }
         } catch let error as IOError where error.code == ENOENT {

@@ -212,7 +212,7 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
 /// published (and also served at `/downloads/`), deleted and recovered like every other
 /// protocol's.
 actor DiskOffsetUploads: OffsetUploadStore {
-    /// "tus" or "ietf": stored in each upload's meta.json, and names its info file.
+    /// "tus" or "ietf": stored in each upload's log (its meta line), which says whose it is.
     let protocolName: String
 
     private let store: DiskUploads
@@ -289,7 +289,7 @@ actor DiskOffsetUploads: OffsetUploadStore {
         let size = upload.meta.size
         let loaded: (OffsetUploadInfo, Int, UInt32?)? = try await store.io.run {
             // A creation that died before the info file was synced (missing, or torn) never handed out its URL.
-            guard let infoBytes = try FileSystemOps.readAll(files.info),
+            guard let infoBytes = try FileSystemOps.readAll(files.info) ?? FileSystemOps.readAll(files.infoOfEarlierReceivers),
                 let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes))
             else { return nil }
             var offset = 0
@@ -314,12 +314,18 @@ actor DiskOffsetUploads: OffsetUploadStore {
     }
 }
 
+/// An offset upload's own files, named after what they hold, never after the protocol (which the
+/// upload's log records).
 private struct OffsetUploadFiles {
     let info: String
+    /// Where receivers before this layout kept `info`: `<id>.tus.json`, `<id>.ietf.json`. Read
+    /// when `info` is absent, so their uploads go on.
+    let infoOfEarlierReceivers: String
     let offsets: String
 
     init(_ layout: UploadLayout, protocolName: String) {
-        info = layout.file(protocolName + ".json")
+        info = layout.file("offset.json")
+        infoOfEarlierReceivers = layout.file(protocolName + ".json")
         offsets = layout.file("offset.log")
     }
 }

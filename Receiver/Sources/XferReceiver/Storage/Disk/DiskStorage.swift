@@ -20,16 +20,18 @@ import Darwin
 /// `syncfs` per round, shared by every request in flight) before the record that says they arrived;
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
-final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
+final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
+{
     let uploads: DiskUploads
     let fileIO: FileIO
     let sequenceUploads: any SequenceUploadStore
-    private let diskSequenceUploads: DiskSequenceUploads
+    let diskSequenceUploads: DiskSequenceUploads
     let multipartSources: any MultipartSourceStore
-    private let diskMultipartSources: DiskMultipartSources
-    private let logger: Logger
+    let diskMultipartSources: DiskMultipartSources
+    let logger: Logger
     /// One store per protocol name, made on first use: each keeps the uploads it loaded.
-    private let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
+    let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
 
     /// Opens (or creates) the store under `root`, emptying the trash a crash left.
     static func open(
@@ -61,6 +63,19 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         multipartSources = diskMultipartSources
     }
 
+    /// Every capability there is: the disk is the reference storage.
+    func compose(into composer: inout StorageComposer) {
+        composer.offsetUploads = self
+        composer.concatenation = self
+        composer.sequences = self
+        composer.multipartSources = self
+        composer.wholeFiles = self
+        composer.rangeReads = self
+        if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
+        composer.upkeep = self
+        composer.statistics = self
+    }
+
     var statistics: ReceiverStatistics { uploads.statistics }
     var syncRounds: Int { uploads.durability.rounds.load(ordering: .relaxed) }
     var preferredMinimumChunkSize: Int { 1 }
@@ -82,9 +97,18 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         try await uploads.delete(id: id)
     }
 
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
-        guard let upload = upload as? DiskUpload else { throw UploadError.corrupt("an upload of another storage") }
-        return try await fileIO.load(upload.layout.downloadFile, range: range, context: context)
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.load(publishedPath(of: upload), range: nil, context: context)
+    }
+
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>, context: some RequestContext) async throws -> ResponseBody {
+        try await fileIO.load(publishedPath(of: upload), range: range, context: context)
+    }
+
+    /// Every upload's file is at downloads/<id>/<path>, whatever its layout: found by its id and
+    /// path, not by its type.
+    private func publishedPath(of upload: any ChunkedUpload) -> String {
+        uploads.layout.upload(upload.meta.uploadId, path: upload.path).downloadFile
     }
 
     /// Unfinished uploads no request used for a while leave memory: the protocols' registries
@@ -127,30 +151,14 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         }
     }
 
-    func expire() async {
-        guard let expireAfter else { return }
-        do {
-            let candidates = try await uploads.expiryCandidates(after: expireAfter)
-            if !candidates.isEmpty {
-                // The protocols' registries let go of those no request holds (theirs hold the
-                // uploads beneath); what a request holds stays, and is not expired.
-                for store in offsetStores.withLock({ Array($0.values) }) { await store.dropUnlessHeld(candidates) }
-                await diskSequenceUploads.dropUnlessHeld(candidates)
-                try await uploads.expire(candidates, after: expireAfter)
-            }
-            // multipart's sources as old, with no unfinished file left (an unfinished one has
-            // its data file: it expires by itself first, or it is alive).
-            let uploadsDirectory = uploads.layout.uploads
-            try await diskMultipartSources.expire(madeBefore: Date() - expireAfter.seconds) { id in
-                UploadID.isValid(id) && FileSystemOps.exists(uploadsDirectory + "/" + id + ".data")
-            }
-        } catch {
-            logger.warning("Expiring unfinished uploads failed", metadata: ["error": "\(error)"])
-        }
-    }
-
     /// Large enough to keep loopback throughput up, small enough that a slow reader pins little memory.
     static let readChunkLength = 256 * 1024
+
+    /// A final upload's bytes appended from its partials' data files (`DiskOffsetUpload.concatenate`).
+    func concatenate(_ partials: [any OffsetUpload], into final: any OffsetUpload, crc: UInt32?) async throws {
+        guard let final = final as? DiskOffsetUpload else { throw UploadError.corrupt("a final upload of another storage") }
+        try await final.concatenate(partials, crc: crc)
+    }
 
     func offsetUploads(protocolName: String) -> any OffsetUploadStore {
         offsetStores.withLock { stores in
@@ -161,33 +169,6 @@ final class DiskStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSo
         }
     }
 
-    /// Streamed as chunk bodies are (`BodyWriter`: pwrite into the page cache), synced with one
-    /// fdatasync at the end, then renamed into place under `ROOT/raw/`.
-    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
-    where Body.Element == ByteBuffer {
-        // The routes checked it; checked again where it becomes a path, whoever calls.
-        guard RelativePath.isValidComponent(name) else { throw UploadError.corrupt("an unsafe name reached the storage") }
-        let io = uploads.io
-        let directory = uploads.layout.root + "/raw"
-        let partial = directory + "/.partial-" + UploadID.generate()
-        try await io.run { try FileSystemOps.makeDirectory(directory) }
-        let file = try POSIXFile.open(partial, O_WRONLY | O_CREAT | O_EXCL, mode: 0o644)
-        let statistics = self.statistics
-        let writer = BodyWriter(limit: limit, sync: .fileData(io), counted: { statistics.received($0) })
-        let written: Int
-        do {
-            defer { file.close() }
-            written = try await writer.write(body, to: .file(file), at: 0).count
-        } catch {
-            try? FileManager.default.removeItem(atPath: partial)
-            throw error
-        }
-        try await io.run {
-            try FileSystemOps.rename(partial, to: directory + "/" + name)
-            try FileSystemOps.syncDirectory(directory)
-        }
-        return written
-    }
 }
 
 extension FileIO {

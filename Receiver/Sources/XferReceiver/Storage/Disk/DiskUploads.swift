@@ -19,8 +19,9 @@ import Darwin
 ///                                       +n / -n records of chunks and, once assembled, one
 ///                                       =<sha256>.<size> record (DurableLog)
 ///     root/uploads/<id>.data            chunks land here at their offsets
-///     root/uploads/<id>.<name>          a protocol's own files (tus: tus.json, offset.log;
-///                                       sequence: sequence.json, blocks.log)
+///     root/uploads/<id>.<name>          a capability's own files (offset uploads: offset.json,
+///                                       offset.log; sequences: sequence.json, blocks.log), named
+///                                       after what they hold: the log's meta line names the protocol
 ///     root/downloads/<id>/<path>        the data file, moved here on completion; <path> is the
 ///                                       client's relative path (`RelativePath`), directories and all
 ///     root/trash/                       deleted uploads on their way out; emptied at startup
@@ -55,8 +56,10 @@ struct UploadLayout: Sendable {
         case directory
     }
 
-    /// Every name a flat upload's files may have, the log first (it makes the upload exist).
-    static let flatNames = ["log", "data", "tus.json", "ietf.json", "offset.log", "sequence.json", "blocks.log"]
+    /// Every name a flat upload's files may have, the log first (it makes the upload exist):
+    /// what deletion and expiry look for. `tus.json` and `ietf.json` are where receivers before
+    /// `offset.json` kept an offset upload's info (their uploads still load, and go whole).
+    static let flatNames = ["log", "data", "offset.json", "offset.log", "sequence.json", "blocks.log", "tus.json", "ietf.json"]
 
     let id: String
     let uploads: String

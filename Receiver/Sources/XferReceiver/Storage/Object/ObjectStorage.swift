@@ -18,7 +18,9 @@ import XferS3Core
 /// chunk n as part n; a single chunk goes straight to the file's key; smaller chunks are staged as
 /// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
 /// ietf) append parts under a claim (`ObjectOffsetUploads`).
-final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, MultipartSourceStoring, WholeFileStoring {
+final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
+{
     let client: ObjectStoreClient
     let layout: ObjectLayout
     var statistics: ReceiverStatistics { client.statistics }
@@ -47,6 +49,25 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
 
     /// Keeps nothing of its own: every sequence upload's state is in the store.
     var sequenceUploads: any SequenceUploadStore { ObjectSequenceUploads(storage: self) }
+
+    /// Every capability there is, as on disk.
+    func compose(into composer: inout StorageComposer) {
+        composer.offsetUploads = self
+        composer.concatenation = self
+        composer.sequences = self
+        composer.multipartSources = self
+        composer.wholeFiles = self
+        composer.rangeReads = self
+        if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
+        composer.upkeep = self
+        composer.statistics = self
+    }
+
+    /// A final upload's bytes copied from its partials' objects (`ObjectOffsetUpload.concatenate`).
+    func concatenate(_ partials: [any OffsetUpload], into final: any OffsetUpload, crc: UInt32?) async throws {
+        guard let final = final as? ObjectOffsetUpload else { throw UploadError.corrupt("a final upload of another storage") }
+        try await final.concatenate(partials, crc: crc)
+    }
 
     var syncRounds: Int { 0 }
     /// Chunks of at least a part's minimum go to the store as parts, with no staging; 8 MiB (the
@@ -340,7 +361,12 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
     }
 
-    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>?, context: some RequestContext) async throws -> ResponseBody {
+    func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
+        try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path))
+    }
+
+    /// The store reads the range itself (a ranged `GetObject`).
+    func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>, context: some RequestContext) async throws -> ResponseBody {
         try await body(ofKey: layout.file(upload.meta.uploadId, path: upload.path), range: range)
     }
 
@@ -418,47 +444,6 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         return newest.values.map(\.record).sorted { $0.chunk < $1.chunk }
     }
 
-    // MARK: Expiry
-
-    /// Whether an unfinished upload last changed at `lastChanged` has expired. (A state is
-    /// replaced by every change, an append's claim renewals included: its age is its idleness.)
-    private func isExpired(lastChanged: Date?) -> Bool {
-        guard let expireAfter, let lastChanged else { return false }
-        return Date().timeIntervalSince(lastChanged) > expireAfter.seconds
-    }
-
-    /// A chunked upload of several records its chunks apart, leaving its state unchanged: it is
-    /// idle when its newest chunk record is too (asked only of a state that looks expired).
-    private func isExpired(chunksOf id: String, recordedApart: Bool) async throws -> Bool {
-        guard recordedApart else { return true }
-        let newest = try await objects(under: layout.receivedPrefix(id)).compactMap(\.lastModified).max()
-        return newest.map { isExpired(lastChanged: $0) } ?? true
-    }
-
-    /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time:
-    /// one sweep, which the receiver's upkeep runs every quarter of it (at most every minute, at
-    /// least every second). Each receiver sweeps; a drop is the same whoever does it, and a
-    /// repeated one finds nothing. An offset upload whose every byte is acknowledged is completed
-    /// instead (its completion failed and no request came back to finish it), and
-    /// `sweepFinished` hears of it if this sweep did it.
-    func expire() async {
-        guard expireAfter != nil else { return }
-        let finished = sweepFinished.withLock { $0 }
-        var token: String?
-        repeat {
-            guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
-            else { break }
-            for object in page.objects where isExpired(lastChanged: object.lastModified) {
-                let name = object.key.dropFirst(layout.uploadsPrefix.count)
-                guard name.hasSuffix(".json") else { continue }
-                // Read again: the state decides (a completed upload stays; a fresh change wins).
-                guard let read = try? await readState(String(name.dropLast(".json".count))), read.0.isDueForCompletion else { continue }
-                await finishDue(read, reporting: finished)
-            }
-            token = page.nextContinuationToken
-        } while token != nil && !Task.isCancelled
-    }
-
     /// Who hears of an upload a sweep completed (the routes' hooks: `post-finish`), set once
     /// the routes are built.
     let sweepFinished = Mutex<@Sendable (FinishedUpload) async -> Void>({ _ in })
@@ -492,35 +477,6 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         for store in offsetStores.withLock({ Array($0.values) }) { await store.dropIdle() }
     }
 
-    /// An upload a sweep completed: what its `post-finish` says.
-    struct FinishedUpload: Sendable {
-        var protocolName: String
-        var id: String
-        var path: String
-        var size: Int
-        var metadata: [String: String]?
-    }
-
-    /// Completes an offset upload whose every byte is acknowledged, as a request would
-    /// (`ObjectOffsetUpload.finish`), and reports it when this call completed it (partial uploads
-    /// aside: their final upload is the file).
-    private func finishDue(_ read: (ObjectUploadState, S3ETag), reporting finished: @Sendable (FinishedUpload) async -> Void) async {
-        let (state, _) = read
-        guard let info = state.info else { return }
-        let upload = ObjectOffsetUpload(storage: self, meta: state.meta, info: info)
-        upload.version.advance(to: read)
-        do {
-            guard try await upload.finish(), info.role != .partial else { return }
-            await finished(
-                FinishedUpload(
-                    protocolName: state.meta.protocolName, id: state.meta.uploadId, path: upload.path.text, size: state.meta.size,
-                    metadata: info.metadataText))
-        } catch {
-            logger.warning("An upload whose bytes are all in could not be completed; the next sweep tries again",
-                           metadata: ["upload": "\(state.meta.uploadId)", "reason": "\(error)"])
-        }
-    }
-
     // MARK: Capabilities
 
     func offsetUploads(protocolName: String) -> any OffsetUploadStore {
@@ -532,450 +488,11 @@ final class ObjectStorage: OffsetUploadStoring, SequenceUploadStoring, Multipart
         }
     }
 
-    // MARK: Whole files
-
-    /// One `PutObject` streamed through at `PREFIX/raw/NAME` (so at most the store's 5 GiB).
-    func storeWhole<Body: AsyncSequence>(_ body: Body, name: String, limit: Int, declaredLength: Int?) async throws -> Int
-    where Body.Element == ByteBuffer {
-        // The routes checked it; checked again where it becomes a key, whoever calls.
-        guard RelativePath.isValidComponent(name) else { throw UploadError.corrupt("an unsafe name reached the storage") }
-        guard let length = declaredLength else { throw WholeFileFailure.lengthRequired }
-        let limit = min(limit, 5 << 30)
-        guard length <= limit else { throw BodyWriter.Failure.tooLarge(limit: limit) }
-        let statistics = self.statistics
-        let checked = CheckedBody(
-            UncheckedSendableBody(body), limit: length, exactLength: true, check: nil,
-            counted: { statistics.received($0) })
-        do {
-            _ = try await client.perform(
-                client.requests.putObjectStreamed(key: layout.prefix + "raw/" + name, length: Int64(length)), streaming: checked, length: length)
-        } catch {
-            if let failure = checked.outcome.failure { throw failure }
-            throw error
-        }
-        return length
-    }
-
     // MARK: Streams of stored bytes
 
     /// The bytes of `keys`, one object after another, as one body: what folds staged pieces into a
     /// part, read from the store as it is sent back to it (one buffer at a time in memory).
     func concatenation(of keys: [String]) -> ConcatenatedObjects {
         ConcatenatedObjects(client: client, keys: keys)
-    }
-}
-
-/// A handle's last sight of an upload's state and the version the store gave it: where a
-/// compare-and-swap starts, so that a request that just read or wrote the state does not read it
-/// again. A stale sight costs one refused write (412) and a read, never a wrong one.
-///
-/// It only moves forward (by `ObjectUploadState.revision`): requests of one instance read and
-/// write one upload's state at once (a `HEAD` while an append records), and a sight read before a
-/// write but arriving after it must not replace the newer one.
-final class StateVersion: Sendable {
-    private let seen = Mutex<(ObjectUploadState, S3ETag)?>(nil)
-
-    init(_ sight: (ObjectUploadState, S3ETag)? = nil) {
-        if let sight { advance(to: sight) }
-    }
-
-    var latest: (ObjectUploadState, S3ETag)? { seen.withLock { $0 } }
-
-    /// Keeps `sight` unless the sight kept is newer.
-    func advance(to sight: (ObjectUploadState, S3ETag)) {
-        seen.withLock { kept in
-            if let old = kept, old.0.created == sight.0.created, (old.0.revision ?? 0) > (sight.0.revision ?? 0) { return }
-            kept = sight
-        }
-    }
-}
-
-/// Staged objects read one after another, then (optionally) a body: the contents of a part made of
-/// a staged tail and an append's own bytes.
-struct ConcatenatedObjects: AsyncSequence, Sendable {
-    typealias Element = ByteBuffer
-    let client: ObjectStoreClient
-    let keys: [String]
-
-    struct AsyncIterator: AsyncIteratorProtocol {
-        let client: ObjectStoreClient
-        var keys: ArraySlice<String>
-        var current: HTTPClientResponse.Body.AsyncIterator?
-
-        mutating func next() async throws -> ByteBuffer? {
-            while true {
-                if var iterator = current {
-                    let buffer = try await iterator.next()
-                    current = iterator
-                    if let buffer { return buffer }
-                    current = nil
-                }
-                guard let key = keys.popFirst() else { return nil }
-                let response = try await client.open(client.requests.getObject(key: key))
-                guard response.status == .ok else { throw UploadError.corrupt("the store answered \(response.status.code) for \(key)") }
-                current = response.body.makeAsyncIterator()
-            }
-        }
-    }
-
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(client: client, keys: keys[...]) }
-}
-
-/// A body made of two: the first's bytes, then the second's.
-struct Chained<First: AsyncSequence & Sendable, Second: AsyncSequence & Sendable>: AsyncSequence, Sendable
-where First.Element == ByteBuffer, Second.Element == ByteBuffer {
-    typealias Element = ByteBuffer
-    let first: First
-    let second: Second
-
-    struct AsyncIterator: AsyncIteratorProtocol {
-        var first: First.AsyncIterator?
-        var second: Second.AsyncIterator
-
-        mutating func next() async throws -> ByteBuffer? {
-            if var iterator = first {
-                let buffer = try await iterator.next()
-                first = iterator
-                if let buffer { return buffer }
-                first = nil
-            }
-            return try await second.next()
-        }
-    }
-
-    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(first: first.makeAsyncIterator(), second: second.makeAsyncIterator()) }
-}
-
-/// One chunked upload (patch, multipart, sequence's blocks) in an object store. Holds nothing but
-/// what never changes: every question is asked of the store.
-///
-/// A single chunk is recorded in the upload's state. Chunks of an upload of several are recorded
-/// each in an object of its own (`ObjectLayout.received`), written once the chunk's bytes are
-/// stored: chunks sent at once, from any instances, never contend for one object, and a chunk
-/// costs the store two requests (its bytes, its record). Completion lists the records.
-final class ObjectChunkedUpload: ChunkedUpload {
-    let storage: ObjectStorage
-    let meta: UploadMeta
-    let path: RelativePath
-    /// This handle's last sight of the state, which a compare-and-swap tries first.
-    let version = StateVersion()
-    private let received = Atomic<Int>(0)
-
-    init(storage: ObjectStorage, meta: UploadMeta, seen: (ObjectUploadState, S3ETag)? = nil) {
-        self.storage = storage
-        self.meta = meta
-        path = RelativePath.validated(meta.fileName) ?? RelativePath.validated("file")!
-        if let seen { version.advance(to: seen) }
-    }
-
-    var id: String { meta.uploadId }
-    var bytesReceivedSoFar: Int { received.load(ordering: .relaxed) }
-    var fileKey: String { storage.layout.file(id, path: path) }
-    private var recordsChunksApart: Bool { meta.chunkCount > 1 }
-
-    /// Where chunk `chunk` goes: the file's own key for a single chunk, part `chunk` when chunks are
-    /// at least a part's minimum, else an object of its own to be folded in at completion.
-    private enum Target {
-        case file
-        case part(Int)
-        case staged(String)
-    }
-
-    private func target(_ chunk: Int) -> Target {
-        if meta.chunkCount == 1 { return .file }
-        if meta.chunkSize >= minimumPartSize { return .part(chunk) }
-        // A name of its own per body: a chunk sent again never replaces the bytes its record names,
-        // so a crash between the two leaves the record true.
-        return .staged(ObjectChunkRecord.stagedPrefix(chunk) + UploadID.generate().prefix(8))
-    }
-
-    func writeChunk<Body: AsyncSequence>(
-        _ chunk: Int, body: Body, check: BodyWriter.Check?, trailer: (() async throws -> Void)?
-    ) async throws where Body.Element == ByteBuffer {
-        precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
-        let range = meta.byteRange(ofChunk: chunk)
-        // The sight this request's look-up took: enough to refuse a completed upload.
-        if version.latest?.0.completion != nil { throw UploadError.completed }
-        if !recordsChunksApart, version.latest?.0.pieces.contains(where: { $0.chunk == chunk }) ?? true {
-            // A single chunk written again is unmarked first: neither a bad body nor a crash may
-            // leave it marked received over bytes that changed.
-            try await storage.updateState(id, from: version) { state in
-                if state.completion != nil { throw UploadError.completed }
-                guard let index = state.pieces.firstIndex(where: { $0.chunk == chunk }) else { return false }
-                state.pieces.remove(at: index)
-                return true
-            }
-        }
-        let statistics = storage.statistics
-        let checked = CheckedBody(
-            UncheckedSendableBody(body), limit: range.count, exactLength: true, check: check,
-            trailer: trailer.map { trailer in
-                let handed = UncheckedSendableTrailer(run: trailer)
-                return { @Sendable in try await handed.run() }
-            },
-            counted: { [self] count in
-                received.add(count, ordering: .relaxed)
-                statistics.received(count)
-            })
-        let requests = storage.client.requests
-        let etag: S3ETag
-        let piece: ObjectUploadState.Piece
-        do {
-            switch target(chunk) {
-            case .file:
-                etag = try await storage.client.perform(
-                    requests.putObjectStreamed(key: fileKey, length: Int64(range.count)), streaming: checked, length: range.count)
-                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: nil, etag: etag.unquoted, crc: 0)
-            case .part(let number):
-                let uploadID = try await storage.multipartUploadID(of: id, key: fileKey, version: version)
-                etag = try await storage.client.perform(
-                    requests.uploadPart(key: fileKey, uploadID: uploadID, partNumber: number, length: Int64(range.count)),
-                    streaming: checked, length: range.count)
-                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: number, staged: nil, etag: etag.unquoted, crc: 0)
-            case .staged(let name):
-                etag = try await storage.client.perform(
-                    requests.putObjectStreamed(key: storage.layout.staged(id, name), length: Int64(range.count)), streaming: checked,
-                    length: range.count)
-                piece = .init(chunk: chunk, at: range.lowerBound, length: range.count, part: nil, staged: name, etag: etag.unquoted, crc: 0)
-            }
-        } catch let failure as S3Failure where failure.code == "NoSuchUpload" && checked.outcome.failure == nil {
-            // The multipart upload was completed (by a completion whose record its instance did not
-            // live to write): the chunk is the completed upload's already. Its completion is left
-            // to the client's request for it, which records it and reports it, once.
-            if case .found = try await storage.client.perform({ requests.headObject(key: fileKey) }) { throw UploadError.completed }
-            throw failure
-        } catch {
-            if let failure = checked.outcome.failure { throw failure }
-            throw error
-        }
-        var recorded = piece
-        recorded.crc = checked.outcome.crc32c
-        if recordsChunksApart {
-            let key = storage.layout.receivedPrefix(id) + ObjectChunkRecord.name(of: recorded, chunk: chunk)
-            _ = try await storage.client.perform({ requests.putObject(key: key, bytes: []) })
-            return
-        }
-        try await storage.updateState(id, from: version) { state in
-            if state.completion != nil { throw UploadError.completed }
-            state.pieces.removeAll { $0.chunk == chunk }
-            state.pieces.append(recorded)
-            return true
-        }
-    }
-
-    /// The state as this request's look-up saw it, else as the store holds it now.
-    private func state() async throws -> ObjectUploadState {
-        if let seen = version.latest { return seen.0 }
-        guard let read = try await storage.readState(id) else { throw UploadError.deleted }
-        version.advance(to: read)
-        return read.0
-    }
-
-    func receivedChunks() async throws -> ChunkRanges {
-        let state = try await state()
-        if state.completion != nil { return .all(meta.chunkCount) }
-        return recordsChunksApart ? try await storage.receivedChunkNumbers(id) : ChunkRanges(numbers: state.pieces.compactMap(\.chunk))
-    }
-
-    func completionRecord() async throws -> CompletionRecord? {
-        try await state().completion
-    }
-
-    func complete(crc32c: UInt32?) async throws -> CompletionOutcome {
-        let state = try await state()
-        if let completion = state.completion {
-            // Completed by a request whose instance died before deleting what it left.
-            if state.leftovers == true { try await removeLeftovers() }
-            return .completed(completion)
-        }
-        let records = recordsChunksApart ? try await storage.receivedRecords(id, meta: meta) : []
-        let pieces = recordsChunksApart ? records.map(\.piece) : state.pieces
-        // Runs: what this costs follows the chunks received, not the chunks declared.
-        let missing = ChunkRanges(numbers: pieces.compactMap(\.chunk)).missing(of: meta.chunkCount)
-        guard missing.isEmpty else { return .missing(missing) }
-        do {
-            try await assemble(pieces)
-        } catch let failure as S3Failure where failure.code == "InvalidPart" && !failure.isErrorInSuccess {
-            // A part sent again after its record was written, by a sender that died before
-            // recording it anew: which one the store cannot say. Every part is asked for again.
-            // Every record of those chunks goes, older ones of a chunk sent twice too.
-            let parts = Set(records.filter { $0.piece.part != nil }.map(\.chunk))
-            let prefix = storage.layout.receivedPrefix(id)
-            try await storage.deleteAll(under: prefix) { key in
-                ObjectChunkRecord.chunk(ofKey: key, under: prefix).map(parts.contains) ?? false
-            }
-            return .missing(ChunkRanges(numbers: parts))
-        }
-        if meta.chunkCount > 1 { await storage.abortStrays(key: fileKey, keeping: nil) }
-        let combined = ObjectUploadState.Piece.combinedCRC(of: pieces, length: meta.size)
-        let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c ?? combined ?? 0))
-        let stored = try await storage.updateState(id, from: version) { state in
-            guard state.completion == nil else { return false }
-            state.completion = record
-            if self.recordsChunksApart { state.leftovers = true }
-            return true
-        }
-        // The file holds the staged pieces now, and the state says it is complete: the chunk
-        // records and staged chunks go (a crash first leaves them to the next request's cleanup).
-        if stored.leftovers == true { try? await removeLeftovers() }
-        return .completed(stored.completion ?? record)
-    }
-
-    /// Deletes what a completed upload of several chunks no longer needs, its staged chunks and
-    /// chunk records, then says so in its state (`ObjectUploadState.leftovers`).
-    private func removeLeftovers() async throws {
-        try await storage.deleteAll(under: storage.layout.stagingPrefix(id))
-        try await storage.deleteAll(under: storage.layout.receivedPrefix(id))
-        try await storage.updateState(id, from: version) { state in
-            guard state.leftovers == true else { return false }
-            state.leftovers = nil
-            return true
-        }
-    }
-
-    /// Makes the file's object from the pieces: nothing to do for a single chunk (already there);
-    /// an empty object for an empty file; else a multipart completion, staged pieces folded into
-    /// parts of at least the minimum size, in order. Repeatable: a completion whose answer was
-    /// lost is found done.
-    private func assemble(_ pieces: [ObjectUploadState.Piece]) async throws {
-        let client = storage.client
-        let requests = client.requests
-        let key = fileKey
-        if meta.chunkCount == 0 {
-            _ = try await client.perform({ requests.putObject(key: key, bytes: []) })
-            return
-        }
-        if meta.chunkCount == 1 { return }
-        let uploadID = try await storage.multipartUploadID(of: id, key: key, version: version)
-        do {
-            var parts: [S3CompletedPart] = []
-            var group: [ObjectUploadState.Piece] = []
-            // Staged chunks (the only kind folded here) never share an upload with chunks sent as
-            // parts, so the folded parts are numbered from 1: a file of many small chunks still
-            // needs at most size / 5 MiB of S3's 10,000 part numbers.
-            var nextNumber = 1
-            func flush() async throws {
-                guard !group.isEmpty else { return }
-                let length = group.reduce(0) { $0 + $1.length }
-                let keys = group.compactMap { $0.staged.map { storage.layout.staged(id, $0) } }
-                let number = nextNumber
-                nextNumber += 1
-                let etag = try await client.perform(
-                    requests.uploadPart(key: key, uploadID: uploadID, partNumber: number, length: Int64(length)),
-                    streaming: storage.concatenation(of: keys), length: length)
-                parts.append(S3CompletedPart(number: number, etag: etag))
-                group = []
-            }
-            for piece in pieces.sorted(by: { $0.at < $1.at }) {
-                if let part = piece.part {
-                    try await flush()
-                    parts.append(S3CompletedPart(number: part, etag: S3ETag(piece.etag)))
-                } else {
-                    group.append(piece)
-                    if group.reduce(0, { $0 + $1.length }) >= minimumPartSize { try await flush() }
-                }
-            }
-            try await flush()
-            if case .completed = try await client.perform({ requests.completeMultipartUpload(key: key, uploadID: uploadID, parts: parts) }) {
-                return
-            }
-        } catch let failure as S3Failure where failure.code == "NoSuchUpload" {
-            // A part folded into an upload the store no longer knows: as a completion answered
-            // `NoSuchUpload` (`.uploadUnknown`), below.
-        }
-        // The store no longer knows the multipart upload: completed by an earlier attempt whose
-        // answer or record was lost (its instance died between the two, say), or gone. The
-        // object tells.
-        guard case .found = try await client.perform({ requests.headObject(key: key) }) else {
-            throw UploadError.corrupt("the store no longer knows the multipart upload of \(id)")
-        }
-    }
-}
-
-/// What must follow a body's last byte (sequence's closing boundary), run by whoever reads the
-/// body to its end: like the body, by one task at a time.
-struct UncheckedSendableTrailer: @unchecked Sendable {
-    let run: () async throws -> Void
-}
-
-/// A request body as the protocols hand it over: read by one task at a time, as the sender's
-/// connection delivers it. Sending it to the store from that same task is what makes it safe.
-struct UncheckedSendableBody<Base: AsyncSequence>: AsyncSequence, @unchecked Sendable where Base.Element == ByteBuffer {
-    typealias Element = ByteBuffer
-    let base: Base
-    init(_ base: Base) { self.base = base }
-    func makeAsyncIterator() -> Base.AsyncIterator { base.makeAsyncIterator() }
-}
-
-// MARK: multipart's sources
-
-/// multipart's sources as small objects, created only if absent: two instances preloading one
-/// source at once agree on the ids the store kept.
-struct ObjectMultipartSources: MultipartSourceStore {
-    let client: ObjectStoreClient
-    let layout: ObjectLayout
-
-    private func key(_ sourceId: String) -> String {
-        layout.source(Hex.lowercase(SHA256.hash(data: Array(sourceId.utf8))))
-    }
-
-    func preload(sourceId: String, fileCount: Int) async throws -> MultipartSourceRecord {
-        if let existing = try await source(id: sourceId) { return existing }
-        let record = MultipartSourceRecord(
-            formatVersion: MultipartSourceRecord.currentFormatVersion, sourceId: sourceId,
-            fileIds: (0..<fileCount).map { _ in UploadID.generate() })
-        let bytes = Array(try JSONEncoder.objectState.encode(record))
-        let key = key(sourceId)
-        switch try await client.perform({ client.requests.putObject(key: key, bytes: bytes, condition: .onlyIfAbsent) }) {
-        case .stored: return record
-        case .preconditionFailed:
-            guard let kept = try await source(id: sourceId) else { throw UploadError.corrupt("source \(sourceId.prefix(64)) vanished") }
-            return kept
-        }
-    }
-
-    func source(id sourceId: String) async throws -> MultipartSourceRecord? {
-        let key = key(sourceId)
-        switch try await client.perform({ client.requests.getObject(key: key) }) {
-        case .found(let content):
-            return try JSONDecoder.objectState.decode(MultipartSourceRecord.self, from: Data(content.body))
-        case .notFound:
-            return nil
-        case .preconditionFailed, .rangeNotSatisfiable:
-            throw UploadError.corrupt("the store answered a plain read of \(key) with a condition")
-        }
-    }
-
-    func remove(id sourceId: String) async throws -> Bool {
-        guard try await source(id: sourceId) != nil else { return false }
-        let key = key(sourceId)
-        try await client.perform({ client.requests.deleteObject(key: key) })
-        return true
-    }
-}
-
-// MARK: Settings that must hold together
-
-extension ObjectStoreLocation {
-    /// How many claim lifetimes `expireAfter` must be at least. A live append shows the store it
-    /// is alive only by renewing its claim (every third of a lifetime, more often after a failed
-    /// renewal): an expiry near the lifetime could drop an upload whose body is still streaming.
-    public static let expiryToClaimLifetimeRatio = 4
-
-    /// Settings that cannot hold together.
-    public struct Misconfiguration: Error, CustomStringConvertible, Sendable {
-        /// The least `expireAfter` the `claimLifetime` allows.
-        public let minimumExpiry: Duration
-        public var description: String {
-            "an object store's expiry must be at least \(ObjectStoreLocation.expiryToClaimLifetimeRatio) times its claim lifetime (here at least \(minimumExpiry)), so that no upload whose append is alive ever expires"
-        }
-    }
-
-    /// Throws when the settings cannot hold together: the expiry of uploads in this store (the
-    /// receiver's `expireAfter`, given) not well above the `claimLifetime`
-    /// (`expiryToClaimLifetimeRatio`).
-    public func validate(expireAfter: Duration?) throws(Misconfiguration) {
-        let minimum = claimLifetime * Self.expiryToClaimLifetimeRatio
-        if let expireAfter = expiry ?? expireAfter, expireAfter < minimum { throw Misconfiguration(minimumExpiry: minimum) }
     }
 }

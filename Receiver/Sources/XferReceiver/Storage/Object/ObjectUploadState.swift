@@ -1,5 +1,6 @@
 import Foundation
 import XferPrimitives
+import Synchronization
 import XferS3Core
 
 /// Where an object storage keeps what, below its prefix:
@@ -241,5 +242,30 @@ struct ObjectChunkRecord: Sendable {
             return nil
         }
         self.chunk = chunk
+    }
+}
+
+/// A handle's last sight of an upload's state and the version the store gave it: where a
+/// compare-and-swap starts, so that a request that just read or wrote the state does not read it
+/// again. A stale sight costs one refused write (412) and a read, never a wrong one.
+///
+/// It only moves forward (by `ObjectUploadState.revision`): requests of one instance read and
+/// write one upload's state at once (a `HEAD` while an append records), and a sight read before a
+/// write but arriving after it must not replace the newer one.
+final class StateVersion: Sendable {
+    private let seen = Mutex<(ObjectUploadState, S3ETag)?>(nil)
+
+    init(_ sight: (ObjectUploadState, S3ETag)? = nil) {
+        if let sight { advance(to: sight) }
+    }
+
+    var latest: (ObjectUploadState, S3ETag)? { seen.withLock { $0 } }
+
+    /// Keeps `sight` unless the sight kept is newer.
+    func advance(to sight: (ObjectUploadState, S3ETag)) {
+        seen.withLock { kept in
+            if let old = kept, old.0.created == sight.0.created, (old.0.revision ?? 0) > (sight.0.revision ?? 0) { return }
+            kept = sight
+        }
     }
 }

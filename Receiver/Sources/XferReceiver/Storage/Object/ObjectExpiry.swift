@@ -1,0 +1,76 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import Synchronization
+import XferPrimitives
+import XferS3
+
+/// Expiry on an object store: an expired upload is dropped by whichever receiver meets it first
+/// (`ObjectStorage.readState`), or by a sweep each receiver runs now and then.
+extension ObjectStorage: UploadExpiring {
+    /// Whether an unfinished upload last changed at `lastChanged` has expired. (A state is
+    /// replaced by every change, an append's claim renewals included: its age is its idleness.)
+    func isExpired(lastChanged: Date?) -> Bool {
+        guard let expireAfter, let lastChanged else { return false }
+        return Date().timeIntervalSince(lastChanged) > expireAfter.seconds
+    }
+
+    /// A chunked upload of several records its chunks apart, leaving its state unchanged: it is
+    /// idle when its newest chunk record is too (asked only of a state that looks expired).
+    func isExpired(chunksOf id: String, recordedApart: Bool) async throws -> Bool {
+        guard recordedApart else { return true }
+        let newest = try await objects(under: layout.receivedPrefix(id)).compactMap(\.lastModified).max()
+        return newest.map { isExpired(lastChanged: $0) } ?? true
+    }
+
+    /// Drops the unfinished uploads nobody touched for `expireAfter`, a page of states at a time:
+    /// one sweep, which the receiver's upkeep runs every quarter of it (at most every minute, at
+    /// least every second). Each receiver sweeps; a drop is the same whoever does it, and a
+    /// repeated one finds nothing. An offset upload whose every byte is acknowledged is completed
+    /// instead (its completion failed and no request came back to finish it), and
+    /// `sweepFinished` hears of it if this sweep did it.
+    func expire() async {
+        guard expireAfter != nil else { return }
+        let finished = sweepFinished.withLock { $0 }
+        var token: String?
+        repeat {
+            guard let page = try? await client.perform({ client.requests.listObjects(prefix: layout.uploadsPrefix, continuationToken: token) })
+            else { break }
+            for object in page.objects where isExpired(lastChanged: object.lastModified) {
+                let name = object.key.dropFirst(layout.uploadsPrefix.count)
+                guard name.hasSuffix(".json") else { continue }
+                // Read again: the state decides (a completed upload stays; a fresh change wins).
+                guard let read = try? await readState(String(name.dropLast(".json".count))), read.0.isDueForCompletion else { continue }
+                await finishDue(read, reporting: finished)
+            }
+            token = page.nextContinuationToken
+        } while token != nil && !Task.isCancelled
+    }
+
+    func reportSweptCompletions(to report: @escaping @Sendable (FinishedUpload) async -> Void) {
+        sweepFinished.withLock { $0 = report }
+    }
+
+    /// Completes an offset upload whose every byte is acknowledged, as a request would
+    /// (`ObjectOffsetUpload.finish`), and reports it when this call completed it (partial uploads
+    /// aside: their final upload is the file).
+    private func finishDue(_ read: (ObjectUploadState, S3ETag), reporting finished: @Sendable (FinishedUpload) async -> Void) async {
+        let (state, _) = read
+        guard let info = state.info else { return }
+        let upload = ObjectOffsetUpload(storage: self, meta: state.meta, info: info)
+        upload.version.advance(to: read)
+        do {
+            guard try await upload.finish(), info.role != .partial else { return }
+            await finished(
+                FinishedUpload(
+                    protocolName: state.meta.protocolName, id: state.meta.uploadId, path: upload.path.text, size: state.meta.size,
+                    metadata: info.metadataText))
+        } catch {
+            logger.warning("An upload whose bytes are all in could not be completed; the next sweep tries again",
+                           metadata: ["upload": "\(state.meta.uploadId)", "reason": "\(error)"])
+        }
+    }
+}
