@@ -8,7 +8,8 @@ import PackageDescription
 // given. The command's package (CLI/) depends on it; so can an app's server.
 //
 // It needs the engine's package (the folder above) for XferPrimitives (hex,
-// CRCs, chunk sets) and, for uploads on an object store, the `s3` backend's
+// CRCs, chunk sets), XferWire (each protocol's wire, shared with the client
+// backends) and, for uploads on an object store, the `s3` backend's
 // S3 requests (XferS3). A path dependency's
 // identity is its folder's name, whatever the clone is called: it is read
 // from here, not written down.
@@ -41,6 +42,9 @@ let package = Package(
             name: "XferReceiver",
             dependencies: [
                 .product(name: "XferPrimitives", package: engine),
+                // Every protocol's headers, bodies and answers, the same code the client backends
+                // speak them with (one Content-Range, one digest header, one JSON codec).
+                .product(name: "XferWire", package: engine),
                 // The object storage speaks S3 through the `s3` backend's own requests (signing,
                 // credentials, XML, errors): one S3 client, not a second copy.
                 .product(name: "XferS3", package: engine),
@@ -75,6 +79,7 @@ let package = Package(
             dependencies: [
                 "XferReceiver", "XferReceiverTesting",
                 .product(name: "XferPrimitives", package: engine),
+                .product(name: "XferWire", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 // Digests of served files, computed apart from the receiver's own.

@@ -1,3 +1,4 @@
+import XferWire
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -95,7 +96,7 @@ struct Refusal: HTTPResponseError {
 
     /// `{"type","title","status",members...}`: the title is the message (there is one per refusal).
     private var problemResponse: Response {
-        var json = JSONText()
+        var json = JSONWriter()
         json.raw("{\"type\":")
         json.string(problem?.type ?? "about:blank")
         json.raw(",\"title\":")

@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird

@@ -1,9 +1,9 @@
 import Foundation
 import XCTest
 
-@testable import Xfer
+@testable import XferWire
 
-final class JSONParserTests: XCTestCase {
+final class JSONTests: XCTestCase {
     private func parse(_ text: String) throws -> JSONValue { try JSONValue.parse(Array(text.utf8)) }
 
     func testReadsEveryKindOfValue() throws {
