@@ -50,3 +50,54 @@ final class JSONTests: XCTestCase {
         XCTAssertNoThrow(try parse(fine))
     }
 }
+
+/// What the one reader refuses besides RFC 8259, and the writer's two encodings.
+final class JSONLimitsTests: XCTestCase {
+    func testRepeatedNamesAndHugeNumbersAreRefused() {
+        XCTAssertThrowsError(try JSONValue.parse(#"{"a":1,"a":2}"#), "which one a reader keeps differs")
+        XCTAssertThrowsError(try JSONValue.parse("1e999"))
+        XCTAssertThrowsError(try JSONValue.parse("-1e999"))
+        XCTAssertEqual(try JSONValue.parse("1e308"), .number(1e308))
+        XCTAssertNil(try JSONValue.parse("1e300").intValue, "a finite number past Int is no integer")
+        XCTAssertNil(try JSONValue.parse("9007199254740993").strictInteger, "past 2^53 a Double is not exact")
+        XCTAssertEqual(try JSONValue.parse("-42").strictInteger, -42)
+        XCTAssertNil(try JSONValue.parse("\"42\"").strictInteger)
+        XCTAssertEqual(try JSONValue.parse("\"42\"").intValue, 42)
+    }
+
+    func testVeryLongInputIsReadOrRefusedWithoutTrouble() throws {
+        let long = "\"" + String(repeating: "a", count: 4_000_000) + "\""
+        XCTAssertEqual(try JSONValue.parse(long).stringValue?.count, 4_000_000)
+        XCTAssertThrowsError(try JSONValue.parse(String(repeating: "{\"a\":", count: 300_000)))
+        XCTAssertThrowsError(try JSONValue.parse(String(repeating: "1", count: 1_000_000) + "x"))
+        let array = "[" + Array(repeating: "1", count: 100_000).joined(separator: ",") + "]"
+        XCTAssertEqual(try JSONValue.parse(array).arrayValue?.count, 100_000)
+    }
+
+    func testTheWritersEncodings() throws {
+        let value: JSONValue = ["b": "é/\u{1}\n\"\\", "a": [.null, true, .number(1.5), -3, .number(1e20)]]
+        let ascii = value.text(.ascii)
+        XCTAssertEqual(ascii, #"{"a":[null,true,1.5,-3,1e+20],"b":"\u00e9/\u0001\n\"\\"}"#)
+        XCTAssertTrue(ascii.utf8.allSatisfy { $0 < 0x80 })
+        XCTAssertEqual(value.text(.utf8), #"{"a":[null,true,1.5,-3,1e+20],"b":"é/\u0001\n\"\\"}"#)
+        XCTAssertEqual(try JSONValue.parse(ascii), value)
+        XCTAssertEqual(try JSONValue.parse(value.text(.utf8)), value)
+        XCTAssertEqual(JSONValue.number(.infinity).text(), "null", "JSON has no infinity")
+        var emoji = ""
+        JSONValue.writeString("😀", into: &emoji)
+        XCTAssertEqual(emoji, #""\ud83d\ude00""#)
+    }
+
+    /// The receiver writes a million chunk numbers digit by digit; they must read as `String(n)` does.
+    func testDecimalsMatchTheStandardLibrary() {
+        for value in [0, 1, 9, 10, 99, 100, 524_288, 1_000_000, Int.max, -1, -10, Int.min + 1, Int.min] {
+            var writer = JSONWriter()
+            writer.integer(value)
+            XCTAssertEqual(String(decoding: writer.bytes, as: UTF8.self), String(value))
+        }
+        var writer = JSONWriter()
+        writer.array(of: [1, 2, 3])
+        writer.array(ofRuns: [1...5, 7...7])
+        XCTAssertEqual(String(decoding: writer.bytes, as: UTF8.self), "[1,2,3][[1,5],[7,7]]")
+    }
+}

@@ -117,7 +117,7 @@ extension JSONValue {
     /// anything else, strings holding digits included. For the requests a server reads, where
     /// a field's type is part of the contract (`intValue` is lenient, for servers' answers).
     public var strictInteger: Int? {
-        guard case .number(let value) = self, value.rounded() == value, abs(value) <= 9_007_199_254_740_992 else { return nil }
+        guard case .number(let value) = self, value.rounded() == value, abs(value) < 9_007_199_254_740_992 else { return nil }
         return Int(exactly: value)
     }
 
