@@ -87,7 +87,7 @@ struct Refusal: HTTPResponseError {
         var response =
             switch form {
             case .error: JSONResponse.error(status, message)
-            case .envelope: Envelope(code: code, msg: message, data: NoData()).response(status)
+            case .envelope: Envelope(code: code, msg: message).response(status)
             case .problem: problemResponse
             }
         for field in headers { response.headers[field.name] = field.value }
@@ -119,19 +119,12 @@ struct Refusal: HTTPResponseError {
 }
 
 /// The answer of multipart and sequence, refusals included: `{"code","msg","data"}`.
-struct Envelope<Payload: Encodable>: Encodable {
-    var code: Int
-    var msg: String
-    var data: Payload
-
+extension Envelope {
     /// HTTP 200 unless told otherwise: the code is what these protocols' clients read.
     func response(_ status: HTTPResponse.Status = .ok) -> Response {
-        JSONResponse.make(status, self)
+        JSONResponse.make(status, body: body)
     }
 }
-
-/// The `data` of an envelope that carries nothing: `{}`.
-struct NoData: Encodable {}
 
 /// The one way a protocol's handlers' errors become answers: a `Refusal` as itself, an error the
 /// protocol answers as a refusal (`refusing`) as that, and anything else as a failure of the

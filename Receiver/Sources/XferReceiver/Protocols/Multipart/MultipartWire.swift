@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -8,22 +9,8 @@ import XferPrimitives
 // Every answer is an `Envelope`: HTTP 200 with the outcome in `code`.
 
 enum MultipartAnswer {
-    static func ok(_ data: some Encodable) -> Response {
-        Envelope(code: 200, msg: "ok", data: data).response()
-    }
-
-    static func ok() -> Response { ok(NoData()) }
-
-    /// preLoad.do's data.
-    struct Preload: Encodable {
-        var fileIds: [String]
-    }
-
-    /// isFinish.do's data: every file merged (1, with the URLs), or some not (0, naming them).
-    struct Finish: Encodable {
-        var finishStatus: Int
-        var fileUrls: [String: String]?
-        var failFileIds: String?
+    static func ok(_ data: JSONValue = .object([:])) -> Response {
+        Envelope(code: MultipartCode.success, msg: "ok", data: data).response()
     }
 }
 
@@ -116,35 +103,22 @@ struct MultipartForm {
     }
 }
 
-/// The `file_block` header: a JSON array holding one object.
-struct FileBlock: Decodable {
-    static let header = HTTPField.Name("file_block")!
-    static let fieldList =
-        "sourceId, fileId, fragmentIndex, fragmentOffset, fragmentSize, totalFileFragment, totalFileSize, fileName, fragmentMd5"
+extension FileBlock {
+    static let header = HTTPField.Name(FileBlock.headerName)!
 
-    var sourceId: String
-    var fileId: String
-    var fragmentIndex: Int
-    var fragmentOffset: Int
-    var fragmentSize: Int
-    var totalFileFragment: Int
-    var totalFileSize: Int
-    var fileName: String
-    var fragmentMd5: String
-
+    /// The request's `file_block`, read by the wire's `FileBlock`.
     init(headers: HTTPFields) throws(Refusal) {
         guard let header = headers[Self.header] else { throw .envelope(400, "the file_block header is missing") }
-        guard let blocks = try? JSONDecoder().decode([FileBlock].self, from: Data(header.utf8)), blocks.count == 1 else {
-            throw .envelope(400, "file_block must be a JSON array holding one object with \(Self.fieldList)")
+        do {
+            try self.init(header: header)
+        } catch {
+            throw .envelope(400, error.description)
         }
-        self = blocks[0]
     }
 
     /// The 16 bytes of `fragmentMd5`, written in hex (either case).
     func md5() throws(Refusal) -> [UInt8] {
-        guard fragmentMd5.utf8.count == 32, let digest = Hex.bytes(fragmentMd5) else {
-            throw .envelope(400, "fragmentMd5 must be 32 hex digits")
-        }
+        guard let digest = md5 else { throw .envelope(400, "fragmentMd5 must be 32 hex digits") }
         return digest
     }
 }

@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -184,7 +185,7 @@ struct TusRoutes: OffsetUploadRoutes {
             metadata = raw
             if let named = try TusMetadata.destination(pairs) { path = named }
         }
-        let concat = try headers[.uploadConcat].map(TusConcat.parse)
+        let concat = try headers[.uploadConcat].map(TusConcat.read)
         let withData = TusHeaders.isOffsetStream(headers[.contentType])
         let declared = try TusHeaders.contentLength(request)
 
