@@ -16,7 +16,7 @@ public enum IETFField {
 
     /// An sf-boolean: `?1` or `?0` (spaces around allowed); nil for anything else.
     public static func boolean(_ text: some StringProtocol) -> Bool? {
-        switch trimmed(text) {
+        switch HTTPNumber.trimmed(text) {
         case "?1": true
         case "?0": false
         default: nil
@@ -28,11 +28,7 @@ public enum IETFField {
     /// A non-negative sf-integer: ASCII digits only, at most 15 (RFC 8941's bound), spaces
     /// around allowed; nil for anything else (a sign, a fraction, an overflow).
     public static func integer(_ text: some StringProtocol) -> Int? {
-        let digits = trimmed(text).utf8
-        guard (1...15).contains(digits.count), digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
-            return nil
-        }
-        return digits.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+        HTTPNumber.nonNegative(text, maximumDigits: 15)
     }
 
     /// `Upload-Limit`'s integer members (`max-size=N, min-size=0, expires=S`), names lowercased;
@@ -41,7 +37,7 @@ public enum IETFField {
         var limits: [String: Int] = [:]
         for member in (header ?? "").split(separator: ",") {
             let parts = member.split(separator: "=", maxSplits: 1)
-            if parts.count == 2, let value = integer(parts[1]) { limits[String(trimmed(parts[0])).lowercased()] = value }
+            if parts.count == 2, let value = integer(parts[1]) { limits[String(HTTPNumber.trimmed(parts[0])).lowercased()] = value }
         }
         return limits
     }
@@ -49,14 +45,5 @@ public enum IETFField {
     /// `Upload-Limit` holding `max-size`, and `expires` (seconds) when uploads expire.
     public static func limit(maximumSize: Int, expiresAfterSeconds: Int64? = nil) -> String {
         "max-size=\(maximumSize)" + (expiresAfterSeconds.map { ", expires=\($0)" } ?? "")
-    }
-
-    /// Without surrounding spaces and tabs (HTTP's OWS), with no Foundation bridging (every
-    /// request reads several of these).
-    static func trimmed(_ text: some StringProtocol) -> Substring {
-        var slice = Substring(text)
-        while let first = slice.first, first == " " || first == "\t" { slice.removeFirst() }
-        while let last = slice.last, last == " " || last == "\t" { slice.removeLast() }
-        return slice
     }
 }

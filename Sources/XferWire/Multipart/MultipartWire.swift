@@ -1,3 +1,5 @@
+import XferPrimitives
+
 // The `multipart` protocol's header and answers (Docs/protocols.md), written once: the client
 // backend (Backends/Multipart) and the receiver's routes (Receiver/.../Protocols/Multipart)
 // both speak them through these types. Every answer is an `Envelope`.
@@ -77,24 +79,7 @@ public struct FileBlock: Sendable, Equatable {
 
     /// The 16 bytes of `fragmentMd5` (hex, either case); nil when it is not 32 hex digits.
     public var md5: [UInt8]? {
-        guard fragmentMd5.utf8.count == 32 else { return nil }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(16)
-        var utf8 = fragmentMd5.utf8.makeIterator()
-        while let high = utf8.next(), let low = utf8.next() {
-            guard let high = Self.hexValue(high), let low = Self.hexValue(low) else { return nil }
-            bytes.append(high << 4 | low)
-        }
-        return bytes
-    }
-
-    private static func hexValue(_ byte: UInt8) -> UInt8? {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
-        default: nil
-        }
+        fragmentMd5.utf8.count == 32 ? Hex.bytes(fragmentMd5) : nil
     }
 }
 

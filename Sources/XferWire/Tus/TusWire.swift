@@ -28,13 +28,7 @@ public enum TusField {
     /// `Upload-Length`, `Tus-Max-Size`): ASCII digits only, at most 18 of them (no overflow,
     /// no sign), spaces around allowed; nil for anything else.
     public static func number(_ text: some StringProtocol) -> Int? {
-        var digits = Substring(text).utf8[...]
-        while let first = digits.first, first == 0x20 || first == 0x09 { digits = digits.dropFirst() }
-        while let last = digits.last, last == 0x20 || last == 0x09 { digits = digits.dropLast() }
-        guard (1...18).contains(digits.count), digits.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
-            return nil
-        }
-        return digits.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+        HTTPNumber.nonNegative(text, maximumDigits: 18)
     }
 
     /// A comma-separated list (`Tus-Version`, `Tus-Extension`, `Tus-Checksum-Algorithm`),
