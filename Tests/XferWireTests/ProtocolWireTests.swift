@@ -91,7 +91,7 @@ final class TusWireTests: XCTestCase {
         for (key, value) in pairs { XCTAssertEqual(read[key], value) }
         XCTAssertNil(TusMetadata.header([("a b", [1])]))
         XCTAssertNil(TusMetadata.header([("", [1])]))
-        for bad in ["a !!!", "a b c", "a YQ==,a YQ==", ",", " YQ==", "a\u{1} YQ=="] {
+        for bad in ["a !!!", "a b c", "a YQ==,a YQ==", ",", "a  YQ==", "a\u{1} YQ==", "a\u{7F} YQ=="] {
             XCTAssertNil(TusMetadata.parse(bad), bad)
         }
     }
