@@ -57,15 +57,6 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         }
     }
 
-    /// `GET /uploads/{id}`: what reconciling needs of the answer.
-    private struct UploadStatus: Decodable {
-        var chunkSize: Int?
-    }
-
-    private struct UploadList: Decodable {
-        var received: [Int]
-    }
-
     /// The chunk indexes of the runs `name` (`[[first, last], ...]`, 1-based chunk numbers) in a
     /// JSON answer; nil when the answer has no such member. Runs reaching outside the file are
     /// cut to it, so an answer cannot make the client hold more than its own file's chunks.
@@ -86,20 +77,30 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         return .send(request) { response throws(BackendError) in
             if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
             try response.require(200, for: operation)
-            // The list can hold a million chunk numbers: read it straight from the bytes, and decode
-            // only the rest (JSONDecoder skips an array it is not asked for cheaply).
-            let status = try response.decode(UploadStatus.self, for: operation)
-            if let size = status.chunkSize, size != file.chunkSize {
+            // One reading of the answer (XferWire's JSON) for the chunk size and the runs.
+            let json = try response.json(for: operation)
+            if let size = json["chunkSize"]?.intValue, size != file.chunkSize {
                 throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize)", remedy: .startOver)
             }
             // Runs first (`receivedRanges`, what servers send since the list was bounded: its
             // `received` may stop short), the plain list from servers that predate them.
-            if let runs = try Self.chunkIndexes(inRunsNamed: "receivedRanges", of: file, in: response, for: operation) {
-                return .serverHas(chunks: Set(runs))
+            let runs: [Int]?
+            do {
+                runs = try PatchChunkList.indexes(inRunsNamed: "receivedRanges", of: json, chunkCount: file.chunkCount)
+            } catch {
+                throw .transient("\(operation): \(error)")
             }
-            var received = response.integers(inArrayNamed: "received")
-            if received == nil { received = try response.decode(UploadList.self, for: operation).received }
-            return .serverHas(chunks: Set(file.chunkIndexes(fromNumbers: received ?? [])))
+            if let runs { return .serverHas(chunks: Set(runs)) }
+            guard let listed = json["received"]?.arrayValue else {
+                throw .transient("\(operation): the answer lists neither receivedRanges nor received")
+            }
+            var received: [Int] = []
+            received.reserveCapacity(listed.count)
+            for number in listed {
+                guard let number = number.intValue else { throw .transient("\(operation): received must hold chunk numbers") }
+                received.append(number)
+            }
+            return .serverHas(chunks: Set(file.chunkIndexes(fromNumbers: received)))
         }
     }
 

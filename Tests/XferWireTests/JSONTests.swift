@@ -61,6 +61,11 @@ final class JSONLimitsTests: XCTestCase {
         XCTAssertNil(try JSONValue.parse("1e300").intValue, "a finite number past Int is no integer")
         XCTAssertNil(try JSONValue.parse("9007199254740993").strictInteger, "past 2^53 a Double is not exact")
         XCTAssertEqual(try JSONValue.parse("-42").strictInteger, -42)
+        // Integers up to 15 digits are summed from their digits, longer ones read as Doubles:
+        // both must give what `Double(text)` gives.
+        for text in ["0", "-0", "7", "-123456789012345", "999999999999999", "1000000000000000", "12345678901234567890", "-9007199254740993"] {
+            XCTAssertEqual(try JSONValue.parse(text), .number(Double(text)!), text)
+        }
         XCTAssertNil(try JSONValue.parse("\"42\"").strictInteger)
         XCTAssertEqual(try JSONValue.parse("\"42\"").intValue, 42)
     }

@@ -123,6 +123,12 @@ struct JSONParser {
             if !take(UInt8(ascii: "+")) { _ = take(UInt8(ascii: "-")) }
             guard digits() > 0 else { throw fail("expected digits in the exponent") }
         }
+        // A plain integer (what sizes, counts and chunk lists are) is summed from its digits:
+        // no `String` per number, which a list of a million chunk numbers would feel.
+        if offset - integral <= 15, !bytes[integral..<offset].contains(where: { !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) {
+            let magnitude = bytes[integral..<offset].reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
+            return Double(start == integral ? magnitude : -magnitude)
+        }
         // `1e999` reads as infinity: a size or count no protocol carries, refused rather than
         // handed on as a number no arithmetic can use.
         guard let value = Double(String(decoding: bytes[start..<offset], as: UTF8.self)), value.isFinite else {

@@ -276,13 +276,11 @@ struct UploadHooks: Sendable {
     /// The metadata of a hook's JSON answer: nil when there is none, `.some(nil)` when it is
     /// not an object whose values are all strings.
     static func metadata(in body: String) -> [String: String]?? {
-        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let given = object["metadata"], !(given is NSNull)
-        else { return .none }
-        guard let members = given as? [String: Any] else { return .some(nil) }
+        guard let given = (try? JSONValue.parse(body))?.objectValue?["metadata"], given != .null else { return .none }
+        guard let members = given.objectValue else { return .some(nil) }
         var metadata: [String: String] = [:]
         for (key, value) in members {
-            guard let text = value as? String else { return .some(nil) }
+            guard let text = value.strictString else { return .some(nil) }
             metadata[key] = text
         }
         return .some(metadata)
@@ -416,17 +414,14 @@ struct UploadHooks: Sendable {
 
     /// The status an executable that refused asks for: its answer's `status` when a 4xx, else 403.
     static func refusalStatus(in body: String) -> Int {
-        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let status = object["status"] as? Int, (400..<500).contains(status)
+        guard let status = (try? JSONValue.parse(body))?.objectValue?["status"]?.strictInteger, (400..<500).contains(status)
         else { return 403 }
         return status
     }
 
     /// The `message` of a JSON answer, else its first line; at most 200 characters, one line.
     static func message(in body: String) -> String? {
-        if let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let message = object["message"] as? String, !message.isEmpty
-        {
+        if let message = (try? JSONValue.parse(body))?.objectValue?["message"]?.strictString, !message.isEmpty {
             return String(message.prefix(200)).replacingOccurrences(of: "\n", with: " ")
         }
         let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
