@@ -68,6 +68,8 @@ let package = Package(
             name: "XferReceiverTesting",
             dependencies: [
                 "XferReceiver",
+                // Injected refusals read as the receiver's own (`ErrorBody`).
+                .product(name: "XferWire", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Sources/XferReceiverTesting"

@@ -89,3 +89,22 @@ final class ContentDigestTests: XCTestCase {
         XCTAssertNil(try ContentDigest.parse(String(repeating: ",", count: 100_000)))
     }
 }
+
+/// The refusal bodies: what the receiver writes, a client reads the message of.
+final class ErrorBodyTests: XCTestCase {
+    func testEveryFormsMessageIsRead() throws {
+        XCTAssertEqual(ErrorBody.message(in: try JSONValue.parse(ErrorBody.error("no such upload"))), "no such upload")
+        let problem = ErrorBody.problem(
+            type: IETFProblem.mismatchingOffset, title: "offset differs", status: 409,
+            members: [(IETFProblem.expectedOffset, 5), (IETFProblem.providedOffset, 3)])
+        let json = try JSONValue.parse(problem)
+        XCTAssertEqual(ErrorBody.message(in: json), "offset differs")
+        XCTAssertEqual(json["type"]?.stringValue, IETFProblem.mismatchingOffset)
+        XCTAssertEqual(json["status"]?.intValue, 409)
+        XCTAssertEqual(json[IETFProblem.expectedOffset]?.intValue, 5)
+        XCTAssertEqual(try JSONValue.parse(ErrorBody.problem(type: nil, title: "t", status: 400))["type"], "about:blank")
+        XCTAssertEqual(ErrorBody.message(in: try JSONValue.parse(Envelope(code: 400, msg: "bad fileCount").body)), "bad fileCount")
+        XCTAssertEqual(ErrorBody.message(in: ["error": "", "detail": "d"]), "d", "an empty message is no message")
+        XCTAssertNil(ErrorBody.message(in: ["code": 1]))
+    }
+}

@@ -1,4 +1,5 @@
 import Foundation
+import XferWire
 
 extension HTTPResponse {
     /// Accepts the listed statuses; turns the rest into the error the engine
@@ -43,12 +44,8 @@ extension HTTPResponse {
     /// A short, single-line message from the body: a JSON `error`, `msg` or
     /// `message` field, else the start of a text body. Nil when there is none.
     public var serverMessage: String? {
-        if let json = try? JSONValue.parse(body) {
-            // "detail" and "title": RFC 9457 problem details.
-            for key in ["error", "msg", "message", "detail", "title"] {
-                if let text = json[key]?.stringValue, !text.isEmpty { return Self.oneLine(text) }
-            }
-        }
+        // Every refusal form the receiver writes (XferWire's `ErrorBody`), and other servers'.
+        if let json = try? JSONValue.parse(body), let text = ErrorBody.message(in: json) { return Self.oneLine(text) }
         let type = headers["Content-Type"]?.lowercased() ?? ""
         guard type.hasPrefix("text/plain") || type.hasPrefix("application/json") else {
             return body.isEmpty ? nil : "\(type.isEmpty ? "unexpected" : type) answer of \(body.count) bytes"

@@ -47,3 +47,19 @@ public enum IETFField {
         "max-size=\(maximumSize)" + (expiresAfterSeconds.map { ", expires=\($0)" } ?? "")
     }
 }
+
+/// The problem types (RFC 9457) the draft defines, with their members.
+public enum IETFProblem {
+    private static let registry = "https://iana.org/assignments/http-problem-types#"
+
+    /// 409: an append's `Upload-Offset` is not the upload's; members `expected-offset` and
+    /// `provided-offset`.
+    public static let mismatchingOffset = registry + "mismatching-upload-offset"
+    public static let expectedOffset = "expected-offset"
+    public static let providedOffset = "provided-offset"
+    /// 400: the length a request implies differs from the upload's.
+    public static let inconsistentLength = registry + "inconsistent-upload-length"
+    /// 400: an append to an upload that is complete (interop version 6's type; later drafts let
+    /// the server choose).
+    public static let completedUpload = registry + "completed-upload"
+}

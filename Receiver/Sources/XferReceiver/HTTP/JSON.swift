@@ -36,7 +36,7 @@ enum JSONResponse {
     }
 
     static func error(_ status: HTTPResponse.Status, _ message: String) -> Response {
-        make(status, ["error": message])
+        make(status, body: ErrorBody.error(message))
     }
 
     static func decode<T: Decodable>(_ type: T.Type, from buffer: ByteBuffer) throws -> T {

@@ -94,22 +94,11 @@ struct Refusal: HTTPResponseError {
         return response
     }
 
-    /// `{"type","title","status",members...}`: the title is the message (there is one per refusal).
+    /// Problem details (`ErrorBody.problem`): the title is the message (there is one per refusal).
     private var problemResponse: Response {
-        var json = JSONWriter()
-        json.raw("{\"type\":")
-        json.string(problem?.type ?? "about:blank")
-        json.raw(",\"title\":")
-        json.string(message)
-        json.raw(",\"status\":\(code)")
-        for member in problem?.members ?? [] {
-            json.raw(",")
-            json.string(member.name)
-            json.raw(":\(member.value)")
-        }
-        json.raw("}")
-        var response = json.response(status)
-        response.headers[.contentType] = "application/problem+json"
+        var response = JSONResponse.make(
+            status, body: ErrorBody.problem(type: problem?.type, title: message, status: code, members: problem?.members ?? []))
+        response.headers[.contentType] = ErrorBody.problemMediaType
         return response
     }
 

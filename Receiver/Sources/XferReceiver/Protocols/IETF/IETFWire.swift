@@ -48,18 +48,15 @@ enum IETFFields {
 }
 
 extension Refusal.Problem {
-    private static let registry = "https://iana.org/assignments/http-problem-types#"
-
     /// 409: the append's `Upload-Offset` is not the upload's.
     static func mismatchingOffset(expected: Int, provided: Int) -> Self {
-        Self(type: registry + "mismatching-upload-offset", members: [("expected-offset", expected), ("provided-offset", provided)])
+        Self(type: IETFProblem.mismatchingOffset, members: [(IETFProblem.expectedOffset, expected), (IETFProblem.providedOffset, provided)])
     }
 
     /// 400: the length a request implies differs from the upload's.
-    static let inconsistentLength = Self(type: registry + "inconsistent-upload-length")
-    /// 400: an append to an upload that is complete (interop version 6's type; later drafts let
-    /// the server choose).
-    static let completedUpload = Self(type: registry + "completed-upload")
+    static let inconsistentLength = Self(type: IETFProblem.inconsistentLength)
+    /// 400: an append to an upload that is complete.
+    static let completedUpload = Self(type: IETFProblem.completedUpload)
 }
 
 extension HTTPField.Name {
