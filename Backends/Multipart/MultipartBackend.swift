@@ -48,11 +48,11 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     public func startJob(_ job: JobContext) throws(BackendError) -> Step<JobStart> {
         let sourceID = try job.handles.require(Self.sourceID)
         let fileCount = job.files.count
-        let request = formRequest(job, "/fileSection/preLoad.do", [("sourceId", sourceID), ("fileCount", String(fileCount))])
+        let request = formRequest(job, FileSectionForm.preloadPath, [(FileSectionForm.sourceId, sourceID), (FileSectionForm.fileCount, String(fileCount))])
         let operation = "ask the server for file ids (preLoad.do)"
         return .send(request) { response throws(BackendError) in
             let data = try FileSectionAnswer.data(of: response, for: operation)
-            guard let values = data["fileIds"]?.arrayValue else {
+            guard let values = data[FileSectionForm.fileIds]?.arrayValue else {
                 throw .transient("\(operation): the answer has no fileIds")
             }
             let ids = values.compactMap(\.stringValue)
@@ -80,9 +80,9 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
 
         var form = MultipartForm()
         form.addFile(
-            "sectionFile", filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
+            FileSectionForm.sectionFile, filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
             contentType: MIMEType.forFileExtension(file.fileExtension), chunk: chunk)
-        var request = HTTPRequest(method: .post, url: job.url("/fileSection/upload.do"), body: form.body)
+        var request = HTTPRequest(method: .post, url: job.url(FileSectionForm.uploadPath), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         request.headers.set(FileBlock.headerName, block.headerValue)
 
@@ -106,8 +106,8 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
         for file in job.files { ids.append(try file.handles.require(Self.fileID)) }
         let fileIDs = ids
         let request = formRequest(
-            job, "/fileSection/isFinish.do",
-            [("sourceId", try job.handles.require(Self.sourceID)), ("fileIds", fileIDs.joined(separator: ","))])
+            job, FileSectionForm.isFinishPath,
+            [(FileSectionForm.sourceId, try job.handles.require(Self.sourceID)), (FileSectionForm.fileIds, fileIDs.joined(separator: ","))])
         let names = job.files.map { Self.displayName($0.name) }
         let operation = "ask whether the server merged the files (isFinish.do)"
         return .send(request) { response throws(BackendError) in
@@ -146,7 +146,7 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         guard let sourceID = job.handles[Self.sourceID] else { return [] }
         let fileIDs = job.files.compactMap { $0.handles[Self.fileID] }
-        return [formRequest(job, "/fileSection/delete.do", [("sourceId", sourceID), ("fileIds", fileIDs.joined(separator: ","))])]
+        return [formRequest(job, FileSectionForm.deletePath, [(FileSectionForm.sourceId, sourceID), (FileSectionForm.fileIds, fileIDs.joined(separator: ","))])]
     }
 
     // MARK: Helpers

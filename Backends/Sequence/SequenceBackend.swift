@@ -124,19 +124,19 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
     /// The protocol's form; sequenceNo 0 carries an empty block.
     private func makeRequest(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: ChunkPayload?) -> HTTPRequest {
         var form = MultipartForm()
-        form.addField("sequenceNo", String(fields.sequenceNo))
-        form.addField("blockSize", String(file.chunkSize))
-        form.addField("totFileSize", String(file.size))
-        form.addField("suffix", file.fileExtension)
-        form.addField("token", job.credentials.token ?? "")
-        form.addField("upToken", fields.upToken)
-        form.addField("crc", fields.crc)
+        form.addField(SequenceForm.sequenceNo, String(fields.sequenceNo))
+        form.addField(SequenceForm.blockSize, String(file.chunkSize))
+        form.addField(SequenceForm.totFileSize, String(file.size))
+        form.addField(SequenceForm.suffix, file.fileExtension)
+        form.addField(SequenceForm.token, job.credentials.token ?? "")
+        form.addField(SequenceForm.upToken, fields.upToken)
+        form.addField(SequenceForm.crc, fields.crc)
         if let block {
-            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", chunk: block)
+            form.addFile(SequenceForm.block, filename: file.relativePath, contentType: "application/octet-stream", chunk: block)
         } else {
-            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", bytes: [])
+            form.addFile(SequenceForm.block, filename: file.relativePath, contentType: "application/octet-stream", bytes: [])
         }
-        var request = HTTPRequest(method: .post, url: job.url("/upload"), body: form.body)
+        var request = HTTPRequest(method: .post, url: job.url(SequenceForm.path), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         return request
     }

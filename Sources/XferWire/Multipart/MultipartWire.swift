@@ -4,6 +4,21 @@ import XferPrimitives
 // backend (Backends/Multipart) and the receiver's routes (Receiver/.../Protocols/Multipart)
 // both speak them through these types. Every answer is an `Envelope`.
 
+/// The requests: four paths; `preLoad.do`, `isFinish.do` and `delete.do` take a form-urlencoded
+/// body, `upload.do` a `multipart/form-data` one holding the fragment with `file_block`.
+public enum FileSectionForm {
+    public static let preloadPath = "/fileSection/preLoad.do"
+    public static let uploadPath = "/fileSection/upload.do"
+    public static let isFinishPath = "/fileSection/isFinish.do"
+    public static let deletePath = "/fileSection/delete.do"
+    public static let sourceId = "sourceId"
+    public static let fileCount = "fileCount"
+    /// The source's file ids, comma-separated.
+    public static let fileIds = "fileIds"
+    /// The file part holding the fragment.
+    public static let sectionFile = "sectionFile"
+}
+
 /// The envelope codes of `multipart`: 200 is success, anything else the server's refusal.
 public enum MultipartCode {
     public static let success = 200

@@ -3,6 +3,22 @@
 // both speak them through these types. Every answer is an `Envelope`, HTTP 200 with the
 // outcome in `code`, except a storage failure (HTTP 500) and a wrong `token` (HTTP 401).
 
+/// The request: `POST /upload`, a `multipart/form-data` form whose text fields come first,
+/// then the block.
+public enum SequenceForm {
+    public static let path = "/upload"
+    public static let sequenceNo = "sequenceNo"
+    public static let blockSize = "blockSize"
+    public static let totFileSize = "totFileSize"
+    public static let suffix = "suffix"
+    /// The receiver's token (`--auth-token`), when it has one.
+    public static let token = "token"
+    public static let upToken = "upToken"
+    public static let crc = "crc"
+    /// The file part holding the block (empty for sequenceNo 0).
+    public static let block = "block"
+}
+
 /// The codes of the envelope.
 public enum SequenceCode: Int, Sendable {
     case ok = 0

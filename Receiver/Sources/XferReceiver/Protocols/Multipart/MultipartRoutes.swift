@@ -151,7 +151,7 @@ struct MultipartRoutes: ProtocolRoutes {
     /// Skips parts up to the one named `sectionFile`; nil when the form has none.
     private static func sectionFilePart<Body>(in reader: StreamingFormReader<Body>) async throws(FormFailure) -> FormPart? {
         while let part = try await reader.nextPart() {
-            if part.name == "sectionFile" { return part }
+            if part.name == FileSectionForm.sectionFile { return part }
         }
         return nil
     }

@@ -80,14 +80,14 @@ struct MultipartForm {
 
     /// The client's id: any string but an empty, long or control-character one.
     func sourceId() throws(Refusal) -> String {
-        guard let id = fields["sourceId"], !id.isEmpty, id.utf8.count <= Self.maximumSourceIdLength,
+        guard let id = fields[FileSectionForm.sourceId], !id.isEmpty, id.utf8.count <= Self.maximumSourceIdLength,
             !id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f })
         else { throw .envelope(400, "sourceId must be 1 to \(Self.maximumSourceIdLength) bytes without control characters") }
         return id
     }
 
     func fileCount(maximum: Int) throws(Refusal) -> Int {
-        guard let count = fields["fileCount"].flatMap({ Int($0) }), (1...maximum).contains(count) else {
+        guard let count = fields[FileSectionForm.fileCount].flatMap({ Int($0) }), (1...maximum).contains(count) else {
             throw .envelope(400, "fileCount must be an integer between 1 and \(maximum)")
         }
         return count
@@ -96,7 +96,7 @@ struct MultipartForm {
     /// `fileIds=a,b,c`, in order, each once.
     func fileIds() throws(Refusal) -> [String] {
         var seen = Set<String>()
-        let ids = (fields["fileIds"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let ids = (fields[FileSectionForm.fileIds] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty && seen.insert($0).inserted }
         guard !ids.isEmpty else { throw .envelope(400, "fileIds must name the source's files, comma-separated") }
         return ids

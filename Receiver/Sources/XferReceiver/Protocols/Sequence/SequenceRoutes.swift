@@ -48,7 +48,7 @@ struct SequenceRoutes: ProtocolRoutes {
     /// The protocol sends the user's credential as its `token` field, so with `--auth-token` that
     /// field is what `receive` checks, not an Authorization header.
     static let carriesItsOwnCredential: @Sendable (Request) -> Bool = { request in
-        request.method == .post && request.uri.path == "/upload"
+        request.method == .post && request.uri.path == SequenceForm.path
     }
 
     // MARK: Handling a request
@@ -60,7 +60,7 @@ struct SequenceRoutes: ProtocolRoutes {
         let form = StreamingFormReader(body: request.body, boundary: boundary)
         let (fields, block) = try await readFields(form)
         if let expected = configuration.authToken,
-            !ConstantTime.equal(Array((fields["token"] ?? "").utf8), Array(expected.utf8))
+            !ConstantTime.equal(Array((fields[SequenceForm.token] ?? "").utf8), Array(expected.utf8))
         {
             // HTTP 401, not the protocol's code 401 (which means an unknown upToken and makes clients start over).
             throw Refusal.error(.unauthorized, "a valid token is required")
@@ -77,7 +77,7 @@ struct SequenceRoutes: ProtocolRoutes {
     private func readFields(_ form: StreamingFormReader<RequestBody>) async throws -> ([String: String], FormPart) {
         var fields: [String: String] = [:]
         while let part = try await form.nextPart() {
-            if part.name == "block" { return (fields, part) }
+            if part.name == SequenceForm.block { return (fields, part) }
             guard part.filename == nil else {
                 throw Refusal.sequence(.badRequest, "unexpected file part '\(part.name.prefix(40))'; only 'block' is a file")
             }

@@ -39,15 +39,15 @@ struct SequenceRequest: Equatable {
     var crc: UInt32?
 
     init(fields: [String: String]) throws(Refusal) {
-        sequenceNo = try Self.number("sequenceNo", in: fields)
-        blockSize = try Self.number("blockSize", in: fields)
-        totFileSize = try Self.number("totFileSize", in: fields)
-        suffix = fields["suffix"] ?? ""
-        upToken = fields["upToken"] ?? ""
+        sequenceNo = try Self.number(SequenceForm.sequenceNo, in: fields)
+        blockSize = try Self.number(SequenceForm.blockSize, in: fields)
+        totFileSize = try Self.number(SequenceForm.totFileSize, in: fields)
+        suffix = fields[SequenceForm.suffix] ?? ""
+        upToken = fields[SequenceForm.upToken] ?? ""
         if sequenceNo == 0 {
             crc = nil
         } else {
-            guard let text = fields["crc"], let parsed = SequenceCRC.parse(text) else {
+            guard let text = fields[SequenceForm.crc], let parsed = SequenceCRC.parse(text) else {
                 throw .sequence(.badRequest, "crc must be the block's CRC-32 as 8 lowercase hex digits")
             }
             crc = parsed
