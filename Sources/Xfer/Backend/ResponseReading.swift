@@ -64,49 +64,21 @@ extension HTTPResponse {
         }
     }
 
-    /// The array of non-negative integers under `key` in a JSON body, read straight from the bytes;
-    /// nil when the body does not have that shape (then `decode` it the usual way).
+    /// The array of non-negative integers under the top-level member `key` of a JSON body; nil
+    /// when the body does not have that shape.
     ///
-    /// For answers that list every chunk a server holds: for half a million numbers this takes
-    /// ~13 ms where JSONDecoder takes ~350 ms (release build), which is most of a resume's wait
-    /// before its first request. Only the first `"key"` followed by `:` counts; inside a string
-    /// the quotes would be escaped, so that is a member, not text.
+    /// For answers that list every chunk a server holds (half a million numbers): read by
+    /// XferWire's JSON reader, the project's one, which sums plain integers from their digits
+    /// (JSONDecoder took ~350 ms for such a list in a release build, most of a resume's wait).
     public func integers(inArrayNamed key: String) -> [Int]? {
-        let body = self.body
-        let marker = Array("\"\(key)\"".utf8)
-        guard let found = body.firstRange(of: marker) else { return nil }
-        var index = found.upperBound
-        func skipSpace() {
-            while index < body.count, [0x20, 0x09, 0x0A, 0x0D].contains(body[index]) { index += 1 }
-        }
-        skipSpace()
-        guard index < body.count, body[index] == UInt8(ascii: ":") else { return nil }
-        index += 1
-        skipSpace()
-        guard index < body.count, body[index] == UInt8(ascii: "[") else { return nil }
-        index += 1
-        skipSpace()
+        guard let elements = (try? JSONValue.parse(body))?[key]?.arrayValue else { return nil }
         var values: [Int] = []
-        if index < body.count, body[index] == UInt8(ascii: "]") { return values }
-        while true {
-            skipSpace()
-            var value = 0
-            var digits = 0
-            while index < body.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(body[index]), digits < 18 {
-                value = value * 10 + Int(body[index] - UInt8(ascii: "0"))
-                index += 1
-                digits += 1
-            }
-            guard digits > 0 else { return nil }
+        values.reserveCapacity(elements.count)
+        for element in elements {
+            guard let value = element.strictInteger, value >= 0 else { return nil }
             values.append(value)
-            skipSpace()
-            guard index < body.count else { return nil }
-            switch body[index] {
-            case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "]"): return values
-            default: return nil
-            }
         }
+        return values
     }
 
     /// The body as a JSON value (see `decode` for what a bad body means).
