@@ -121,7 +121,7 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         case .sha256?:
             request.headers.set("Content-Digest", ContentDigest.sha256.header(for: chunk))
         case nil:
-            request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+            request.headers.set(ContentMD5.name, ContentMD5.header(chunk.md5))
         }
         let operation = "send chunk \(chunk.number) of \(file.name)"
         let stored = ChunkOutcome.stored(receipt: receipt)

@@ -88,6 +88,14 @@ final class ContentDigestTests: XCTestCase {
         XCTAssertNil(try ContentDigest.parse("md5=:AAAA:, nothing"))
         XCTAssertNil(try ContentDigest.parse(String(repeating: ",", count: 100_000)))
     }
+
+    func testContentMD5RoundTrips() {
+        let md5 = [UInt8](0..<16)
+        XCTAssertEqual(ContentMD5.parse(" " + ContentMD5.header(md5) + "\t"), md5)
+        for bad in ["", "AAAA", ContentMD5.header([UInt8](0..<15)), ContentMD5.header([UInt8](0..<17)), "!!!!!!!!!!!!!!!!!!!!!!!!", String(repeating: "A", count: 100_000)] {
+            XCTAssertNil(ContentMD5.parse(bad), bad.prefix(40).description)
+        }
+    }
 }
 
 /// The refusal bodies: what the receiver writes, a client reads the message of.

@@ -73,3 +73,21 @@ public enum ContentDigest: String, Sendable, CaseIterable {
         return nil
     }
 }
+
+/// `Content-MD5` (RFC 1864): the base64 of a body's 16-byte MD5, which a client that knows
+/// neither digest field sends (and patch's server still checks).
+public enum ContentMD5 {
+    public static let name = "Content-MD5"
+
+    /// The header's value for a body whose MD5 is `digest`.
+    public static func header(_ digest: [UInt8]) -> String {
+        Data(digest).base64EncodedString()
+    }
+
+    /// The 16 bytes of the header's value (spaces and tabs around allowed); nil when it is not
+    /// the base64 of 16 bytes.
+    public static func parse(_ header: String) -> [UInt8]? {
+        guard let data = Data(base64Encoded: String(HTTPNumber.trimmed(header))), data.count == 16 else { return nil }
+        return Array(data)
+    }
+}

@@ -82,7 +82,7 @@ struct PatchRoutes: ProtocolRoutes {
             check = try ContentDigest.check(header)
         }
         if check == nil, let header = request.headers[.contentMD5] {
-            guard let digest = decodeContentMD5(header) else {
+            guard let digest = ContentMD5.parse(header) else {
                 throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
             }
             check = BodyWriter.Check(algorithm: .md5, expected: digest)

@@ -73,7 +73,7 @@ extension Refusal {
 }
 
 extension HTTPField.Name {
-    static let contentMD5 = HTTPField.Name("Content-MD5")!
+    static let contentMD5 = HTTPField.Name(ContentMD5.name)!
     static let contentDigest = HTTPField.Name("Content-Digest")!
     static let wantContentDigest = HTTPField.Name("Want-Content-Digest")!
 }
@@ -93,15 +93,4 @@ extension ContentDigest {
             throw Refusal.error(.badRequest, error.description)
         }
     }
-}
-
-/// Decodes `Content-MD5` (base64 of the 16-byte digest); nil when malformed.
-func decodeContentMD5(_ header: String) -> [UInt8]? {
-    // ASCII spaces trimmed without Foundation's general trimming (this runs for every chunk).
-    var utf8 = Substring(header).utf8[...]
-    while let first = utf8.first, first == 0x20 || first == 0x09 { utf8 = utf8.dropFirst() }
-    while let last = utf8.last, last == 0x20 || last == 0x09 { utf8 = utf8.dropLast() }
-    let trimmed = utf8.allSatisfy({ $0 < 0x80 }) ? String(Substring(utf8)) : header.trimmingCharacters(in: .whitespaces)
-    guard let data = Data(base64Encoded: trimmed), data.count == 16 else { return nil }
-    return Array(data)
 }
