@@ -22,6 +22,8 @@ let package = Package(
         .library(name: "XferBackendTesting", targets: ["XferBackendTesting"]),
         // What the receiver in CLI/ shares with the engine (hex, CRCs, chunk sets).
         .library(name: "XferPrimitives", targets: ["XferPrimitives"]),
+        // Every protocol's wire (headers, bodies, JSON), for the backends and the receiver alike.
+        .library(name: "XferWire", targets: ["XferWire"]),
         // This repository's own test helpers and example, for CLI/'s end-to-end tests.
         .library(name: "XferTestSupport", targets: ["XferTestSupport"]),
         .library(name: "CWBackend", targets: ["CWBackend"]),
@@ -51,11 +53,17 @@ let package = Package(
         // sets and JSON string literals, written once.
         .target(name: "XferPrimitives", dependencies: ["CISAL"], path: "Sources/XferPrimitives"),
 
+        // Each protocol's wire written once, for both sides: its headers, bodies and answers,
+        // read and written (a folder per protocol), the HTTP fields they share (Content-Range,
+        // Content-Digest) and the one JSON codec. What a client backend writes, the receiver's
+        // routes read with the same code, and the other way round (Docs/architecture.md).
+        .target(name: "XferWire", dependencies: ["XferPrimitives"], path: "Sources/XferWire"),
+
         // The engine.
         .target(
             name: "Xfer",
             dependencies: [
-                "XferPrimitives", "CLMDB", "CCurlShim", "CMalloc",
+                "XferPrimitives", "XferWire", "CLMDB", "CCurlShim", "CMalloc",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -65,23 +73,24 @@ let package = Package(
         .target(name: "XferBackendTesting", dependencies: ["Xfer"], path: "Sources/XferBackendTesting"),
 
         // Built-in backends, written against Xfer's public API only.
-        .target(name: "XferPatch", dependencies: ["Xfer"], path: "Backends/Patch"),
-        .target(name: "XferMultipart", dependencies: ["Xfer"], path: "Backends/Multipart"),
-        .target(name: "XferSequence", dependencies: ["Xfer"], path: "Backends/Sequence"),
+        // Each speaks its protocol through XferWire, as the receiver's routes do.
+        .target(name: "XferPatch", dependencies: ["Xfer", "XferWire"], path: "Backends/Patch"),
+        .target(name: "XferMultipart", dependencies: ["Xfer", "XferWire"], path: "Backends/Multipart"),
+        .target(name: "XferSequence", dependencies: ["Xfer", "XferWire"], path: "Backends/Sequence"),
         // S3 described and read without sending anything: Signature V4, the object and multipart
         // requests and their answers, S3's XML and errors, the AWS credentials chain (its few
         // HTTP calls through a fetcher the caller gives). Apart from the engine so that the
         // receiver, which sends with AsyncHTTPClient, links neither LMDB nor libcurl.
         .target(
-            name: "XferS3Core", dependencies: ["XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
+            name: "XferS3Core", dependencies: ["XferPrimitives", "XferWire", .product(name: "Crypto", package: "swift-crypto")],
             path: "Sources/XferS3Core"),
         .target(
             name: "XferS3",
             dependencies: ["Xfer", "XferS3Core", "XferPrimitives", .product(name: "Crypto", package: "swift-crypto")],
             path: "Backends/S3"),
         .target(
-            name: "XferTus", dependencies: ["Xfer", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
-        .target(name: "XferIETF", dependencies: ["Xfer"], path: "Backends/IETF"),
+            name: "XferTus", dependencies: ["Xfer", "XferWire", .product(name: "Crypto", package: "swift-crypto")], path: "Backends/Tus"),
+        .target(name: "XferIETF", dependencies: ["Xfer", "XferWire"], path: "Backends/IETF"),
 
         // A backend written outside the engine against its public API only,
         // and a program embedding the engine with it (Docs/backend-guide.md).
@@ -96,6 +105,9 @@ let package = Package(
             path: "Examples/CustomBackend/Tests/CWBackendTests"),
 
         .target(name: "XferTestSupport", path: "Tests/XferTestSupport"),
+        // The wire on its own: each protocol's round trips (what one side writes, the other
+        // reads back) and the parsers' hostile inputs, in one place.
+        .testTarget(name: "XferWireTests", dependencies: ["XferWire", "XferPrimitives"], path: "Tests/XferWireTests"),
         .testTarget(
             name: "XferTests",
             dependencies: [

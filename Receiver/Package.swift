@@ -7,13 +7,14 @@ import PackageDescription
 // downloads) mountable in any Hummingbird application, on the storage it is
 // given. The command's package (CLI/) depends on it; so can an app's server.
 //
-// It needs the engine's package (the folder above) for two of its products,
-// never the engine itself: XferPrimitives (hex, CRCs, chunk sets) and, for
+// It needs the engine's package (the folder above) for three of its products,
+// never the engine itself: XferPrimitives (hex, CRCs, chunk sets), XferWire
+// (each protocol's wire, shared with the client backends) and, for
 // uploads on an object store, XferS3Core (Signature V4, the S3 requests and
 // answers, the AWS credentials chain), which the `s3` backend shares and
 // which sends nothing itself: the receiver sends with AsyncHTTPClient, so an
 // app that mounts its routes links neither LMDB nor libcurl (the engine's),
-// as LinkageTests checks. A path dependency's identity is its folder's name,
+// as `make test-linkage` checks. A path dependency's identity is its folder's name,
 // whatever the clone is called: it is read from here, not written down.
 let engine = URL(fileURLWithPath: Context.packageDirectory).deletingLastPathComponent().lastPathComponent
 
@@ -44,6 +45,9 @@ let package = Package(
             name: "XferReceiver",
             dependencies: [
                 .product(name: "XferPrimitives", package: engine),
+                // Every protocol's headers, bodies and answers, the same code the client backends
+                // speak them with (one Content-Range, one digest header, one JSON codec).
+                .product(name: "XferWire", package: engine),
                 // The object storage speaks S3 through the `s3` backend's own descriptions of
                 // requests and readings of answers (signing, credentials, XML, errors): one S3
                 // client, not a second copy; without the engine (no LMDB, no libcurl).
@@ -68,6 +72,8 @@ let package = Package(
             name: "XferReceiverTesting",
             dependencies: [
                 "XferReceiver",
+                // Injected refusals read as the receiver's own (`ErrorBody`).
+                .product(name: "XferWire", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Sources/XferReceiverTesting"
@@ -79,6 +85,7 @@ let package = Package(
             dependencies: [
                 "XferReceiver", "XferReceiverTesting",
                 .product(name: "XferPrimitives", package: engine),
+                .product(name: "XferWire", package: engine),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 // Digests of served files, computed apart from the receiver's own.

@@ -19,7 +19,7 @@ scratch="${API_SCRATCH:-.build}"
 
 # The products an app or a backend author depends on; the repository's own
 # test helpers and the example are not promised to anyone.
-modules=(Xfer XferBackendTesting XferPrimitives XferPatch XferMultipart XferSequence XferS3 XferS3Core XferTus XferIETF)
+modules=(Xfer XferBackendTesting XferPrimitives XferWire XferPatch XferMultipart XferSequence XferS3 XferS3Core XferTus XferIETF)
 
 record=""
 case "${1:-}" in

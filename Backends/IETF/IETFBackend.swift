@@ -1,5 +1,6 @@
 import Foundation
 import Xfer
+import XferWire
 
 /// The IETF's Resumable Uploads for HTTP (draft-ietf-httpbis-resumable-upload):
 /// what Apple's `URLSession` speaks since iOS 17, and `xfer serve` at `/resumable/`.
@@ -87,13 +88,13 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     public func startJob(_ job: JobContext) -> Step<JobStart> {
         var request = HTTPRequest(method: .options, url: job.target)
         let asked = interopVersion ?? .newest
-        request.headers.set("Upload-Draft-Interop-Version", String(asked.rawValue))
+        request.headers.set(IETFField.uploadDraftInteropVersion, String(asked.rawValue))
         let files = job.files.map { (name: $0.name, size: $0.size, chunkSize: $0.chunkSize) }
         let chosen = interopVersion
         return .send(request) { response throws(BackendError) in
             let operation = "ask the server about resumable uploads"
             if [401, 403].contains(response.status) || response.status >= 500 { throw response.unexpectedStatus(operation) }
-            let named = response.headers["Upload-Draft-Interop-Version"].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            let named = response.headers[IETFField.uploadDraftInteropVersion].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
                 .flatMap(InteropVersion.init(rawValue:))
             let version: InteropVersion
             if let chosen {
@@ -110,7 +111,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
             }
             var handles: ServerHandles = [Self.versionKey: String(version.rawValue)]
             if response.isSuccess {
-                let limits = Self.limits(response.headers["Upload-Limit"])
+                let limits = Self.limits(response.headers[IETFField.uploadLimit])
                 if let maximum = limits["max-size"] {
                     if let file = files.first(where: { $0.size > maximum }) {
                         throw .rejected("\(file.name) is \(file.size) bytes; the server takes uploads of at most \(maximum) (Upload-Limit max-size)")
@@ -138,8 +139,8 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         guard file.chunkCount > 1 else { return .skip }
         var request = HTTPRequest(method: .post, url: Self.creationURL(of: file, in: job))
         prepare(&request, job)
-        request.headers.set("Upload-Complete", "?0")
-        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set(IETFField.uploadComplete, IETFField.boolean(false))
+        request.headers.set(IETFField.uploadLength, String(file.size))
         let target = job.target
         let operation = "create the upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
@@ -162,10 +163,10 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
                 throw .uploadUnknown("\(operation): the server no longer knows the upload (\(response.status))")
             }
             guard response.isSuccess else { throw Self.failure(response, operation) }
-            guard let offset = Self.integer(response.headers["Upload-Offset"]) else {
+            guard let offset = Self.integer(response.headers[IETFField.uploadOffset]) else {
                 throw .transient("\(operation): the answer has no Upload-Offset")
             }
-            if let length = Self.integer(response.headers["Upload-Length"]), length != file.size {
+            if let length = Self.integer(response.headers[IETFField.uploadLength]), length != file.size {
                 throw .uploadUnknown("\(operation): the server's upload is \(length) bytes long, the file \(file.size)")
             }
             if Self.isComplete(response) {
@@ -185,8 +186,8 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         let last = end == file.size
         var request = HTTPRequest(method: .patch, url: url, body: RequestBody(chunk: chunk))
         prepare(&request, job)
-        request.headers.set("Upload-Offset", String(chunk.offset))
-        request.headers.set("Upload-Complete", last ? "?1" : "?0")
+        request.headers.set(IETFField.uploadOffset, String(chunk.offset))
+        request.headers.set(IETFField.uploadComplete, IETFField.boolean(last))
         request.headers.set("Content-Type", "application/partial-upload")
         addDigest(&request, chunk, job)
         let digested = request.headers.contains("Content-Digest")
@@ -199,7 +200,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
             guard response.isSuccess else { throw Self.failure(response, operation, digested: digested) }
             if last { return .stored(fileURL: Self.location(response, relativeTo: url) ?? url) }
             // Draft -04 servers report the offset; later ones may leave it out.
-            if let offset = Self.integer(response.headers["Upload-Offset"]), offset != end {
+            if let offset = Self.integer(response.headers[IETFField.uploadOffset]), offset != end {
                 throw .outOfSync("\(operation): the server's offset is \(offset), not \(end)")
             }
             return .stored()
@@ -211,15 +212,15 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         let creation = Self.creationURL(of: file, in: job)
         var request = HTTPRequest(method: .post, url: creation, body: RequestBody(chunk: chunk))
         prepare(&request, job)
-        request.headers.set("Upload-Complete", "?1")
-        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set(IETFField.uploadComplete, IETFField.boolean(true))
+        request.headers.set(IETFField.uploadLength, String(file.size))
         request.headers.set("Content-Type", "application/octet-stream")
         addDigest(&request, chunk, job)
         let digested = request.headers.contains("Content-Digest")
         let operation = "send \(file.name)"
         return Exchange(request) { response throws(BackendError) in
             guard response.isSuccess else { throw Self.failure(response, operation, digested: digested) }
-            if response.headers["Upload-Complete"].map(Self.boolean) == false {
+            if response.headers[IETFField.uploadComplete].map(Self.boolean) == false {
                 throw .transient("\(operation): the server did not take the whole file")
             }
             return .stored(fileURL: Self.location(response, relativeTo: creation) ?? creation)
@@ -232,15 +233,15 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         guard let url = file.handles[Self.uploadURL] else { return .answer(.missing(Array(0..<file.chunkCount))) }
         var request = HTTPRequest(method: .patch, url: url)
         prepare(&request, job)
-        request.headers.set("Upload-Offset", String(file.size))
-        request.headers.set("Upload-Complete", "?1")
+        request.headers.set(IETFField.uploadOffset, String(file.size))
+        request.headers.set(IETFField.uploadComplete, IETFField.boolean(true))
         request.headers.set("Content-Type", "application/partial-upload")
         let plan = file.plan
         let operation = "complete the upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
             if response.isSuccess { return .completed(url: Self.location(response, relativeTo: url) ?? url) }
             if response.status == 400, Self.isComplete(response) || response.text.contains("completed-upload") { return .completed(url: url) }
-            guard response.status == 409, let offset = Self.integer(response.headers["Upload-Offset"]) else {
+            guard response.status == 409, let offset = Self.integer(response.headers[IETFField.uploadOffset]) else {
                 throw Self.failure(response, operation)
             }
             if offset >= file.size, Self.isComplete(response) { return .completed(url: url) }
@@ -291,7 +292,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
 
     private func prepare(_ request: inout HTTPRequest, _ job: JobContext) {
         let version = job.handles[Self.versionKey] ?? String((interopVersion ?? .newest).rawValue)
-        request.headers.set("Upload-Draft-Interop-Version", version)
+        request.headers.set(IETFField.uploadDraftInteropVersion, version)
     }
 
     private func addDigest(_ request: inout HTTPRequest, _ chunk: ChunkPayload, _ job: JobContext) {
@@ -302,15 +303,17 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     /// `Upload-Complete: ?1`, or interop version 3's `Upload-Incomplete: ?0`
     /// (servers meet mixtures of both).
     static func isComplete(_ response: HTTPResponse) -> Bool {
-        if let complete = response.headers["Upload-Complete"] { return boolean(complete) }
-        if let incomplete = response.headers["Upload-Incomplete"] { return !boolean(incomplete) }
+        if let complete = response.headers[IETFField.uploadComplete] { return boolean(complete) }
+        if let incomplete = response.headers[IETFField.uploadIncomplete] { return !boolean(incomplete) }
         return false
     }
 
-    static func boolean(_ text: String) -> Bool { trimmed(text) == "?1" }
+    /// An sf-boolean as the wire reads it; anything but `?1` is not "true".
+    static func boolean(_ text: String) -> Bool { IETFField.boolean(text) == true }
 
+    /// A non-negative sf-integer as the wire reads it.
     static func integer(_ text: String?) -> Int64? {
-        text.flatMap { Int64(trimmed($0)) }.flatMap { $0 >= 0 ? $0 : nil }
+        text.flatMap { IETFField.integer($0) }.map(Int64.init)
     }
 
     /// Without surrounding spaces and tabs (HTTP's OWS). Foundation's
@@ -323,14 +326,9 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         return slice
     }
 
-    /// `Upload-Limit`'s integer members (`max-size=N, min-size=0, ...`).
+    /// `Upload-Limit`'s integer members (`max-size=N, min-size=0, ...`), as the wire reads them.
     static func limits(_ header: String?) -> [String: Int64] {
-        var limits: [String: Int64] = [:]
-        for member in (header ?? "").split(separator: ",") {
-            let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
-            if parts.count == 2, let value = Int64(parts[1]) { limits[parts[0].lowercased()] = value }
-        }
-        return limits
+        IETFField.limits(header).mapValues(Int64.init)
     }
 
     /// `Location`, made absolute against the URL the request went to.
@@ -356,7 +354,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         case 409: return .outOfSync("\(operation): the server's Upload-Offset differs (409)\(detail)")
         case 404, 410: return .uploadUnknown("\(operation): the server does not know the upload (\(response.status))\(detail)")
         case 413:
-            let limit = limits(response.headers["Upload-Limit"])["max-size"].map { " (it takes at most \($0) bytes)" } ?? ""
+            let limit = limits(response.headers[IETFField.uploadLimit])["max-size"].map { " (it takes at most \($0) bytes)" } ?? ""
             return .rejected("\(operation): the server refuses an upload this large (413)\(limit)")
         case 400, 415: return .rejected("\(operation): the server refused the request (\(response.status))\(detail)")
         default: return response.unexpectedStatus(operation)

@@ -1,4 +1,5 @@
 import Xfer
+import XferWire
 
 /// The `multipart` protocol (the fileSection API of the first source
 /// write-up): one *source* holds several files; `preLoad.do` hands out an id
@@ -47,11 +48,11 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     public func startJob(_ job: JobContext) throws(BackendError) -> Step<JobStart> {
         let sourceID = try job.handles.require(Self.sourceID)
         let fileCount = job.files.count
-        let request = formRequest(job, "/fileSection/preLoad.do", [("sourceId", sourceID), ("fileCount", String(fileCount))])
+        let request = formRequest(job, FileSectionForm.preloadPath, [(FileSectionForm.sourceId, sourceID), (FileSectionForm.fileCount, String(fileCount))])
         let operation = "ask the server for file ids (preLoad.do)"
         return .send(request) { response throws(BackendError) in
             let data = try FileSectionAnswer.data(of: response, for: operation)
-            guard let values = data["fileIds"]?.arrayValue else {
+            guard let values = data[FileSectionForm.fileIds]?.arrayValue else {
                 throw .transient("\(operation): the answer has no fileIds")
             }
             let ids = values.compactMap(\.stringValue)
@@ -72,15 +73,18 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
 
     public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
         let fileID = try file.handles.require(Self.fileID)
-        let block = FileBlock(sourceID: try job.handles.require(Self.sourceID), fileID: fileID, chunk: chunk, file: file)
+        let block = FileBlock(
+            sourceId: try job.handles.require(Self.sourceID), fileId: fileID, fragmentIndex: chunk.index,
+            fragmentOffset: Int(chunk.offset), fragmentSize: chunk.count, totalFileFragment: file.chunkCount,
+            totalFileSize: Int(file.size), fileName: file.relativePath, fragmentMd5: Checksums.hex(chunk.md5))
 
         var form = MultipartForm()
         form.addFile(
-            "sectionFile", filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
+            FileSectionForm.sectionFile, filename: Self.fragmentFileName(fileID: fileID, index: chunk.index, fileExtension: file.fileExtension),
             contentType: MIMEType.forFileExtension(file.fileExtension), chunk: chunk)
-        var request = HTTPRequest(method: .post, url: job.url("/fileSection/upload.do"), body: form.body)
+        var request = HTTPRequest(method: .post, url: job.url(FileSectionForm.uploadPath), body: form.body)
         request.headers.set("Content-Type", form.contentType)
-        request.headers.set("file_block", block.headerValue)
+        request.headers.set(FileBlock.headerName, block.headerValue)
 
         let operation = "send fragment \(chunk.number)/\(file.chunkCount) of \(Self.displayName(file.name))"
         return Exchange(request) { response throws(BackendError) in
@@ -102,8 +106,8 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
         for file in job.files { ids.append(try file.handles.require(Self.fileID)) }
         let fileIDs = ids
         let request = formRequest(
-            job, "/fileSection/isFinish.do",
-            [("sourceId", try job.handles.require(Self.sourceID)), ("fileIds", fileIDs.joined(separator: ","))])
+            job, FileSectionForm.isFinishPath,
+            [(FileSectionForm.sourceId, try job.handles.require(Self.sourceID)), (FileSectionForm.fileIds, fileIDs.joined(separator: ","))])
         let names = job.files.map { Self.displayName($0.name) }
         let operation = "ask whether the server merged the files (isFinish.do)"
         return .send(request) { response throws(BackendError) in
@@ -142,7 +146,7 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
         guard let sourceID = job.handles[Self.sourceID] else { return [] }
         let fileIDs = job.files.compactMap { $0.handles[Self.fileID] }
-        return [formRequest(job, "/fileSection/delete.do", [("sourceId", sourceID), ("fileIds", fileIDs.joined(separator: ","))])]
+        return [formRequest(job, FileSectionForm.deletePath, [(FileSectionForm.sourceId, sourceID), (FileSectionForm.fileIds, fileIDs.joined(separator: ","))])]
     }
 
     // MARK: Helpers
@@ -172,49 +176,25 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     }
 }
 
-/// The `file_block` header: a JSON array holding one object that describes
-/// the fragment. `JSONValue.encoded` escapes every non-ASCII (and control)
-/// character as `\uXXXX`, which keeps the header value plain ASCII.
-struct FileBlock {
-    var value: JSONValue
-
-    init(sourceID: String, fileID: String, chunk: ChunkPayload, file: FileContext) {
-        value = [
-            [
-                "sourceId": .string(sourceID),
-                "fileId": .string(fileID),
-                "fragmentIndex": .int(chunk.index),
-                "fragmentOffset": .int(chunk.offset),
-                "fragmentSize": .int(chunk.count),
-                "totalFileFragment": .int(file.chunkCount),
-                "totalFileSize": .int(file.size),
-                "fileName": .string(file.relativePath),
-                "fragmentMd5": .string(Checksums.hex(chunk.md5)),
-            ]
-        ]
-    }
-
-    var headerValue: String { String(decoding: value.encoded, as: UTF8.self) }
-}
-
 /// The protocol's envelope: HTTP 200 with `{"code","msg","data"}`, code 200
 /// meaning success.
 enum FileSectionAnswer {
-    static let success = 200
-
     /// The answer's `data` (an empty object when absent) once the HTTP status
     /// and the JSON code say success. 5xx/408/429 and unreadable bodies are
     /// transient; any other code is the server's refusal, with its message.
     static func data(of response: HTTPResponse, for operation: String) throws(BackendError) -> JSONValue {
         try response.require(200, for: operation)
         let json = try response.json(for: operation)
-        guard let code = json["code"]?.intValue else {
-            throw .transient("\(operation): the answer has no code")
+        let answer: Envelope
+        do {
+            answer = try Envelope(parsing: json)
+        } catch {
+            throw .transient("\(operation): \(error)")
         }
-        guard code == success else {
+        guard answer.code == MultipartCode.success else {
             let message = response.serverMessage.map { ": \($0)" } ?? ""
-            throw .rejected("\(operation): the server answered code \(code)\(message)")
+            throw .rejected("\(operation): the server answered code \(answer.code)\(message)")
         }
-        return json["data"] ?? .object([:])
+        return answer.data
     }
 }

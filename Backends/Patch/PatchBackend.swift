@@ -1,4 +1,5 @@
 import Xfer
+import XferWire
 
 /// The `patch` protocol (from the JJUploadFile write-up): create an upload,
 /// PATCH raw octet-stream chunks with `Content-Range` and a digest, ask which
@@ -32,36 +33,28 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     public init() {}
 
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
-        let body: JSONValue = [
-            "fileName": .string(file.relativePath),
-            "size": .int(file.size),
-            "chunkSize": .int(file.chunkSize),
-        ]
-        var request = HTTPRequest(method: .post, url: job.url("/uploads"), body: .json(body))
+        let create = PatchCreateRequest(fileName: file.relativePath, size: Int(file.size), chunkSize: file.chunkSize)
+        var request = HTTPRequest(method: .post, url: job.url("/uploads"), body: .json(create.json))
         request.headers.set("Content-Type", "application/json")
         return .send(request) { response throws(BackendError) in
-            try response.require(201, 200, for: "create the upload of \(file.name)")
-            let json = try response.json(for: "create the upload of \(file.name)")
-            guard let id = json["uploadId"]?.stringValue, !id.isEmpty else {
-                throw .transient("create the upload of \(file.name): the answer has no uploadId")
+            let operation = "create the upload of \(file.name)"
+            try response.require(201, 200, for: operation)
+            let json = try response.json(for: operation)
+            let created: PatchCreated
+            do {
+                created = try PatchCreated(parsing: json)
+            } catch {
+                throw .transient("\(operation): \(error)")
             }
+            let id = created.uploadId
             var handles: ServerHandles = [Self.uploadID: id]
             if let wanted = response.headers["Want-Content-Digest"],
                 let algorithm = ContentDigest.preferred(in: wanted).flatMap({ ChunkDigest(rawValue: $0.rawValue) })
             {
                 handles.set(Self.digestAlgorithm, algorithm.rawValue)
             }
-            return OpenedFile(handles: handles, chunkSize: json["chunkSize"]?.intValue)
+            return OpenedFile(handles: handles, chunkSize: created.chunkSize)
         }
-    }
-
-    /// `GET /uploads/{id}`: what reconciling needs of the answer.
-    private struct UploadStatus: Decodable {
-        var chunkSize: Int?
-    }
-
-    private struct UploadList: Decodable {
-        var received: [Int]
     }
 
     /// The chunk indexes of the runs `name` (`[[first, last], ...]`, 1-based chunk numbers) in a
@@ -71,17 +64,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         inRunsNamed name: String, of file: FileContext, in response: HTTPResponse, for operation: String
     ) throws(BackendError) -> [Int]? {
         let json = try response.json(for: operation)
-        guard let runs = json[name]?.arrayValue else { return nil }
-        var indexes: [Int] = []
-        for run in runs {
-            guard let pair = run.arrayValue, pair.count == 2, let first = pair[0].intValue, let last = pair[1].intValue else {
-                throw .transient("\(operation): \(name) must hold [first, last] pairs of chunk numbers")
-            }
-            let lower = max(first, 1)
-            let upper = min(last, file.chunkCount)
-            if lower <= upper { indexes.append(contentsOf: (lower - 1)...(upper - 1)) }
+        do {
+            return try PatchChunkList.indexes(inRunsNamed: name, of: json, chunkCount: file.chunkCount)
+        } catch {
+            throw .transient("\(operation): \(error)")
         }
-        return indexes
     }
 
     public func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<Never>> {
@@ -90,20 +77,30 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         return .send(request) { response throws(BackendError) in
             if response.status == 404 { throw .uploadUnknown("\(operation): the server no longer knows the upload") }
             try response.require(200, for: operation)
-            // The list can hold a million chunk numbers: read it straight from the bytes, and decode
-            // only the rest (JSONDecoder skips an array it is not asked for cheaply).
-            let status = try response.decode(UploadStatus.self, for: operation)
-            if let size = status.chunkSize, size != file.chunkSize {
+            // One reading of the answer (XferWire's JSON) for the chunk size and the runs.
+            let json = try response.json(for: operation)
+            if let size = json["chunkSize"]?.intValue, size != file.chunkSize {
                 throw .rejected("the server's chunk size for \(file.name) is \(size), the job's is \(file.chunkSize)", remedy: .startOver)
             }
             // Runs first (`receivedRanges`, what servers send since the list was bounded: its
             // `received` may stop short), the plain list from servers that predate them.
-            if let runs = try Self.chunkIndexes(inRunsNamed: "receivedRanges", of: file, in: response, for: operation) {
-                return .serverHas(chunks: Set(runs))
+            let runs: [Int]?
+            do {
+                runs = try PatchChunkList.indexes(inRunsNamed: "receivedRanges", of: json, chunkCount: file.chunkCount)
+            } catch {
+                throw .transient("\(operation): \(error)")
             }
-            var received = response.integers(inArrayNamed: "received")
-            if received == nil { received = try response.decode(UploadList.self, for: operation).received }
-            return .serverHas(chunks: Set(file.chunkIndexes(fromNumbers: received ?? [])))
+            if let runs { return .serverHas(chunks: Set(runs)) }
+            guard let listed = json["received"]?.arrayValue else {
+                throw .transient("\(operation): the answer lists neither receivedRanges nor received")
+            }
+            var received: [Int] = []
+            received.reserveCapacity(listed.count)
+            for number in listed {
+                guard let number = number.intValue else { throw .transient("\(operation): received must hold chunk numbers") }
+                received.append(number)
+            }
+            return .serverHas(chunks: Set(file.chunkIndexes(fromNumbers: received)))
         }
     }
 
@@ -111,7 +108,7 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         var request = HTTPRequest(
             method: .patch, url: try uploadURL(job, file) + "/chunks/\(chunk.number)", body: RequestBody(chunk: chunk))
         request.headers.set("Content-Type", "application/octet-stream")
-        request.headers.set("Content-Range", "bytes \(chunk.offset)-\(chunk.lastOffset)/\(file.size)")
+        request.headers.set("Content-Range", ContentRange(offset: chunk.offset, count: Int64(chunk.count), size: file.size).header)
         let digest = file.handles[Self.digestAlgorithm].flatMap(ChunkDigest.init(rawValue:))
         var receipt: String?
         switch digest {
@@ -124,7 +121,7 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         case .sha256?:
             request.headers.set("Content-Digest", ContentDigest.sha256.header(for: chunk))
         case nil:
-            request.headers.set("Content-MD5", Checksums.base64(chunk.md5))
+            request.headers.set(ContentMD5.name, ContentMD5.header(chunk.md5))
         }
         let operation = "send chunk \(chunk.number) of \(file.name)"
         let stored = ChunkOutcome.stored(receipt: receipt)
@@ -163,10 +160,14 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
             default:
                 try response.require(200, for: operation)
                 let json = try response.json(for: operation)
-                guard let url = json["url"]?.stringValue, !url.isEmpty else {
-                    throw .transient("\(operation): the answer has no url")
+                let completed: PatchCompleted
+                do {
+                    completed = try PatchCompleted(parsing: json)
+                } catch {
+                    throw .transient("\(operation): \(error)")
                 }
-                if let combined, let reported = json["crc32c"]?.stringValue {
+                let url = completed.url
+                if let combined, let reported = completed.crc32c {
                     guard reported.lowercased() == CRC32.hex(combined) else {
                         throw .mismatch(
                             "the server's CRC-32C of \(file.name) is \(reported.prefix(8)), the chunks sent make \(CRC32.hex(combined)); the server holds different bytes",
@@ -177,11 +178,11 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
                 // No CRC to combine (chunks a resume found on the server carry
                 // none): the engine checks what the server reports by reading the
                 // file (the CRC-32C at ISA-L's speed when there is one).
-                let reportedCRC = json["crc32c"]?.stringValue.flatMap { $0.count == 8 ? UInt32($0, radix: 16) : nil }
+                let reportedCRC = completed.crc32cValue
                 if let reportedCRC, combined == nil, file.handles[Self.digestAlgorithm] == ChunkDigest.crc32c.rawValue {
                     return .completed(url: url, crc32c: reportedCRC)
                 }
-                return .completed(url: url, sha256: json["sha256"]?.stringValue)
+                return .completed(url: url, sha256: completed.sha256)
             }
         }
     }

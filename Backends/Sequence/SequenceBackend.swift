@@ -1,4 +1,5 @@
 import Xfer
+import XferWire
 
 /// The `sequence` protocol (from the YJT write-up): `sequenceNo` 0 obtains
 /// an `upToken`, then blocks go one at a time with increasing `sequenceNo`,
@@ -42,8 +43,8 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         let operation = "open the upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
-            guard answer.code == SequenceAnswer.accepted else { throw answer.refusal(operation) }
-            guard let token = answer.data["upToken"]?.stringValue, !token.isEmpty else {
+            guard answer.code == SequenceCode.ok.rawValue else { throw answer.refusal(operation) }
+            guard let token = answer.payload.upToken else {
                 throw .transient("\(operation): the answer has no upToken")
             }
             return OpenedFile(handles: [Self.upToken: token])
@@ -60,9 +61,9 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         return Exchange(request) { response throws(BackendError) in
             let answer = try SequenceAnswer(response, for: operation)
             switch answer.code {
-            case SequenceAnswer.accepted:
+            case SequenceCode.ok.rawValue:
                 return try Self.stored(answer, sequenceNo: sequenceNo, blockCount: blockCount, operation: operation)
-            case SequenceAnswer.outOfOrder:
+            case SequenceCode.outOfOrder.rawValue:
                 return try Self.resync(answer, sequenceNo: sequenceNo, blockCount: blockCount, operation: operation)
             default:
                 throw answer.refusal(operation)
@@ -72,7 +73,7 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
 
     /// `crc` as the protocol writes it: zlib's CRC-32 as 8 lowercase hex digits.
     public static func crcField(_ crc: UInt32) -> String {
-        Checksums.hex(crc)
+        SequenceCRC.hex(crc)
     }
 
     // MARK: Reading block answers
@@ -81,7 +82,7 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         _ answer: SequenceAnswer, sequenceNo: Int, blockCount: Int, operation: String
     ) throws(BackendError) -> ChunkOutcome {
         let isLast = sequenceNo == blockCount
-        if let url = answer.data["fileUrl"]?.stringValue, !url.isEmpty {
+        if let url = answer.payload.fileUrl {
             guard isLast else {
                 throw .mismatch("\(operation): the server sent the file's URL before its last block (\(blockCount))")
             }
@@ -90,7 +91,7 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
         // Without the URL the file could never complete: refuse rather than
         // mark the last block done, so a re-run replays it and asks again.
         guard !isLast else { throw .rejected("\(operation): the server accepted the last block but sent no fileUrl") }
-        guard let next = answer.data["nextSequenceNo"]?.intValue else {
+        guard let next = answer.payload.nextSequenceNo else {
             throw .transient("\(operation): the answer has no nextSequenceNo")
         }
         guard next == sequenceNo + 1 else {
@@ -102,7 +103,7 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
     private static func resync(
         _ answer: SequenceAnswer, sequenceNo: Int, blockCount: Int, operation: String
     ) throws(BackendError) -> ChunkOutcome {
-        guard let expected = answer.data["expectedSequenceNo"]?.intValue else {
+        guard let expected = answer.payload.expectedSequenceNo else {
             throw .transient("\(operation): the server refused the block as out of order but sent no expectedSequenceNo")
         }
         guard (1...blockCount + 1).contains(expected) else {
@@ -123,19 +124,19 @@ public struct SequenceBackend: UploadBackend, FileOpening, ChunkOrdering {
     /// The protocol's form; sequenceNo 0 carries an empty block.
     private func makeRequest(_ job: JobContext, _ file: FileContext, fields: SequenceFields, block: ChunkPayload?) -> HTTPRequest {
         var form = MultipartForm()
-        form.addField("sequenceNo", String(fields.sequenceNo))
-        form.addField("blockSize", String(file.chunkSize))
-        form.addField("totFileSize", String(file.size))
-        form.addField("suffix", file.fileExtension)
-        form.addField("token", job.credentials.token ?? "")
-        form.addField("upToken", fields.upToken)
-        form.addField("crc", fields.crc)
+        form.addField(SequenceForm.sequenceNo, String(fields.sequenceNo))
+        form.addField(SequenceForm.blockSize, String(file.chunkSize))
+        form.addField(SequenceForm.totFileSize, String(file.size))
+        form.addField(SequenceForm.suffix, file.fileExtension)
+        form.addField(SequenceForm.token, job.credentials.token ?? "")
+        form.addField(SequenceForm.upToken, fields.upToken)
+        form.addField(SequenceForm.crc, fields.crc)
         if let block {
-            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", chunk: block)
+            form.addFile(SequenceForm.block, filename: file.relativePath, contentType: "application/octet-stream", chunk: block)
         } else {
-            form.addFile("block", filename: file.relativePath, contentType: "application/octet-stream", bytes: [])
+            form.addFile(SequenceForm.block, filename: file.relativePath, contentType: "application/octet-stream", bytes: [])
         }
-        var request = HTTPRequest(method: .post, url: job.url("/upload"), body: form.body)
+        var request = HTTPRequest(method: .post, url: job.url(SequenceForm.path), body: form.body)
         request.headers.set("Content-Type", form.contentType)
         return request
     }
@@ -148,41 +149,35 @@ private struct SequenceFields {
     var crc: String
 }
 
-/// The protocol's envelope: HTTP 200 with `{"code","msg","data"}`.
+/// A block's answer, read by the wire's `Envelope` (HTTP 200 with `{"code","msg","data"}`).
 struct SequenceAnswer {
-    static let accepted = 0
-    static let unknownUpToken = 401
-    static let outOfOrder = 409
-    /// The block conflicts with the one the server accepted under that
-    /// sequenceNo (another crc): the upload holds other bytes.
-    static let conflict = 412
-    /// The block's bytes do not match its crc: damaged on the way.
-    static let damaged = 422
-
     let code: Int
     let message: String
-    let data: JSONValue
+    let payload: SequencePayload
 
     init(_ response: HTTPResponse, for operation: String) throws(BackendError) {
         try response.require(200, for: operation)
         let json = try response.json(for: operation)
-        guard let code = json["code"]?.intValue else {
-            throw .transient("\(operation): the answer has no code")
+        let envelope: Envelope
+        do {
+            envelope = try Envelope(parsing: json)
+        } catch {
+            throw .transient("\(operation): \(error)")
         }
-        self.code = code
-        message = json["msg"]?.stringValue ?? ""
-        data = json["data"] ?? .object([:])
+        code = envelope.code
+        message = envelope.msg
+        payload = SequencePayload(data: envelope.data)
     }
 
     /// The error for any code the step does not accept.
     func refusal(_ operation: String) -> BackendError {
         let detail = message.isEmpty ? "" : " (\(Self.oneLine(message)))"
         switch code {
-        case Self.unknownUpToken:
+        case SequenceCode.unknownUpToken.rawValue:
             return .rejected("\(operation): the server does not know this upload's upToken (expired?)", remedy: .startOver)
-        case Self.conflict:
+        case SequenceCode.conflict.rawValue:
             return .mismatch("\(operation): the server holds different bytes for this block\(detail)", remedy: .startOver)
-        case Self.damaged:
+        case SequenceCode.damaged.rawValue:
             return .transient("\(operation): the block arrived damaged\(detail)")
         case 500...:
             return .transient("\(operation): server error \(code)\(detail)")

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Xfer
+import XferWire
 
 /// tus 1.0.0, the open protocol for resumable uploads (tusd, Vimeo,
 /// Cloudflare Stream, Supabase...): core, creation, creation-with-upload,
@@ -29,7 +30,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         emptyFileHasOneChunk: false,
         smallRequestConcurrency: BackendTraits.wideSmallRequests)
 
-    static let version = "1.0.0"
+    static let version = TusField.version
 
     /// A file's upload URL (absent when its chunks go as partial uploads).
     public static let uploadURL = HandleKey("url")
@@ -62,19 +63,19 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
                 return JobStart(handles: Features.handles(extensions: ["creation"], checksum: nil, maximumSize: nil, parallel: false))
             }
             guard response.isSuccess else { throw response.unexpectedStatus(operation) }
-            let versions = Self.list(response.headers["Tus-Version"])
+            let versions = Self.list(response.headers[TusField.tusVersion])
             if !versions.isEmpty, !versions.contains(Self.version) {
                 throw .rejected("the server speaks tus \(versions.joined(separator: ", ")), not \(Self.version)")
             }
-            let extensions = Self.list(response.headers["Tus-Extension"])
+            let extensions = Self.list(response.headers[TusField.tusExtension])
             guard extensions.contains("creation") else {
                 throw .rejected("the tus server does not offer the creation extension, which xfer needs to start uploads")
             }
-            let algorithms = Self.list(response.headers["Tus-Checksum-Algorithm"]).map { $0.lowercased() }
+            let algorithms = Self.list(response.headers[TusField.tusChecksumAlgorithm]).map { $0.lowercased() }
             // The cheapest check the server takes: CRC-32C (hardware-assisted, ~20 GB/s) where it
             // is offered (xfer serve offers it first), else SHA-1, the one tus names.
             let checksum = extensions.contains("checksum") ? Self.checksums.first(where: algorithms.contains) : nil
-            let maximum = response.headers["Tus-Max-Size"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            let maximum = response.headers[TusField.tusMaxSize].flatMap(Self.number)
             if let maximum, let (name, size) = sizes.first(where: { $0.1 > maximum }) {
                 throw .rejected("\(name) is \(size) bytes; the tus server accepts at most \(maximum) (Tus-Max-Size)")
             }
@@ -94,7 +95,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
         let features = Features(job.handles)
         if file.size > 0, features.parallel || Self.goesWhole(file, features) { return .skip }
-        return create(file, in: job, length: ("Upload-Length", String(file.size)))
+        return create(file, in: job, length: (TusField.uploadLength, String(file.size)))
     }
 
     /// Whether `file` goes as one request: created with all its bytes
@@ -111,7 +112,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
         request.headers.set(length.name, length.value)
-        request.headers.set("Upload-Metadata", Self.metadata(file))
+        request.headers.set(TusField.uploadMetadata, Self.metadata(file))
         let target = job.target
         let operation = "create the tus upload of \(file.name)"
         return .send(request) { response throws(BackendError) in
@@ -136,10 +137,10 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
                 throw .uploadUnknown("\(operation): the server no longer knows the upload (\(response.status))")
             }
             guard response.isSuccess else { throw Self.failure(response, operation) }
-            guard let offset = response.headers["Upload-Offset"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) else {
+            guard let offset = response.headers[TusField.uploadOffset].flatMap(Self.number) else {
                 throw .transient("\(operation): the answer has no Upload-Offset")
             }
-            if let length = response.headers["Upload-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
+            if let length = response.headers[TusField.uploadLength].flatMap(Self.number),
                 length != file.size
             {
                 throw .uploadUnknown("\(operation): the server's upload is \(length) bytes long, the file \(file.size)")
@@ -164,8 +165,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     private func createWhole(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(chunk: chunk))
         prepare(&request, job)
-        request.headers.set("Upload-Length", String(file.size))
-        request.headers.set("Upload-Metadata", Self.metadata(file))
+        request.headers.set(TusField.uploadLength, String(file.size))
+        request.headers.set(TusField.uploadMetadata, Self.metadata(file))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let target = job.target
@@ -177,7 +178,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
                 throw .transient("\(operation): the answer has no Location")
             }
             // An upload the server did not take whole is abandoned: the retry makes a new one.
-            guard response.headers["Upload-Offset"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }) == size else {
+            guard response.headers[TusField.uploadOffset].flatMap(Self.number) == size else {
                 throw .transient("\(operation): the server took only part of it")
             }
             return .stored(fileURL: location)
@@ -188,8 +189,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     private func partialUpload(_ chunk: ChunkPayload, in job: JobContext, operation: String) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(method: .post, url: job.target, body: RequestBody(chunk: chunk))
         prepare(&request, job)
-        request.headers.set("Upload-Concat", "partial")
-        request.headers.set("Upload-Length", String(chunk.count))
+        request.headers.set(TusField.uploadConcat, TusConcat.partial.header)
+        request.headers.set(TusField.uploadLength, String(chunk.count))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let target = job.target
@@ -199,7 +200,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
                 throw .transient("\(operation): the answer has no Location")
             }
             // A partial upload the server did not take whole is abandoned: the retry makes a new one.
-            guard response.headers["Upload-Offset"].flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }) == chunk.count else {
+            guard response.headers[TusField.uploadOffset].flatMap({ TusField.number($0) }) == chunk.count else {
                 throw .transient("\(operation): the server took only part of it")
             }
             return .stored(receipt: location)
@@ -212,13 +213,13 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     ) throws(BackendError) -> Exchange<ChunkOutcome> {
         var request = HTTPRequest(method: .patch, url: try file.handles.require(Self.uploadURL), body: RequestBody(chunk: chunk))
         prepare(&request, job)
-        request.headers.set("Upload-Offset", String(chunk.offset))
+        request.headers.set(TusField.uploadOffset, String(chunk.offset))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         addChecksum(&request, chunk, job)
         let end = chunk.offset + Int64(chunk.count)
         return Exchange(request) { response throws(BackendError) in
             guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
-            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            let offset = response.headers[TusField.uploadOffset].flatMap(Self.number)
             guard offset == end else {
                 throw .outOfSync("\(operation): the server's offset is \(offset.map(String.init) ?? "missing"), not \(end)")
             }
@@ -242,8 +243,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         let all = Array(parts.indices)
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
-        request.headers.set("Upload-Concat", "final;" + parts.joined(separator: " "))
-        request.headers.set("Upload-Metadata", Self.metadata(file))
+        request.headers.set(TusField.uploadConcat, TusConcat.final(parts).header)
+        request.headers.set(TusField.uploadMetadata, Self.metadata(file))
         let target = job.target
         let operation = "concatenate the \(parts.count) parts of \(file.name)"
         return .send(request) { response throws(BackendError) in
@@ -270,7 +271,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         return .send(request) { response throws(BackendError) in
             if [403, 404, 410].contains(response.status) { throw .uploadUnknown("\(operation): the server no longer knows it") }
             guard response.isSuccess else { throw Self.failure(response, operation) }
-            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) } ?? -1
+            let offset = response.headers[TusField.uploadOffset].flatMap(Self.number) ?? -1
             if offset == file.size { return .completed(url: url) }
             // The server lacks the end of the file: the chunks from its offset on.
             let first = (0..<plan.count).first { plan.offset(of: $0) + Int64(plan.length(of: $0)) > offset } ?? 0
@@ -314,7 +315,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
             throw .rejected(
                 "the tus server offers neither concatenation with creation-with-upload nor creation-defer-length, so it cannot take a stream of unknown length")
         }
-        return create(file, in: job, length: ("Upload-Defer-Length", "1"))
+        return create(file, in: job, length: (TusField.uploadDeferLength, "1"))
     }
 
     public func uploadStreamPart(_ part: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError)
@@ -338,13 +339,13 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         }
         var request = HTTPRequest(method: .patch, url: url)
         prepare(&request, job)
-        request.headers.set("Upload-Offset", String(file.size))
-        request.headers.set("Upload-Length", String(file.size))
+        request.headers.set(TusField.uploadOffset, String(file.size))
+        request.headers.set(TusField.uploadLength, String(file.size))
         request.headers.set("Content-Type", "application/offset+octet-stream")
         let operation = "end the tus upload of \(file.name) at \(file.size) bytes"
         return .send(request) { response throws(BackendError) in
             guard response.status == 204 || response.status == 200 else { throw Self.failure(response, operation) }
-            let offset = response.headers["Upload-Offset"].flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+            let offset = response.headers[TusField.uploadOffset].flatMap(Self.number)
             guard offset == file.size else {
                 throw .rejected("\(operation): the server's offset is \(offset.map(String.init) ?? "missing"), not \(file.size)")
             }
@@ -386,7 +387,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     }
 
     private func prepare(_ request: inout HTTPRequest, _ job: JobContext) {
-        request.headers.set("Tus-Resumable", Self.version)
+        request.headers.set(TusField.tusResumable, Self.version)
     }
 
     /// The `Upload-Checksum` algorithms the backend sends, cheapest first.
@@ -394,8 +395,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     private func addChecksum(_ request: inout HTTPRequest, _ chunk: ChunkPayload, _ job: JobContext) {
         switch Features(job.handles).checksum {
-        case "crc32c": request.headers.set("Upload-Checksum", "crc32c " + Checksums.base64(CRC32.bigEndianBytes(chunk.crc32c)))
-        case "sha1": request.headers.set("Upload-Checksum", "sha1 " + Checksums.base64(chunk.sha1))
+        case "crc32c": request.headers.set(TusField.uploadChecksum, TusChecksum.crc32c(chunk.crc32c).header)
+        case "sha1": request.headers.set(TusField.uploadChecksum, TusChecksum(algorithm: .sha1, digest: chunk.sha1).header)
         default: return
         }
     }
@@ -403,14 +404,16 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     /// `filename`, and `relativePath` when the file was found in a directory
     /// (the key Uppy sends, so servers that keep trees already read it).
     static func metadata(_ file: FileContext) -> String {
-        var pairs = "filename " + Checksums.base64(Array(file.name.utf8))
-        if file.relativePath != file.name { pairs += ",relativePath " + Checksums.base64(Array(file.relativePath.utf8)) }
-        return pairs
+        var pairs = [(key: "filename", value: Array(file.name.utf8))]
+        if file.relativePath != file.name { pairs.append((key: "relativePath", value: Array(file.relativePath.utf8))) }
+        // The keys are fixed and valid: the header is always written.
+        return TusMetadata.header(pairs) ?? ""
     }
 
-    static func list(_ header: String?) -> [String] {
-        (header ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
-    }
+    static func list(_ header: String?) -> [String] { TusField.list(header) }
+
+    /// A tus number header (`Upload-Offset`, `Upload-Length`, `Tus-Max-Size`), as the wire reads it.
+    static func number(_ text: String) -> Int64? { TusField.number(text).map(Int64.init) }
 
     /// `Location`, made absolute against the creation URL.
     static func location(_ response: HTTPResponse, relativeTo target: String) -> String? {

@@ -121,7 +121,7 @@ final class PatchBackendTests: XCTestCase {
         XCTAssertEqual(try finish.outcome(for: missing), .missing([1, 2, 8, 9]))
     }
 
-    func testIntegerArraysAreReadStraightFromTheBytes() {
+    func testIntegerArraysAreRead() {
         let body = Array(#"{"name":"\"received\":[9]","received":[4, 5,6 ],"size":2}"#.utf8)
         XCTAssertEqual(HTTPResponse(status: 200, body: body).integers(inArrayNamed: "received"), [4, 5, 6])
         XCTAssertNil(HTTPResponse(status: 200, body: Array(#"{"received":[1,-2]}"#.utf8)).integers(inArrayNamed: "received"))

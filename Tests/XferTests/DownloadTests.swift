@@ -53,14 +53,6 @@ import XferTestSupport
         #expect(whole.digests.contains(.md5(Array(Insecure.MD5.hash(data: [5, 6, 7, 8])))))
     }
 
-    @Test func contentRangesParse() {
-        #expect(ContentRange("bytes 0-99/1000") == ContentRange("bytes  0-99/1000"))
-        #expect(ContentRange("bytes 5-9/*")?.size == nil)
-        #expect(ContentRange("bytes 5-9/*")?.last == 9)
-        #expect(ContentRange("bytes 9-5/10") == nil)
-        #expect(ContentRange("items 0-1/2") == nil)
-    }
-
     // MARK: Digests
 
     @Test func reprDigestMembersAreRead() {

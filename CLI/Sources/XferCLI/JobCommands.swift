@@ -155,7 +155,7 @@ struct ListCommand: AsyncParsableCommand {
         let jobs = try engine.jobs(includingCompleted: all)
         let now = Date()
         if json {
-            Terminal.out(JobJSON.encode(.array(jobs.map { .object(JobJSON.summary($0, now: now)) })))
+            Terminal.out(JSONValue.array(jobs.map { .object(JobJSON.summary($0, now: now)) }).text())
             return
         }
         guard !jobs.isEmpty else { return }
@@ -212,7 +212,7 @@ struct StatusCommand: AsyncParsableCommand {
             }
             object["files"] = .array(details.files.map(describe))
             object["failed"] = .array(details.failedFiles.map(describe))
-            Terminal.out(JobJSON.encode(.object(object)))
+            Terminal.out(JSONValue.object(object).text())
             return
         }
         let summary = details.summary
@@ -295,7 +295,7 @@ struct CancelCommand: AsyncParsableCommand {
                     }),
             ]
             object["serverNotAsked"] = report.serverNotAsked.map(JSONValue.string) ?? .null
-            Terminal.out(JobJSON.encode(.object(object)))
+            Terminal.out(JSONValue.object(object).text())
             return
         }
         Terminal.out("cancelled \(report.job)")
@@ -431,10 +431,6 @@ enum JobJSON {
 
     static func handles(_ handles: [String: String]) -> JSONValue {
         .object(handles.mapValues(JSONValue.string))
-    }
-
-    static func encode(_ value: JSONValue) -> String {
-        String(decoding: value.encoded, as: UTF8.self)
     }
 
     /// RFC 3339 in UTC, e.g. `2025-01-31T12:00:00Z`.

@@ -193,24 +193,24 @@ enum DryRun {
                 files += 1
                 bytes += file.size
                 if json {
-                    Terminal.out(JobJSON.encode(.object([
+                    Terminal.out(JSONValue.object([
                         "event": .string("wouldSend"), "path": .string(file.path),
                         "relativePath": .string(file.relativePath), "size": .int(file.size),
-                    ])))
+                    ]).text())
                 } else {
                     Terminal.out("\(file.relativePath)  \(JobText.bytes(file.size))")
                 }
             case .skipped(let path, let reason):
                 skipped += 1
                 if json {
-                    Terminal.out(JobJSON.encode(.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)])))
+                    Terminal.out(JSONValue.object(["event": .string("fileSkipped"), "path": .string(path), "reason": .string(reason.line)]).text())
                 } else if !quiet {
                     Terminal.error("skipping \(path): \(reason.line)")
                 }
             case .failed(let path, _, _, let reason):
                 failed += 1
                 if json {
-                    Terminal.out(JobJSON.encode(.object(["event": .string("fileFailed"), "path": .string(path), "reason": .string(reason)])))
+                    Terminal.out(JSONValue.object(["event": .string("fileFailed"), "path": .string(path), "reason": .string(reason)]).text())
                 } else {
                     Terminal.error("cannot send \(path): \(reason)")
                 }
@@ -219,10 +219,10 @@ enum DryRun {
         let summary = "would send \(files) file\(files == 1 ? "" : "s") (\(JobText.bytes(bytes)))"
             + (skipped > 0 ? ", \(skipped) skipped" : "") + (failed > 0 ? ", \(failed) unreadable" : "")
         if json {
-            Terminal.out(JobJSON.encode(.object([
+            Terminal.out(JSONValue.object([
                 "event": .string("dryRun"), "files": .int(files), "bytes": .int(bytes), "skipped": .int(skipped),
                 "failed": .int(failed),
-            ])))
+            ]).text())
         } else if !quiet {
             Terminal.error(summary)
         }

@@ -38,7 +38,7 @@ struct UploadsListCommand: AsyncParsableCommand {
                 let shown = page.filter(filter.admits)
                 if json {
                     for upload in shown {
-                        Terminal.out(JobJSON.encode(.object(UploadText.members(upload, owner: session.owner(of: upload), now: filter.now))))
+                        Terminal.out(JSONValue.object(UploadText.members(upload, owner: session.owner(of: upload), now: filter.now)).text())
                     }
                 } else {
                     table.print(shown.map { UploadText.row($0, owner: session.owner(of: $0), now: filter.now) })
@@ -290,7 +290,7 @@ struct UploadAbort {
             members["uploadId"] = .string(id)
             members["result"] = .string("notFound")
             members["message"] = .string(message)
-            Terminal.out(JobJSON.encode(.object(members)))
+            Terminal.out(JSONValue.object(members).text())
         } else {
             Terminal.error("warning: \(message)")
         }
@@ -307,7 +307,7 @@ struct UploadAbort {
         members["uploadId"] = .string(upload.uploadID)
         members["result"] = .string(result)
         members["message"] = message.map(JSONValue.string) ?? .null
-        Terminal.out(JobJSON.encode(.object(members)))
+        Terminal.out(JSONValue.object(members).text())
     }
 }
 

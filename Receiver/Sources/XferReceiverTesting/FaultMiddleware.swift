@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 import Synchronization
+import XferWire
 
 /// The misbehaviours `xfer serve --faults` can inject: the ways real servers
 /// and proxies fail a client, each one a different thing the client cannot
@@ -288,7 +289,7 @@ private struct FirstByteFlipped: AsyncSequence, Sendable {
 /// An answer as the receiver's JSON refusals look (`{"error": ...}`), so that a client cannot tell
 /// an injected one from a real one.
 private func injectedError(_ status: HTTPResponse.Status, _ message: String) -> Response {
-    let body = (try? JSONEncoder().encode(["error": message])) ?? Data()
+    let body = ErrorBody.error(message)
     return Response(
         status: status, headers: [.contentType: "application/json; charset=utf-8"], body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
 }

@@ -32,14 +32,3 @@ final class ChunkRecordTests: XCTestCase {
         XCTAssertEqual(seen, ["+1", "+2", "+4", "-2"])
     }
 }
-
-final class JSONDecimalTests: XCTestCase {
-    /// The receiver writes a million chunk numbers digit by digit; they must read as `String(n)` does.
-    func testDecimalsMatchTheStandardLibrary() {
-        for value in [0, 1, 9, 10, 99, 100, 524_288, 1_000_000, Int.max, -1, -10, Int.min + 1] {
-            var text: [UInt8] = []
-            JSONResponse.appendDecimal(value, to: &text)
-            XCTAssertEqual(String(decoding: text, as: UTF8.self), String(value))
-        }
-    }
-}

@@ -1,5 +1,6 @@
 import Foundation
 import XferPrimitives
+import XferWire
 
 extension HTTPResponse {
     /// Accepts the listed statuses; turns the rest into the error the engine
@@ -33,12 +34,8 @@ extension HTTPResponse {
     /// A short, single-line message from the body: a JSON `error`, `msg` or
     /// `message` field, else the start of a text body. Nil when there is none.
     public var serverMessage: String? {
-        if let json = try? JSONValue.parse(body) {
-            // "detail" and "title": RFC 9457 problem details.
-            for key in ["error", "msg", "message", "detail", "title"] {
-                if let text = json[key]?.stringValue, !text.isEmpty { return Self.oneLine(text) }
-            }
-        }
+        // Every refusal form the receiver writes (XferWire's `ErrorBody`), and other servers'.
+        if let json = try? JSONValue.parse(body), let text = ErrorBody.message(in: json) { return Self.oneLine(text) }
         let type = headers["Content-Type"]?.lowercased() ?? ""
         guard type.hasPrefix("text/plain") || type.hasPrefix("application/json") else {
             return body.isEmpty ? nil : "\(type.isEmpty ? "unexpected" : type) answer of \(body.count) bytes"
@@ -57,49 +54,21 @@ extension HTTPResponse {
         }
     }
 
-    /// The array of non-negative integers under `key` in a JSON body, read straight from the bytes;
-    /// nil when the body does not have that shape (then `decode` it the usual way).
+    /// The array of non-negative integers under the top-level member `key` of a JSON body; nil
+    /// when the body does not have that shape.
     ///
-    /// For answers that list every chunk a server holds: for half a million numbers this takes
-    /// ~13 ms where JSONDecoder takes ~350 ms (release build), which is most of a resume's wait
-    /// before its first request. Only the first `"key"` followed by `:` counts; inside a string
-    /// the quotes would be escaped, so that is a member, not text.
+    /// For answers that list every chunk a server holds (half a million numbers): read by
+    /// XferWire's JSON reader, the project's one, which sums plain integers from their digits
+    /// (JSONDecoder took ~350 ms for such a list in a release build, most of a resume's wait).
     public func integers(inArrayNamed key: String) -> [Int]? {
-        let body = self.body
-        let marker = Array("\"\(key)\"".utf8)
-        guard let found = body.firstRange(of: marker) else { return nil }
-        var index = found.upperBound
-        func skipSpace() {
-            while index < body.count, [0x20, 0x09, 0x0A, 0x0D].contains(body[index]) { index += 1 }
-        }
-        skipSpace()
-        guard index < body.count, body[index] == UInt8(ascii: ":") else { return nil }
-        index += 1
-        skipSpace()
-        guard index < body.count, body[index] == UInt8(ascii: "[") else { return nil }
-        index += 1
-        skipSpace()
+        guard let elements = (try? JSONValue.parse(body))?[key]?.arrayValue else { return nil }
         var values: [Int] = []
-        if index < body.count, body[index] == UInt8(ascii: "]") { return values }
-        while true {
-            skipSpace()
-            var value = 0
-            var digits = 0
-            while index < body.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(body[index]), digits < 18 {
-                value = value * 10 + Int(body[index] - UInt8(ascii: "0"))
-                index += 1
-                digits += 1
-            }
-            guard digits > 0 else { return nil }
+        values.reserveCapacity(elements.count)
+        for element in elements {
+            guard let value = element.strictInteger, value >= 0 else { return nil }
             values.append(value)
-            skipSpace()
-            guard index < body.count else { return nil }
-            switch body[index] {
-            case UInt8(ascii: ","): index += 1
-            case UInt8(ascii: "]"): return values
-            default: return nil
-            }
         }
+        return values
     }
 
     /// The body as a JSON value (see `decode` for what a bad body means).
@@ -116,167 +85,6 @@ extension HTTPResponse {
         let trimmed = flattened.trimmingCharacters(in: .whitespaces)
         return trimmed.count > 200 ? String(trimmed.prefix(200)) + "…" : trimmed
     }
-}
-
-/// A parsed JSON document, for protocols whose answers are loosely shaped.
-public enum JSONValue: Sendable, Hashable {
-    /// JSON `null`.
-    case null
-    /// `true` or `false`.
-    case bool(Bool)
-    /// Any JSON number.
-    case number(Double)
-    /// A JSON string.
-    case string(String)
-    /// A JSON array.
-    case array([JSONValue])
-    /// A JSON object.
-    case object([String: JSONValue])
-
-    /// Parses a JSON document (RFC 8259); throws when `bytes` are not JSON.
-    public static func parse(_ bytes: [UInt8]) throws -> JSONValue {
-        // Read by hand: `JSONDecoder` into this enum tried each kind in turn,
-        // throwing on every miss, and was 5 % of a small file's client CPU.
-        var parser = JSONParser(bytes)
-        return try parser.document()
-    }
-
-    /// The member `key` of an object; nil for a missing member or a non-object.
-    public subscript(key: String) -> JSONValue? {
-        if case .object(let members) = self { return members[key] }
-        return nil
-    }
-
-    /// A string, or a number or Boolean as text (servers mix them); nil otherwise.
-    public var stringValue: String? {
-        switch self {
-        case .string(let value): return value
-        case .number(let value):
-            return value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
-        case .bool(let value): return String(value)
-        default: return nil
-        }
-    }
-
-    /// An integral number, or a string holding one; nil otherwise.
-    public var intValue: Int? {
-        switch self {
-        case .number(let value): return value.rounded() == value ? Int(exactly: value) : nil
-        case .string(let value): return Int(value)
-        default: return nil
-        }
-    }
-
-    /// The elements of an array; nil otherwise.
-    public var arrayValue: [JSONValue]? {
-        if case .array(let values) = self { return values }
-        return nil
-    }
-
-    /// The members of an object; nil otherwise.
-    public var objectValue: [String: JSONValue]? {
-        if case .object(let members) = self { return members }
-        return nil
-    }
-
-    /// Serialises the value (keys sorted, so requests are reproducible).
-    public var encoded: [UInt8] {
-        var out = ""
-        write(into: &out)
-        return Array(out.utf8)
-    }
-
-    private func write(into out: inout String) {
-        switch self {
-        case .null: out += "null"
-        case .bool(let value): out += value ? "true" : "false"
-        case .number(let value):
-            if value.rounded() == value && abs(value) < 1e15 { out += String(Int64(value)) } else { out += String(value) }
-        case .string(let value): JSONValue.writeString(value, into: &out)
-        case .array(let values):
-            out += "["
-            for (i, value) in values.enumerated() {
-                if i > 0 { out += "," }
-                value.write(into: &out)
-            }
-            out += "]"
-        case .object(let members):
-            out += "{"
-            for (i, key) in members.keys.sorted().enumerated() {
-                if i > 0 { out += "," }
-                JSONValue.writeString(key, into: &out)
-                out += ":"
-                members[key]!.write(into: &out)
-            }
-            out += "}"
-        }
-    }
-
-    /// Writes a JSON string literal with every non-ASCII character escaped as
-    /// `\uXXXX`, so the result is plain ASCII (safe even in a header).
-    public static func writeString(_ value: String, into out: inout String) {
-        // Most strings need no escape: appending them whole is many times
-        // faster than the loop below (felt by `xfer list --json`).
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != 0x22 && $0 != 0x5c }) {
-            out += "\""
-            out += value
-            out += "\""
-            return
-        }
-        out += "\""
-        for unit in value.utf16 {
-            switch unit {
-            case 0x22: out += "\\\""
-            case 0x5c: out += "\\\\"
-            case 0x0a: out += "\\n"
-            case 0x0d: out += "\\r"
-            case 0x09: out += "\\t"
-            case 0x20..<0x7f: out += String(UnicodeScalar(UInt8(unit)))
-            default: out += String(format: "\\u%04x", unit)
-            }
-        }
-        out += "\""
-    }
-}
-
-extension JSONValue: Decodable {
-    /// Decodes any JSON value.
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: JSONValue].self))
-        }
-    }
-}
-
-extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByDictionaryLiteral,
-    ExpressibleByArrayLiteral, ExpressibleByBooleanLiteral
-{
-    /// A string value from a literal.
-    public init(stringLiteral value: String) { self = .string(value) }
-    /// A number from an integer literal.
-    public init(integerLiteral value: Int) { self = .number(Double(value)) }
-    /// A Boolean from a literal.
-    public init(booleanLiteral value: Bool) { self = .bool(value) }
-    /// An object from a dictionary literal (a repeated key keeps the last value).
-    public init(dictionaryLiteral elements: (String, JSONValue)...) {
-        self = .object(Dictionary(elements, uniquingKeysWith: { $1 }))
-    }
-    /// An array from a literal.
-    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
-
-    /// A number from any integer (exact up to 2^53).
-    public static func int<T: BinaryInteger>(_ value: T) -> JSONValue { .number(Double(value)) }
 }
 
 extension RequestBody {

@@ -2,6 +2,7 @@ import Foundation
 import Crypto
 import Glibc
 import XferPrimitives
+import XferWire
 
 /// Where a download's body goes: straight to its range of the partial file,
 /// as curl hands the bytes over, so no buffer of the range's size exists
@@ -99,24 +100,5 @@ final class RangeWriter: @unchecked Sendable {
         if let md5 { found.append(.md5(Array(md5.finalize()))) }
         if let sha256 { found.append(.sha256(Array(sha256.finalize()))) }
         return found
-    }
-}
-
-/// `Content-Range: bytes FIRST-LAST/SIZE` (SIZE may be `*`).
-struct ContentRange: Equatable {
-    var first: Int64
-    var last: Int64
-    var size: Int64?
-
-    init?(_ text: String) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
-        let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
-        guard parts.count == 2 else { return nil }
-        let bounds = parts[0].split(separator: "-", maxSplits: 1).map { Int64($0.trimmingCharacters(in: .whitespaces)) }
-        guard bounds.count == 2, let first = bounds[0], let last = bounds[1], first <= last else { return nil }
-        self.first = first
-        self.last = last
-        size = Int64(parts[1].trimmingCharacters(in: .whitespaces))
     }
 }

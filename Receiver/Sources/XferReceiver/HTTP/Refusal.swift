@@ -1,3 +1,4 @@
+import XferWire
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -86,29 +87,18 @@ struct Refusal: HTTPResponseError {
         var response =
             switch form {
             case .error: JSONResponse.error(status, message)
-            case .envelope: Envelope(code: code, msg: message, data: NoData()).response(status)
+            case .envelope: Envelope(code: code, msg: message).response(status)
             case .problem: problemResponse
             }
         for field in headers { response.headers[field.name] = field.value }
         return response
     }
 
-    /// `{"type","title","status",members...}`: the title is the message (there is one per refusal).
+    /// Problem details (`ErrorBody.problem`): the title is the message (there is one per refusal).
     private var problemResponse: Response {
-        var json = JSONText()
-        json.raw("{\"type\":")
-        json.string(problem?.type ?? "about:blank")
-        json.raw(",\"title\":")
-        json.string(message)
-        json.raw(",\"status\":\(code)")
-        for member in problem?.members ?? [] {
-            json.raw(",")
-            json.string(member.name)
-            json.raw(":\(member.value)")
-        }
-        json.raw("}")
-        var response = json.response(status)
-        response.headers[.contentType] = "application/problem+json"
+        var response = JSONResponse.make(
+            status, body: ErrorBody.problem(type: problem?.type, title: message, status: code, members: problem?.members ?? []))
+        response.headers[.contentType] = ErrorBody.problemMediaType
         return response
     }
 
@@ -118,19 +108,12 @@ struct Refusal: HTTPResponseError {
 }
 
 /// The answer of multipart and sequence, refusals included: `{"code","msg","data"}`.
-struct Envelope<Payload: Encodable>: Encodable {
-    var code: Int
-    var msg: String
-    var data: Payload
-
+extension Envelope {
     /// HTTP 200 unless told otherwise: the code is what these protocols' clients read.
     func response(_ status: HTTPResponse.Status = .ok) -> Response {
-        JSONResponse.make(status, self)
+        JSONResponse.make(status, body: body)
     }
 }
-
-/// The `data` of an envelope that carries nothing: `{}`.
-struct NoData: Encodable {}
 
 /// The one way a protocol's handlers' errors become answers: a `Refusal` as itself, an error the
 /// protocol answers as a refusal (`refusing`) as that, and anything else as a failure of the

@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import Synchronization
+import XferWire
 
 /// Where the receiver tells the application about uploads, as tusd's hooks do: a `POST` of a
 /// JSON event to one URL (`xfer serve --hook-url URL`), or the event's JSON on the standard input
@@ -175,7 +176,7 @@ struct UploadHooks: Sendable {
     }
 
     /// Asks the hook about a blocking event, in its turn (`HookSlots`).
-    private func ask(_ event: String, protocolName: String, upload: [String: JSONValueLite]) async -> Verdict {
+    private func ask(_ event: String, protocolName: String, upload: [String: JSONValue]) async -> Verdict {
         guard let settings, let runtime, hooks(event, settings) else { return .allowed(body: "") }
         guard await runtime.slots.acquire(urgent: true, patience: settings.timeout) else {
             return .unanswered(reason: "\(runtime.slots.limit) hook calls already running (--hook-concurrency) for longer than the hook timeout")
@@ -215,7 +216,7 @@ struct UploadHooks: Sendable {
     @discardableResult
     func preCreate(
         _ protocolName: String, path: String?, size: Int?, maximumSize: Int? = nil, fileCount: Int? = nil,
-        metadata: [String: String]? = nil, extra: [String: JSONValueLite] = [:], form: Refusal.Form
+        metadata: [String: String]? = nil, extra: [String: JSONValue] = [:], form: Refusal.Form
     ) async throws -> [String: String]? {
         guard settings != nil else { return nil }
         var upload = extra
@@ -275,13 +276,11 @@ struct UploadHooks: Sendable {
     /// The metadata of a hook's JSON answer: nil when there is none, `.some(nil)` when it is
     /// not an object whose values are all strings.
     static func metadata(in body: String) -> [String: String]?? {
-        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let given = object["metadata"], !(given is NSNull)
-        else { return .none }
-        guard let members = given as? [String: Any] else { return .some(nil) }
+        guard let given = (try? JSONValue.parse(body))?.objectValue?["metadata"], given != .null else { return .none }
+        guard let members = given.objectValue else { return .some(nil) }
         var metadata: [String: String] = [:]
         for (key, value) in members {
-            guard let text = value as? String else { return .some(nil) }
+            guard let text = value.strictString else { return .some(nil) }
             metadata[key] = text
         }
         return .some(metadata)
@@ -299,7 +298,7 @@ struct UploadHooks: Sendable {
         _ protocolName: String, id: String, path: String, size: Int, metadata: [String: String]? = nil, form: Refusal.Form,
         discard: () async throws -> Bool
     ) async throws {
-        var upload: [String: JSONValueLite] = ["id": .string(id), "path": .string(path), "size": .int(size)]
+        var upload: [String: JSONValue] = ["id": .string(id), "path": .string(path), "size": .int(size)]
         if let metadata { upload["metadata"] = .object(metadata.mapValues { .string($0) }) }
         let verdict = await ask("pre-finish", protocolName: protocolName, upload: upload)
         guard case .allowed = verdict else {
@@ -358,7 +357,7 @@ struct UploadHooks: Sendable {
     /// progress); dropped, and logged, when the line of waiting events is full. `upload` makes
     /// the event's `upload` when its turn comes (nil: nothing to send after all).
     private func deliver(
-        _ event: String, protocolName: String, progress: Bool = false, upload: @escaping @Sendable () async -> [String: JSONValueLite]?
+        _ event: String, protocolName: String, progress: Bool = false, upload: @escaping @Sendable () async -> [String: JSONValue]?
     ) {
         guard let settings, let runtime, progress || hooks(event, settings) else { return }
         let limit = progress ? HookSettings.postBacklogLimit / 2 : HookSettings.postBacklogLimit
@@ -388,9 +387,9 @@ struct UploadHooks: Sendable {
     }
 
     private func call(
-        _ settings: HookSettings, event: String, protocolName: String, upload: [String: JSONValueLite]
+        _ settings: HookSettings, event: String, protocolName: String, upload: [String: JSONValue]
     ) async throws -> (status: Int, body: String) {
-        let body = JSONValueLite.object(["type": .string(event), "protocol": .string(protocolName), "upload": .object(upload)]).text
+        let body = JSONValue.object(["type": .string(event), "protocol": .string(protocolName), "upload": .object(upload)]).text(.utf8)
         switch settings.destination {
         case .url(let url):
             var request = HTTPClientRequest(url: url)
@@ -415,17 +414,14 @@ struct UploadHooks: Sendable {
 
     /// The status an executable that refused asks for: its answer's `status` when a 4xx, else 403.
     static func refusalStatus(in body: String) -> Int {
-        guard let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let status = object["status"] as? Int, (400..<500).contains(status)
+        guard let status = (try? JSONValue.parse(body))?.objectValue?["status"]?.strictInteger, (400..<500).contains(status)
         else { return 403 }
         return status
     }
 
     /// The `message` of a JSON answer, else its first line; at most 200 characters, one line.
     static func message(in body: String) -> String? {
-        if let data = body.data(using: .utf8), let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-            let message = object["message"] as? String, !message.isEmpty
-        {
+        if let message = (try? JSONValue.parse(body))?.objectValue?["message"]?.strictString, !message.isEmpty {
             return String(message.prefix(200)).replacingOccurrences(of: "\n", with: " ")
         }
         let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
@@ -442,24 +438,6 @@ struct UploadHooks: Sendable {
         case .envelope:
             return Refusal(form: .envelope, status: status >= 500 ? .serviceUnavailable : .ok, code: status, message: message, headers: headers)
         case .problem: return .problem(httpStatus, message, headers: headers)
-        }
-    }
-}
-
-/// The few JSON values an event holds, written in a stable order.
-enum JSONValueLite: Sendable {
-    case string(String), int(Int), bool(Bool), object([String: JSONValueLite])
-
-    var text: String {
-        switch self {
-        case .int(let value): return String(value)
-        case .bool(let value): return value ? "true" : "false"
-        case .string(let value):
-            var text = JSONText()
-            text.string(value)
-            return String(decoding: text.bytes, as: UTF8.self)
-        case .object(let members):
-            return "{" + members.keys.sorted().map { key in JSONValueLite.string(key).text + ":" + members[key]!.text }.joined(separator: ",") + "}"
         }
     }
 }

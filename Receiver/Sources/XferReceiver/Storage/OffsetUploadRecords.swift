@@ -1,3 +1,5 @@
+import XferWire
+
 /// What an offset upload (tus's, the IETF draft's) declared at its creation, kept by every
 /// storage with the upload before its URL is handed out.
 struct OffsetUploadInfo: Codable, Sendable, Equatable {

@@ -1,3 +1,4 @@
+import XferWire
 import Crypto
 import XferPrimitives
 
@@ -54,16 +55,3 @@ struct SequenceBlockRecord: Equatable {
     }
 }
 
-/// The protocol's `crc` field: zlib's CRC-32 as 8 lowercase hex digits.
-enum SequenceCRC {
-    static func hex(_ crc: UInt32) -> String {
-        CRC32.hex(crc)
-    }
-
-    static func parse(_ text: some StringProtocol) -> UInt32? {
-        guard text.utf8.count == 8,
-            text.utf8.allSatisfy(Hex.isLowercaseDigit)
-        else { return nil }
-        return UInt32(text, radix: 16)
-    }
-}

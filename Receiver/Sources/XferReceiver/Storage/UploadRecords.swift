@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import XferPrimitives
 
@@ -21,7 +22,7 @@ struct UploadMeta: Codable, Sendable {
     /// The meta as the upload log's first line: the JSON `JSONEncoder` with sorted keys would write
     /// (and `JSONDecoder` reads back), built directly since it is written for every upload.
     func jsonLine() -> [UInt8] {
-        var out = JSONText()
+        var out = JSONWriter()
         out.raw("{\"chunkSize\":"); out.raw(String(chunkSize))
         out.raw(",\"fileName\":"); out.string(fileName)
         out.raw(",\"formatVersion\":"); out.raw(String(formatVersion))

@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -100,13 +101,12 @@ struct IETFRoutes: OffsetUploadRoutes {
 
     // MARK: Discovery and offset retrieval
 
-    private var limit: String { "max-size=\(configuration.maximumUploadSize)" }
+    private var limit: String { IETFField.limit(maximumSize: configuration.maximumUploadSize) }
 
     /// The limits of an unfinished upload a request just changed: with the draft's `expires`, the
     /// seconds it has left (all of `expireAfter`, counted from this change) when uploads expire.
     private var limitJustTouched: String {
-        guard let expireAfter else { return limit }
-        return limit + ", expires=\(expireAfter.components.seconds)"
+        IETFField.limit(maximumSize: configuration.maximumUploadSize, expiresAfterSeconds: expireAfter?.components.seconds)
     }
 
     private func options() -> Response {

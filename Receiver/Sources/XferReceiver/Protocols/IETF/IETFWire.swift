@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import XferWire
 
 // What requests of the IETF resumable uploads carry in their headers (structured fields, RFC 8941),
 // and how its refusals read (RFC 9457 problem details). See `IETFRoutes`.
@@ -11,26 +12,12 @@ enum IETFFields {
     static let versions: Set<Int> = [6, 8]
     static let newestVersion = 8
     /// The body of an append (PATCH).
-    static let partialUpload = "application/partial-upload"
+    static let partialUpload = IETFField.partialUpload
 
-    /// An sf-boolean: `?1` or `?0`; nil for anything else.
-    static func boolean(_ text: String) -> Bool? {
-        switch text.trimmingCharacters(in: .whitespaces) {
-        case "?1": true
-        case "?0": false
-        default: nil
-        }
-    }
-
-    /// A non-negative sf-integer (at most 15 digits); nil for anything else.
-    static func integer(_ text: String) -> Int? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard (1...15).contains(trimmed.utf8.count), trimmed.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) })
-        else { return nil }
-        return Int(trimmed)
-    }
-
-    static func boolean(_ value: Bool) -> String { value ? "?1" : "?0" }
+    /// The wire's readings and writings of the draft's structured fields.
+    static func boolean(_ text: String) -> Bool? { IETFField.boolean(text) }
+    static func integer(_ text: String) -> Int? { IETFField.integer(text) }
+    static func boolean(_ value: Bool) -> String { IETFField.boolean(value) }
 
     /// The interop version a request names: nil when it names none (then no `104`: a client that
     /// did not say which draft it speaks may not understand one); throws for one not spoken here.
@@ -61,22 +48,19 @@ enum IETFFields {
 }
 
 extension Refusal.Problem {
-    private static let registry = "https://iana.org/assignments/http-problem-types#"
-
     /// 409: the append's `Upload-Offset` is not the upload's.
     static func mismatchingOffset(expected: Int, provided: Int) -> Self {
-        Self(type: registry + "mismatching-upload-offset", members: [("expected-offset", expected), ("provided-offset", provided)])
+        Self(type: IETFProblem.mismatchingOffset, members: [(IETFProblem.expectedOffset, expected), (IETFProblem.providedOffset, provided)])
     }
 
     /// 400: the length a request implies differs from the upload's.
-    static let inconsistentLength = Self(type: registry + "inconsistent-upload-length")
-    /// 400: an append to an upload that is complete (interop version 6's type; later drafts let
-    /// the server choose).
-    static let completedUpload = Self(type: registry + "completed-upload")
+    static let inconsistentLength = Self(type: IETFProblem.inconsistentLength)
+    /// 400: an append to an upload that is complete.
+    static let completedUpload = Self(type: IETFProblem.completedUpload)
 }
 
 extension HTTPField.Name {
-    static let uploadComplete = HTTPField.Name("Upload-Complete")!
-    static let uploadLimit = HTTPField.Name("Upload-Limit")!
-    static let uploadDraftInteropVersion = HTTPField.Name("Upload-Draft-Interop-Version")!
+    static let uploadComplete = HTTPField.Name(IETFField.uploadComplete)!
+    static let uploadLimit = HTTPField.Name(IETFField.uploadLimit)!
+    static let uploadDraftInteropVersion = HTTPField.Name(IETFField.uploadDraftInteropVersion)!
 }

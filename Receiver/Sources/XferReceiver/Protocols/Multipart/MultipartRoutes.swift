@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import Hummingbird
 import Logging
@@ -60,7 +61,7 @@ struct MultipartRoutes: ProtocolRoutes {
             throw Refusal.envelope(400, "this sourceId was preloaded with \(record.fileIds.count) files, not \(count)")
         }
         if isNew { for _ in record.fileIds { hooks.created(Self.protocolName) } }
-        return MultipartAnswer.ok(MultipartAnswer.Preload(fileIds: record.fileIds))
+        return MultipartAnswer.ok(MultipartPreload(fileIds: record.fileIds).data)
     }
 
     // MARK: upload.do
@@ -152,7 +153,7 @@ struct MultipartRoutes: ProtocolRoutes {
     /// Skips parts up to the one named `sectionFile`; nil when the form has none.
     private static func sectionFilePart<Body>(in reader: StreamingFormReader<Body>) async throws(FormFailure) -> FormPart? {
         while let part = try await reader.nextPart() {
-            if part.name == "sectionFile" { return part }
+            if part.name == FileSectionForm.sectionFile { return part }
         }
         return nil
     }
@@ -214,8 +215,8 @@ struct MultipartRoutes: ProtocolRoutes {
                 failed.append(fileId)
             }
         }
-        if failed.isEmpty { return MultipartAnswer.ok(MultipartAnswer.Finish(finishStatus: 1, fileUrls: urls)) }
-        return MultipartAnswer.ok(MultipartAnswer.Finish(finishStatus: 0, failFileIds: failed.joined(separator: ",")))
+        if failed.isEmpty { return MultipartAnswer.ok(MultipartFinish(finishStatus: 1, fileUrls: urls).data) }
+        return MultipartAnswer.ok(MultipartFinish(finishStatus: 0, failFileIds: failed.joined(separator: ",")).data)
     }
 
     /// Assembles one file, or says why it cannot be. Merging a merged file answers its URL again,

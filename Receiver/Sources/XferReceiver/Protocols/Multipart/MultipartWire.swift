@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -8,22 +9,8 @@ import XferPrimitives
 // Every answer is an `Envelope`: HTTP 200 with the outcome in `code`.
 
 enum MultipartAnswer {
-    static func ok(_ data: some Encodable) -> Response {
-        Envelope(code: 200, msg: "ok", data: data).response()
-    }
-
-    static func ok() -> Response { ok(NoData()) }
-
-    /// preLoad.do's data.
-    struct Preload: Encodable {
-        var fileIds: [String]
-    }
-
-    /// isFinish.do's data: every file merged (1, with the URLs), or some not (0, naming them).
-    struct Finish: Encodable {
-        var finishStatus: Int
-        var fileUrls: [String: String]?
-        var failFileIds: String?
+    static func ok(_ data: JSONValue = .object([:])) -> Response {
+        Envelope(code: MultipartCode.success, msg: "ok", data: data).response()
     }
 }
 
@@ -93,14 +80,14 @@ struct MultipartForm {
 
     /// The client's id: any string but an empty, long or control-character one.
     func sourceId() throws(Refusal) -> String {
-        guard let id = fields["sourceId"], !id.isEmpty, id.utf8.count <= Self.maximumSourceIdLength,
+        guard let id = fields[FileSectionForm.sourceId], !id.isEmpty, id.utf8.count <= Self.maximumSourceIdLength,
             !id.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f })
         else { throw .envelope(400, "sourceId must be 1 to \(Self.maximumSourceIdLength) bytes without control characters") }
         return id
     }
 
     func fileCount(maximum: Int) throws(Refusal) -> Int {
-        guard let count = fields["fileCount"].flatMap({ Int($0) }), (1...maximum).contains(count) else {
+        guard let count = fields[FileSectionForm.fileCount].flatMap({ Int($0) }), (1...maximum).contains(count) else {
             throw .envelope(400, "fileCount must be an integer between 1 and \(maximum)")
         }
         return count
@@ -109,42 +96,29 @@ struct MultipartForm {
     /// `fileIds=a,b,c`, in order, each once.
     func fileIds() throws(Refusal) -> [String] {
         var seen = Set<String>()
-        let ids = (fields["fileIds"] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let ids = (fields[FileSectionForm.fileIds] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             .filter { !$0.isEmpty && seen.insert($0).inserted }
         guard !ids.isEmpty else { throw .envelope(400, "fileIds must name the source's files, comma-separated") }
         return ids
     }
 }
 
-/// The `file_block` header: a JSON array holding one object.
-struct FileBlock: Decodable {
-    static let header = HTTPField.Name("file_block")!
-    static let fieldList =
-        "sourceId, fileId, fragmentIndex, fragmentOffset, fragmentSize, totalFileFragment, totalFileSize, fileName, fragmentMd5"
+extension FileBlock {
+    static let header = HTTPField.Name(FileBlock.headerName)!
 
-    var sourceId: String
-    var fileId: String
-    var fragmentIndex: Int
-    var fragmentOffset: Int
-    var fragmentSize: Int
-    var totalFileFragment: Int
-    var totalFileSize: Int
-    var fileName: String
-    var fragmentMd5: String
-
+    /// The request's `file_block`, read by the wire's `FileBlock`.
     init(headers: HTTPFields) throws(Refusal) {
         guard let header = headers[Self.header] else { throw .envelope(400, "the file_block header is missing") }
-        guard let blocks = try? JSONDecoder().decode([FileBlock].self, from: Data(header.utf8)), blocks.count == 1 else {
-            throw .envelope(400, "file_block must be a JSON array holding one object with \(Self.fieldList)")
+        do {
+            try self.init(header: header)
+        } catch {
+            throw .envelope(400, error.description)
         }
-        self = blocks[0]
     }
 
     /// The 16 bytes of `fragmentMd5`, written in hex (either case).
     func md5() throws(Refusal) -> [UInt8] {
-        guard fragmentMd5.utf8.count == 32, let digest = Hex.bytes(fragmentMd5) else {
-            throw .envelope(400, "fragmentMd5 must be 32 hex digits")
-        }
+        guard let digest = md5 else { throw .envelope(400, "fragmentMd5 must be 32 hex digits") }
         return digest
     }
 }

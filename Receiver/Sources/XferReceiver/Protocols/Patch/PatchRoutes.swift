@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import XferWire
 import Logging
 
 /// The `patch` protocol: create an upload, PATCH raw chunks at agreed offsets, reconcile, complete.
@@ -66,12 +67,13 @@ struct PatchRoutes: ProtocolRoutes {
             throw Refusal.error(.badRequest, "chunk number must be between 1 and \(meta.chunkCount)")
         }
         let range = meta.byteRange(ofChunk: chunk)
-        let expected = ContentRange(first: range.lowerBound, last: range.upperBound - 1, total: meta.size)
-        guard let header = request.headers[.contentRange], let contentRange = ContentRange(header: header) else {
-            throw Refusal.error(.badRequest, "Content-Range must be \"bytes \(expected.first)-\(expected.last)/\(expected.total)\"")
+        let expected = ContentRange(first: Int64(range.lowerBound), last: Int64(range.upperBound - 1), size: Int64(meta.size))
+        // The complete form only: an unknown size (`*`) has no meaning for a chunk.
+        guard let header = request.headers[.contentRange], let contentRange = ContentRange(header), contentRange.size != nil else {
+            throw Refusal.error(.badRequest, "Content-Range must be \"\(expected.header)\"")
         }
         guard contentRange == expected else {
-            throw Refusal.error(.badRequest, "Content-Range of chunk \(chunk) must be \"bytes \(expected.first)-\(expected.last)/\(expected.total)\"")
+            throw Refusal.error(.badRequest, "Content-Range of chunk \(chunk) must be \"\(expected.header)\"")
         }
         // A digest is optional so a plain curl can drive the protocol; when present it is enforced:
         // Content-Digest (negotiated by the create answer's Want-Content-Digest) or Content-MD5.
@@ -80,7 +82,7 @@ struct PatchRoutes: ProtocolRoutes {
             check = try ContentDigest.check(header)
         }
         if check == nil, let header = request.headers[.contentMD5] {
-            guard let digest = decodeContentMD5(header) else {
+            guard let digest = ContentMD5.parse(header) else {
                 throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
             }
             check = BodyWriter.Check(algorithm: .md5, expected: digest)

@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import Hummingbird
 import Logging
@@ -49,7 +50,7 @@ struct SequenceRoutes: ProtocolRoutes {
     /// The protocol sends the user's credential as its `token` field, so with `--auth-token` that
     /// field is what `receive` checks, not an Authorization header.
     static let carriesItsOwnCredential: @Sendable (Request) -> Bool = { request in
-        request.method == .post && request.uri.path == "/upload"
+        request.method == .post && request.uri.path == SequenceForm.path
     }
 
     // MARK: Handling a request
@@ -61,7 +62,7 @@ struct SequenceRoutes: ProtocolRoutes {
         let form = StreamingFormReader(body: request.body, boundary: boundary)
         let (fields, block) = try await readFields(form)
         if let expected = configuration.authToken,
-            !ConstantTime.equal(Array((fields["token"] ?? "").utf8), Array(expected.utf8))
+            !ConstantTime.equal(Array((fields[SequenceForm.token] ?? "").utf8), Array(expected.utf8))
         {
             // HTTP 401, not the protocol's code 401 (which means an unknown upToken and makes clients start over).
             throw Refusal.error(.unauthorized, "a valid token is required")
@@ -78,7 +79,7 @@ struct SequenceRoutes: ProtocolRoutes {
     private func readFields(_ form: StreamingFormReader<RequestBody>) async throws -> ([String: String], FormPart) {
         var fields: [String: String] = [:]
         while let part = try await form.nextPart() {
-            if part.name == "block" { return (fields, part) }
+            if part.name == SequenceForm.block { return (fields, part) }
             guard part.filename == nil else {
                 throw Refusal.sequence(.badRequest, "unexpected file part '\(part.name.prefix(40))'; only 'block' is a file")
             }
@@ -91,7 +92,7 @@ struct SequenceRoutes: ProtocolRoutes {
     /// sequenceNo 0: creates the upload and hands out its upToken.
     private func open(
         _ sent: SequenceRequest, block: FormPart, form: StreamingFormReader<RequestBody>
-    ) async throws -> Envelope<SequenceAnswer.Payload> {
+    ) async throws -> Envelope {
         let path = try RelativePath.parse(block.filename ?? "", field: "the block part's filename") { .sequence(.badRequest, $0) }
         guard (1...configuration.maximumChunkSize).contains(sent.blockSize) else {
             throw Refusal.sequence(.badRequest, "blockSize must be between 1 and \(configuration.maximumChunkSize)")
@@ -110,14 +111,14 @@ struct SequenceRoutes: ProtocolRoutes {
         let (_, upToken) = try await uploads.create(
             path: path, size: sent.totFileSize, blockSize: sent.blockSize, suffix: sent.suffix)
         hooks.created("sequence")
-        return SequenceAnswer.accepted(SequenceAnswer.Payload(upToken: upToken))
+        return Envelope.sequenceAccepted(SequencePayload(upToken: upToken))
     }
 
     /// sequenceNo k ≥ 1: appends the next block, replays the answer to the latest one, or says
     /// which block the server expects.
     private func accept(
         _ sent: SequenceRequest, form: StreamingFormReader<RequestBody>, request: Request
-    ) async throws -> Envelope<SequenceAnswer.Payload> {
+    ) async throws -> Envelope {
         guard let upload = try await uploads.upload(forToken: sent.upToken) else {
             throw Refusal.sequence(.unknownUpToken, "unknown upToken (never issued, or expired)")
         }
@@ -154,7 +155,7 @@ struct SequenceRoutes: ProtocolRoutes {
                 }
                 return reply
             }
-            if sequenceNo > accepted + 1 { return SequenceAnswer.outOfOrder(expected: accepted + 1) }
+            if sequenceNo > accepted + 1 { return Envelope.sequenceOutOfOrder(expected: accepted + 1) }
             // The server holds block k already; with the same crc it is the client's copy of it.
             guard let held = await upload.acceptedCRC(of: sequenceNo), held == crc else {
                 throw Refusal.sequence(.conflict, "block \(sequenceNo) was accepted with another crc; this upload holds other bytes")
@@ -162,20 +163,20 @@ struct SequenceRoutes: ProtocolRoutes {
             // Only the latest block's answer can have been lost by a client sending one block at a
             // time, so only it is replayed; an older one means the client is behind: move it on.
             if sequenceNo == accepted { return try await answer(sequenceNo, of: upload, base: base) }
-            return SequenceAnswer.outOfOrder(expected: accepted + 1)
+            return Envelope.sequenceOutOfOrder(expected: accepted + 1)
         }
     }
 
     /// The answer an accepted block gets, the first time and on every replay.
-    private func answer(_ sequenceNo: Int, of upload: any SequenceUpload, base: String) async throws -> Envelope<SequenceAnswer.Payload> {
-        guard sequenceNo == upload.blockCount else { return SequenceAnswer.accepted(SequenceAnswer.Payload(nextSequenceNo: sequenceNo + 1)) }
+    private func answer(_ sequenceNo: Int, of upload: any SequenceUpload, base: String) async throws -> Envelope {
+        guard sequenceNo == upload.blockCount else { return Envelope.sequenceAccepted(SequencePayload(nextSequenceNo: sequenceNo + 1)) }
         // Idempotent: assembles on the first call (or after a crash cut it short), then answers
         // the same record forever.
         guard case .completed = try await upload.upload.complete() else {
             throw UploadError.corrupt("every block is recorded but the upload lacks chunks")
         }
         let url = DownloadRoutes.url(base: base, upload: upload.upload)
-        return SequenceAnswer.accepted(SequenceAnswer.Payload(nextSequenceNo: sequenceNo + 1, fileUrl: url))
+        return Envelope.sequenceAccepted(SequencePayload(nextSequenceNo: sequenceNo + 1, fileUrl: url))
     }
 
     /// Streams block `sequenceNo` to its place in the data file and syncs it. Refused when the

@@ -1,41 +1,10 @@
+import XferWire
 import HTTPTypes
 import Hummingbird
 
 // What the `sequence` protocol's requests carry and its answers say (see `SequenceRoutes`).
 // Every answer is an `Envelope`, HTTP 200 with the outcome in `code`, except a storage failure
 // (HTTP 500) and a wrong `token` under `--auth-token` (HTTP 401).
-
-/// The codes of the envelope.
-enum SequenceCode: Int {
-    case ok = 0
-    case badRequest = 400
-    case unknownUpToken = 401
-    case outOfOrder = 409
-    /// Another crc for a sequenceNo the upload already holds.
-    case conflict = 412
-    /// The block's bytes do not match its crc (damaged on the way; worth sending again).
-    case damaged = 422
-}
-
-/// The answers that carry data: a block taken, or the block the server expects instead.
-enum SequenceAnswer {
-    struct Payload: Encodable {
-        var upToken: String?
-        var nextSequenceNo: Int?
-        var fileUrl: String?
-        var expectedSequenceNo: Int?
-    }
-
-    static func accepted(_ data: Payload) -> Envelope<Payload> {
-        Envelope(code: SequenceCode.ok.rawValue, msg: "ok", data: data)
-    }
-
-    static func outOfOrder(expected: Int) -> Envelope<Payload> {
-        Envelope(
-            code: SequenceCode.outOfOrder.rawValue, msg: "out of order: the server expects block \(expected)",
-            data: Payload(expectedSequenceNo: expected))
-    }
-}
 
 extension Refusal {
     static func sequence(_ code: SequenceCode, _ message: String) -> Refusal {
@@ -70,15 +39,15 @@ struct SequenceRequest: Equatable {
     var crc: UInt32?
 
     init(fields: [String: String]) throws(Refusal) {
-        sequenceNo = try Self.number("sequenceNo", in: fields)
-        blockSize = try Self.number("blockSize", in: fields)
-        totFileSize = try Self.number("totFileSize", in: fields)
-        suffix = fields["suffix"] ?? ""
-        upToken = fields["upToken"] ?? ""
+        sequenceNo = try Self.number(SequenceForm.sequenceNo, in: fields)
+        blockSize = try Self.number(SequenceForm.blockSize, in: fields)
+        totFileSize = try Self.number(SequenceForm.totFileSize, in: fields)
+        suffix = fields[SequenceForm.suffix] ?? ""
+        upToken = fields[SequenceForm.upToken] ?? ""
         if sequenceNo == 0 {
             crc = nil
         } else {
-            guard let text = fields["crc"], let parsed = SequenceCRC.parse(text) else {
+            guard let text = fields[SequenceForm.crc], let parsed = SequenceCRC.parse(text) else {
                 throw .sequence(.badRequest, "crc must be the block's CRC-32 as 8 lowercase hex digits")
             }
             crc = parsed

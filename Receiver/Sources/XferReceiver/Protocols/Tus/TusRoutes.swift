@@ -1,3 +1,4 @@
+import XferWire
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -194,7 +195,7 @@ struct TusRoutes: OffsetUploadRoutes {
             metadata = raw
             if let named = try TusMetadata.destination(pairs) { path = named }
         }
-        let concat = try headers[.uploadConcat].map(TusConcat.parse)
+        let concat = try headers[.uploadConcat].map(TusConcat.read)
         if concat != nil, concatenation == nil {
             throw Refusal.error(.badRequest, "this receiver's storage does not concatenate uploads (no concatenation in Tus-Extension)")
         }

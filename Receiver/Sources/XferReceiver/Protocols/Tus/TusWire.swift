@@ -1,16 +1,17 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import XferWire
 
 // What tus requests carry in their headers and how its refusals read (see `TusRoutes`).
 // Refusals are `{"error": ...}` with their status; `TusProtocolMiddleware` adds `Tus-Resumable`.
 
 enum TusHeaders {
-    static let version = "1.0.0"
+    static let version = TusField.version
     static let extensions = "creation,creation-with-upload,termination,checksum,concatenation"
     /// With `expiration` when unfinished uploads expire (`Upload-Expires` on creations and PATCHes).
     static func extensions(expiring: Bool) -> String { expiring ? extensions + ",expiration" : extensions }
-    static let offsetStream = "application/offset+octet-stream"
+    static let offsetStream = TusField.offsetStream
     /// `Upload-Metadata` is stored and echoed; a larger one is refused, not kept.
     static let metadataLimit = 16 * 1024
 
@@ -26,14 +27,8 @@ enum TusHeaders {
         expireAfter.map { HTTPDate.format(now + $0.seconds) }
     }
 
-    /// A non-negative decimal integer as tus headers carry them; nil for anything else.
-    static func number(_ text: String) -> Int? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard (1...18).contains(trimmed.utf8.count), trimmed.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) else {
-            return nil
-        }
-        return Int(trimmed)
-    }
+    /// A non-negative decimal integer as tus headers carry them (the wire's reading).
+    static func number(_ text: String) -> Int? { TusField.number(text) }
 
     static func contentLength(_ request: Request) throws(Refusal) -> Int? {
         guard let text = request.headers[.contentLength] else { return nil }
@@ -65,54 +60,18 @@ extension Refusal {
     }
 }
 
-/// The checksum extension: `Upload-Checksum: ALGORITHM BASE64(DIGEST)` of one request's body.
-struct TusChecksum: Sendable, Equatable {
-    /// Cheapest first: a client that takes the first it knows sends CRC-32C (4 bytes, big-endian,
-    /// as RFC 9530's `crc32c`), which costs the receiver ~1/20 of SHA-1's CPU.
-    enum Algorithm: String, Sendable, CaseIterable {
-        case crc32c, sha1, sha256, md5
-
-        var digestLength: Int {
-            switch self {
-            case .crc32c: 4
-            case .sha1: 20
-            case .sha256: 32
-            case .md5: 16
-            }
-        }
-
-        var streaming: StreamingDigest.Algorithm {
-            switch self {
-            case .crc32c: .crc32c
-            case .sha1: .sha1
-            case .sha256: .sha256
-            case .md5: .md5
-            }
+extension TusChecksum.Algorithm {
+    var streaming: StreamingDigest.Algorithm {
+        switch self {
+        case .crc32c: .crc32c
+        case .sha1: .sha1
+        case .sha256: .sha256
+        case .md5: .md5
         }
     }
+}
 
-    /// `Tus-Checksum-Algorithm`, in the order of `Algorithm`.
-    static let advertised = Algorithm.allCases.map(\.rawValue).joined(separator: ",")
-
-    enum Problem: Error, Equatable {
-        /// 400 by the spec, like a malformed header.
-        case unsupportedAlgorithm
-        case malformed
-    }
-
-    let algorithm: Algorithm
-    let digest: [UInt8]
-
-    static func parse(_ header: String) -> Result<TusChecksum, Problem> {
-        let parts = header.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: true)
-        guard parts.count == 2 else { return .failure(.malformed) }
-        guard let algorithm = Algorithm(rawValue: String(parts[0])) else { return .failure(.unsupportedAlgorithm) }
-        guard let digest = Data(base64Encoded: String(parts[1])), digest.count == algorithm.digestLength else {
-            return .failure(.malformed)
-        }
-        return .success(TusChecksum(algorithm: algorithm, digest: Array(digest)))
-    }
-
+extension TusChecksum {
     /// The request's `Upload-Checksum` as the check its body must pass; nil without one.
     static func check(of request: Request) throws(Refusal) -> BodyWriter.Check? {
         guard let header = request.headers[.uploadChecksum] else { return nil }
@@ -127,29 +86,7 @@ struct TusChecksum: Sendable, Equatable {
     }
 }
 
-/// `Upload-Metadata`: `key base64,key base64,key` (the value may be left out).
-enum TusMetadata {
-    /// Keys and decoded values; nil when malformed (empty or repeated key, a space or comma in a
-    /// key, a value that is not base64).
-    static func parse(_ header: String) -> [String: [UInt8]]? {
-        var pairs: [String: [UInt8]] = [:]
-        for item in header.split(separator: ",", omittingEmptySubsequences: false) {
-            let parts = item.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: false)
-            guard parts.count == 1 || parts.count == 2 else { return nil }
-            let key = String(parts[0])
-            guard !key.isEmpty, pairs[key] == nil, key.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: ",") }) else {
-                return nil
-            }
-            var value: [UInt8] = []
-            if parts.count == 2 {
-                guard let decoded = Data(base64Encoded: String(parts[1])) else { return nil }
-                value = Array(decoded)
-            }
-            pairs[key] = value
-        }
-        return pairs
-    }
-
+extension TusMetadata {
     /// The pairs as text, for the application's hooks (a value that is not UTF-8 is decoded
     /// lossily: hooks read names and labels, not bytes).
     static func text(_ pairs: [String: [UInt8]]) -> [String: String] {
@@ -159,14 +96,8 @@ enum TusMetadata {
     /// `Upload-Metadata` holding `pairs` (keys sorted); nil when a key cannot be one (empty, a
     /// space, a comma or a control character in it) or the whole is past `TusHeaders.metadataLimit`.
     static func header(_ pairs: [String: String]) -> String? {
-        var items: [String] = []
-        for key in pairs.keys.sorted() {
-            guard !key.isEmpty, key.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7F && $0 != UInt8(ascii: ",") }) else { return nil }
-            let value = pairs[key]!
-            items.append(value.isEmpty ? key : key + " " + Data(value.utf8).base64EncodedString())
-        }
-        let header = items.joined(separator: ",")
-        return header.utf8.count <= TusHeaders.metadataLimit ? header : nil
+        guard let text = header(pairs.keys.sorted().map { (key: $0, value: Array(pairs[$0]!.utf8)) }) else { return nil }
+        return text.utf8.count <= TusHeaders.metadataLimit ? text : nil
     }
 
     /// Where the file lands, from the metadata's pairs: `relativePath` when present (validated
@@ -189,58 +120,40 @@ enum TusMetadata {
     }
 }
 
-/// `Upload-Concat`: `partial`, or `final;` and the partial uploads' URLs (absolute or paths),
-/// separated by spaces.
-enum TusConcat: Equatable {
-    case partial
-    case final([String])
-
-    static func parse(_ header: String) throws(Refusal) -> TusConcat {
-        let trimmed = header.trimmingCharacters(in: .whitespaces)
-        if trimmed == "partial" { return .partial }
-        guard trimmed.hasPrefix("final;") else {
-            throw .error(.badRequest, "Upload-Concat must be 'partial' or 'final;URL URL ...'")
+extension TusConcat {
+    /// The request's `Upload-Concat`, a final concatenation's URLs turned into this server's
+    /// upload ids (not checked for existence).
+    static func read(_ header: String) throws(Refusal) -> TusConcat {
+        let concat: TusConcat
+        do {
+            concat = try parse(header)
+        } catch {
+            throw .error(.badRequest, error.description)
         }
-        let urls = trimmed.dropFirst("final;".count).split(separator: " ", omittingEmptySubsequences: true)
-        guard !urls.isEmpty else { throw .error(.badRequest, "Upload-Concat: final; must list the partial uploads' URLs") }
+        guard case .final(let urls) = concat else { return concat }
         var ids: [String] = []
         for url in urls {
-            guard let id = uploadID(fromURL: String(url)) else {
+            guard let id = uploadID(fromURL: url) else {
                 throw .error(.badRequest, "'\(url.prefix(200))' is not an upload URL of this server (/files/ID)")
             }
             ids.append(id)
         }
         return .final(ids)
     }
-
-    /// `http://host/files/ID` or `/files/ID` → ID (not checked for existence).
-    static func uploadID(fromURL url: String) -> String? {
-        var path = Substring(url)
-        if let scheme = path.range(of: "://") {
-            let afterScheme = path[scheme.upperBound...]
-            guard let slash = afterScheme.firstIndex(of: "/") else { return nil }
-            path = afterScheme[slash...]
-        }
-        guard path.hasPrefix("/files/") else { return nil }
-        var id = path.dropFirst("/files/".count)
-        if id.hasSuffix("/") { id = id.dropLast() }
-        guard !id.isEmpty, !id.contains("/"), !id.contains("?"), !id.contains("#") else { return nil }
-        return String(id)
-    }
 }
 
 extension HTTPField.Name {
-    static let tusResumable = HTTPField.Name("Tus-Resumable")!
-    static let tusVersion = HTTPField.Name("Tus-Version")!
-    static let tusExtension = HTTPField.Name("Tus-Extension")!
-    static let tusMaxSize = HTTPField.Name("Tus-Max-Size")!
-    static let tusChecksumAlgorithm = HTTPField.Name("Tus-Checksum-Algorithm")!
-    static let uploadOffset = HTTPField.Name("Upload-Offset")!
-    static let uploadLength = HTTPField.Name("Upload-Length")!
-    static let uploadDeferLength = HTTPField.Name("Upload-Defer-Length")!
-    static let uploadMetadata = HTTPField.Name("Upload-Metadata")!
-    static let uploadConcat = HTTPField.Name("Upload-Concat")!
-    static let uploadChecksum = HTTPField.Name("Upload-Checksum")!
-    static let uploadExpires = HTTPField.Name("Upload-Expires")!
+    static let tusResumable = HTTPField.Name(TusField.tusResumable)!
+    static let tusVersion = HTTPField.Name(TusField.tusVersion)!
+    static let tusExtension = HTTPField.Name(TusField.tusExtension)!
+    static let tusMaxSize = HTTPField.Name(TusField.tusMaxSize)!
+    static let tusChecksumAlgorithm = HTTPField.Name(TusField.tusChecksumAlgorithm)!
+    static let uploadOffset = HTTPField.Name(TusField.uploadOffset)!
+    static let uploadLength = HTTPField.Name(TusField.uploadLength)!
+    static let uploadDeferLength = HTTPField.Name(TusField.uploadDeferLength)!
+    static let uploadMetadata = HTTPField.Name(TusField.uploadMetadata)!
+    static let uploadConcat = HTTPField.Name(TusField.uploadConcat)!
+    static let uploadChecksum = HTTPField.Name(TusField.uploadChecksum)!
+    static let uploadExpires = HTTPField.Name(TusField.uploadExpires)!
     static let xHTTPMethodOverride = HTTPField.Name("X-HTTP-Method-Override")!
 }

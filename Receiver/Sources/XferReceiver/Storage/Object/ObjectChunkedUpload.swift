@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// One chunked upload (patch, multipart, sequence's blocks) in an object store. Holds nothing but
 /// what never changes: every question is asked of the store.

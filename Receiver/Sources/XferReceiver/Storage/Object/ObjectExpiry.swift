@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// Expiry on an object store: an expired upload is dropped by whichever receiver meets it first
 /// (`ObjectStorage.readState`), or by a sweep each receiver runs now and then.

@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// multipart's sources as small objects, created only if absent: two instances preloading one
 /// source at once agree on the ids the store kept.

@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 extension ObjectStoreLocation {
     /// How many claim lifetimes `expireAfter` must be at least. A live append shows the store it

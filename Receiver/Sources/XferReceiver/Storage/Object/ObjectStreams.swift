@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 /// Staged objects read one after another, then (optionally) a body: the contents of a part made of
 /// a staged tail and an append's own bytes.

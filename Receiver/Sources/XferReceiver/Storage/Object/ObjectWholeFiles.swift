@@ -6,7 +6,7 @@ import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
-import XferS3
+import XferS3Core
 
 extension ObjectStorage: WholeFileStoring {
     /// One `PutObject` streamed through at `PREFIX/raw/NAME` (so at most the store's 5 GiB).

@@ -1,7 +1,13 @@
 import XferPrimitives
-/// A strict JSON reader (RFC 8259) producing `JSONValue`, for the small
-/// answers upload APIs give.
+
+/// The project's one JSON reader (RFC 8259), producing `JSONValue`: servers' answers in the
+/// backends, clients' bodies and headers in the receiver, records on disk.
+///
+/// Read by hand over the bytes as they lie (an array's or a network buffer's), with limits that
+/// keep a hostile document's cost bounded by its length: nesting past `maximumDepth` is refused
+/// before it can exhaust the stack, and a number must fit a `Double`.
 struct JSONParser {
+    /// Why the bytes are not a document this reader takes.
     struct Malformed: Error, CustomStringConvertible {
         let offset: Int
         let problem: String
@@ -11,10 +17,10 @@ struct JSONParser {
     /// Deeper nesting is refused rather than allowed to exhaust the stack.
     static let maximumDepth = 256
 
-    private let bytes: [UInt8]
+    private let bytes: UnsafeRawBufferPointer
     private var offset = 0
 
-    init(_ bytes: [UInt8]) { self.bytes = bytes }
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
     /// One value, with nothing but whitespace around it.
     mutating func document() throws(Malformed) -> JSONValue {
@@ -33,27 +39,32 @@ struct JSONParser {
             offset += 1
             var members: [String: JSONValue] = [:]
             skipWhitespace()
-            if peek(UInt8(ascii: "}")) { return .object(members) }
+            if take(UInt8(ascii: "}")) { return .object(members) }
             while true {
                 skipWhitespace()
                 guard offset < bytes.count, bytes[offset] == UInt8(ascii: "\"") else { throw fail("expected a member name") }
+                let at = offset
                 let key = try string()
                 skipWhitespace()
                 try expect(UInt8(ascii: ":"))
-                members[key] = try value(depth: depth + 1)
+                // Two readers of a repeated name may keep different values: a document whose
+                // meaning depends on which is refused, not guessed at.
+                guard members.updateValue(try value(depth: depth + 1), forKey: key) == nil else {
+                    throw Malformed(offset: at, problem: "the member name '\(key.prefix(64))' appears twice")
+                }
                 skipWhitespace()
-                if peek(UInt8(ascii: "}")) { return .object(members) }
+                if take(UInt8(ascii: "}")) { return .object(members) }
                 try expect(UInt8(ascii: ","))
             }
         case UInt8(ascii: "["):
             offset += 1
             var elements: [JSONValue] = []
             skipWhitespace()
-            if peek(UInt8(ascii: "]")) { return .array(elements) }
+            if take(UInt8(ascii: "]")) { return .array(elements) }
             while true {
                 elements.append(try value(depth: depth + 1))
                 skipWhitespace()
-                if peek(UInt8(ascii: "]")) { return .array(elements) }
+                if take(UInt8(ascii: "]")) { return .array(elements) }
                 try expect(UInt8(ascii: ","))
             }
         case UInt8(ascii: "\""):
@@ -73,14 +84,14 @@ struct JSONParser {
     }
 
     /// Consumes `byte` if it is next.
-    private mutating func peek(_ byte: UInt8) -> Bool {
+    private mutating func take(_ byte: UInt8) -> Bool {
         guard offset < bytes.count, bytes[offset] == byte else { return false }
         offset += 1
         return true
     }
 
     private mutating func expect(_ byte: UInt8) throws(Malformed) {
-        guard peek(byte) else { throw fail("expected '\(Character(Unicode.Scalar(byte)))'") }
+        guard take(byte) else { throw fail("expected '\(Character(Unicode.Scalar(byte)))'") }
     }
 
     private mutating func skipWhitespace() {
@@ -101,24 +112,35 @@ struct JSONParser {
 
     private mutating func number() throws(Malformed) -> Double {
         let start = offset
-        func digits() -> Int {
-            let from = offset
-            while offset < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[offset]) { offset += 1 }
-            return offset - from
-        }
-        _ = peek(UInt8(ascii: "-"))
+        _ = take(UInt8(ascii: "-"))
         let integral = offset
         guard digits() > 0 else { throw fail("expected a value") }
         if bytes[integral] == UInt8(ascii: "0"), offset - integral > 1 { throw fail("a number with a leading zero") }
-        if peek(UInt8(ascii: ".")) {
+        if take(UInt8(ascii: ".")) {
             guard digits() > 0 else { throw fail("expected digits after '.'") }
         }
-        if peek(UInt8(ascii: "e")) || peek(UInt8(ascii: "E")) {
-            if !peek(UInt8(ascii: "+")) { _ = peek(UInt8(ascii: "-")) }
+        if take(UInt8(ascii: "e")) || take(UInt8(ascii: "E")) {
+            if !take(UInt8(ascii: "+")) { _ = take(UInt8(ascii: "-")) }
             guard digits() > 0 else { throw fail("expected digits in the exponent") }
         }
-        guard let value = Double(String(decoding: bytes[start..<offset], as: UTF8.self)) else { throw fail("unreadable number") }
+        // A plain integer (what sizes, counts and chunk lists are) is summed from its digits:
+        // no `String` per number, which a list of a million chunk numbers would feel.
+        if offset - integral <= 15, !bytes[integral..<offset].contains(where: { !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }) {
+            let magnitude = bytes[integral..<offset].reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
+            return Double(start == integral ? magnitude : -magnitude)
+        }
+        // `1e999` reads as infinity: a size or count no protocol carries, refused rather than
+        // handed on as a number no arithmetic can use.
+        guard let value = Double(String(decoding: bytes[start..<offset], as: UTF8.self)), value.isFinite else {
+            throw Malformed(offset: start, problem: "a number too large")
+        }
         return value
+    }
+
+    private mutating func digits() -> Int {
+        let from = offset
+        while offset < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[offset]) { offset += 1 }
+        return offset - from
     }
 
     /// A string literal, `offset` at its opening quote.
