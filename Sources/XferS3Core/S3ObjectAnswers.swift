@@ -1,4 +1,5 @@
 import Foundation
+import XferWire
 import XferPrimitives
 
 // What `S3ObjectRequests`' operations answer with, and the reading of S3's
@@ -105,9 +106,9 @@ public struct S3ObjectMetadata: Sendable, Hashable {
         var size: Int64? = length
         var range: ClosedRange<Int64>?
         if response.status == 206 {
-            guard let contentRange = response.headers["Content-Range"].flatMap(S3ContentRange.init), let first = contentRange.range
-            else { return nil }
-            range = first
+            // HTTP's one reading of the header, the engine's and the receiver's (XferWire).
+            guard let contentRange = response.headers["Content-Range"].flatMap({ ContentRange($0) }) else { return nil }
+            range = contentRange.first...contentRange.last
             size = contentRange.size
         }
         self.init(
@@ -119,25 +120,6 @@ public struct S3ObjectMetadata: Sendable, Hashable {
                     let name = field.name.lowercased()
                     return name.hasPrefix(Self.userPrefix) ? (String(name.dropFirst(Self.userPrefix.count)), field.value) : nil
                 }, uniquingKeysWith: { first, _ in first }))
-    }
-}
-
-/// `Content-Range: bytes FIRST-LAST/SIZE` (or `bytes */SIZE` on a 416).
-package struct S3ContentRange {
-    package var range: ClosedRange<Int64>?
-    package var size: Int64?
-
-    package init?(_ text: String) {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard trimmed.lowercased().hasPrefix("bytes ") else { return nil }
-        let parts = trimmed.dropFirst(6).split(separator: "/", maxSplits: 1)
-        guard parts.count == 2 else { return nil }
-        size = Int64(parts[1])
-        guard parts[1] == "*" || size != nil else { return nil }
-        if parts[0] == "*" { return }
-        let bounds = parts[0].split(separator: "-", maxSplits: 1).map { Int64($0) }
-        guard bounds.count == 2, let first = bounds[0], let last = bounds[1], first <= last else { return nil }
-        range = first...last
     }
 }
 

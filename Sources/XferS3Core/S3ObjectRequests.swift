@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import XferWire
 import XferPrimitives
 
 /// One S3 operation, sans-IO: the signed request to send, and the reading
@@ -154,7 +155,7 @@ public struct S3ObjectRequests: Sendable {
             case 412:
                 return .preconditionFailed
             case 416:
-                return .rangeNotSatisfiable(objectSize: response.headers["Content-Range"].flatMap(S3ContentRange.init)?.size)
+                return .rangeNotSatisfiable(objectSize: response.headers["Content-Range"].flatMap { ContentRange.unsatisfiedSize($0) ?? ContentRange($0)?.size })
             case 404 where Self.isMissingKey(response):
                 return .notFound
             default:

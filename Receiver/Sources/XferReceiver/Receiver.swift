@@ -238,7 +238,7 @@ public struct ReceiverRoutes: Sendable {
     static func open(
         _ storage: StorageComposer, configuration: ReceiverConfiguration, testHooks: ReceiverTestHooks = ReceiverTestHooks(), logger: Logger
     ) async throws -> ReceiverRoutes {
-        let handles = UploadHandles(key: try await storage.core.handleKey())
+        let handles = UploadHandles(key: try await storage.handleKeys?.handleKey() ?? UploadHandles.processKey())
         let environment = RouteEnvironment(
             storage: storage,
             baseURL: BaseURL(

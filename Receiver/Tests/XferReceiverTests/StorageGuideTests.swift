@@ -23,17 +23,19 @@ final class StorageGuideTests: XCTestCase {
     }
 
     /// Every requirement of `UploadStorage` and `ChunkedUpload` has its row, and the core stays
-    /// small (tusd's has six; ours at most ten a protocol).
+    /// small: tusd's `DataStore` and `Upload` have six between them, ours at most ten.
     func testTheGuideNamesEveryRequirementOfTheCore() throws {
         let guide = try Self.read("Docs/storage-guide.md")
         let source = try Self.read("Receiver/Sources/XferReceiver/Storage/UploadStorage.swift")
+        var total: [String] = []
         for name in ["UploadStorage", "ChunkedUpload"] {
             let body = try XCTUnwrap(Self.body(of: "protocol \(name)", in: source))
             let requirements = Self.requirements(in: body)
-            XCTAssertLessThanOrEqual(requirements.count, 10, "\(name): \(requirements)")
             XCTAssertGreaterThan(requirements.count, 3, "the scan found \(name)'s requirements")
             for requirement in requirements { XCTAssertTrue(guide.contains("`\(requirement)"), "the guide does not name \(name).\(requirement)") }
+            total += requirements.map { "\(name).\($0)" }
         }
+        XCTAssertLessThanOrEqual(total.count, 10, "the core: \(total)")
     }
 
     /// Every capability of the composer has its row.

@@ -5,8 +5,9 @@ import XferPrimitives
 /// (`/downloads/<id>/<path>`, a link people share), so it must not also be what lets someone
 /// append to the upload or delete it. The URLs that change an upload (patch's `uploadId`, tus's
 /// and the IETF draft's `Location`) carry a handle instead: the id and a tag only this receiver
-/// can make, an HMAC-SHA256 of the id under a key of the storage's (`UploadStorage.handleKey`,
-/// one for every receiver sharing the storage). A download link grants reading only.
+/// can make, an HMAC-SHA256 of the id under a key of the storage's (`HandleKeyKeeping`, one for
+/// every receiver sharing the storage; a key of the process's for a storage that keeps none). A
+/// download link grants reading only.
 ///
 /// A handle is 64 lowercase hex digits: the 32 of the id, then 32 of the tag.
 struct UploadHandles: Sendable {
@@ -17,6 +18,12 @@ struct UploadHandles: Sendable {
     init(key: [UInt8]) {
         precondition(key.count == Self.keyLength, "an upload URL key is 32 bytes")
         self.key = key
+    }
+
+    /// A key made for this process: for a storage that keeps none (`StorageComposer.handleKeys`).
+    static func processKey() -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<keyLength).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
     }
 
     private func tag(_ id: some StringProtocol) -> String {

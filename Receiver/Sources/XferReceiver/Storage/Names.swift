@@ -52,6 +52,11 @@ struct RelativePath: Sendable, Equatable {
         self.components = components
     }
 
+    /// A path this receiver checked and recorded (`text`), read back without checking again.
+    init(stored text: String) {
+        self.init(components: text.split(separator: "/", omittingEmptySubsequences: true).map(String.init))
+    }
+
     /// `components` joined with '/': the path below `downloads/<id>/`, and what `meta.json` keeps.
     var text: String { components.joined(separator: "/") }
 

@@ -19,6 +19,10 @@ struct UploadMeta: Codable, Sendable {
 
     var chunkCount: Int { size == 0 ? 0 : (size - 1) / chunkSize + 1 }
 
+    /// Where the file is published: `fileName`, checked by `RelativePath.parse` when the upload
+    /// was created, read back as it was written.
+    var path: RelativePath { RelativePath(stored: fileName) }
+
     /// The meta as the upload log's first line: the JSON `JSONEncoder` with sorted keys would write
     /// (and `JSONDecoder` reads back), built directly since it is written for every upload.
     func jsonLine() -> [UInt8] {

@@ -28,29 +28,37 @@ import NIOCore
 /// `ObjectStorage` (Storage/Object/) the one over an S3 store, `MemoryStorage` the core alone
 /// (Docs/storage-guide.md walks through it).
 protocol UploadStorage: AnyObject, Sendable {
-    /// The smallest chunk this storage takes as it is, for a file of more than one (an object
-    /// store's minimum part size): a protocol whose server chooses the chunk size (patch) answers
-    /// at least this.
-    var preferredMinimumChunkSize: Int { get }
 
     /// A new upload, durable (so known to any later lookup, also after a crash) before it returns.
     func create(_ upload: NewUpload) async throws -> any ChunkedUpload
-    /// Nil for ids that are malformed or unknown.
-    func upload(id: String) async throws -> (any ChunkedUpload)?
-    /// Upload `id`, created as `upload` describes when it does not exist yet: for protocols that
-    /// hand out ids before anything says what the file is (multipart's file ids). Concurrent calls
-    /// for one id get the same upload. `id` must be one this storage generated (`UploadID`).
-    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload
+    /// Describe: upload `id`, nil for ids that are malformed or unknown. With `creating`, an upload
+    /// that does not exist yet is created as it describes: for protocols that hand out ids before
+    /// anything says what the file is (multipart's file ids); concurrent calls for one id then get
+    /// the same upload, and `id` must be one this storage generated (`UploadID`). Callers use
+    /// `upload(id:)` and `upload(id:creatingIfAbsent:)`.
+    func upload(id: String, creating: NewUpload?) async throws -> (any ChunkedUpload)?
     /// False when the upload is unknown or already deleted. Its published file goes with it, and
     /// every other thing the storage kept of it.
     func delete(id: String) async throws -> Bool
     /// The body of a completed upload's file, read from where the storage published it, whole,
     /// streamed. `upload` is one this storage returned. (Ranges of it: `PublishedRangeReading`.)
     func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody
+}
 
-    /// The key of upload handles (`UploadHandles`), 32 bytes, made once and kept where every
-    /// receiver of this storage finds the same.
-    func handleKey() async throws -> [UInt8]
+extension UploadStorage {
+    /// Nil for ids that are malformed or unknown.
+    func upload(id: String) async throws -> (any ChunkedUpload)? {
+        try await upload(id: id, creating: nil)
+    }
+
+    /// Upload `id`, created as `upload` describes when it does not exist yet (see
+    /// `upload(id:creating:)`).
+    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
+        guard let found = try await self.upload(id: id, creating: upload) else {
+            throw UploadError.corrupt("upload \(id) was neither found nor created")
+        }
+        return found
+    }
 }
 
 /// What a new upload is.
@@ -65,9 +73,8 @@ struct NewUpload: Sendable {
 
 /// An upload whose chunks (1-based, `meta.chunkSize` bytes each but the last) arrive in any order.
 protocol ChunkedUpload: AnyObject, Sendable {
+    /// What the upload is: its protocol, id, path, size and chunk size.
     var meta: UploadMeta { get }
-    /// Where its file is published (below `/downloads/<id>/`).
-    var path: RelativePath { get }
     /// Body bytes read for this upload since the receiver started, partial bodies included: what
     /// a client really sent, to measure re-sends.
     var bytesReceivedSoFar: Int { get }
@@ -91,6 +98,9 @@ protocol ChunkedUpload: AnyObject, Sendable {
 }
 
 extension ChunkedUpload {
+    /// Where its file is published (below `/downloads/<id>/`).
+    var path: RelativePath { meta.path }
+
     func writeChunk<Body: AsyncSequence>(_ chunk: Int, body: Body, check: BodyWriter.Check?) async throws where Body.Element == ByteBuffer {
         try await writeChunk(chunk, body: body, check: check, trailer: nil)
     }

@@ -46,7 +46,7 @@ struct PatchRoutes: ProtocolRoutes {
             throw Refusal.error(.badRequest, "chunkSize must be between 1 and \(configuration.maximumChunkSize)")
         }
         // The storage's floor where the file has more than one chunk (an object store's part minimum).
-        let chunkSize = max(1, testHooks.patchChunkSize ?? max(create.chunkSize, min(store.preferredMinimumChunkSize, create.size)))
+        let chunkSize = max(1, testHooks.patchChunkSize ?? max(create.chunkSize, min(environment.storage.preferredMinimumChunkSize, create.size)))
         let chunkCount = create.size == 0 ? 0 : (create.size - 1) / chunkSize + 1
         guard chunkCount <= Self.maximumChunkCount else {
             throw Refusal.error(.badRequest, "more than \(Self.maximumChunkCount) chunks: use a larger chunkSize")

@@ -8,7 +8,8 @@
 struct StorageComposer: Sendable {
     /// Everything beyond the core, by name: what a test removes, what the receiver logs it lacks.
     enum Capability: String, CaseIterable, Sendable, Hashable {
-        case offsetUploads, concatenation, sequences, multipartSources, wholeFiles, rangeReads, expiry, upkeep, statistics
+        case offsetUploads, concatenation, sequences, multipartSources, wholeFiles, rangeReads, expiry, upkeep, statistics,
+            handleKeys
     }
 
     let core: any UploadStorage
@@ -30,6 +31,14 @@ struct StorageComposer: Sendable {
     var upkeep: (any IdleUploadDropping)?
     /// `GET /stats`'s counters.
     var statistics: (any StatisticsReporting)?
+    /// The key of upload handles kept where every receiver of the storage finds it, across
+    /// restarts; without it each process makes its own (its upload URLs hold while it runs).
+    var handleKeys: (any HandleKeyKeeping)?
+
+    /// The smallest chunk the storage takes as it is, for a file of more than one (an object
+    /// store's minimum part size): a protocol whose server chooses the chunk size (patch) answers
+    /// at least this. A trait, not a capability: 1 unless the storage says otherwise.
+    var preferredMinimumChunkSize = 1
 
     /// The core alone: no capability until one is declared.
     init(core: any UploadStorage) {
@@ -54,6 +63,7 @@ struct StorageComposer: Sendable {
         if expiry != nil { found.insert(.expiry) }
         if upkeep != nil { found.insert(.upkeep) }
         if statistics != nil { found.insert(.statistics) }
+        if handleKeys != nil { found.insert(.handleKeys) }
         return found
     }
 
@@ -70,6 +80,7 @@ struct StorageComposer: Sendable {
         case .expiry: composer.expiry = nil
         case .upkeep: composer.upkeep = nil
         case .statistics: composer.statistics = nil
+        case .handleKeys: composer.handleKeys = nil
         }
         return composer
     }

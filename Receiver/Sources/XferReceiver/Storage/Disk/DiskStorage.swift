@@ -21,7 +21,7 @@ import Darwin
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
 final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting, HandleKeyKeeping
 {
     let uploads: DiskUploads
     let fileIO: FileIO
@@ -74,22 +74,19 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
         composer.upkeep = self
         composer.statistics = self
+        composer.handleKeys = self
     }
 
     var statistics: ReceiverStatistics { uploads.statistics }
     var syncRounds: Int { uploads.durability.rounds.load(ordering: .relaxed) }
-    var preferredMinimumChunkSize: Int { 1 }
 
     func create(_ upload: NewUpload) async throws -> any ChunkedUpload {
         try await uploads.create(protocolName: upload.protocolName, path: upload.path, size: upload.size, chunkSize: upload.chunkSize)
     }
 
-    func upload(id: String) async throws -> (any ChunkedUpload)? {
-        try await uploads.upload(id: id)
-    }
-
-    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
-        try await uploads.upload(
+    func upload(id: String, creating upload: NewUpload?) async throws -> (any ChunkedUpload)? {
+        guard let upload else { return try await uploads.upload(id: id) }
+        return try await uploads.upload(
             id: id, creatingIfAbsent: upload.protocolName, path: upload.path, size: upload.size, chunkSize: upload.chunkSize)
     }
 
@@ -181,7 +178,6 @@ extension FileIO {
 }
 
 extension DiskUpload: ChunkedUpload {
-    nonisolated var path: RelativePath { layout.path }
     nonisolated var bytesReceivedSoFar: Int { bytesReceived.load(ordering: .relaxed) }
 }
 

@@ -13,18 +13,11 @@ import XferPrimitives
 /// receiver that serves anyone: "durable" here means "recorded in this process".
 final class MemoryStorage: ComposableStorage {
     private let uploads = Mutex<[String: MemoryUpload]>([:])
-    private let key: [UInt8]
 
-    init() {
-        var generator = SystemRandomNumberGenerator()
-        key = (0..<UploadHandles.keyLength).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
-    }
+    init() {}
 
-    /// The core only: no capability is declared.
+    /// The core only: no capability is declared (and any chunk size is taken as it is).
     func compose(into composer: inout StorageComposer) {}
-
-    /// Any chunk size is taken as it is.
-    var preferredMinimumChunkSize: Int { 1 }
 
     func create(_ upload: NewUpload) async throws -> any ChunkedUpload {
         let made = MemoryUpload(id: UploadID.generate(), upload)
@@ -32,13 +25,10 @@ final class MemoryStorage: ComposableStorage {
         return made
     }
 
-    func upload(id: String) async throws -> (any ChunkedUpload)? {
-        uploads.withLock { $0[id] }
-    }
-
-    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
+    func upload(id: String, creating upload: NewUpload?) async throws -> (any ChunkedUpload)? {
         uploads.withLock { uploads in
             if let existing = uploads[id] { return existing }
+            guard let upload else { return nil }
             let made = MemoryUpload(id: id, upload)
             uploads[id] = made
             return made
@@ -57,14 +47,11 @@ final class MemoryStorage: ComposableStorage {
         guard let held = uploads.withLock({ $0[upload.meta.uploadId] }), let file = held.file else { throw UploadError.deleted }
         return ResponseBody(byteBuffer: file)
     }
-
-    func handleKey() async throws -> [UInt8] { key }
 }
 
 /// One upload of `MemoryStorage`: its chunks until it completes, then its file.
 final class MemoryUpload: ChunkedUpload {
     let meta: UploadMeta
-    let path: RelativePath
     private let received = Atomic<Int>(0)
 
     private struct State {
@@ -79,7 +66,6 @@ final class MemoryUpload: ChunkedUpload {
         meta = UploadMeta(
             formatVersion: UploadMeta.currentFormatVersion, protocolName: upload.protocolName, uploadId: id, fileName: upload.path.text,
             size: upload.size, chunkSize: upload.chunkSize)
-        path = upload.path
     }
 
     var bytesReceivedSoFar: Int { received.load(ordering: .relaxed) }

@@ -19,7 +19,7 @@ import XferS3Core
 /// objects of their own and folded into parts when the upload completes. Offset uploads (tus,
 /// ietf) append parts under a claim (`ObjectOffsetUploads`).
 final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    PublishedRangeReading, IdleUploadDropping, StatisticsReporting
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting, HandleKeyKeeping
 {
     let client: ObjectStoreClient
     let layout: ObjectLayout
@@ -61,6 +61,11 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         if let expireAfter { composer.expiry = StorageExpiry(after: expireAfter, sweeper: self) }
         composer.upkeep = self
         composer.statistics = self
+        composer.handleKeys = self
+        // Chunks of at least a part's minimum go to the store as parts, with no staging; 8 MiB (the
+        // AWS CLI's part size) rather than the 5 MiB minimum, because every chunk costs the store
+        // its request and its record whatever its size (Docs/benchmarks.md, section 11).
+        composer.preferredMinimumChunkSize = 8 << 20
     }
 
     /// A final upload's bytes copied from its partials' objects (`ObjectOffsetUpload.concatenate`).
@@ -70,10 +75,6 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
     }
 
     var syncRounds: Int { 0 }
-    /// Chunks of at least a part's minimum go to the store as parts, with no staging; 8 MiB (the
-    /// AWS CLI's part size) rather than the 5 MiB minimum, because every chunk costs the store its
-    /// request and its record whatever its size (Docs/benchmarks.md, section 11).
-    var preferredMinimumChunkSize: Int { 8 << 20 }
 
     // MARK: State, by compare-and-swap
 
@@ -318,16 +319,14 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         return upload
     }
 
-    func upload(id: String) async throws -> (any ChunkedUpload)? {
-        try await chunkedUpload(id: id)
-    }
 
     func chunkedUpload(id: String) async throws -> ObjectChunkedUpload? {
         guard let read = try await readState(id) else { return nil }
         return ObjectChunkedUpload(storage: self, meta: read.0.meta, seen: read)
     }
 
-    func upload(id: String, creatingIfAbsent upload: NewUpload) async throws -> any ChunkedUpload {
+    func upload(id: String, creating upload: NewUpload?) async throws -> (any ChunkedUpload)? {
+        guard let upload else { return try await chunkedUpload(id: id) }
         precondition(UploadID.isValid(id), "upload ids name objects")
         while true {
             if let existing = try await chunkedUpload(id: id) { return existing }
