@@ -11,22 +11,12 @@ import XferPrimitives
 // `BackendError`, its `Exchange` and its curl client. The public members below are those XferS3
 // had before the move, kept so that code written against them still compiles.
 
-extension AWSHeaders {
-    /// The engine's header fields, in order.
-    init(_ headers: HTTPHeaders) { self.init(headers.map { Field(name: $0.name, value: $0.value) }) }
-}
-
-extension HTTPHeaders {
-    /// XferS3Core's header fields, in order.
-    init(_ headers: AWSHeaders) { self.init(headers.map { Field(name: $0.name, value: $0.value) }) }
-}
-
 extension HTTPRequest {
     /// XferS3Core's request as the engine sends it: its body, in memory, as the request's body.
     /// (For sending an `S3Operation`'s request with the engine's `BlockingHTTPClient`.)
     public init(_ request: AWSRequest) {
         self.init(
-            method: HTTPMethod(rawValue: request.method), url: request.url, headers: HTTPHeaders(request.headers),
+            method: HTTPMethod(rawValue: request.method), url: request.url, headers: request.headers,
             body: request.body.isEmpty ? .empty : RequestBody(request.body))
     }
 }
@@ -34,7 +24,7 @@ extension HTTPRequest {
 extension AWSResponse {
     /// The engine's answer, for XferS3Core's readings.
     public init(_ response: HTTPResponse) {
-        self.init(status: response.status, headers: AWSHeaders(response.headers), body: response.body)
+        self.init(status: response.status, headers: response.headers, body: response.body)
     }
 }
 
@@ -87,9 +77,7 @@ extension SignatureV4 {
 
     /// Signs the engine's `request` as of `date` (see `sign(_:payloadHash:at:)` of `AWSRequest`).
     public func sign(_ request: inout HTTPRequest, payloadHash: String, at date: Date) {
-        var headers = AWSHeaders(request.headers)
-        sign(method: request.method.rawValue, url: request.url, headers: &headers, payloadHash: payloadHash, at: date)
-        request.headers = HTTPHeaders(headers)
+        sign(method: request.method.rawValue, url: request.url, headers: &request.headers, payloadHash: payloadHash, at: date)
     }
 }
 
@@ -102,9 +90,7 @@ extension S3RequestSigner {
 
     /// Signs the engine's `request` with `payloadHash` as given.
     func sign(_ request: inout HTTPRequest, payloadHash: String) {
-        var headers = AWSHeaders(request.headers)
-        sign(method: request.method.rawValue, url: request.url, headers: &headers, payloadHash: payloadHash)
-        request.headers = HTTPHeaders(headers)
+        sign(method: request.method.rawValue, url: request.url, headers: &request.headers, payloadHash: payloadHash)
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import XferPrimitives
+import XferWire
 
 // The HTTP values this module deals in, its own: it describes requests and reads answers but
 // sends nothing, so any HTTP client can carry them — the engine's curl transport (the `s3`
@@ -7,63 +8,9 @@ import XferPrimitives
 // `AWS…` so that they never collide with the engine's `HTTPRequest` and `HTTPResponse` in a file
 // that imports both.
 
-/// Header fields in the order they are sent; names compare case-insensitively.
-public struct AWSHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral {
-    /// One header field.
-    public struct Field: Sendable, Hashable {
-        /// The field's name, as sent.
-        public var name: String
-        /// The field's value.
-        public var value: String
-
-        public init(name: String, value: String) {
-            self.name = name
-            self.value = value
-        }
-    }
-
-    /// The fields, in order.
-    public private(set) var fields: [Field]
-
-    /// No fields.
-    public init() { fields = [] }
-    /// These fields, in order.
-    public init(_ fields: [Field]) { self.fields = fields }
-    /// Fields from a literal, in its order.
-    public init(dictionaryLiteral elements: (String, String)...) {
-        fields = elements.map { Field(name: $0.0, value: $0.1) }
-    }
-
-    /// The first value of `name`, or nil.
-    public subscript(name: String) -> String? {
-        fields.first { Self.sameName($0.name, name) }?.value
-    }
-
-    /// Appends a field, keeping any others of the same name.
-    public mutating func add(_ name: String, _ value: String) {
-        fields.append(Field(name: name, value: value))
-    }
-
-    /// Replaces every field named `name` with one field, at the end.
-    public mutating func set(_ name: String, _ value: String) {
-        remove(name)
-        fields.append(Field(name: name, value: value))
-    }
-
-    /// Removes every field named `name`.
-    public mutating func remove(_ name: String) {
-        fields.removeAll { Self.sameName($0.name, name) }
-    }
-
-    /// Whether a field named `name` is present.
-    public func contains(_ name: String) -> Bool { self[name] != nil }
-
-    public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
-
-    private static func sameName(_ a: String, _ b: String) -> Bool {
-        a.utf8.count == b.utf8.count && a.lowercased() == b.lowercased()
-    }
-}
+/// Header fields in the order they are sent; names compare case-insensitively: the one header
+/// type of the project (XferWire's, the engine's `HTTPHeaders`), so nothing converts between them.
+public typealias AWSHeaders = HTTPHeaders
 
 /// A request to S3, STS or a credentials endpoint, as this module describes it: signed when it
 /// is an S3 or STS one, with its body in memory. A body the caller streams (`UploadPart`'s) is

@@ -1,3 +1,4 @@
+import XferWire
 /// How one push runs. Values left nil take the backend's defaults.
 public struct TransferOptions: Sendable, Hashable {
     /// Chunk size in bytes (the backend may adjust it per file; the server

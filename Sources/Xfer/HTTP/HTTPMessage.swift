@@ -1,3 +1,4 @@
+import XferWire
 import Crypto
 
 /// The HTTP values a backend deals in. A backend never performs I/O: it
@@ -28,66 +29,6 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConv
 
     /// The method's name.
     public var description: String { rawValue }
-}
-
-/// An ordered list of header fields; names compare case-insensitively.
-public struct HTTPHeaders: Sendable, Hashable, Sequence, ExpressibleByDictionaryLiteral {
-    /// One header field.
-    public struct Field: Sendable, Hashable {
-        /// The field's name, as sent.
-        public var name: String
-        /// The field's value.
-        public var value: String
-        /// A field `name: value`.
-        public init(name: String, value: String) {
-            self.name = name
-            self.value = value
-        }
-    }
-
-    /// The fields, in the order they are sent.
-    public private(set) var fields: [Field]
-
-    /// No fields.
-    public init() { fields = [] }
-    /// These fields, in order.
-    public init(_ fields: [Field]) { self.fields = fields }
-    /// Fields from a literal, in its order.
-    public init(dictionaryLiteral elements: (String, String)...) {
-        fields = elements.map { Field(name: $0.0, value: $0.1) }
-    }
-
-    /// The first value of `name`, or nil.
-    public subscript(name: String) -> String? {
-        fields.first { $0.name.caseInsensitiveEquals(name) }?.value
-    }
-
-    /// All values of `name`, in order.
-    public func values(for name: String) -> [String] {
-        fields.filter { $0.name.caseInsensitiveEquals(name) }.map(\.value)
-    }
-
-    /// Appends a field, keeping any existing fields of the same name.
-    public mutating func add(_ name: String, _ value: String) {
-        fields.append(Field(name: name, value: value))
-    }
-
-    /// Replaces every field named `name` with one field.
-    public mutating func set(_ name: String, _ value: String) {
-        remove(name)
-        fields.append(Field(name: name, value: value))
-    }
-
-    /// Removes every field named `name`.
-    public mutating func remove(_ name: String) {
-        fields.removeAll { $0.name.caseInsensitiveEquals(name) }
-    }
-
-    /// Whether a field named `name` is present.
-    public func contains(_ name: String) -> Bool { self[name] != nil }
-
-    /// The fields, in order.
-    public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
 }
 
 /// A request body, described rather than held: bytes, or one chunk of the
