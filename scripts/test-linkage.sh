@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An app that mounts the receiver's routes links neither LMDB nor libcurl: the receiver depends
-# on XferPrimitives and XferS3Core, never on the engine (Receiver/Package.swift). Builds the
+# on XferPrimitives, XferWire and XferS3Core, never on the engine (Receiver/Package.swift). Builds the
 # fixture app (Receiver/Tests/Fixtures/LinkageApp) in the command's build folder, where every
 # module it needs is built already (only its own file is compiled, then linked), runs it, and
 # reads what the binary needs (readelf's NEEDED) and which symbols it holds (nm).
