@@ -97,6 +97,17 @@ def health_ms(port):
     return (time.monotonic() - start) * 1000
 
 
+def peer_closed(s):
+    """Reads what a non-blocking socket that polled readable holds: True when the receiver closed
+    it (end of stream or reset), False when bytes arrived (an answer before the close) or none yet."""
+    try:
+        return not s.recv(65536)
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except BlockingIOError:
+        return False
+
+
 def wait_closed(sockets, opened, wait):
     """Waits (at most `wait` s) until the receiver closes each socket (end of stream or reset);
     returns {fd: seconds from its opening to its closing}."""
@@ -113,14 +124,7 @@ def wait_closed(sockets, opened, wait):
         if left <= 0:
             break
         for fd, _ in poller.poll(min(left, 1.0)):
-            s = by_fd[fd]
-            try:
-                data = s.recv(65536)
-            except (ConnectionResetError, BrokenPipeError):
-                data = b""
-            except BlockingIOError:
-                continue
-            if data:
+            if not peer_closed(by_fd[fd]):
                 continue  # an answer (a 400, say) before the close: keep waiting for the close
             closed[fd] = time.monotonic() - opened[fd]
             poller.unregister(fd)
@@ -349,13 +353,7 @@ def attack(port, seconds, half, stalled, huge):
     while time.monotonic() < deadline:
         for fd, _ in poller.poll(0.5):
             s, kind = held[fd]
-            try:
-                data = s.recv(65536)
-            except (ConnectionResetError, BrokenPipeError):
-                data = b""
-            except BlockingIOError:
-                continue
-            if data:
+            if not peer_closed(s):
                 continue
             poller.unregister(fd)
             del held[fd]
