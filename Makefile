@@ -31,8 +31,14 @@ build: deps
 	$(SWIFT) build $(CLI)
 	$(SWIFT) build $(RECEIVER)
 
+# The release build links the Swift runtime and Foundation statically, so that `xfer` runs where no
+# Swift is installed: what it loads is Debian's (libcurl, liblmdb, libisal, zlib, libc...). The
+# shipped modules use FoundationEssentials only (scripts/test-linkage.sh checks it), so neither
+# full Foundation nor ICU's data is in it (Docs/benchmarks.md, "The installed binary").
+RELEASE_FLAGS = -c release --static-swift-stdlib
+RELEASE_BIN_DIR = $$($(SWIFT) build $(CLI) $(RELEASE_FLAGS) --show-bin-path)
 release: build-deps
-	$(SWIFT) build $(CLI) -c release --product xfer
+	$(SWIFT) build $(CLI) $(RELEASE_FLAGS) --product xfer
 
 # The man page, made from the command's own help by swift-argument-parser's
 # generate-manual plugin (which first builds every product in MAN_CONFIGURATION).
@@ -42,16 +48,19 @@ man: deps
 	$(SWIFT) package $(CLI) plugin generate-manual --configuration $(MAN_CONFIGURATION)
 
 # `make install` (PREFIX, default /usr/local; DESTDIR for staging): the release
-# xfer, its man page and bash, zsh and fish completions.
+# xfer, stripped, its symbols in PREFIX/lib/debug/.build-id/ as Debian's -dbgsym packages keep
+# them (`gdb -iex 'set debug-file-directory PREFIX/lib/debug'` reads them), its man page and bash,
+# zsh and fish completions.
 PREFIX ?= /usr/local
 BIN_TARGET = $(DESTDIR)$(PREFIX)/bin
 MAN_TARGET = $(DESTDIR)$(PREFIX)/share/man/man1
 BASH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/bash-completion/completions
 ZSH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+DEBUG_SYMBOLS = $(DESTDIR)$(PREFIX)/lib/debug/.build-id
 
 install: release man
-	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build $(CLI) -c release --show-bin-path)"
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$(RELEASE_BIN_DIR)"
 
 # Copies the xfer in BIN_DIR and the man page in MAN_PAGES, and writes the
 # completion scripts that xfer prints. Builds nothing, so that `make test`
@@ -61,6 +70,7 @@ install-files:
 	@ls $(MAN_PAGES)/*.1 >/dev/null 2>&1 || { echo "install-files: no man page in $(MAN_PAGES); run 'make man'" >&2; exit 1; }
 	install -d "$(BIN_TARGET)" "$(MAN_TARGET)" "$(BASH_COMPLETIONS)" "$(ZSH_COMPLETIONS)" "$(FISH_COMPLETIONS)"
 	install -m 755 "$(BIN_DIR)/xfer" "$(BIN_TARGET)/xfer"
+	./scripts/split-debug.sh "$(BIN_TARGET)/xfer" "$(DEBUG_SYMBOLS)" >/dev/null
 	install -m 644 $(MAN_PAGES)/*.1 "$(MAN_TARGET)/"
 	"$(BIN_DIR)/xfer" --generate-completion-script bash > "$(BASH_COMPLETIONS)/xfer"
 	"$(BIN_DIR)/xfer" --generate-completion-script zsh > "$(ZSH_COMPLETIONS)/_xfer"
@@ -68,6 +78,7 @@ install-files:
 	chmod 644 "$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
 
 uninstall:
+	@if [ -f "$(BIN_TARGET)/xfer" ]; then rm -f "$(DEBUG_SYMBOLS)/$$(./scripts/split-debug.sh --id "$(BIN_TARGET)/xfer").debug"; fi
 	rm -f "$(BIN_TARGET)/xfer" "$(MAN_TARGET)/xfer.1" "$(MAN_TARGET)"/xfer.*.1 \
 		"$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
 
@@ -155,7 +166,7 @@ api-check: deps
 # Pushes a 256 MiB file to a local `xfer serve`, kills the push with SIGKILL
 # half way, resumes it, and checks the SHA-256 of what the receiver serves.
 demo: release
-	./scripts/demo.sh "$$($(SWIFT) build $(CLI) -c release --show-bin-path)/xfer"
+	./scripts/demo.sh "$(RELEASE_BIN_DIR)/xfer"
 
 # Benchmarks (issue 7): release build, everything on 127.0.0.1 against `xfer serve`;
 # prints a table and rewrites the generated part of Docs/benchmarks.md (~25 min).
@@ -167,8 +178,8 @@ demo: release
 bench: python-tools
 	@./scripts/install-bench-deps.sh
 	@if [ -z "$(BUILD_DIR)" ]; then \
-		$(SWIFT) build $(CLI) -c release --product xfer && \
-		$(SWIFT) build $(CLI) -c release --product apple-resumable-server && \
+		$(SWIFT) build $(CLI) $(RELEASE_FLAGS) --product xfer && \
+		$(SWIFT) build $(CLI) $(RELEASE_FLAGS) --product apple-resumable-server && \
 		$(SWIFT) build -c release --product xfer-store-bench; fi
 	BENCH_COMMAND="$(if $(ONLY),ONLY=$(ONLY) )$(if $(QUICK),QUICK=$(QUICK) )$(if $(BUILD_DIR),BUILD_DIR=$(BUILD_DIR) )make bench" BUILD_DIR="$(BUILD_DIR)" STORE_BENCH_DIR="$(STORE_BENCH_DIR)" QUICK="$(QUICK)" python3 Benchmarks/run.py
 

@@ -23,7 +23,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // No traits: `FullFoundation` puts full Foundation (DateFormatter) in the form coders and
+        // `ConfigurationSupport` brings swift-configuration; the static `xfer` needs neither.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: []),
         // For the test server around Apple's resumable-upload handler only;
         // Hummingbird already resolves all three at these versions.
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.3"),

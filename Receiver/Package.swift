@@ -30,7 +30,9 @@ let package = Package(
     ],
     dependencies: [
         .package(path: ".."),
-        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        // No traits: `FullFoundation` puts full Foundation (DateFormatter) in the form coders and
+        // `ConfigurationSupport` brings swift-configuration; the static `xfer` needs neither.
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: []),
         // The object storage's requests to the store (bodies stream from a client's request
         // straight into them) and its credentials' requests (STS, metadata endpoints).
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),

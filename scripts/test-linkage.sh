@@ -53,4 +53,30 @@ trap 'rm -rf "$root"' EXIT
 "$bin" s3://linkage-bucket | grep -q '^described s3://linkage-bucket' || { echo "test-linkage: FAIL: the app did not describe the store" >&2; failed=1; }
 
 [ "$failed" = 0 ] && echo "test-linkage: the app links neither liblmdb nor libcurl, and runs"
+
+# The `xfer` command uses nothing that only full Foundation defines (issue 44): linked statically
+# for a release, one such symbol brings Foundation, CoreFoundation and ICU's data (most of the
+# binary). Checked on the debug build, which links the toolchain's shared libraries: what it
+# leaves undefined and one of Foundation's, FoundationXML's, FoundationNetworking's,
+# FoundationInternationalization's or ICU's libraries defines is such a use.
+xfer="CLI/.build/debug/xfer"
+[ -x "$xfer" ] || "$SWIFT" build --package-path CLI --product xfer
+toolchain_libs="$(dirname "$(dirname "$(readlink -f "$(command -v "$SWIFT")")")")/lib/swift/linux"
+defined_by() { for lib in "$@"; do nm -D --defined-only "$toolchain_libs/$lib" | awk '{print $3}'; done | sort -u; }
+full_foundation="$(defined_by libFoundation.so libFoundationXML.so libFoundationNetworking.so libFoundationInternationalization.so lib_FoundationICU.so)"
+uses() { comm -12 <(nm -u "$1" | awk '{print $2}' | sort -u) <(echo "$2"); }
+from_full="$(uses "$xfer" "$full_foundation")"
+if [ -n "$from_full" ]; then
+  echo "test-linkage: FAIL: xfer uses full Foundation (import FoundationEssentials, or a helper of XferPrimitives, instead):" >&2
+  echo "$from_full" | head -10 | swift demangle --simplified >&2
+  failed=1
+fi
+# Controls, so that the check can fail: xfer does use FoundationEssentials, and the tests'
+# bundle, which imports Foundation, is caught.
+[ -n "$(uses "$xfer" "$(defined_by libFoundationEssentials.so)")" ] || { echo "test-linkage: FAIL: xfer uses no FoundationEssentials symbol: nothing was checked" >&2; failed=1; }
+bundle="$(ls CLI/.build/debug/*.xctest 2>/dev/null | head -1 || true)"
+if [ -n "$bundle" ] && [ -z "$(uses "$bundle" "$full_foundation")" ]; then
+  echo "test-linkage: FAIL: the check finds no full Foundation use even in $bundle" >&2; failed=1
+fi
+[ "$failed" = 0 ] && echo "test-linkage: xfer uses FoundationEssentials only (no Foundation, FoundationXML or ICU)"
 exit "$failed"

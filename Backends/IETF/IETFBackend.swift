@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 import Xfer
 import XferWire
 
@@ -68,7 +69,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     /// created by their relative path, as `curl -T FILE URL/` does.
     public func normalizedTarget(_ target: String) throws(BackendError) -> String {
         _ = try HTTPTarget.normalized(target)
-        return target.trimmingCharacters(in: .whitespaces)
+        return target.trimmingSpacesAndTabs()
     }
 
     /// As `curl -T`: one file named, and a target whose path does not end
@@ -94,7 +95,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         return .send(request) { response throws(BackendError) in
             let operation = "ask the server about resumable uploads"
             if [401, 403].contains(response.status) || response.status >= 500 { throw response.unexpectedStatus(operation) }
-            let named = response.headers[IETFField.uploadDraftInteropVersion].flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            let named = response.headers[IETFField.uploadDraftInteropVersion].flatMap { Int($0.trimmingSpacesAndTabs()) }
                 .flatMap(InteropVersion.init(rawValue:))
             let version: InteropVersion
             if let chosen {
@@ -285,7 +286,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     /// The path of an http(s) URL (without its query).
     static func path(of target: String) -> String {
         let url = splitQuery(target).url
-        guard let scheme = url.range(of: "://") else { return url }
+        guard let scheme = url.firstRange(of: "://") else { return url }
         let rest = url[scheme.upperBound...]
         return rest.firstIndex(of: "/").map { String(rest[$0...]) } ?? ""
     }
@@ -317,7 +318,7 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
     }
 
     /// Without surrounding spaces and tabs (HTTP's OWS). Foundation's
-    /// `trimmingCharacters(in:)` bridges through NSString: with `location`'s
+    /// `trimmingCharacters(in:)` bridged through NSString: with `location`'s
     /// URL parsing it was 4 % of a small file's client CPU.
     static func trimmed(_ text: String) -> Substring {
         var slice = Substring(text)

@@ -1,4 +1,5 @@
 import Xfer
+import XferPrimitives
 import XferWire
 
 /// The `patch` protocol (from the JJUploadFile write-up): create an upload,

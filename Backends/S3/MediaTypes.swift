@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The media type of a file name's extension, from the system's table
 /// (`/etc/mime.types`, Debian's `media-types` package: maintained there,

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import Xfer
 import XferS3Core
 import XferPrimitives
@@ -122,7 +122,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// Read for every request: the endpoint was checked when the job was
     /// made, so here " at " only has to be followed by an http(s) URL.
     static func splitTarget(_ target: String) -> (location: String, endpoint: String?) {
-        guard let separator = target.range(of: " at ", options: .backwards) else { return (target, nil) }
+        guard let separator = target.lastRange(of: " at ") else { return (target, nil) }
         let endpoint = target[separator.upperBound...]
         guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://"), !endpoint.contains(" ") else {
             return (target, nil)
@@ -153,7 +153,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     }
 
     static func endsWithSlash(_ location: String) -> Bool {
-        location.trimmingCharacters(in: .whitespaces).hasSuffix("/")
+        location.trimmingSpacesAndTabs().hasSuffix("/")
     }
 
     /// Where new jobs send to and the region they sign for: as given, else
@@ -439,7 +439,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     static func sameETag(_ a: String, _ b: String) -> Bool {
         func bare(_ text: String) -> String {
-            text.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
+            text.trimming { $0 == "\"" || $0 == " " }.lowercased()
         }
         return bare(a) == bare(b)
     }
@@ -453,7 +453,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         digests.reserveCapacity(16 * file.chunkCount)
         for chunk in 0..<file.chunkCount {
             guard let receipt = file.receipts[chunk].map({ S3PartReceipt(stored: $0).etag }),
-                let bytes = Hex.bytes(receipt.trimmingCharacters(in: CharacterSet(charactersIn: "\""))),
+                let bytes = Hex.bytes(receipt.trimming { $0 == "\"" }),
                 bytes.count == 16
             else { return nil }
             digests += bytes

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import Xfer
 import XferPrimitives
 // Everything that was XferS3's before SigV4, the S3 requests and answers and the credentials

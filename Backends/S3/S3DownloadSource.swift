@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Xfer
 import XferS3Core
 import XferPrimitives
@@ -289,7 +289,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
     /// `s3://BUCKET[/KEY]` (without ` at ENDPOINT`), and whether it names a
     /// prefix: a bucket alone, or a trailing `/`.
     static func parse(_ location: String) throws(BackendError) -> (location: S3Location, isPrefix: Bool) {
-        let trimmed = location.trimmingCharacters(in: .whitespaces)
+        let trimmed = location.trimmingSpacesAndTabs()
         guard trimmed.prefix(5).lowercased() == "s3://" else {
             throw .rejected("the s3 source pulls from s3://BUCKET/KEY or s3://BUCKET/PREFIX/, not '\(trimmed.prefix(200))'")
         }
@@ -322,10 +322,10 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
     /// The digests S3 vouches for about the whole object in `headers` (see `digests(in:)`).
     static func digests(in headers: HTTPHeaders) -> [ObjectDigest] {
         var found: [ObjectDigest] = []
-        let type = headers["x-amz-checksum-type"]?.trimmingCharacters(in: .whitespaces).uppercased()
+        let type = headers["x-amz-checksum-type"]?.trimmingSpacesAndTabs().uppercased()
         if type != "COMPOSITE" {
             for name in ["x-amz-checksum-crc32c", "x-amz-checksum-crc32", "x-amz-checksum-sha256"] {
-                guard let value = headers[name]?.trimmingCharacters(in: .whitespaces) else { continue }
+                guard let value = headers[name]?.trimmingSpacesAndTabs() else { continue }
                 // `BASE64-N`: the checksum of N parts' checksums. (With
                 // FULL_OBJECT it never has one; if it did, it is not base64.)
                 if type != "FULL_OBJECT", value.contains("-") { continue }
@@ -349,7 +349,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         guard let etag = headers["ETag"].map(S3ETag.init), etag.unquoted.utf8.count == 32, let bytes = Hex.bytes(etag.unquoted) else {
             return nil
         }
-        let encryption = headers["x-amz-server-side-encryption"]?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+        let encryption = headers["x-amz-server-side-encryption"]?.trimmingSpacesAndTabs().lowercased() ?? ""
         if encryption.hasPrefix("aws:kms") || headers.contains("x-amz-server-side-encryption-customer-algorithm") { return nil }
         return bytes
     }
@@ -391,7 +391,7 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         /// body to explain.
         func failure(_ failure: S3Failure, response: HTTPResponse, bucket: String) -> BackendError {
             let failure = signer.reviewed(failure)
-            if !failure.isRetryable, let other = response.headers["x-amz-bucket-region"]?.trimmingCharacters(in: .whitespaces),
+            if !failure.isRetryable, let other = response.headers["x-amz-bucket-region"]?.trimmingSpacesAndTabs(),
                 !other.isEmpty, other != region
             {
                 return .rejected("\(failure.operation): bucket '\(bucket)' is in region \(other), not \(region); pull with --region \(other)")

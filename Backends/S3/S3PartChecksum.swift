@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 import Xfer
 import XferS3Core
 
@@ -84,7 +85,7 @@ struct S3PartReceipt: Equatable {
 
     /// Reads a stored receipt; one without a CRC is an ETag alone.
     init(stored: String) {
-        if let range = stored.range(of: Self.separator, options: .backwards) {
+        if let range = stored.lastRange(of: Self.separator) {
             etag = String(stored[..<range.lowerBound])
             crc = String(stored[range.upperBound...])
         } else {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 import Xfer
 import XferS3Core
 
@@ -104,7 +105,7 @@ extension S3Backend {
         let bucket = try S3Location(parsing: target).bucket
         // The prefix as written, a trailing slash included: S3 matches it
         // character by character, and `in/` should not cover `inbox`.
-        let trimmed = target.trimmingCharacters(in: .whitespaces)
+        let trimmed = target.trimmingSpacesAndTabs()
         let prefix = trimmed.dropFirst("s3://".count + bucket.count).drop { $0 == "/" }
         let (endpoint, region) = resolvedEndpoint
         return S3UploadListing(

@@ -1,5 +1,6 @@
 import Crypto
-import Foundation
+import XferPrimitives
+import FoundationEssentials
 import Xfer
 import XferWire
 
@@ -43,7 +44,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     /// servers route `/files/` and `/files` differently).
     public func normalizedTarget(_ target: String) throws(BackendError) -> String {
         _ = try HTTPTarget.normalized(target)
-        return target.trimmingCharacters(in: .whitespaces)
+        return target.trimmingSpacesAndTabs()
     }
 
     /// In order within a file, unless the server offered what parallel
@@ -417,7 +418,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     /// `Location`, made absolute against the creation URL.
     static func location(_ response: HTTPResponse, relativeTo target: String) -> String? {
-        guard let value = response.headers["Location"]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        guard let value = response.headers["Location"]?.trimmingSpacesAndTabs(), !value.isEmpty else { return nil }
         guard let base = URL(string: target), let resolved = URL(string: value, relativeTo: base) else { return value }
         return resolved.absoluteString
     }

@@ -1,4 +1,12 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#else
+import Darwin
+#endif
 
 /// What an HTTP answer's status and dates mean, read once: for the engine's retries and for
 /// the S3 requests of XferS3Core, which do not depend on the engine.
@@ -10,19 +18,61 @@ public enum HTTPAnswerRules {
     /// A `Retry-After` value: seconds, or an HTTP date (then the time until it, never negative);
     /// nil for anything else.
     public static func retryAfter(_ value: String, now: Date = Date()) -> Duration? {
-        let trimmed = value.trimmingCharacters(in: .whitespaces)
+        let trimmed = value.trimmingSpacesAndTabs()
         if let seconds = Int(trimmed), seconds >= 0 { return .seconds(seconds) }
         guard let date = date(trimmed) else { return nil }
         return .seconds(max(0, Int(date.timeIntervalSince(now).rounded(.up))))
     }
 
-    /// An HTTP date (RFC 9110's IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`), as in
-    /// `Retry-After` and `Last-Modified`; nil for anything else.
+    /// An HTTP date, as in `Retry-After` and `Last-Modified`; nil for anything else. RFC 9110
+    /// (5.6.7) has recipients accept three forms, and so does this:
+    /// - IMF-fixdate, what every current server sends: `Sun, 06 Nov 1994 08:49:37 GMT`;
+    /// - RFC 850's: `Sunday, 06-Nov-94 08:49:37 GMT` (a two-digit year is taken in 1970–2069);
+    /// - C's asctime: `Sun Nov  6 08:49:37 1994`.
+    /// Read by hand rather than with a date formatter: those are in full Foundation, whose ICU
+    /// data is most of a static binary; and a fixed format needs no locale.
     public static func date(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
-        return formatter.date(from: text.trimmingCharacters(in: .whitespaces))
+        let words = text.trimmingSpacesAndTabs().split(separator: " ", omittingEmptySubsequences: true)
+        var day: Int, month: Int, year: Int, time: Substring
+        switch words.count {
+        case 6 where words[5] == "GMT" && words[0].hasSuffix(","):
+            // IMF-fixdate: weekday, day, month, year, time, GMT.
+            guard words[1].count == 2, let d = Int(words[1]), let m = monthNumber(words[2]), words[3].count == 4, let y = Int(words[3]) else { return nil }
+            (day, month, year, time) = (d, m, y, words[4])
+        case 4 where words[3] == "GMT" && words[0].hasSuffix(","):
+            // RFC 850: weekday, dd-Mon-yy, time, GMT.
+            let parts = words[1].split(separator: "-", omittingEmptySubsequences: false)
+            guard parts.count == 3, parts[0].count == 2, let d = Int(parts[0]), let m = monthNumber(parts[1]), parts[2].count == 2, let y = Int(parts[2]) else { return nil }
+            (day, month, year, time) = (d, m, y < 70 ? 2000 + y : 1900 + y, words[2])
+        case 5:
+            // asctime: weekday, month, day (space-padded), time, year.
+            guard let m = monthNumber(words[1]), let d = Int(words[2]), words[4].count == 4, let y = Int(words[4]) else { return nil }
+            (day, month, year, time) = (d, m, y, words[3])
+        default:
+            return nil
+        }
+        let clock = time.split(separator: ":", omittingEmptySubsequences: false)
+        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isASCII) }),
+            let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
+            (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second),
+            (1...31).contains(day), (1...9999).contains(year)
+        else { return nil }
+        var fields = tm()
+        fields.tm_year = Int32(year - 1900)
+        fields.tm_mon = Int32(month - 1)
+        fields.tm_mday = Int32(day)
+        fields.tm_hour = Int32(hour)
+        fields.tm_min = Int32(minute)
+        fields.tm_sec = Int32(second)
+        let seconds = timegm(&fields)
+        // timegm normalises 31 Feb into March: a date that does not round-trip did not exist.
+        guard fields.tm_mday == Int32(day), fields.tm_mon == Int32(month - 1) else { return nil }
+        return Date(timeIntervalSince1970: TimeInterval(seconds))
+    }
+
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    private static func monthNumber(_ name: Substring) -> Int? {
+        months.firstIndex { $0 == name }.map { $0 + 1 }
     }
 }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Finds credentials where the AWS SDKs look, in this order; the first
 /// source that is set up wins, and one that is set up but fails is an

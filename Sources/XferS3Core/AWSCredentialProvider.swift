@@ -1,6 +1,7 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Synchronization
+import XferPrimitives
 
 /// Hands out the credentials requests are signed with, and fetches
 /// temporary ones again before they expire.
@@ -48,7 +49,7 @@ public final class AWSCredentialProvider: Sendable {
         source: String, now: @escaping @Sendable () -> Date = { Date() },
         fetch: @escaping @Sendable () throws(AWSConfiguration.Failure) -> AWSCredentials
     ) throws(AWSConfiguration.Failure) {
-        try self.init(source: source, now: now, startInBackground: { work in Thread { work() }.start() }, fetch: fetch)
+        try self.init(source: source, now: now, startInBackground: { work in DetachedThread.start(work) }, fetch: fetch)
     }
 
     /// `startInBackground` runs a fetch ahead of need (tests run it when they choose).

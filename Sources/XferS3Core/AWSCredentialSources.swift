@@ -1,4 +1,6 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
+import XferWire
 
 #if canImport(Glibc)
     import Glibc
@@ -37,68 +39,29 @@ struct ProcessCredentialSource: AWSCredentialSource {
     var name: String { "credential_process of profile '\(profile)'" }
 
     func fetch() throws(CredentialFailure) -> AWSCredentials {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        let output = Pipe()
-        process.standardOutput = output
+        let outcome: ExternalProgram.Outcome
         do {
-            try process.run()
+            // Its own process group would make it a background job of the terminal, and a
+            // command asking for an MFA code would stop there (SIGTTIN).
+            outcome = try ExternalProgram.run(
+                "/bin/sh", arguments: ["-c", command], input: .inherited, environment: nil, ownProcessGroup: false,
+                timeout: .seconds(Self.timeout), outputLimit: Self.outputLimit)
         } catch {
-            throw CredentialFailure("\(name): cannot start /bin/sh (\(error.localizedDescription))")
-        }
-        let stopped = ProcessStopper(process)
-        DispatchQueue.global().asyncAfter(deadline: .now() + Self.timeout) { stopped.stop(because: .tooSlow) }
-        var bytes: [UInt8] = []
-        let reader = output.fileHandleForReading
-        while true {
-            let data = reader.availableData
-            if data.isEmpty { break }
-            bytes += data
-            if bytes.count > Self.outputLimit {
-                stopped.stop(because: .tooMuchOutput)
-                break
+            switch error {
+            case .timedOut:
+                throw CredentialFailure("\(name) did not finish within \(Int(Self.timeout)) seconds; run it yourself to see where it waits")
+            case .cannotStart(let reason):
+                throw CredentialFailure("\(name): cannot start /bin/sh (\(reason))")
             }
         }
-        process.waitUntilExit()
-        switch stopped.reason {
-        case .tooSlow?:
-            throw CredentialFailure("\(name) did not finish within \(Int(Self.timeout)) seconds; run it yourself to see where it waits")
-        case .tooMuchOutput?:
+        if outcome.exceededOutputLimit {
             throw CredentialFailure("\(name) printed more than \(Self.outputLimit / 1024) KiB; it must print one JSON object of credentials")
-        case nil:
-            break
         }
-        guard process.terminationReason == .exit, process.terminationStatus == 0 else {
-            let how =
-                process.terminationReason == .exit
-                ? "exited with status \(process.terminationStatus)" : "was killed by signal \(process.terminationStatus)"
+        guard outcome.exitStatus == 0 else {
+            let how = outcome.exitStatus.map { "exited with status \($0)" } ?? "was killed by signal \(outcome.signal ?? 0)"
             throw CredentialFailure("\(name) \(how); run it yourself to see why (xfer does not show its output: it may hold secrets)")
         }
-        return try CredentialDocument.parse(bytes, source: name, tokenField: "SessionToken", requiresVersion: true, now: now())
-    }
-
-    /// Stops a process once, remembering why.
-    private final class ProcessStopper: @unchecked Sendable {
-        // @unchecked: `stoppedBecause` is only touched under `lock`; Process
-        // is thread-safe for `isRunning` and `terminate`.
-        enum Reason { case tooSlow, tooMuchOutput }
-        private let process: Process
-        private let lock = NSLock()
-        private var stoppedBecause: Reason?
-
-        init(_ process: Process) { self.process = process }
-
-        var reason: Reason? { lock.withLock { stoppedBecause } }
-
-        func stop(because reason: Reason) {
-            let stops = lock.withLock { () -> Bool in
-                guard stoppedBecause == nil, process.isRunning else { return false }
-                stoppedBecause = reason
-                return true
-            }
-            if stops { process.terminate() }
-        }
+        return try CredentialDocument.parse(outcome.output, source: name, tokenField: "SessionToken", requiresVersion: true, now: now())
     }
 }
 
@@ -145,7 +108,7 @@ struct WebIdentityCredentialSource: AWSCredentialSource {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw CredentialFailure("\(name): cannot read the token file \(path); check that it exists and is readable")
         }
-        let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let token = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         guard !token.isEmpty else { throw CredentialFailure("\(name): the token file \(path) is empty") }
         return try sts.assumeRoleWithWebIdentity(
             identity.role, sessionName: identity.role.sessionName ?? defaultSessionName(now()), token: token, source: name)
@@ -223,7 +186,7 @@ struct ContainerCredentialSource: AWSCredentialSource {
                 throw CredentialFailure(
                     "\(name): cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE \(path); check that it exists and is readable")
             }
-            token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            token = String(decoding: data, as: UTF8.self).trimmingWhitespace()
         }
         guard let token else { return nil }
         guard !token.contains(where: \.isNewline) else {
@@ -281,7 +244,7 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
         var headers: AWSHeaders = [:]
         switch tokenAnswer.status {
         case 200:
-            let token = String(decoding: tokenAnswer.body, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let token = String(decoding: tokenAnswer.body, as: UTF8.self).trimmingWhitespace()
             guard !token.isEmpty, !token.contains(where: \.isNewline) else {
                 throw CredentialFailure("\(name) answered the session token request without a token")
             }
@@ -302,7 +265,7 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
         }
         guard
             let role = String(decoding: roles.body, as: UTF8.self).split(whereSeparator: \.isNewline).first
-                .map({ $0.trimmingCharacters(in: .whitespaces) }), !role.isEmpty
+                .map({ $0.trimmingSpacesAndTabs() }), !role.isEmpty
         else {
             throw CredentialFailure("\(name): the instance has no IAM role attached")
         }
@@ -331,17 +294,22 @@ struct InstanceMetadataCredentialSource: AWSCredentialSource {
 /// The JSON documents credentials come in: `credential_process`'s output,
 /// the container endpoint's and the instance metadata service's answers.
 enum CredentialDocument {
-    /// A JSON object's members, by Foundation's reader (this module has no JSON codec of its own,
-    /// and these documents are small and flat); nil for anything else.
-    static func object(_ bytes: [UInt8]) -> [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
+    /// A JSON object's members, by the project's one JSON reader; nil for anything else.
+    static func object(_ bytes: [UInt8]) -> [String: JSONValue]? {
+        guard case .object(let members)? = try? JSONValue.parse(bytes) else { return nil }
+        return members
     }
 
     /// Whether a member is the number 1 (a JSON `1` or `1.0`; not `true`, not `"1"`).
-    static func isOne(_ value: Any?) -> Bool {
-        // Foundation reads `true` as an NSNumber too; its type code ("c") tells it apart.
-        guard let number = value as? NSNumber, String(cString: number.objCType) != "c" else { return false }
-        return number.doubleValue == 1
+    static func isOne(_ value: JSONValue?) -> Bool {
+        if case .number(1)? = value { return true }
+        return false
+    }
+
+    /// A member that is a JSON string (not a number or a boolean spelled as one).
+    static func string(_ value: JSONValue?) -> String? {
+        if case .string(let text)? = value { return text }
+        return nil
     }
 
     /// - Parameters:
@@ -357,18 +325,18 @@ enum CredentialDocument {
         if requiresVersion, !Self.isOne(document["Version"]) {
             throw CredentialFailure("\(source) gave credentials without \"Version\": 1, the only version there is")
         }
-        guard let key = document["AccessKeyId"] as? String, !key.isEmpty,
-            let secret = document["SecretAccessKey"] as? String, !secret.isEmpty
+        guard let key = string(document["AccessKeyId"]), !key.isEmpty,
+            let secret = string(document["SecretAccessKey"]), !secret.isEmpty
         else {
             throw CredentialFailure("\(source) gave no AccessKeyId and SecretAccessKey; expected \(shape)")
         }
         var token: String?
-        if let value = document[tokenField] as? String, !value.isEmpty { token = value }
+        if let value = string(document[tokenField]), !value.isEmpty { token = value }
         var expiration: Date?
         switch document["Expiration"] {
-        case nil, is NSNull:
+        case nil, .null?:
             break
-        case let text as String where AWSTime.parse(text) != nil:
+        case .string(let text)? where AWSTime.parse(text) != nil:
             expiration = AWSTime.parse(text)
         default:
             throw CredentialFailure("\(source) gave an Expiration that is not an ISO 8601 time (e.g. 2030-01-31T12:00:00Z)")
@@ -381,7 +349,7 @@ enum CredentialDocument {
     static func errorDetail(_ body: [UInt8]) -> String {
         guard let members = object(body) else { return "" }
         let byName = Dictionary(members.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
-        let parts = [byName["code"] as? String, byName["message"] as? String].compactMap { $0 }
+        let parts = [string(byName["code"]), string(byName["message"])].compactMap { $0 }
             .map { String($0.split(whereSeparator: \.isNewline).joined(separator: " ").prefix(200)) }
         guard let first = parts.first else { return "" }
         return ": \(first)" + (parts.count > 1 ? " (\(parts[1]))" : "")
@@ -392,7 +360,7 @@ enum CredentialDocument {
 /// without fractions of a second, `Z` or an offset.
 enum AWSTime {
     static func parse(_ text: String) -> Date? {
-        let scalars = Array(text.trimmingCharacters(in: .whitespaces).utf8)
+        let scalars = Array(text.trimmingSpacesAndTabs().utf8)
         var index = 0
         func number(_ digits: Int) -> Int? {
             guard index + digits <= scalars.count else { return nil }

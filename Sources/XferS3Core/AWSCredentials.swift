@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import XferPrimitives
 
 /// The keys requests are signed with. Never printed: `description` shows
@@ -98,7 +98,7 @@ struct AWSEnvironment: Sendable {
     init(_ variables: [String: String]) { self.variables = variables }
 
     subscript(name: String) -> String? {
-        guard let value = variables[name]?.trimmingCharacters(in: .whitespaces), !value.isEmpty else { return nil }
+        guard let value = variables[name]?.trimmingSpacesAndTabs(), !value.isEmpty else { return nil }
         return value
     }
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// `~/.aws/credentials` and `~/.aws/config` together, as the AWS CLI reads
 /// them: a profile's settings are those of `[profile NAME]` (`[default]`)
@@ -198,17 +199,17 @@ struct INIFile {
     init(parsing text: String) {
         var current: String?
         for rawLine in text.split(whereSeparator: \.isNewline) {
-            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            let line = rawLine.trimmingSpacesAndTabs()
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
             if line.hasPrefix("["), line.hasSuffix("]") {
-                let name = line.dropFirst().dropLast().trimmingCharacters(in: .whitespaces)
+                let name = line.dropFirst().dropLast().trimmingSpacesAndTabs()
                 current = name.split(separator: " ", omittingEmptySubsequences: true).joined(separator: " ")
                 if let current, sections[current] == nil { sections[current] = [:] }
                 continue
             }
             guard let current, let equals = line.firstIndex(of: "=") else { continue }
-            let key = line[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
-            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let key = line[..<equals].trimmingSpacesAndTabs().lowercased()
+            let value = line[line.index(after: equals)...].trimmingSpacesAndTabs()
             sections[current, default: [:]][key] = value
         }
     }

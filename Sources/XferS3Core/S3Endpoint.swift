@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The server requests go to, and how a bucket is named in its URLs.
 public struct S3Endpoint: Sendable, Hashable {
@@ -49,7 +49,7 @@ public struct S3Endpoint: Sendable, Hashable {
         case .path:
             url = "\(base)/\(bucket)" + (key.isEmpty ? "" : "/\(encodedKey)")
         case .virtual:
-            let schemeEnd = base.range(of: "://")!.upperBound
+            let schemeEnd = base.firstRange(of: "://")!.upperBound
             url = base[..<schemeEnd] + bucket + "." + base[schemeEnd...] + "/" + encodedKey
         }
         return query.isEmpty ? url : url + "?" + query

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An S3 answer that is not what the request wanted, classified once for
 /// every client of the store: the `s3` backend turns it into the engine's

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import XferWire
 import XferPrimitives
 
@@ -19,7 +19,7 @@ public struct S3ETag: Sendable, Hashable, CustomStringConvertible {
 
     /// A tag as S3 wrote it, quoted or not.
     public init(_ text: String) {
-        unquoted = text.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
+        unquoted = text.trimming { $0 == "\"" || $0 == " " }
     }
 
     /// The tag in quotes, as S3 sends it in `ETag` and as HTTP writes an entity tag.
@@ -100,7 +100,7 @@ public struct S3ObjectMetadata: Sendable, Hashable {
     /// Public for a caller that streams a `GetObject`'s body elsewhere and
     /// has only the headers to read.
     public init?(_ response: AWSResponse) {
-        guard let length = response.headers["Content-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
+        guard let length = response.headers["Content-Length"].flatMap({ Int64($0.trimmingSpacesAndTabs()) }),
             length >= 0
         else { return nil }
         var size: Int64? = length
@@ -311,7 +311,7 @@ package enum S3Answer {
         func name(_ text: String) throws(S3Failure) -> String {
             guard encoded else { return text }
             // As botocore reads them: '+' is a space, then percent-decoding.
-            guard let decoded = text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding else {
+            guard let decoded = PercentEncoding.decodeForm(text) else {
                 throw S3Failure.unreadable(response, operation: operation, "the answer holds a key that is not URL-encoded")
             }
             return decoded
@@ -372,7 +372,7 @@ package enum S3Answer {
 
     /// S3's timestamps: ISO 8601 in UTC, with milliseconds (AWS) or without.
     package static func date(_ text: String) -> Date? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingSpacesAndTabs()
         return (try? Date(trimmed, strategy: Date.ISO8601FormatStyle(includingFractionalSeconds: true)))
             ?? (try? Date(trimmed, strategy: Date.ISO8601FormatStyle()))
     }

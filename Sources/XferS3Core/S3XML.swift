@@ -1,9 +1,3 @@
-import Foundation
-
-#if canImport(FoundationXML)
-    import FoundationXML
-#endif
-
 /// The few XML documents S3 (and STS) answer with, read into flat records:
 /// their answers are shallow, so "the text of each element, by name, under
 /// its parent record" is all the backend needs.
@@ -19,14 +13,19 @@ package struct S3XML {
     /// (`AssumeRoleResponse/AssumeRoleResult/Credentials/AccessKeyId`).
     package var leaves: [String: String] = [:]
 
-    /// Nil when `bytes` is not well-formed XML, or stops before its root
-    /// element closes (an answer cut short, which Foundation's parser
-    /// does not always call an error).
+    /// Nil when `bytes` is not well-formed XML (as far as these documents go: see `XMLEvents`),
+    /// or stops before its root element closes (an answer cut short).
     package init?(_ bytes: [UInt8], recordNames: Set<String> = []) {
-        let reader = Reader(recordNames: recordNames)
-        let parser = XMLParser(data: Data(bytes))
-        parser.delegate = reader
-        guard parser.parse(), reader.closedRoot, let root = reader.root else { return nil }
+        var reader = Reader(recordNames: recordNames)
+        var events = XMLEvents(bytes)
+        while let event = events.next() {
+            switch event {
+            case .start(let name): reader.start(name)
+            case .text(let text): reader.text += text
+            case .end(let name): reader.end(name)
+            }
+        }
+        guard events.isWellFormed, reader.closedRoot, let root = reader.root else { return nil }
         self.root = root
         self.fields = reader.fields
         self.records = reader.records
@@ -48,7 +47,8 @@ package struct S3XML {
         return out
     }
 
-    private final class Reader: NSObject, XMLParserDelegate {
+    /// Flattens the events into the records above.
+    private struct Reader {
         let recordNames: Set<String>
         var root: String?
         var fields: [String: String] = [:]
@@ -56,18 +56,15 @@ package struct S3XML {
         /// Whether the root element's end was read.
         var closedRoot = false
         var leaves: [String: String] = [:]
+        var text = ""
         private var path: [String] = []
         /// Whether each open element has had a child element.
         private var hasChildren: [Bool] = []
-        private var text = ""
         private var record: [String: String]?
 
         init(recordNames: Set<String>) { self.recordNames = recordNames }
 
-        func parser(
-            _ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?,
-            attributes: [String: String] = [:]
-        ) {
+        mutating func start(_ name: String) {
             if root == nil { root = name }
             if path.count == 1, recordNames.contains(name) { record = [:] }
             if !hasChildren.isEmpty { hasChildren[hasChildren.count - 1] = true }
@@ -76,9 +73,7 @@ package struct S3XML {
             text = ""
         }
 
-        func parser(_ parser: XMLParser, foundCharacters string: String) { text += string }
-
-        func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
+        mutating func end(_ name: String) {
             path.removeLast()
             if path.isEmpty { closedRoot = true }
             if hasChildren.removeLast() == false { leaves[name] = text }

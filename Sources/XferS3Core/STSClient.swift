@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferWire
 
 /// The two calls of AWS STS that hand out a role's temporary credentials:
 /// `AssumeRole` (signed, Signature V4 for service `sts`) and

@@ -1,6 +1,11 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import XferPrimitives
+import XferWire
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// AWS Signature Version 4 for S3 (and for STS, `service: "sts"`, when
 /// credentials are fetched), with the `Authorization` header.
@@ -87,8 +92,8 @@ public struct SignatureV4: Sendable {
         guard !query.isEmpty else { return "" }
         let pairs = query.split(separator: "&").map { item -> (String, String) in
             let parts = item.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = String(parts[0]).removingPercentEncoding ?? String(parts[0])
-            let value = parts.count > 1 ? (String(parts[1]).removingPercentEncoding ?? String(parts[1])) : ""
+            let name = PercentEncoding.decode(parts[0]) ?? String(parts[0])
+            let value = parts.count > 1 ? (PercentEncoding.decode(parts[1]) ?? String(parts[1])) : ""
             return (uriEncode(name, keepSlash: false), uriEncode(value, keepSlash: false))
         }
         return pairs.sorted { $0.0 == $1.0 ? $0.1 < $1.1 : $0.0 < $1.0 }.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
@@ -126,7 +131,7 @@ public struct SignatureV4: Sendable {
     /// Host (with a port when the URL names one), path and query of an absolute URL, as written.
     package static func urlParts(_ url: String) -> (host: String, path: String, query: String) {
         var rest = Substring(url)
-        if let scheme = rest.range(of: "://") { rest = rest[scheme.upperBound...] }
+        if let scheme = rest.firstRange(of: "://") { rest = rest[scheme.upperBound...] }
         let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? rest.endIndex
         var host = String(rest[..<authorityEnd])
         if let at = host.lastIndex(of: "@") { host = String(host[host.index(after: at)...]) }

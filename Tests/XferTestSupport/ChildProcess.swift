@@ -201,9 +201,11 @@ public var productsDirectory: String {
     return bundle.path.hasSuffix(".xctest") ? bundle.deletingLastPathComponent().path : bundle.path
 }
 
-/// The `xfer` executable built alongside the tests.
+/// The `xfer` executable built alongside the tests, or the one `XFER_TEST_BINARY` names: the
+/// end-to-end suites run against the shipped static binary that way (`make test-dist`).
 public var xferExecutable: String {
-    (productsDirectory as NSString).appendingPathComponent("xfer")
+    if let binary = ProcessInfo.processInfo.environment["XFER_TEST_BINARY"], !binary.isEmpty { return binary }
+    return (productsDirectory as NSString).appendingPathComponent("xfer")
 }
 
 /// The first of several racing outcomes (e.g. "the receiver held the

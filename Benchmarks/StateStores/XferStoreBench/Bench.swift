@@ -1,4 +1,5 @@
 import Foundation
+import XferPrimitives
 import Xfer
 import XferPatch
 

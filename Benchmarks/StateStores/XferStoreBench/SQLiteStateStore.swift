@@ -1,4 +1,5 @@
 import Dispatch
+import XferPrimitives
 import Foundation
 import Synchronization
 import Xfer

@@ -1,6 +1,11 @@
 import ArgumentParser
-import Foundation
+import XferPrimitives
+import FoundationEssentials
 import Xfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What the server needs to accept requests: never stored, never printed. Shared by every command
 /// that sends requests (push, resume, cancel).
@@ -63,10 +68,11 @@ struct CredentialArguments: ParsableArguments {
         guard let colon = text.firstIndex(of: ":") else {
             throw .invalidInput("--header must look like \"Name: value\" (no colon found)")
         }
-        let name = text[..<colon].trimmingCharacters(in: .whitespaces)
-        let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-        let tokenCharacters = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        guard !name.isEmpty, name.unicodeScalars.allSatisfy(tokenCharacters.contains) else {
+        let name = text[..<colon].trimmingSpacesAndTabs()
+        let value = text[text.index(after: colon)...].trimmingSpacesAndTabs()
+        // RFC 9110's token characters.
+        let tokenCharacters = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8)
+        guard !name.isEmpty, name.utf8.allSatisfy(tokenCharacters.contains) else {
             throw .invalidInput("--header has an invalid field name '\(name.prefix(40))'")
         }
         guard !value.containsLineBreak else {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Xfer
 
 /// NDJSON lines for `--json`. Built by hand from fields that can never hold

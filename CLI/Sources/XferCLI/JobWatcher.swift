@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Xfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Follows one running job for the CLI: forwards SIGINT/SIGTERM to it,
 /// shows its events (NDJSON on stdout; progress, notes and with --verbose

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Xfer
 
 /// How xfer talks to the server: timeouts, TLS trust and proxy. Shared by every

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 import Xfer
 
@@ -94,7 +94,7 @@ final class ProgressDisplay: @unchecked Sendable {
     /// Ends the bar's line so a message can take a line of its own.
     func interrupt() {
         if drawn {
-            FileHandle.standardError.write(Data("\n".utf8))
+            Terminal.writeError("\n")
             drawn = false
         }
     }
@@ -102,7 +102,7 @@ final class ProgressDisplay: @unchecked Sendable {
     func finish() {
         if drawn {
             draw(ContinuousClock.now)
-            FileHandle.standardError.write(Data("\n".utf8))
+            Terminal.writeError("\n")
         }
     }
 
@@ -113,15 +113,16 @@ final class ProgressDisplay: @unchecked Sendable {
         let bar = String(repeating: "█", count: filled) + String(repeating: "·", count: width - filled)
         var eta = "--:--"
         if let left = figures.secondsLeft.map({ Int($0) }) {
-            eta = String(format: "%02d:%02d", left / 60, left % 60)
+            eta = "\(String(left / 60).leftPadded(to: 2, with: "0")):\(String(left % 60).leftPadded(to: 2, with: "0"))"
         }
         // Files only when there is more than one: a single file's bar stays as it was.
         var counts = tally.files > 1 ? "  \(min(tally.doneFiles, tally.files))/\(tally.files) files" : ""
         if tally.failedFiles > 0 { counts += " (\(tally.failedFiles) failed)" }
-        let line = String(
-            format: "\r%@ %5.1f%%  %@ / %@%@  %@/s  ETA %@ ", bar, figures.fraction * 100,
-            ByteSize.format(tally.done), ByteSize.format(tally.total), counts, ByteSize.format(Int64(figures.rate)), eta)
-        FileHandle.standardError.write(Data(line.utf8))
+        let percent = ByteSize.oneDecimal(figures.fraction * 100).leftPadded(to: 5, with: " ")
+        let line =
+            "\r\(bar) \(percent)%  \(ByteSize.format(tally.done)) / \(ByteSize.format(tally.total))\(counts)  "
+            + "\(ByteSize.format(Int64(figures.rate)))/s  ETA \(eta) "
+        Terminal.writeError(line)
         drawn = true
     }
 }
@@ -153,5 +154,12 @@ final class ProgressLines: Sendable {
     private func line(final: Bool) -> String {
         let tally = tally.withLock { $0 }
         return ProgressText.line(tally, tally.figures(after: .now - start), final: final)
+    }
+}
+
+extension String {
+    /// `self` with `pad` in front up to `width` characters (`%5.1f`'s and `%02d`'s padding).
+    func leftPadded(to width: Int, with pad: Character) -> String {
+        count >= width ? self : String(repeating: pad, count: width - count) + self
     }
 }

@@ -1,8 +1,12 @@
 import ArgumentParser
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Xfer
 import XferIETF
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 struct PushCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Xfer
 import XferS3
+import XferPrimitives
 
 /// What S3 keeps with each object of a push (`S3ObjectOptions`): push only,
 /// since a job keeps the options it was created with.
@@ -43,7 +44,7 @@ struct S3ObjectArguments: ParsableArguments {
         var options = S3ObjectOptions()
         func checked(_ value: String?, _ flag: String) throws(XferError) -> String? {
             guard let value else { return nil }
-            let trimmed = value.trimmingCharacters(in: .whitespaces)
+            let trimmed = value.trimmingSpacesAndTabs()
             guard !trimmed.isEmpty, trimmed.unicodeScalars.allSatisfy({ $0.value >= 0x20 && $0.value < 0x7F }) else {
                 throw .invalidInput("\(flag) must be printable ASCII, not '\(value.prefix(40))'")
             }
@@ -72,7 +73,7 @@ struct S3ObjectArguments: ParsableArguments {
             for pair in tagging.split(separator: "&", omittingEmptySubsequences: false) {
                 let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 guard parts.count == 2, !parts[0].isEmpty,
-                    let key = String(parts[0]).removingPercentEncoding, let value = String(parts[1]).removingPercentEncoding
+                    let key = PercentEncoding.decode(parts[0]), let value = PercentEncoding.decode(parts[1])
                 else { throw .invalidInput("--tagging must look like KEY=VALUE&KEY=VALUE, not '\(tagging.prefix(40))'") }
                 options.tags[key] = value
             }

@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import Metrics
 import Prometheus
 import Xfer
@@ -220,8 +220,8 @@ struct ServeCommand: AsyncParsableCommand {
         default:
             throw XferError.invalidInput("--tls-cert and --tls-key go together")
         }
-        var isDirectory: ObjCBool = false
-        if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory.boolValue {
+        var isDirectory = false
+        if let root, FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), !isDirectory {
             throw XferError.invalidInput("--root \(root) exists and is not a directory")
         }
         let receiver: Receiver
@@ -288,8 +288,8 @@ struct ServeCommand: AsyncParsableCommand {
             }
             destination = .url(hookURL)
         case (nil, let directory?):
-            var isDirectory: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory.boolValue else {
+            var isDirectory = false
+            guard FileManager.default.fileExists(atPath: directory, isDirectory: &isDirectory), isDirectory else {
                 throw .invalidInput("--hooks-dir must be a directory, not '\(directory.prefix(80))'")
             }
             // Absolute: the hooks are found by path whatever the receiver's working directory.

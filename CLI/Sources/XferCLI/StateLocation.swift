@@ -1,5 +1,5 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
 import XferPrimitives
 
 /// Where job state lives: `--state`, else `$XFER_STATE_DIR`, else
@@ -14,9 +14,9 @@ struct StateLocation: ParsableArguments {
         if let explicit, !explicit.isEmpty { return explicit }
         if let value = environment["XFER_STATE_DIR"], !value.isEmpty { return value }
         if let value = environment["XDG_STATE_HOME"], !value.isEmpty {
-            return (value as NSString).appendingPathComponent("xfer")
+            return PathText.appending("xfer", to: value)
         }
         let home = HomeDirectory.path(environment: environment)
-        return (home as NSString).appendingPathComponent(".local/state/xfer")
+        return PathText.appending(".local/state/xfer", to: home)
     }
 }

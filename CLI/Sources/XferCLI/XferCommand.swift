@@ -1,6 +1,11 @@
 import ArgumentParser
-import Foundation
+import XferPrimitives
+import FoundationEssentials
 import Xfer
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `xfer`: resumable, chunked uploads.
 @main
@@ -44,7 +49,7 @@ struct XferCommand: AsyncParsableCommand {
                 // unknown --backend value lists the valid ones, past five as
                 // a bulleted list of lines), on one line; the usage of the
                 // command named is one `--help` away.
-                let lines = message(for: error).split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+                let lines = message(for: error).split(separator: "\n").map { $0.trimmingSpacesAndTabs() }
                 let listed = lines.dropFirst().filter { $0.hasPrefix("- ") }.map { $0.dropFirst(2) }
                 let message = (lines.first ?? "invalid usage") + (listed.isEmpty ? "" : " " + listed.joined(separator: ", "))
                 Terminal.error("\(message) (usage: 'xfer \(commandNamed.map { "\($0) " } ?? "")--help')")
@@ -52,7 +57,7 @@ struct XferCommand: AsyncParsableCommand {
             }
         }
         Terminal.flush()
-        Foundation.exit(code)
+        Glibc.exit(code)
     }
 }
 
@@ -73,17 +78,38 @@ extension XferCommand {
 
 enum Terminal {
     static func error(_ message: String) {
-        let line = "xfer: \(message.replacingOccurrences(of: "\n", with: " "))\n"
-        FileHandle.standardError.write(Data(line.utf8))
+        writeError("xfer: \(message.replacing("\n", with: " "))\n")
     }
 
     static func out(_ line: String) {
-        FileHandle.standardOutput.write(Data((line + "\n").utf8))
+        write(line + "\n")
     }
 
     /// Writes `text` as it is (part of a line written in pieces).
     static func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        writeAll(text, to: STDOUT_FILENO)
+    }
+
+    /// Writes `text` to standard error as it is (a progress line redrawn in place).
+    static func writeError(_ text: String) {
+        writeAll(text, to: STDERR_FILENO)
+    }
+
+    /// The whole of `text` with write(2), unbuffered as the lines were with Foundation's
+    /// `FileHandle` (full Foundation, which a static binary pays for with ICU): a line is out
+    /// before a kill. A closed pipe or a full disk ends the writing silently — there is nowhere
+    /// left to report it.
+    private static func writeAll(_ text: String, to descriptor: Int32) {
+        var text = text
+        text.withUTF8 { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
     }
 
     static func flush() {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import NIOCore
 import Synchronization
@@ -155,7 +155,7 @@ struct FaultMiddleware<Context: RequestContext>: RouterMiddleware {
             var text = String(buffer: try await collect(response.body))
             // Flip the first hex digit of each value: still well-formed, no longer the file's.
             for name in ["sha256", "crc32c"] {
-                if let key = text.range(of: "\"\(name)\":\""), key.upperBound < text.endIndex {
+                if let key = text.firstRange(of: "\"\(name)\":\""), key.upperBound < text.endIndex {
                     let digit = text[key.upperBound]
                     text.replaceSubrange(key.upperBound...key.upperBound, with: digit == "0" ? "1" : "0")
                 }

@@ -1,6 +1,6 @@
 import XferPrimitives
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// What the user supplied to authenticate: one bearer token. The engine
 /// sends it as `Authorization: Bearer TOKEN` unless the backend places it
@@ -189,7 +189,7 @@ public struct FileContext: Sendable {
 
     /// The extension of `name` without the dot, or "" when it has none.
     public var fileExtension: String {
-        let ext = (name as NSString).pathExtension
+        let ext = PathText.pathExtension(of: name)
         return ext
     }
 }

@@ -1,11 +1,12 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// The `--to` form most protocols take: the server's root URL.
 public enum HTTPTarget {
     /// `target` as an http(s) URL with a host and without a trailing slash.
     /// The message never repeats the URL's query (it may hold secrets).
     public static func normalized(_ target: String) throws(BackendError) -> String {
-        let trimmed = target.trimmingCharacters(in: .whitespaces)
+        let trimmed = target.trimmingSpacesAndTabs()
         guard let components = URLComponents(string: trimmed),
             let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
             let host = components.host, !host.isEmpty,

@@ -84,9 +84,9 @@ public struct MultipartForm: Sendable {
 
     /// Reverses `escape`.
     public static func unescape(_ name: String) -> String {
-        name.replacingOccurrences(of: "%22", with: "\"")
-            .replacingOccurrences(of: "%0D", with: "\r")
-            .replacingOccurrences(of: "%0A", with: "\n")
+        name.replacing("%22", with: "\"")
+            .replacing("%0D", with: "\r")
+            .replacing("%0A", with: "\n")
     }
 
     private static func headerSafe(_ value: String) -> String {

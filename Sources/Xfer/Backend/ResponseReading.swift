@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import XferPrimitives
 import XferWire
 
@@ -81,8 +81,14 @@ extension HTTPResponse {
     }
 
     static func oneLine(_ text: String) -> String {
-        let flattened = text.unicodeScalars.map { CharacterSet.controlCharacters.contains($0) ? " " : String($0) }.joined()
-        let trimmed = flattened.trimmingCharacters(in: .whitespaces)
+        // Control and format characters (what Foundation's `controlCharacters` holds) become spaces.
+        let flattened = String(String.UnicodeScalarView(text.unicodeScalars.map {
+            switch $0.properties.generalCategory {
+            case .control, .format: " "
+            default: $0
+            }
+        }))
+        let trimmed = flattened.trimmingSpacesAndTabs()
         return trimmed.count > 200 ? String(trimmed.prefix(200)) + "…" : trimmed
     }
 }
@@ -98,26 +104,8 @@ extension RequestBody {
 }
 
 enum FormEncoding {
-    private static let unreserved: CharacterSet = {
-        var set = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
-        set.insert(charactersIn: "-._~")
-        return set
-    }()
-
     static func escape(_ text: String) -> String {
-        // Ids and most names need no escape; Foundation's escaping of them was 2 % of a small file's CPU.
-        if text.utf8.allSatisfy(isUnreserved) { return text }
-        return text.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
-    }
-
-    private static func isUnreserved(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-            UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"):
-            return true
-        default:
-            return false
-        }
+        PercentEncoding.encode(text)
     }
 
     static func encode(_ fields: [(String, String)]) -> String {

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// The other direction: a server objects are pulled from, described as an
 /// upload backend is. A source never performs I/O: it says which request
@@ -223,7 +224,7 @@ extension ObjectDigest {
         var found: [ObjectDigest] = []
         for value in headers.values(for: "Repr-Digest") {
             for member in value.split(separator: ",") {
-                let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+                let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingSpacesAndTabs() }
                 guard parts.count == 2, parts[1].count >= 2, parts[1].hasPrefix(":"), parts[1].hasSuffix(":"),
                     let bytes = Data(base64Encoded: String(parts[1].dropFirst().dropLast())).map(Array.init)
                 else { continue }

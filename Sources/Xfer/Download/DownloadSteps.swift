@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import Glibc
+import XferPrimitives
 
 /// A pull's side of the scheduler's loop (`JobRunner` runs it): ranges are
 /// its chunks; opening a file describes its object and creates the partial
@@ -31,9 +32,9 @@ struct DownloadSteps: ScheduledSteps {
     ) -> DownloadWorker {
         // The destination (a directory, or a file's parent) holds every partial file but
         // those under another mount, which sync on their own.
-        var isDirectory: ObjCBool = false
-        let directory = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory.boolValue
-            ? root : (root as NSString).deletingLastPathComponent
+        var isDirectory = false
+        let directory = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) && isDirectory
+            ? root : PathText.deletingLastComponent(of: root)
         return DownloadWorker(
             jobID: job, steps: steps, options: options, store: store, transport: transport, events: events,
             bytesReceived: TransferByteCounter(), replacesExisting: replacesExisting,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Crypto
 import XferPrimitives
@@ -197,7 +197,7 @@ struct DownloadWorker: Sendable {
             if let rounds { try await rounds.sync() } else { try partial.syncData() }
             try await store.commit(completed)
             try partial.place(replacing: replacesExisting)
-            if let rounds { try await rounds.sync() } else { try PartialFile.syncDirectory((record.path as NSString).deletingLastPathComponent) }
+            if let rounds { try await rounds.sync() } else { try PartialFile.syncDirectory(PathText.deletingLastComponent(of: record.path)) }
             return .fileFinished(file: index, .completed(url: record.path))
         } catch {
             return failure(work, file: index, error)
@@ -393,7 +393,7 @@ struct DownloadWorker: Sendable {
     /// own form (`s3://B/K at ENDPOINT`) without the endpoint it keeps.
     static func shown(_ location: String) -> String {
         if location.hasPrefix("http://") || location.hasPrefix("https://") { return TransferEngine.displayURL(location) }
-        return location.range(of: " at ").map { String(location[..<$0.lowerBound]) } ?? location
+        return location.firstRange(of: " at ").map { String(location[..<$0.lowerBound]) } ?? location
     }
 }
 

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// Any HTTP server that answers ranges: a file at a URL (`xfer serve`'s
 /// `/downloads/`, a web server, a CDN). Described by a `HEAD`; ranges are
@@ -29,7 +30,7 @@ public struct HTTPSource: DownloadSource {
         return Exchange(request) { response throws(BackendError) in
             if response.status == 404 || response.status == 410 { throw .rejected("\(shown): no such file on the server (HTTP \(response.status))") }
             guard response.status == 200 else { throw response.unexpectedStatus("ask \(shown) for its size") }
-            guard let length = response.headers["Content-Length"].flatMap({ Int64($0.trimmingCharacters(in: .whitespaces)) }),
+            guard let length = response.headers["Content-Length"].flatMap({ Int64($0.trimmingSpacesAndTabs()) }),
                 length >= 0
             else {
                 throw .rejected("\(shown): the server does not say how large the file is (no Content-Length)")
@@ -60,10 +61,10 @@ public struct HTTPSource: DownloadSource {
     /// The strong `ETag`, else `Last-Modified`: a weak tag cannot make a
     /// range conditional (RFC 9110, 13.1.5).
     static func validator(in headers: HTTPHeaders) -> RemoteObject.Validator? {
-        if let tag = headers["ETag"]?.trimmingCharacters(in: .whitespaces), tag.hasPrefix("\""), tag.count >= 2 {
+        if let tag = headers["ETag"]?.trimmingSpacesAndTabs(), tag.hasPrefix("\""), tag.count >= 2 {
             return .etag(tag)
         }
-        if let date = headers["Last-Modified"]?.trimmingCharacters(in: .whitespaces), !date.isEmpty {
+        if let date = headers["Last-Modified"]?.trimmingSpacesAndTabs(), !date.isEmpty {
             return .lastModified(date)
         }
         return nil

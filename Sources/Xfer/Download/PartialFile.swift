@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Synchronization
 import XferPrimitives
@@ -127,7 +127,7 @@ final class PartialFile: Sendable {
     /// where the filesystem can, else sparse. Its directory entry is made
     /// durable when ranges will be committed before the file completes.
     func create(size: Int64, durableEntry: Bool) throws(XferError) -> FileIdentity {
-        let directory = (destination as NSString).deletingLastPathComponent
+        let directory = PathText.deletingLastComponent(of: destination)
         try Self.makeDirectories(directory)
         let descriptor = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
         guard descriptor >= 0 else { throw Self.failure("cannot create \(path)", errno) }
@@ -203,7 +203,7 @@ final class PartialFile: Sendable {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
-            throw .transferFailed("cannot create the directory \(directory): \((error as NSError).localizedDescription)")
+            throw .transferFailed("cannot create the directory \(directory): \(SystemErrorReason.of(error))")
         }
     }
 

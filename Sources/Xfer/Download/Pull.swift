@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// How a pull treats what it finds at its destination.
 public struct PullOptions: Sendable, Hashable {
@@ -66,17 +71,17 @@ extension TransferEngine {
         let listing = steps.listing
         let prefixes = normalized.map { listing?.isPrefix($0) ?? false }
         let root = URL(fileURLWithPath: destination).standardizedFileURL.path
-        var isDirectory: ObjCBool = false
+        var isDirectory = false
         let exists = FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory)
         // One object into a path that is not a directory: that path. Else a directory.
-        let intoDirectory = normalized.count > 1 || prefixes[0] || destination.hasSuffix("/") || (exists && isDirectory.boolValue)
-        if intoDirectory, exists, !isDirectory.boolValue {
+        let intoDirectory = normalized.count > 1 || prefixes[0] || destination.hasSuffix("/") || (exists && isDirectory)
+        if intoDirectory, exists, !isDirectory {
             throw .invalidInput("\(root) is a file; name a directory for \(normalized.count > 1 ? "several objects" : "a prefix")")
         }
         if intoDirectory, !exists { try PartialFile.makeDirectories(root) }
         if !intoDirectory {
-            let parent = (root as NSString).deletingLastPathComponent
-            guard FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory), isDirectory.boolValue else {
+            let parent = PathText.deletingLastComponent(of: root)
+            guard FileManager.default.fileExists(atPath: parent, isDirectory: &isDirectory), isDirectory else {
                 throw .invalidInput("\(parent) is not a directory")
             }
         }
@@ -216,10 +221,10 @@ extension TransferEngine {
     /// The last segment of a location's path (a URL's, a key's), percent-decoded; `download` for none.
     static func name(of location: String) -> String {
         var path = Substring(location)
-        if let scheme = path.range(of: "://") { path = path[scheme.upperBound...] }
+        if let scheme = path.firstRange(of: "://") { path = path[scheme.upperBound...] }
         if let query = path.firstIndex(where: { $0 == "?" || $0 == "#" }) { path = path[..<query] }
         let last = path.split(separator: "/").dropFirst().last.map(String.init) ?? ""
-        let decoded = last.removingPercentEncoding ?? last
+        let decoded = PercentEncoding.decode(last) ?? String(last)
         return safeRelativePath(decoded).flatMap { $0.contains("/") ? nil : $0 } ?? "download"
     }
 

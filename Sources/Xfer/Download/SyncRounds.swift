@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Synchronization
 import XferPrimitives
@@ -52,7 +52,7 @@ final class SyncRounds: Sendable {
                 state.running = true
                 return true
             }
-            if leads { Thread.detachNewThread { [self] in runRounds() } }
+            if leads { DetachedThread.start { [self] in runRounds() } }
         }
         guard code == 0 else { throw PartialFile.failure("cannot write the downloads to disk", code) }
     }

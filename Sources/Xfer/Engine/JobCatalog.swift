@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// Where a job stands, as listings show it.
 public enum JobState: String, Sendable, Hashable, Codable, CaseIterable {
@@ -167,7 +168,7 @@ extension TransferEngine {
     /// The id of the job `text` names: a whole id, or a prefix of exactly
     /// one job's id (as `git` accepts abbreviated hashes).
     public func jobID(matching text: String) throws(XferError) -> JobID {
-        let needle = text.trimmingCharacters(in: .whitespaces).lowercased()
+        let needle = text.trimmingSpacesAndTabs().lowercased()
         let shown = String(text.prefix(40))
         guard !needle.isEmpty, needle.utf8.count <= 16,
             needle.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) })

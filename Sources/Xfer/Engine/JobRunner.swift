@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs one job, whichever way its bytes go: feeds the `Scheduler` the
 /// results of work, starts what it hands out (up to the job's concurrency at

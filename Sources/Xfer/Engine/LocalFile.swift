@@ -1,6 +1,7 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 import Glibc
+import XferPrimitives
 
 /// A local file opened for reading chunks with `pread`.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 extension HTTPTransport {
     /// Sends `request` as `send(_:counting:into:followingRedirects:)` does;

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// One unit of work the scheduler hands out.
 enum Work: Sendable, Hashable {

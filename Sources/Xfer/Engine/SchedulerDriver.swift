@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// What a run of the scheduler needs from the direction it moves bytes in
 /// (a push's `UploadSteps`, a pull's `DownloadSteps`; `JobRunner` runs either): how a file is

@@ -1,3 +1,4 @@
+import XferPrimitives
 /// What a step saves before it reports its result, from the step's outcome:
 /// pure, so it is tested without a store or a server
 /// (Tests/XferTests/StepRecordsTests.swift). `Worker` commits what this says in

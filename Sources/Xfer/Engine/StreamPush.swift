@@ -1,5 +1,5 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// Bytes whose length is not known until they end: standard input, a pipe,

@@ -1,6 +1,6 @@
 import CMalloc
 import Crypto
-import Foundation
+import FoundationEssentials
 import Glibc
 
 /// The entry point: a state directory, one HTTP transport, and the jobs

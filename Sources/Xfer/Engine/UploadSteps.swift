@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A push's side of the scheduler's loop (`JobRunner` runs it): loading a
 /// file opens it on disk; its steps are the backend's, resolved once

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Runs one step: builds the backend's exchange, sends it with retries, and
 /// turns the outcome into a `WorkResult`. Immutable and shared by all the

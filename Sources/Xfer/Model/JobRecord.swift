@@ -1,5 +1,5 @@
 import XferPrimitives
-import Foundation
+import FoundationEssentials
 
 /// A job's identity: derived from what the user asked for (backend, target
 /// and the paths named), so re-running the same push finds the same job.

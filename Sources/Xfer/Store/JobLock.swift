@@ -1,6 +1,7 @@
-import Foundation
+import FoundationEssentials
 import Glibc
 import Synchronization
+import XferPrimitives
 
 /// An exclusive, per-job lock held for the life of a push.
 ///
@@ -14,7 +15,7 @@ final class JobLock: Sendable {
     let path: String
 
     init(stateDirectory: String, job: JobID) throws(XferError) {
-        let directory = (stateDirectory as NSString).appendingPathComponent("locks")
+        let directory = PathText.appending("locks", to: stateDirectory)
         do {
             try FileManager.default.createDirectory(
                 atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -81,8 +82,7 @@ final class JobLock: Sendable {
     }
 
     static func path(stateDirectory: String, job: JobID) -> String {
-        ((stateDirectory as NSString).appendingPathComponent("locks") as NSString)
-            .appendingPathComponent("\(job.rawValue).lock")
+        PathText.appending("\(job.rawValue).lock", to: PathText.appending("locks", to: stateDirectory))
     }
 
     /// The pid of the live process holding the lock of `job`, or nil when
@@ -122,6 +122,6 @@ final class JobLock: Sendable {
         let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, 0) }
         guard count > 0 else { return nil }
         let text = String(decoding: buffer[0..<count], as: UTF8.self)
-        return Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        return Int32(text.trimmingWhitespace())
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// Durable job and chunk state, as the engine uses it. `StateStore` (LMDB)
 /// is the only implementation the product ships.

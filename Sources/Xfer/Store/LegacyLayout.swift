@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// Layouts 1 and 2 of the state store, read once to migrate them to layout 3.
 ///
@@ -100,7 +101,7 @@ enum LegacyLayout {
             let rootPaths = job.files.map(\.path)
             for (index, file) in job.files.enumerated() {
                 // Each file was named on its own: it is its own root, and its name is its relative path.
-                let name = (file.path as NSString).lastPathComponent
+                let name = PathText.lastComponent(of: file.path)
                 let migrated = FileRecord(
                     path: file.path, relativePath: name, root: index, identity: file.identity, chunkSize: file.chunkSize,
                     isOpen: file.isOpen, handles: file.handles, url: file.url)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The compact binary form of state-store values: little-endian integers,
 /// LEB128 varints for counts and lengths, strings as a length and UTF-8.

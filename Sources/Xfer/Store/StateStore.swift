@@ -1,7 +1,11 @@
 import XferPrimitives
 import Crypto
 import Dispatch
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Durable job and chunk state in LMDB.
 ///
@@ -75,7 +79,7 @@ final class StateStore: JobStateStore {
     /// Opens the store in `directory`, creating it (mode 0700) if needed.
     init(directory: String, initialMapSize: Int = 64 << 20) throws(XferError) {
         self.directory = directory
-        let dbDirectory = (directory as NSString).appendingPathComponent("db")
+        let dbDirectory = PathText.appending("db", to: directory)
         do {
             try FileManager.default.createDirectory(
                 atPath: dbDirectory, withIntermediateDirectories: true,
@@ -732,10 +736,7 @@ final class StateStore: JobStateStore {
     }
 
     static func reason(_ error: any Error) -> String {
-        if let error = error as? CocoaError, let underlying = error.userInfo[NSUnderlyingErrorKey] as? NSError {
-            return underlying.localizedDescription
-        }
-        return (error as NSError).localizedDescription
+        SystemErrorReason.of(error)
     }
 }
 

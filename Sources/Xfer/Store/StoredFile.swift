@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How the state store keeps a `FileRecord`: three values under the file's
 /// key in three databases, each written once in the usual life of a file.

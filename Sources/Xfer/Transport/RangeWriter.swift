@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Crypto
 import Glibc
 import XferPrimitives

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 /// RFC 9530's digest fields, in the algorithms both sides compute: the server's
 /// `Want-Content-Digest` (which algorithms it checks, by preference) and a request body's
@@ -27,7 +28,7 @@ public enum ContentDigest: String, Sendable, CaseIterable {
     public static func preferred(in header: String) -> ContentDigest? {
         var best: (digest: ContentDigest, weight: Int)?
         for member in header.split(separator: ",") {
-            let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let parts = member.split(separator: "=", maxSplits: 1).map { $0.trimmingSpacesAndTabs() }
             guard let name = parts.first?.lowercased(), let digest = ContentDigest(rawValue: name) else { continue }
             // A weight that is not 0-10 is not one this side understands: the member is skipped.
             let weight = parts.count == 2 ? Int(parts[1]).flatMap { (0...10).contains($0) ? $0 : nil } ?? 0 : 1
@@ -61,8 +62,8 @@ public enum ContentDigest: String, Sendable, CaseIterable {
     public static func parse(_ header: String) throws(Malformed) -> (algorithm: ContentDigest, digest: [UInt8])? {
         for member in header.split(separator: ",") {
             guard let equals = member.firstIndex(of: "=") else { continue }
-            let name = member[..<equals].trimmingCharacters(in: .whitespaces).lowercased()
-            let value = member[member.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let name = member[..<equals].trimmingSpacesAndTabs().lowercased()
+            let value = member[member.index(after: equals)...].trimmingSpacesAndTabs()
             guard let algorithm = ContentDigest(rawValue: name) else { continue }
             // A byte sequence (RFC 8941): the base64 between colons.
             guard value.count >= 2, value.hasPrefix(":"), value.hasSuffix(":"),

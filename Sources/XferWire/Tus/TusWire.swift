@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import XferPrimitives
 
 // The tus 1.0.0 protocol's headers (https://tus.io/protocols/resumable-upload), written once:
 // the client backend (Backends/Tus) writes and reads them with these types, the receiver's
@@ -34,7 +35,7 @@ public enum TusField {
     /// A comma-separated list (`Tus-Version`, `Tus-Extension`, `Tus-Checksum-Algorithm`),
     /// its items trimmed, empty ones dropped.
     public static func list(_ header: String?) -> [String] {
-        (header ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        (header ?? "").split(separator: ",").map { $0.trimmingSpacesAndTabs() }.filter { !$0.isEmpty }
     }
 }
 
@@ -45,7 +46,7 @@ public enum TusMetadata {
     public static func parse(_ header: String) -> [String: [UInt8]]? {
         var pairs: [String: [UInt8]] = [:]
         for item in header.split(separator: ",", omittingEmptySubsequences: false) {
-            let parts = item.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: false)
+            let parts = item.trimmingSpacesAndTabs().split(separator: " ", omittingEmptySubsequences: false)
             guard parts.count == 1 || parts.count == 2 else { return nil }
             let key = String(parts[0])
             guard isKey(key), pairs[key] == nil else { return nil }
@@ -118,7 +119,7 @@ public struct TusChecksum: Sendable, Equatable {
     }
 
     public static func parse(_ header: String) -> Result<TusChecksum, Problem> {
-        let parts = header.trimmingCharacters(in: .whitespaces).split(separator: " ", omittingEmptySubsequences: true)
+        let parts = header.trimmingSpacesAndTabs().split(separator: " ", omittingEmptySubsequences: true)
         guard parts.count == 2 else { return .failure(.malformed) }
         guard let algorithm = Algorithm(rawValue: String(parts[0])) else { return .failure(.unsupportedAlgorithm) }
         guard let digest = Data(base64Encoded: String(parts[1])), digest.count == algorithm.digestLength else {
@@ -148,7 +149,7 @@ public enum TusConcat: Sendable, Equatable {
 
     /// Reads the header; a final concatenation's URLs as they were written (see `uploadID`).
     public static func parse(_ header: String) throws(Malformed) -> TusConcat {
-        let trimmed = header.trimmingCharacters(in: .whitespaces)
+        let trimmed = header.trimmingSpacesAndTabs()
         if trimmed == "partial" { return .partial }
         guard trimmed.hasPrefix("final;") else {
             throw Malformed(description: "Upload-Concat must be 'partial' or 'final;URL URL ...'")
@@ -161,7 +162,7 @@ public enum TusConcat: Sendable, Equatable {
     /// `http://host/files/ID` or `/files/ID` → ID (not checked for existence).
     public static func uploadID(fromURL url: String) -> String? {
         var path = Substring(url)
-        if let scheme = path.range(of: "://") {
+        if let scheme = path.firstRange(of: "://") {
             let afterScheme = path[scheme.upperBound...]
             guard let slash = afterScheme.firstIndex(of: "/") else { return nil }
             path = afterScheme[slash...]

@@ -1,10 +1,14 @@
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Logging
 import NIOCore
 import NIOHTTPTypes
 import NIOTLS
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// How long a client may keep a connection waiting on what it must send, and how many
 /// connections the receiver holds at once: what a client that sends slowly, or not at all, can

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import NIOPosix
@@ -141,7 +141,7 @@ struct DownloadRoutes: ProtocolRoutes {
         var headers = HTTPFields()
         headers[.eTag] = file.etag.field
         headers[.contentType] = "application/octet-stream"
-        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encodePathSegment(name)
+        headers[.contentDisposition] = "attachment; filename*=UTF-8''" + PercentEncoding.encode(name)
         if servesRanges { headers[.acceptRanges] = "bytes" }
         if let digest = file.reprDigest { headers[.reprDigest] = digest }
         return headers

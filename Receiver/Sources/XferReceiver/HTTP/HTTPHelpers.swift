@@ -1,5 +1,5 @@
 import Logging
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import NIOConcurrencyHelpers

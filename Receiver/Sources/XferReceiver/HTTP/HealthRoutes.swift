@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `GET /health` (and `HEAD`): whether this receiver can take uploads, for load balancers
 /// (haproxy's `option httpchk`) and Kubernetes probes. Open even when `--auth-token` is
@@ -36,8 +40,8 @@ struct HealthRoutes: ProtocolRoutes {
 
     private static func answer(objectStore: Bool, root: String) -> Response {
         if objectStore { return JSONResponse.make(.ok, Answer(status: "ok", storage: "objectStore")) }
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory.boolValue else {
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory else {
             return JSONResponse.make(.serviceUnavailable, Answer(status: "unavailable", storage: "disk", reason: "the root directory is gone"))
         }
         guard access(root, W_OK) == 0 else {

@@ -1,6 +1,6 @@
 import XferPrimitives
 import XferWire
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import NIOCore
 

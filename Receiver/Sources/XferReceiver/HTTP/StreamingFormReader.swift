@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import NIOCore
+import XferPrimitives
 
 #if canImport(Glibc)
 import Glibc
@@ -77,13 +78,13 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
     /// The boundary of a `multipart/form-data` Content-Type, or nil when there is none usable.
     static func boundary(contentType: String?) -> String? {
         guard let contentType else { return nil }
-        let parameters = contentType.split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }
+        let parameters = contentType.split(separator: ";").map { $0.trimmingSpacesAndTabs() }
         guard parameters.first?.lowercased() == "multipart/form-data" else { return nil }
         for parameter in parameters.dropFirst() {
             guard let equals = parameter.firstIndex(of: "="),
-                parameter[..<equals].trimmingCharacters(in: .whitespaces).lowercased() == "boundary"
+                parameter[..<equals].trimmingSpacesAndTabs().lowercased() == "boundary"
             else { continue }
-            var value = parameter[parameter.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            var value = parameter[parameter.index(after: equals)...].trimmingSpacesAndTabs()
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
             guard (1...FormLimits.boundaryLength).contains(value.utf8.count), value.utf8.allSatisfy({ (0x20...0x7e).contains($0) })
             else { return nil }
@@ -188,8 +189,8 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             guard let text = String(validating: line, as: UTF8.self), let colon = text.firstIndex(of: ":") else {
                 throw .malformed("a part header is not 'Name: value' in UTF-8")
             }
-            let name = text[..<colon].trimmingCharacters(in: .whitespaces).lowercased()
-            let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            let name = text[..<colon].trimmingSpacesAndTabs().lowercased()
+            let value = text[text.index(after: colon)...].trimmingSpacesAndTabs()
             switch name {
             case "content-disposition": disposition = value
             case "content-type": contentType = value
@@ -207,7 +208,7 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
     static func parseDisposition(_ value: String) -> FormPart? {
         var rest = Substring(value)
         let type = rest.prefix { $0 != ";" }
-        guard type.trimmingCharacters(in: .whitespaces).lowercased() == "form-data" else { return nil }
+        guard type.trimmingSpacesAndTabs().lowercased() == "form-data" else { return nil }
         rest = rest.dropFirst(type.count)
         var parameters: [String: String] = [:]
         while let semicolon = rest.first, semicolon == ";" {
@@ -226,9 +227,9 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             } else {
                 let token = rest.prefix { $0 != ";" }
                 rest = rest.dropFirst(token.count)
-                parameterValue = Substring(token.trimmingCharacters(in: .whitespaces))
+                parameterValue = Substring(token.trimmingSpacesAndTabs())
             }
-            let name = key.trimmingCharacters(in: .whitespaces).lowercased()
+            let name = key.trimmingSpacesAndTabs().lowercased()
             if parameters[name] == nil { parameters[name] = unescape(String(parameterValue)) }
         }
         guard let name = parameters["name"] else { return nil }
@@ -236,9 +237,9 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
     }
 
     private static func unescape(_ text: String) -> String {
-        text.replacingOccurrences(of: "%22", with: "\"")
-            .replacingOccurrences(of: "%0D", with: "\r")
-            .replacingOccurrences(of: "%0A", with: "\n")
+        text.replacing("%22", with: "\"")
+            .replacing("%0D", with: "\r")
+            .replacing("%0A", with: "\n")
     }
 
     /// One line without its CRLF; refused (with `tooLong`) when longer than `limit`.

@@ -1,11 +1,12 @@
 import AsyncHTTPClient
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore
 import NIOHTTP1
 import Synchronization
 import XferWire
+import XferPrimitives
 
 /// Where the receiver tells the application about uploads, as tusd's hooks do: a `POST` of a
 /// JSON event to one URL (`xfer serve --hook-url URL`), or the event's JSON on the standard input
@@ -422,9 +423,9 @@ struct UploadHooks: Sendable {
     /// The `message` of a JSON answer, else its first line; at most 200 characters, one line.
     static func message(in body: String) -> String? {
         if let message = (try? JSONValue.parse(body))?.objectValue?["message"]?.strictString, !message.isEmpty {
-            return String(message.prefix(200)).replacingOccurrences(of: "\n", with: " ")
+            return String(message.prefix(200)).replacing("\n", with: " ")
         }
-        let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingCharacters(in: .whitespaces) ?? ""
+        let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingSpacesAndTabs() ?? ""
         return line.isEmpty ? nil : String(line.prefix(200))
     }
 

@@ -64,7 +64,7 @@ struct RelativePath: Sendable, Equatable {
     var name: String { components[components.count - 1] }
 
     /// `/downloads/<id>/` + this: every component percent-encoded on its own, joined by '/'.
-    var encoded: String { components.map(PercentEncoding.encodePathSegment).joined(separator: "/") }
+    var encoded: String { components.map(PercentEncoding.encode).joined(separator: "/") }
 
     enum Problem: Error, Equatable {
         case empty
@@ -179,46 +179,6 @@ enum FileNames {
         guard RelativePath.problem(ofComponent: cleaned[...]) == nil else { return nil }
         // Cut and replaced at ASCII bytes only: still the UTF-8 it was.
         return String(decoding: cleaned, as: UTF8.self)
-    }
-}
-
-enum PercentEncoding {
-    /// Encodes everything but RFC 3986 unreserved characters, so the result is one path segment
-    /// whatever the name holds (spaces, `?`, `#`, `%`, non-ASCII).
-    static func encodePathSegment(_ segment: String) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(segment.utf8.count)
-        for byte in segment.utf8 {
-            switch byte {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
-                UInt8(ascii: "_"), UInt8(ascii: "~"):
-                out.append(byte)
-            default:
-                out.append(UInt8(ascii: "%"))
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0xF)])
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-
-    /// Nil for malformed escapes or bytes that are not UTF-8: such a segment can't name any stored file.
-    static func decode(_ segment: some StringProtocol) -> String? {
-        var bytes = [UInt8]()
-        var iterator = segment.utf8.makeIterator()
-        while let byte = iterator.next() {
-            if byte == UInt8(ascii: "%") {
-                guard let high = iterator.next().flatMap(Hex.value(of:)), let low = iterator.next().flatMap(Hex.value(of:)) else { return nil }
-                bytes.append(high << 4 | low)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        // Decoding repairs invalid UTF-8 with U+FFFD; a result that doesn't re-encode to the same bytes was invalid.
-        let decoded = String(decoding: bytes, as: UTF8.self)
-        return decoded.utf8.elementsEqual(bytes) ? decoded : nil
     }
 }
 

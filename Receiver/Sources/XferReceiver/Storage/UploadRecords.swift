@@ -1,5 +1,5 @@
 import XferWire
-import Foundation
+import FoundationEssentials
 import XferPrimitives
 
 /// What an upload is, fixed at creation and stored as `meta.json`.

@@ -1,11 +1,12 @@
 import XferWire
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import Logging
 import NIOCore
 import NIOHTTPTypes
 import NIOPosix
+import XferPrimitives
 
 /// The IETF's Resumable Uploads for HTTP (draft-ietf-httpbis-resumable-upload), interop versions 6
 /// and 8: what Apple's `URLSession` speaks since iOS 17, so an app's uploads resume with no code
@@ -223,7 +224,7 @@ struct IETFRoutes: OffsetUploadRoutes {
     private func append(_ request: Request, id: String?, context: some ReceiverRequestContext) async throws -> Response {
         _ = try IETFFields.version(of: request)
         let headers = request.headers
-        guard headers[.contentType]?.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() == IETFFields.partialUpload
+        guard headers[.contentType]?.split(separator: ";").first?.trimmingSpacesAndTabs().lowercased() == IETFFields.partialUpload
         else {
             throw Refusal.problem(.unsupportedMediaType, "an append's body must be Content-Type: \(IETFFields.partialUpload)")
         }

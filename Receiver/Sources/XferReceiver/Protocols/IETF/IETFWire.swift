@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import XferWire
+import XferPrimitives
 
 // What requests of the IETF resumable uploads carry in their headers (structured fields, RFC 8941),
 // and how its refusals read (RFC 9457 problem details). See `IETFRoutes`.
@@ -37,7 +38,7 @@ enum IETFFields {
     static func dispositionFileName(_ header: String?) -> String? {
         guard let header else { return nil }
         for parameter in header.split(separator: ";").dropFirst() {
-            let pair = parameter.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            let pair = parameter.split(separator: "=", maxSplits: 1).map { $0.trimmingSpacesAndTabs() }
             guard pair.count == 2, pair[0].lowercased() == "filename" else { continue }
             var value = pair[1]
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }

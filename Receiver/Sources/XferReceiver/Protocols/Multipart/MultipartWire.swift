@@ -1,5 +1,5 @@
 import XferWire
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import NIOCore
@@ -75,7 +75,7 @@ struct MultipartForm {
     }
 
     private static func decodeComponent(_ text: Substring) -> String? {
-        PercentEncoding.decode(text.replacingOccurrences(of: "+", with: " "))
+        PercentEncoding.decodeForm(text)
     }
 
     /// The client's id: any string but an empty, long or control-character one.
@@ -96,7 +96,7 @@ struct MultipartForm {
     /// `fileIds=a,b,c`, in order, each once.
     func fileIds() throws(Refusal) -> [String] {
         var seen = Set<String>()
-        let ids = (fields[FileSectionForm.fileIds] ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let ids = (fields[FileSectionForm.fileIds] ?? "").split(separator: ",").map { $0.trimmingSpacesAndTabs() }
             .filter { !$0.isEmpty && seen.insert($0).inserted }
         guard !ids.isEmpty else { throw .envelope(400, "fileIds must name the source's files, comma-separated") }
         return ids

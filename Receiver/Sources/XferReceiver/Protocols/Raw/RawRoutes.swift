@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore
+import XferPrimitives
 
 /// `PUT /raw/{name}`: a whole file in one plain request, no chunking and no resume.
 ///
@@ -31,7 +32,7 @@ struct RawRoutes: ProtocolRoutes {
     }
 
     private func receive(_ request: Request, encodedName: String?) async throws -> Response {
-        guard let name = encodedName.flatMap(PercentEncoding.decode).flatMap(FileNames.lastComponent) else {
+        guard let name = encodedName.flatMap { PercentEncoding.decode($0) }.flatMap(FileNames.lastComponent) else {
             throw Refusal.error(.badRequest, "the path must name the file: PUT /raw/NAME")
         }
         let limit = configuration.maximumUploadSize

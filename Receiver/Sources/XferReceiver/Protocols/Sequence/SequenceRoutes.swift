@@ -1,5 +1,5 @@
 import XferWire
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore

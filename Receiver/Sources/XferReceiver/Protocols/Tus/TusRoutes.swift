@@ -1,5 +1,5 @@
 import XferWire
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import Logging
@@ -185,7 +185,7 @@ struct TusRoutes: OffsetUploadRoutes {
         }
         var metadata: String?
         var path = RelativePath.validated("file")!
-        if let raw = headers[.uploadMetadata], !raw.trimmingCharacters(in: .whitespaces).isEmpty {
+        if let raw = headers[.uploadMetadata], !raw.trimmingSpacesAndTabs().isEmpty {
             // An empty header (tuspy sends one when there is no metadata) means none.
             guard raw.utf8.count <= TusHeaders.metadataLimit, let pairs = TusMetadata.parse(raw) else {
                 throw Refusal.error(

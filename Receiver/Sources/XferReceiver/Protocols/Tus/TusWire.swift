@@ -1,7 +1,8 @@
-import Foundation
+import FoundationEssentials
 import HTTPTypes
 import Hummingbird
 import XferWire
+import XferPrimitives
 
 // What tus requests carry in their headers and how its refusals read (see `TusRoutes`).
 // Refusals are `{"error": ...}` with their status; `TusProtocolMiddleware` adds `Tus-Resumable`.
@@ -18,7 +19,7 @@ enum TusHeaders {
     static func isOffsetStream(_ contentType: String?) -> Bool {
         guard let contentType else { return false }
         let mediaType = contentType.split(separator: ";", maxSplits: 1).first ?? ""
-        return mediaType.trimmingCharacters(in: .whitespaces).lowercased() == offsetStream
+        return mediaType.trimmingSpacesAndTabs().lowercased() == offsetStream
     }
 
     /// `Upload-Expires` of an unfinished upload a request just changed: `expireAfter` from now,

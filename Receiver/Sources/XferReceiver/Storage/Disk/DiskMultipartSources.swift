@@ -1,6 +1,6 @@
 import XferPrimitives
 import Crypto
-import Foundation
+import FoundationEssentials
 
 #if canImport(Glibc)
 import Glibc

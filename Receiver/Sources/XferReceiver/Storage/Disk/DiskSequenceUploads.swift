@@ -1,6 +1,6 @@
 import XferPrimitives
 import Crypto
-import Foundation
+import FoundationEssentials
 import Logging
 
 /// What the `sequence` protocol keeps per upload beyond the shared `Upload` (which holds the

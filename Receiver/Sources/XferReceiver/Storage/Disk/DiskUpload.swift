@@ -1,7 +1,7 @@
 import XferPrimitives
 import Synchronization
 import Crypto
-import Foundation
+import FoundationEssentials
 import NIOCore
 
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
 import XferPrimitives
-import Foundation
+import FoundationEssentials
 import Logging
 
 #if canImport(Glibc)

@@ -1,6 +1,6 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore

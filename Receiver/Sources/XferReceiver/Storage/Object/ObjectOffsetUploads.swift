@@ -1,9 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import NIOCore
 import Synchronization
 import XferPrimitives
 import XferS3Core
+import Logging
 
 /// One protocol's offset uploads (tus's, the IETF draft's) in an object store.
 ///

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import XferPrimitives
 
 /// sequence's uploads in an object store: the blocks are the chunks of an `ObjectChunkedUpload`,

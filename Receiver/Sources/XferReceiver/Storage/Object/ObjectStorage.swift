@@ -1,12 +1,13 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
 import XferS3Core
+import NIOHTTP1
 
 /// Uploads in an S3-compatible object store (`xfer serve --storage s3://BUCKET/PREFIX`), shared by
 /// any number of receivers with no lock service and no sticky sessions: every upload's state is a

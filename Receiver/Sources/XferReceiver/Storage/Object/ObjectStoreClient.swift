@@ -1,10 +1,12 @@
 import AsyncHTTPClient
-import Foundation
+import FoundationEssentials
 import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
 import XferS3Core
+import Synchronization
+import XferWire
 
 /// Sends the S3 operations `S3ObjectRequests` describes (XferS3Core's signing, credentials, XML
 /// and error reading, which the `s3` backend shares) through AsyncHTTPClient, on the receiver's

@@ -1,12 +1,13 @@
 import AsyncHTTPClient
 import Crypto
-import Foundation
+import FoundationEssentials
 import Hummingbird
 import Logging
 import NIOCore
 import Synchronization
 import XferPrimitives
 import XferS3Core
+import NIOHTTP1
 
 /// Staged objects read one after another, then (optionally) a body: the contents of a part made of
 /// a staged tail and an append's own bytes.
