@@ -28,6 +28,7 @@ from .sections.pull import bench_pull
 from .sections.pullceph import bench_pull_ceph
 from .sections.far import bench_far
 from .sections.hostile import bench_hostile
+from .sections.binary import bench_binary
 
 
 def bench_command():
@@ -67,6 +68,7 @@ def main():
         ("pullceph", lambda: bench_pull_ceph(work)),
         ("far", lambda: bench_far(work)),
         ("hostile", lambda: bench_hostile(work)),
+        ("binary", lambda: bench_binary(work)),
     ]
     ran = []
     try:
