@@ -1,13 +1,5 @@
 import FoundationEssentials
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#else
-import Darwin
-#endif
-
 /// What an HTTP answer's status and dates mean, read once: for the engine's retries and for
 /// the S3 requests of XferS3Core, which do not depend on the engine.
 public enum HTTPAnswerRules {
@@ -54,19 +46,8 @@ public enum HTTPAnswerRules {
         let clock = time.split(separator: ":", omittingEmptySubsequences: false)
         guard clock.count == 3, clock.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isASCII) }),
             let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
-            (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second),
-            (1...31).contains(day), (1...9999).contains(year)
+            let seconds = UTCCalendar.seconds(year: year, month: month, day: day, hour: hour, minute: minute, second: second)
         else { return nil }
-        var fields = tm()
-        fields.tm_year = Int32(year - 1900)
-        fields.tm_mon = Int32(month - 1)
-        fields.tm_mday = Int32(day)
-        fields.tm_hour = Int32(hour)
-        fields.tm_min = Int32(minute)
-        fields.tm_sec = Int32(second)
-        let seconds = timegm(&fields)
-        // timegm normalises 31 Feb into March: a date that does not round-trip did not exist.
-        guard fields.tm_mday == Int32(day), fields.tm_mon == Int32(month - 1) else { return nil }
         return Date(timeIntervalSince1970: TimeInterval(seconds))
     }
 
