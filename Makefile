@@ -36,7 +36,7 @@ build: deps
 # shipped modules use FoundationEssentials only (scripts/test-linkage.sh checks it), so neither
 # full Foundation nor ICU's data is in it. Then, each measured (Docs/benchmarks.md, "The
 # installed binary"): -Osize (the binary a third smaller than 0.3.0's; per small file about as
-# much CPU as 0.3.0, some 7 % more than -O: SWIFT_OPTIMIZATION=-O for that), no exported dynamic
+# CPU as 0.3.0, some 5 % more than -O: SWIFT_OPTIMIZATION=-O for that), no exported dynamic
 # symbols (nothing loads xfer as a library), and GNU ld's packed relative relocations (DT_RELR,
 # glibc 2.36 as in Debian 12; gold, swiftc's default linker, has none).
 SWIFT_OPTIMIZATION ?= -Osize
