@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all build-deps deps python-tools build release man test test-linkage api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
+.PHONY: all build-deps deps python-tools build release man deb dist test-dist test test-linkage api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -31,8 +31,12 @@ build: deps
 	$(SWIFT) build $(CLI)
 	$(SWIFT) build $(RECEIVER)
 
+# The release build: the Swift runtime and Foundation linked into the binary, so that it runs
+# where no Swift toolchain is (the Debian package's and the tarball's binary).
+RELEASE_FLAGS = -c release --static-swift-stdlib
+RELEASE_BIN_DIR = $$($(SWIFT) build $(CLI) $(RELEASE_FLAGS) --show-bin-path)
 release: build-deps
-	$(SWIFT) build $(CLI) -c release --product xfer
+	$(SWIFT) build $(CLI) $(RELEASE_FLAGS) --product xfer
 
 # The man page, made from the command's own help by swift-argument-parser's
 # generate-manual plugin (which first builds every product in MAN_CONFIGURATION).
@@ -51,7 +55,7 @@ ZSH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/zsh/site-functions
 FISH_COMPLETIONS = $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 
 install: release man
-	@$(MAKE) --no-print-directory install-files BIN_DIR="$$($(SWIFT) build $(CLI) -c release --show-bin-path)"
+	@$(MAKE) --no-print-directory install-files BIN_DIR="$(RELEASE_BIN_DIR)"
 
 # Copies the xfer in BIN_DIR and the man page in MAN_PAGES, and writes the
 # completion scripts that xfer prints. Builds nothing, so that `make test`
@@ -66,6 +70,17 @@ install-files:
 	"$(BIN_DIR)/xfer" --generate-completion-script zsh > "$(ZSH_COMPLETIONS)/_xfer"
 	"$(BIN_DIR)/xfer" --generate-completion-script fish > "$(FISH_COMPLETIONS)/xfer.fish"
 	chmod 644 "$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
+
+# `make deb`: DIST_DIR/xfer_VERSION_ARCH.deb (and the binary's symbols, .debug) from the release
+# build and the man page (scripts/make-deb.sh); BIN_DIR=DIR packages the xfer in DIR instead.
+# `make dist`: the release's files in DIST_DIR — the package, a tarball, the symbols, SHA256SUMS
+# (scripts/dist.sh; CHANGELOG.md, "Releasing").
+DIST_DIR ?= dist
+deb: release man
+	./scripts/make-deb.sh "$(or $(BIN_DIR),$(RELEASE_BIN_DIR))/xfer" $(MAN_PAGES) $(DIST_DIR)
+
+dist: release man
+	BIN_DIR="$(or $(BIN_DIR),$(RELEASE_BIN_DIR))" MAN_DIR=$(MAN_PAGES) DIST_DIR=$(DIST_DIR) ./scripts/dist.sh
 
 uninstall:
 	rm -f "$(BIN_TARGET)/xfer" "$(MAN_TARGET)/xfer.1" "$(MAN_TARGET)"/xfer.*.1 \
@@ -125,6 +140,16 @@ test-pull-prefix: python-tools
 test-half-open: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_HALF_OPEN_CONNECTIONS=10000 $(SWIFT) test $(CLI) --skip-build --filter SlowClientTests/testHalfOpenConnectionsAreClosedWithinTheHeadTimeoutWhileHealthAnswers
+
+# The release as users get it (~15 min from nothing; PackagingTests are the short half in
+# `make test`): `make dist`, then DistTests on its files — the binary loads nothing from the
+# Swift toolchain and serves, pushes and pulls with the toolchain hidden (bwrap), lintian
+# finds no error, and the package installs (dpkg -i, as root), its service's command line takes
+# a push, and `dpkg -r` and `--purge` leave none of its files. Refused where an xfer package
+# is installed already: it is not the test's to replace.
+test-dist: python-tools dist
+	$(SWIFT) build $(CLI) --build-tests
+	XFER_DIST_DIR="$(abspath $(DIST_DIR))" $(SWIFT) test $(CLI) --skip-build --filter DistTests
 
 # What a newcomer's app does (Docs/backend-guide.md, section 0): a package made
 # from the guide's text resolves 3 packages, builds the engine from nothing and
