@@ -76,6 +76,10 @@ install-files:
 # `make dist`: the release's files in DIST_DIR — the package, a tarball, the symbols, SHA256SUMS
 # (scripts/dist.sh; CHANGELOG.md, "Releasing").
 DIST_DIR ?= dist
+# Their man page is made from the debug build (its text is the same in any configuration): the
+# plugin's release build of every product, without --static-swift-stdlib, relinks xfer over the
+# static one, and the next `make release` recompiles it (7 min here), each undoing the other.
+deb dist: MAN_CONFIGURATION = debug
 deb: release man
 	./scripts/make-deb.sh "$(or $(BIN_DIR),$(RELEASE_BIN_DIR))/xfer" $(MAN_PAGES) $(DIST_DIR)
 
@@ -147,7 +151,7 @@ test-half-open: python-tools
 # finds no error, and the package installs (dpkg -i, as root), its service's command line takes
 # a push, and `dpkg -r` and `--purge` leave none of its files. Refused where an xfer package
 # is installed already: it is not the test's to replace.
-test-dist: python-tools dist
+test-dist: deps dist
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_DIST_DIR="$(abspath $(DIST_DIR))" $(SWIFT) test $(CLI) --skip-build --filter DistTests
 

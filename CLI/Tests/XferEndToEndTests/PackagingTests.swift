@@ -293,7 +293,8 @@ final class DistTests: XCTestCase {
         XCTAssertFalse(libraries.contains(hidden), libraries)
         XCTAssertFalse(libraries.contains("libswiftCore") || libraries.contains("libFoundation"), libraries)
 
-        let sandbox = ["--dev-bind", "/", "/", "--tmpfs", hidden]
+        // --die-with-parent: SIGTERM ends bwrap alone, and its command would outlive it.
+        let sandbox = ["--dev-bind", "/", "/", "--tmpfs", hidden, "--die-with-parent"]
         let bwrap = "/usr/bin/bwrap"
         let inSandbox = try runToEnd(bwrap, sandbox + [binary, "--version"])
         XCTAssertEqual(inSandbox.status, 0, inSandbox.stderr)
@@ -324,12 +325,15 @@ final class DistTests: XCTestCase {
 
     func testLintianFindsNoError() throws {
         // Every tag, informational ones and overridden ones too, printed for the record; an
-        // error fails (lintian's exit status says so too).
+        // error fails.
         let lintian = try runToEnd("/usr/bin/lintian", ["--tag-display-limit", "0", "--info", "--display-info", "--show-overrides", try file(".deb")])
         let output = lintian.stdout.joined(separator: "\n")
         print("lintian:\n\(output)\n\(lintian.stderr)")
         XCTAssertFalse(lintian.stdout.contains { $0.hasPrefix("E:") }, output)
-        XCTAssertEqual(lintian.status, 0, output + lintian.stderr)
+        // Its verdict as a release check would take it (with --show-overrides it would count
+        // the overridden error).
+        let verdict = try runToEnd("/usr/bin/lintian", [try file(".deb")])
+        XCTAssertEqual(verdict.status, 0, verdict.stdout.joined(separator: "\n") + verdict.stderr)
     }
 
     /// dpkg -i on this machine, the installed unit as systemd reads it, its command line with the
