@@ -10,7 +10,7 @@ CLI = --package-path CLI
 # receiver needs already, so its tests cost seconds instead of a second build of Hummingbird.
 RECEIVER = --package-path Receiver --scratch-path CLI/.build
 
-.PHONY: all build-deps deps python-tools build release man test test-linkage api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
+.PHONY: all build-deps deps python-tools build release man deb dist test-dist test test-linkage api-check test-objectstore test-store-faults test-package test-pull-prefix test-half-open torture demo bench clean install install-files uninstall
 
 all: build
 
@@ -80,12 +80,25 @@ install-files:
 	@ls $(MAN_PAGES)/*.1 >/dev/null 2>&1 || { echo "install-files: no man page in $(MAN_PAGES); run 'make man'" >&2; exit 1; }
 	install -d "$(BIN_TARGET)" "$(MAN_TARGET)" "$(BASH_COMPLETIONS)" "$(ZSH_COMPLETIONS)" "$(FISH_COMPLETIONS)"
 	install -m 755 "$(BIN_DIR)/xfer" "$(BIN_TARGET)/xfer"
-	./scripts/split-debug.sh "$(BIN_TARGET)/xfer" "$(DEBUG_SYMBOLS)" >/dev/null
+	./scripts/split-debug.sh "$(BIN_TARGET)/xfer" "$(DEBUG_SYMBOLS)/$$(./scripts/split-debug.sh --id "$(BIN_TARGET)/xfer").debug"
 	install -m 644 $(MAN_PAGES)/*.1 "$(MAN_TARGET)/"
 	"$(BIN_DIR)/xfer" --generate-completion-script bash > "$(BASH_COMPLETIONS)/xfer"
 	"$(BIN_DIR)/xfer" --generate-completion-script zsh > "$(ZSH_COMPLETIONS)/_xfer"
 	"$(BIN_DIR)/xfer" --generate-completion-script fish > "$(FISH_COMPLETIONS)/xfer.fish"
 	chmod 644 "$(BASH_COMPLETIONS)/xfer" "$(ZSH_COMPLETIONS)/_xfer" "$(FISH_COMPLETIONS)/xfer.fish"
+
+# `make deb`: DIST_DIR/xfer_VERSION_ARCH.deb (and the binary's symbols, .debug) from the release
+# build and the man page (scripts/make-deb.sh); BIN_DIR=DIR packages the xfer in DIR instead.
+# `make dist`: the release's files in DIST_DIR — the package, a tarball, the symbols, SHA256SUMS
+# (scripts/dist.sh; CHANGELOG.md, "Releasing").
+DIST_DIR ?= dist
+# The man page is the committed one (CLI/Man, see `man`): the plugin's build of every product,
+# without the release flags, would relink xfer over the static one.
+deb: release
+	./scripts/make-deb.sh "$(or $(BIN_DIR),$(RELEASE_BIN_DIR))/xfer" $(MAN_PAGES) $(DIST_DIR)
+
+dist: release
+	BIN_DIR="$(or $(BIN_DIR),$(RELEASE_BIN_DIR))" MAN_DIR=$(MAN_PAGES) DIST_DIR=$(DIST_DIR) ./scripts/dist.sh
 
 uninstall:
 	@if [ -f "$(BIN_TARGET)/xfer" ]; then rm -f "$(DEBUG_SYMBOLS)/$$(./scripts/split-debug.sh --id "$(BIN_TARGET)/xfer").debug"; fi
@@ -94,7 +107,8 @@ uninstall:
 
 # The engine's tests (and the example program the end-to-end tests run), the
 # receiver's route-level tests (no sockets), then the command's end-to-end
-# tests. The man page is made from the debug build here, for InstallTests to install.
+# tests. The man page is made from the debug build here, for InstallTests to compare with
+# the committed one (CLI/Man/xfer.1).
 # All three packages build in the command's build folder (the engine's and the
 # receiver's modules are the command's own), so nothing is compiled twice.
 ENGINE = --scratch-path CLI/.build
@@ -146,6 +160,16 @@ test-pull-prefix: python-tools
 test-half-open: python-tools
 	$(SWIFT) build $(CLI) --build-tests
 	XFER_HALF_OPEN_CONNECTIONS=10000 $(SWIFT) test $(CLI) --skip-build --filter SlowClientTests/testHalfOpenConnectionsAreClosedWithinTheHeadTimeoutWhileHealthAnswers
+
+# The release as users get it (~15 min from nothing; PackagingTests are the short half in
+# `make test`): `make dist`, then DistTests on its files — the binary loads nothing from the
+# Swift toolchain and serves, pushes and pulls with the toolchain hidden (bwrap), lintian
+# finds no error, and the package installs (dpkg -i, as root), its service's command line takes
+# a push, and `dpkg -r` and `--purge` leave none of its files. Refused where an xfer package
+# is installed already: it is not the test's to replace.
+test-dist: deps dist
+	$(SWIFT) build $(CLI) --build-tests
+	XFER_DIST_DIR="$(abspath $(DIST_DIR))" $(SWIFT) test $(CLI) --skip-build --filter DistTests
 
 # What a newcomer's app does (Docs/backend-guide.md, section 0): a package made
 # from the guide's text resolves 3 packages, builds the engine from nothing and

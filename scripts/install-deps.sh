@@ -3,7 +3,8 @@
 #   install-deps.sh build   what building the engine and `xfer` needs (and `make demo`
 #                           runs: a push to a local `xfer serve`, killed and resumed)
 #   install-deps.sh test    that and what `make test` runs against: Ceph, haproxy,
-#                           tinyproxy, Chromium, SQLite (the store benchmark), Python's venv...
+#                           tinyproxy, Chromium, SQLite (the store benchmark), Python's venv,
+#                           lintian and bubblewrap (the package's tests)...
 # Checks what is actually needed (headers, commands), so a machine that has
 # them from elsewhere is left alone.
 set -euo pipefail
@@ -21,6 +22,11 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 # The demo checks what the receiver serves with curl and sha256sum, and waits with python3.
 command -v curl >/dev/null || need+=(curl)
 command -v python3 >/dev/null || need+=(python3)
+# `make deb` and `make dist` (scripts/make-deb.sh): the package's Depends from the libraries the
+# binary loads (dpkg-shlibdeps), and the binary stripped with its symbols kept apart (strip,
+# objcopy); readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh).
+command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+for tool in strip objcopy readelf nm; do command -v "$tool" >/dev/null || { need+=(binutils); break; }; done
 
 if [ "$purpose" = test ]; then
   # The store benchmark's other store (xfer-store-bench; built with the root package).
@@ -44,8 +50,10 @@ if [ "$purpose" = test ]; then
   command -v chromium >/dev/null || need+=(chromium)
   # pgrep: make test's two lanes of end-to-end tests (scripts/test-end-to-end.sh).
   command -v pgrep >/dev/null || need+=(procps)
-  # readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh).
-  { command -v readelf >/dev/null && command -v nm >/dev/null; } || need+=(binutils)
+  # The package's checks (PackagingTests, make test-dist): Debian's own verdict on the .deb, and
+  # the release binary run with the Swift toolchain hidden under an empty directory.
+  command -v lintian >/dev/null || need+=(lintian)
+  command -v bwrap >/dev/null || need+=(bubblewrap)
 fi
 
 # DRY_RUN=1 prints what would be installed (InstallDepsTests).

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Strips a binary and keeps its symbols in a separate file, as Debian's -dbgsym packages do:
-#   split-debug.sh BINARY DEBUG_ROOT   writes DEBUG_ROOT/xx/yyyy….debug (the binary's GNU build
-#                                      id, split after two hex digits), strips BINARY in place
-#                                      (--strip-unneeded) and links it to that file
-#                                      (.gnu_debuglink); prints the debug file's path
-#   split-debug.sh --id BINARY         prints xx/yyyy… only (what `make uninstall` removes)
-# gdb finds the symbols by build id under a debug-file-directory: DEBUG_ROOT is PREFIX/lib/debug/.build-id.
+#   split-debug.sh BINARY DEBUG_FILE   writes BINARY's symbols to DEBUG_FILE, strips BINARY in
+#                                      place (--strip-unneeded, and .comment: compilers' names,
+#                                      nothing the binary uses) and links it to DEBUG_FILE
+#                                      (.gnu_debuglink: its name and checksum)
+#   split-debug.sh --id BINARY         prints BINARY's GNU build id as xx/yyyy…, the path under a
+#                                      debug-file-directory's .build-id/ where gdb looks for it
+# `make install` writes PREFIX/lib/debug/.build-id/xx/yyyy….debug; `make deb` writes the symbols
+# beside the package.
 set -euo pipefail
 build_id() {
   local id
@@ -14,13 +16,10 @@ build_id() {
   echo "${id:0:2}/${id:2}"
 }
 if [ "${1:-}" = --id ]; then build_id "$2"; exit 0; fi
-[ $# -eq 2 ] || { echo "usage: split-debug.sh BINARY DEBUG_ROOT | --id BINARY" >&2; exit 2; }
-binary="$1" root="$2"
-id="$(build_id "$binary")"
-debug="$root/$id.debug"
+[ $# -eq 2 ] || { echo "usage: split-debug.sh BINARY DEBUG_FILE | --id BINARY" >&2; exit 2; }
+binary="$1" debug="$2"
 install -d "$(dirname "$debug")"
 objcopy --only-keep-debug "$binary" "$debug"
 chmod 644 "$debug"
-strip --strip-unneeded "$binary"
+strip --strip-unneeded --remove-section=.comment "$binary"
 objcopy --add-gnu-debuglink="$debug" "$binary"
-echo "$debug"

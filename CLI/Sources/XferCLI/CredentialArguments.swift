@@ -94,7 +94,8 @@ enum TokenFile {
     static let maximumLineLength = 64 * 1024
 
     /// The file's first line without its line ending. Warns (one line on
-    /// stderr) when the file's mode lets its group or others read it.
+    /// stderr) when the file's mode lets others read it, or its group when
+    /// this process owns it.
     /// `option` names the file in errors and the warning (`xfer serve`'s
     /// `--auth-token-file` and `--hook-url-file` read theirs here too).
     static func firstLine(of path: String, option: String = "--token-file") throws(XferError) -> String {
@@ -127,8 +128,11 @@ enum TokenFile {
             throw .invalidInput("\(option) \(path): its first line is not UTF-8 text")
         }
         // Only once it is known to be the token: a file that is refused needs no second line.
+        // Readers besides this process: others, or the group of a file this process owns. A file
+        // it reads through its group (the package's service token, root:xfer-serve 0640) is
+        // shared with that group on purpose, and chmod 600 would lock the reader out.
         var info = stat()
-        if fstat(descriptor, &info) == 0, info.st_mode & 0o044 != 0 {
+        if fstat(descriptor, &info) == 0, info.st_mode & 0o004 != 0 || (info.st_mode & 0o040 != 0 && info.st_uid == geteuid()) {
             Terminal.error("warning: \(option) \(path) can be read by other users (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
         }
         return token

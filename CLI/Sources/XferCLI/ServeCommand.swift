@@ -11,7 +11,7 @@ struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
         abstract: "Run the reference receiver, speaking every built-in protocol.",
-        discussion: "The first line on stdout is `listening on http://HOST:PORT`.")
+        discussion: "The first line on stdout is `listening on http://HOST:PORT`. " + ServeEnvironment.help)
 
     @Option(help: "Port to listen on; 0 picks a free one.")
     var port: Int = 0
@@ -131,7 +131,7 @@ struct ServeCommand: AsyncParsableCommand {
         return attoseconds == 0 ? "\(seconds)s" : "\(Double(seconds) + Double(attoseconds) / 1e18)s"
     }
 
-    mutating func run() async throws {
+    mutating func serve() async throws {
         guard (0...65535).contains(port) else { throw XferError.invalidInput("--port must be between 0 and 65535") }
         var configuration = ReceiverConfiguration(root: root ?? "")
         switch storage {

@@ -17,6 +17,7 @@ struct XferCommand: AsyncParsableCommand {
             Exit codes: 0 done; 1 transfer failed (state kept, resumable); 2 bad usage or input; \
             3 state locked or unusable; 130 interrupted (state saved).
             """,
+        version: xferVersion,
         subcommands: [PushCommand.self, PullCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
 
     /// Runs the command and turns every failure into one line on stderr and
@@ -27,7 +28,7 @@ struct XferCommand: AsyncParsableCommand {
         signal(SIGXFSZ, SIG_IGN)
         let code: Int32
         do {
-            var command = try parseAsRoot()
+            var command = try parseAsRoot(ServeEnvironment.arguments(Array(CommandLine.arguments.dropFirst())))
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
