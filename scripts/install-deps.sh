@@ -24,9 +24,10 @@ command -v curl >/dev/null || need+=(curl)
 command -v python3 >/dev/null || need+=(python3)
 # `make deb` and `make dist` (scripts/make-deb.sh): the package's Depends from the libraries the
 # binary loads (dpkg-shlibdeps), and the binary stripped with its symbols kept apart (strip,
-# objcopy); readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh).
+# objcopy); readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh);
+# ld.bfd: the release build links with GNU ld, for its packed relocations (Makefile, RELEASE_FLAGS).
 command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
-for tool in strip objcopy readelf nm; do command -v "$tool" >/dev/null || { need+=(binutils); break; }; done
+for tool in strip objcopy readelf nm ld.bfd; do command -v "$tool" >/dev/null || { need+=(binutils); break; }; done
 
 if [ "$purpose" = test ]; then
   # The store benchmark's other store (xfer-store-bench; built with the root package).
@@ -54,6 +55,8 @@ if [ "$purpose" = test ]; then
   # the release binary run with the Swift toolchain hidden under an empty directory.
   command -v lintian >/dev/null || need+=(lintian)
   command -v bwrap >/dev/null || need+=(bubblewrap)
+  # systemd-analyze verify: the receiver's unit (PackagingTests). The package alone, no init.
+  command -v systemd-analyze >/dev/null || need+=(systemd)
 fi
 
 # DRY_RUN=1 prints what would be installed (InstallDepsTests).

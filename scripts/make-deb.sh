@@ -123,6 +123,13 @@ printf 'Source: xfer\n\nPackage: xfer\nArchitecture: any\n' > "$work/debian/cont
 shlibs="$(cd "$work" && dpkg-shlibdeps -O --warnings=1 "${shlibdeps_options[@]}" -edebian/xfer/usr/bin/xfer)"
 depends="${shlibs#shlibs:Depends=}"
 [ -n "$depends" ] || { echo "make-deb.sh: dpkg-shlibdeps found no dependency in $bin" >&2; exit 1; }
+# GNU ld's packed relative relocations (the release link, Makefile's RELEASE_FLAGS) need glibc's
+# GLIBC_ABI_DT_RELR, new in 2.36, which Debian 12's symbols file does not count: its libc6
+# minimum is then raised to 2.36, or the package would install where xfer cannot start.
+if readelf -V -W "$bin" | grep -q 'GLIBC_ABI_DT_RELR'; then
+  depends="$(echo "$depends" | sed -E 's/libc6 \(>= 2\.([0-9]|[12][0-9]|3[0-5])\)/libc6 (>= 2.36)/')"
+  [[ "$depends" == *"libc6 (>= 2."* ]] || depends="libc6 (>= 2.36), $depends"
+fi
 
 # Installed-Size as dpkg-gencontrol counts it: each file's KiB rounded up, 1 per directory or link.
 installed_size="$(cd "$stage" && find . -mindepth 1 -path ./DEBIAN -prune -o -printf '%y %s\n' \

@@ -117,11 +117,18 @@ final class InstallTests: XCTestCase {
         }
         let forBuild = try wanted("build")
         let forTest = try wanted("test")
-        XCTAssertTrue(forBuild.isSuperset(of: ["curl", "python3", "pkg-config"]), "\(forBuild)")
+        // binutils: GNU ld for the release link, strip and objcopy; dpkg-dev: `make deb`'s Depends.
+        XCTAssertTrue(forBuild.isSuperset(of: ["curl", "python3", "pkg-config", "binutils", "dpkg-dev"]), "\(forBuild)")
         XCTAssertTrue(
-            forBuild.filter { $0.hasPrefix("ceph") || $0 == "radosgw" || $0 == "haproxy" || $0.hasPrefix("tinyproxy") || $0 == "chromium" }.isEmpty,
+            forBuild.filter {
+                $0.hasPrefix("ceph") || $0 == "radosgw" || $0 == "haproxy" || $0.hasPrefix("tinyproxy") || $0 == "chromium"
+                    || $0 == "lintian" || $0 == "bubblewrap" || $0 == "systemd"
+            }.isEmpty,
             "\(forBuild)")
-        XCTAssertTrue(forTest.isSuperset(of: forBuild.union(["ceph-mon", "ceph-osd", "radosgw", "haproxy", "tinyproxy-bin", "chromium"])), "\(forTest)")
+        XCTAssertTrue(
+            forTest.isSuperset(
+                of: forBuild.union(["ceph-mon", "ceph-osd", "radosgw", "haproxy", "tinyproxy-bin", "chromium", "lintian", "bubblewrap", "systemd"])),
+            "\(forTest)")
     }
 
     /// Runs `make` in the repository with `arguments`, not as a part of the

@@ -288,6 +288,13 @@ final class DistTests: XCTestCase {
         let libraries = ldd.stdout.joined(separator: "\n")
         XCTAssertFalse(libraries.contains(hidden), libraries)
         XCTAssertFalse(libraries.contains("libswiftCore") || libraries.contains("libFoundation"), libraries)
+        // GNU ld's packed relocations need glibc 2.36 (the GLIBC_ABI_DT_RELR version), which
+        // dpkg-shlibdeps does not count: the package must say so, or it installs where xfer cannot start.
+        let versions = try runToEnd("/usr/bin/readelf", ["-V", "-W", binary]).stdout.joined(separator: "\n")
+        if versions.contains("GLIBC_ABI_DT_RELR") {
+            let depends = try runToEnd("/usr/bin/dpkg-deb", ["--field", try file(".deb"), "Depends"]).stdout.joined()
+            XCTAssertTrue(depends.contains("libc6 (>= 2.36)"), depends)
+        }
 
         // --die-with-parent: SIGTERM ends bwrap alone, and its command would outlive it.
         let sandbox = ["--dev-bind", "/", "/", "--tmpfs", hidden, "--die-with-parent"]
@@ -295,7 +302,7 @@ final class DistTests: XCTestCase {
         let inSandbox = try runToEnd(bwrap, sandbox + [binary, "--version"])
         XCTAssertEqual(inSandbox.status, 0, inSandbox.stderr)
         XCTAssertEqual(inSandbox.stdout, [version])
-        let debugBuild = try runToEnd(bwrap, sandbox + [xferExecutable, "--version"])
+        let debugBuild = try runToEnd(bwrap, sandbox + [productsDirectory + "/xfer", "--version"])
         XCTAssertNotEqual(debugBuild.status, 0, "the sandbox does not hide \(hidden): the debug build started")
 
         let tokenFile = work.file("token")
