@@ -25,9 +25,9 @@ command -v python3 >/dev/null || need+=(python3)
 # `make deb` and `make dist` (scripts/make-deb.sh): the package's Depends from the libraries the
 # binary loads (dpkg-shlibdeps), and the binary stripped with its symbols kept apart (strip,
 # objcopy); readelf and nm: what the linkage test's app links and holds (scripts/test-linkage.sh);
-# ld.bfd: the release build links with GNU ld, for its packed relocations (Makefile, RELEASE_FLAGS).
+# ld.gold: swiftc's linker, with the identical-code folding of the release link (Makefile, RELEASE_FLAGS).
 command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
-for tool in strip objcopy readelf nm ld.bfd; do command -v "$tool" >/dev/null || { need+=(binutils); break; }; done
+for tool in strip objcopy readelf nm ld.gold; do command -v "$tool" >/dev/null || { need+=(binutils); break; }; done
 
 if [ "$purpose" = test ]; then
   # The store benchmark's other store (xfer-store-bench; built with the root package).

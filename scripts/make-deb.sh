@@ -123,7 +123,8 @@ printf 'Source: xfer\n\nPackage: xfer\nArchitecture: any\n' > "$work/debian/cont
 shlibs="$(cd "$work" && dpkg-shlibdeps -O --warnings=1 "${shlibdeps_options[@]}" -edebian/xfer/usr/bin/xfer)"
 depends="${shlibs#shlibs:Depends=}"
 [ -n "$depends" ] || { echo "make-deb.sh: dpkg-shlibdeps found no dependency in $bin" >&2; exit 1; }
-# GNU ld's packed relative relocations (the release link, Makefile's RELEASE_FLAGS) need glibc's
+# A binary linked with packed relative relocations (GNU ld's -z pack-relative-relocs; not the
+# release link, Makefile's RELEASE_FLAGS, but a BIN_DIR of someone's) needs glibc's
 # GLIBC_ABI_DT_RELR, new in 2.36, which Debian 12's symbols file does not count: its libc6
 # minimum is then raised to 2.36, or the package would install where xfer cannot start.
 if readelf -V -W "$bin" | grep -q 'GLIBC_ABI_DT_RELR'; then

@@ -179,12 +179,14 @@ final class PackagingTests: XCTestCase {
         let manual = packageRoot + "/Man"
         let script = repositoryRoot + "/scripts/make-deb.sh"
         let out = work.file("out")
-        let refused = try runToEnd(script, [xferExecutable, manual, out], environment: ["ALLOW_TOOLCHAIN_LIBRARIES": ""])
+        // The debug build, whatever XFER_TEST_BINARY names: the refusal and the symbols need it.
+        let debugBuild = productsDirectory + "/xfer"
+        let refused = try runToEnd(script, [debugBuild, manual, out], environment: ["ALLOW_TOOLCHAIN_LIBRARIES": ""])
         XCTAssertEqual(refused.status, 2, refused.stderr)
         XCTAssertTrue(refused.stderr.contains("--static-swift-stdlib"), refused.stderr)
 
         // Uncompressed: xz on the debug build's 70 MB would be most of this test's time.
-        let made = try runToEnd(script, [xferExecutable, manual, out], environment: ["ALLOW_TOOLCHAIN_LIBRARIES": "1", "DEB_COMPRESSION": "none"])
+        let made = try runToEnd(script, [debugBuild, manual, out], environment: ["ALLOW_TOOLCHAIN_LIBRARIES": "1", "DEB_COMPRESSION": "none"])
         XCTAssertEqual(made.status, 0, made.stderr)
         let version = try XCTUnwrap(try runXfer(["--version"]).stdout.first)
         let deb = out + "/xfer_\(version)_amd64.deb"
