@@ -35,8 +35,8 @@ build: deps
 # Swift is installed: what it loads is Debian's (libcurl, liblmdb, libisal, zlib, libc...). The
 # shipped modules use FoundationEssentials only (scripts/test-linkage.sh checks it), so neither
 # full Foundation nor ICU's data is in it. Then, each measured (Docs/benchmarks.md, "The
-# installed binary"): -Osize (per small file 5-11 % more receiver CPU than -O, which would miss
-# the size goal by some 2 MB: SWIFT_OPTIMIZATION=-O for that); a section per function (the toolchain's own libraries have
+# installed binary"): -Osize (per small file 5-11 % more receiver CPU than -O, 2.5 MB larger, which would miss
+# the size goal: SWIFT_OPTIMIZATION=-O for that); a section per function (the toolchain's own libraries have
 # them; SwiftPM's builds do not), so that the linker drops unused functions and folds identical
 # ones (--icf=all, as Chromium links BoringSSL and Apple's linker folds Swift code); no exported
 # dynamic symbols (nothing loads xfer as a library); and full RELRO (-z relro -z now). 32 MiB
