@@ -35,7 +35,7 @@ build: deps
 # Swift is installed: what it loads is Debian's (libcurl, liblmdb, libisal, zlib, libc...). The
 # shipped modules use FoundationEssentials only (scripts/test-linkage.sh checks it), so neither
 # full Foundation nor ICU's data is in it. Then, each measured (Docs/benchmarks.md, "The
-# installed binary"): -Osize (per small file 5-11 % more receiver CPU than -O, 2.5 MB larger, which would miss
+# installed binary"): -Osize (per small file 5-11 % more receiver CPU than -O, which is 2.5 MB larger and would miss
 # the size goal: SWIFT_OPTIMIZATION=-O for that); a section per function (the toolchain's own libraries have
 # them; SwiftPM's builds do not), so that the linker drops unused functions and folds identical
 # ones (--icf=all, as Chromium links BoringSSL and Apple's linker folds Swift code); no exported
