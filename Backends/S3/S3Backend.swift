@@ -206,6 +206,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         }
         var request = HTTPRequest(method: .put, url: session.objectURL(file), body: RequestBody(chunk: chunk))
         session.describeObject(file, in: &request)
+        Self.setCondition(file.writeCondition, on: &request)
         return exchange(request, chunk, session: session, operation: "send \(file.name)", objectURL: session.s3URL(file))
     }
 
@@ -230,9 +231,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let crcHeader = session.partChecksum.crcHeader
         let crc = crcHeader.flatMap { request.headers[$0] }
         return Exchange(request) { response throws(BackendError) in
+            if objectURL != nil, response.status == 412 { throw Self.conflict(operation) }
             do throws(S3Failure) {
                 let etag = try S3Answer.storedETag(AWSResponse(response), operation: operation, crcHeader: crcHeader, sentCRC: crc)
-                return .stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
+                var stored = ChunkOutcome.Stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
+                if objectURL != nil { stored.version = etag.unquoted }
+                return .stored(stored)
             } catch {
                 throw session.failure(error)
             }
@@ -294,8 +298,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             })
         var request = HTTPRequest(method: .post, url: session.objectURL(file, query: query), body: RequestBody(body))
         request.headers.set("Content-Type", "application/xml")
+        // AWS honours a sync's condition here (Ceph 16's gateway ignores it).
+        Self.setCondition(file.writeCondition, on: &request)
         let url = session.s3URL(file)
+        let expectedETag = Self.multipartETag(file)
         return .send(request) { response throws(BackendError) in
+            if response.status == 412 { throw Self.conflict(operation) }
             let outcome: S3CompleteOutcome
             do throws(S3Failure) {
                 outcome = try S3Answer.completion(AWSResponse(response), operation: operation)
@@ -305,8 +313,12 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
                 throw session.failure(error)
             }
             switch outcome {
-            case .completed:
-                return .completed(url: url)
+            case .completed(let etag):
+                // Ceph's gateway (16) answers an empty ETag: the one S3 computes from
+                // the parts' MD5s stands in (a later sync that finds another one asks).
+                var completion = FileFinish.Completion(url: url)
+                completion.version = etag?.unquoted ?? expectedETag
+                return .completed(completion)
             case .uploadUnknown:
                 // An earlier attempt may have completed it and lost its answer: let
                 // reconcileFile's HEAD look for the object before anything is sent again.
@@ -465,7 +477,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// What every request of a job needs: where to send, how to sign, which
     /// bucket and prefix. Built from the job's stored handles, so a resumed
     /// job talks to the endpoint and region it started with.
-    private struct Session: Sendable {
+    struct Session: Sendable {
         let location: S3Location
         let endpoint: S3Endpoint
         /// Signs with the credentials current at each request: temporary
@@ -495,6 +507,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .auto
             jobHandles = handles
             fileCount = job.files.count
+            keepsModificationTimes = job.keepsModificationTimes
         }
 
         func objectURL(_ file: FileContext, query: String = "") -> String {
@@ -508,7 +521,11 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             // Built here, not with the session: a session is made for every part's request too.
             request.headers.set("Content-Type", S3ObjectOptions.contentType(from: jobHandles) ?? MediaTypes.type(forFileNamed: file.name))
             for header in S3ObjectOptions.headers(from: jobHandles) { request.headers.set(header.name, header.value) }
+            if keepsModificationTimes { S3Backend.describeSyncedObject(file, in: &request) }
         }
+
+        /// A sync's job: objects keep their files' times (see `S3Sync.swift`).
+        var keepsModificationTimes: Bool
 
         func s3URL(_ file: FileContext) -> String {
             "s3://\(location.bucket)/\(key(file))"

@@ -18,7 +18,7 @@ struct XferCommand: AsyncParsableCommand {
             3 state locked or unusable; 130 interrupted (state saved).
             """,
         version: xferVersion,
-        subcommands: [PushCommand.self, PullCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
+        subcommands: [PushCommand.self, PullCommand.self, SyncCommand.self, ResumeCommand.self, ListCommand.self, StatusCommand.self, CancelCommand.self, UploadsCommand.self, ServeCommand.self])
 
     /// Runs the command and turns every failure into one line on stderr and
     /// a documented exit code, never a stack trace.

@@ -132,6 +132,10 @@ public struct FileContext: Sendable {
     public let digests: [DigestAlgorithm: String]
     /// Receipts of stored chunks, by chunk index (filled for `finishFile`).
     public let receipts: [Int: String]
+    /// The local file's modification time as the job took it, in nanoseconds
+    /// since 1970 (nil in views not made from a file on disk): what a sync
+    /// keeps with the object (`ObjectSyncing`).
+    public internal(set) var modificationTimeNanoseconds: Int64?
 
     /// Creates a view of a file (the engine makes these; tests of a backend may too).
     public init(
@@ -151,16 +155,20 @@ public struct FileContext: Sendable {
 
     /// The same file with these digests.
     func with(digests: [DigestAlgorithm: String]) -> FileContext {
-        FileContext(
+        var file = FileContext(
             index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles,
             digests: digests, receipts: receipts)
+        file.modificationTimeNanoseconds = modificationTimeNanoseconds
+        return file
     }
 
     /// The same file with these receipts.
     func with(receipts: [Int: String]) -> FileContext {
-        FileContext(
+        var file = FileContext(
             index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles,
             digests: digests, receipts: receipts)
+        file.modificationTimeNanoseconds = modificationTimeNanoseconds
+        return file
     }
 
     /// The chunk size in force for this file.

@@ -398,12 +398,17 @@ public enum BackendError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The server's answer contradicts what the client sent (e.g. a
     /// different checksum). The job fails loudly.
     case mismatch(String, remedy: XferError.Remedy? = nil)
+    /// The write was conditional and the server holds another version than
+    /// the condition named (a failed `If-Match`/`If-None-Match`: someone
+    /// else wrote the key). That file fails and is not overwritten; the
+    /// job's other files go on.
+    case conflict(String)
 
     /// The message, for users.
     public var description: String {
         switch self {
         case .transient(let message, _), .rejected(let message, _), .uploadUnknown(let message),
-            .mismatch(let message, _), .outOfSync(let message):
+            .mismatch(let message, _), .outOfSync(let message), .conflict(let message):
             return message
         }
     }
@@ -519,6 +524,10 @@ public enum ChunkOutcome: Sendable, Hashable {
         /// Set when this answer also completes the file (the protocol has
         /// no separate finish call).
         public var fileURL: String?
+        /// With `fileURL`: what identifies the version the server now holds
+        /// (an S3 ETag), kept with the file so a later sync knows the object
+        /// is the one this file made.
+        public var version: String?
 
         public init(receipt: String? = nil, fileURL: String? = nil) {
             self.receipt = receipt
@@ -554,6 +563,10 @@ public enum FileFinish: Sendable, Hashable {
         public var sha256: String?
         /// The server's CRC-32C of it.
         public var crc32c: UInt32?
+        /// What identifies the version the server now holds (an S3 ETag),
+        /// kept with the file so a later sync knows the object is the one
+        /// this file made.
+        public var version: String?
 
         public init(url: String, sha256: String? = nil, crc32c: UInt32? = nil) {
             self.url = url

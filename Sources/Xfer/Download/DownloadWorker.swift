@@ -371,7 +371,8 @@ struct DownloadWorker: Sendable {
         // A source of its own may say the object is not what was asked for in
         // an upload's words (`BackendError.uploadUnknown`, `.outOfSync`): for a
         // pull, each means the file's record names another version.
-        case StepError.objectChanged(let message), StepError.uploadUnknown(let message), StepError.outOfSync(let message):
+        case StepError.objectChanged(let message), StepError.uploadUnknown(let message), StepError.outOfSync(let message),
+            StepError.conflict(let message):
             return .objectChanged(file: file, work: work, message: message)
         case StepError.failed(let error) where error.kind == .fileUnreadable:
             return .fileFailed(file: file, work: work, reason: error.reason ?? error.message)

@@ -180,7 +180,7 @@ extension TransferEngine {
             } catch {
                 switch error {
                 case .failed(let failure): throw failure
-                case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message):
+                case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message), .conflict(let message):
                     throw .transferFailed(message)
                 }
             }

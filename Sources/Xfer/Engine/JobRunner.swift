@@ -29,11 +29,13 @@ final class JobRunner: JobRun {
     private let transport: HTTPTransport
     private let lock: JobLock
     private let resumed: Bool
+    /// False for a sync's copies: the job goes on (to its deletes) after its files are done.
+    private let completesJob: Bool
 
     init(
         record: JobRecord, direction: Direction, options: TransferOptions, concurrency: Int,
         chunkSize: @escaping @Sendable (Int64) -> Int, store: any JobStateStore, transport: HTTPTransport, lock: JobLock,
-        resumed: Bool
+        resumed: Bool, completesJob: Bool = true
     ) {
         jobID = record.id
         initialRecord = record
@@ -45,6 +47,7 @@ final class JobRunner: JobRun {
         self.transport = transport
         self.lock = lock
         self.resumed = resumed
+        self.completesJob = completesJob
     }
 
     func run(events: AsyncStream<TransferEvent>.Continuation) async -> Result<JobReport, XferError> {
@@ -86,6 +89,6 @@ final class JobRunner: JobRun {
         for note in notes { events.yield(note) }
         let failure = await SchedulerDriver.drive(&scheduler, steps: steps, store: store, transport: transport, events: events)
         return await SchedulerDriver.conclude(
-            &scheduler, failure: failure, store: store, owner: owner, verb: verb, bytes: Int64(moved.value))
+            &scheduler, failure: failure, store: store, owner: owner, verb: verb, bytes: Int64(moved.value), completesJob: completesJob)
     }
 }

@@ -102,6 +102,12 @@ final class LocalFile: BodyFile {
         }
     }
 
+    /// What `fstat` says of the open file now (nil if it cannot).
+    func status() -> stat? {
+        var info = stat()
+        return fstat(descriptor, &info) == 0 ? info : nil
+    }
+
     /// The identity the file has now (to notice changes during a push).
     func currentIdentity() throws(XferError) -> FileIdentity {
         var info = stat()

@@ -14,6 +14,8 @@ enum RetryLoop {
         /// A pulled object is no longer the version its file's record names
         /// (thrown by a pull's steps, which read the answers to ranges).
         case objectChanged(String)
+        /// A conditional write found another version (`BackendError.conflict`).
+        case conflict(String)
     }
 
     /// Runs `attempt` until it returns, retrying what may succeed later —
@@ -49,6 +51,8 @@ enum RetryLoop {
                     throw .uploadUnknown(message)
                 case .outOfSync(let message):
                     throw .outOfSync(message)
+                case .conflict(let message):
+                    throw .conflict(message)
                 }
             } catch let error as Failure {
                 throw error
@@ -134,7 +138,8 @@ extension TransferEngine {
         } catch {
             switch error {
             case .failed(let failure): throw failure
-            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message): throw .transferFailed(message)
+            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message), .conflict(let message):
+                throw .transferFailed(message)
             }
         }
     }

@@ -590,6 +590,8 @@ struct Scheduler {
             record.url = nil
             // Handles from `startJob` name the file, not an upload of its old bytes: they stay.
             if record.isOpen { record.handles = handlesAfterReset(record.handles) }
+            // A CRC a sync read while planning is of the bytes before the change.
+            record.handles.remove(SyncHandles.crc32c)
             record.isOpen = false
             plan = self.plan(record)
             done = ChunkSet(capacity: plan.count)
@@ -719,8 +721,11 @@ struct Scheduler {
     /// name an upload that is gone; a download keeps where its object is
     /// (what else it knew, the validator and digests, were of another version).
     private func handlesAfterReset(_ handles: ServerHandles) -> ServerHandles {
-        guard configuration.isDownload, let location = handles[DownloadHandles.location] else { return ServerHandles() }
-        return ServerHandles([DownloadHandles.location: location])
+        // What a sync planned (the write's condition) still holds; the CRC read
+        // while planning is of the bytes that changed since, so it goes.
+        var kept = handles.values.filter { SyncHandles.isPlanned($0.key) && $0.key != SyncHandles.crc32c.name }
+        if configuration.isDownload, let location = handles[DownloadHandles.location] { kept[DownloadHandles.location] = location }
+        return ServerHandles(kept)
     }
 
     private mutating func finishReset(_ index: Int, effects: inout Effects) {

@@ -109,7 +109,8 @@ extension SchedulerDriver {
     /// page, not held), and the report. `owner` is who a job that stopped
     /// with work left blames; `verb` says what happened to a file ("sent").
     static func conclude(
-        _ scheduler: inout Scheduler, failure: XferError?, store: any JobStateStore, owner: String, verb: String, bytes: Int64
+        _ scheduler: inout Scheduler, failure: XferError?, store: any JobStateStore, owner: String, verb: String, bytes: Int64,
+        completesJob: Bool = true
     ) async -> Result<JobReport, XferError> {
         let id = scheduler.record.id
         var failure = failure
@@ -141,7 +142,7 @@ extension SchedulerDriver {
                 start = last.index + 1
             }
             count = try store.counters(id).fileCount
-            let ended = scheduler.endRecord(phase: .completed, error: nil, at: Date())
+            let ended = scheduler.endRecord(phase: completesJob ? .completed : .unfinished, error: nil, at: Date())
             try await store.commit(.putJob(ended))
             try store.sync()
         } catch {

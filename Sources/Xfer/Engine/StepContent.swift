@@ -146,7 +146,11 @@ extension FileRecord {
     /// The view of this file, file `index` of its job and cut by `plan`, a
     /// backend's steps get: the one way the engine builds a `FileContext`.
     func context(index: Int, plan: ChunkPlan) -> FileContext {
-        FileContext(
+        var file = FileContext(
             index: index, path: path, relativePath: relativePath, name: name, size: size, plan: plan, handles: handles)
+        if identity.inode != 0 || identity.modificationTimeNanoseconds != 0 {
+            file.modificationTimeNanoseconds = identity.modificationTimeNanoseconds
+        }
+        return file
     }
 }

@@ -47,7 +47,7 @@ enum StepRecords {
     /// (`Scheduler.terms(ofChunk:file:)`).
     static func chunkStored(
         job: JobID, file index: Int, chunk: Int, plan: ChunkPlan, record: FileRecord, receipt: String?, url: String?,
-        commitsAcknowledgement: Bool
+        version: String? = nil, commitsAcknowledgement: Bool
     ) -> [StateChange] {
         if receipt == nil, url == nil, !commitsAcknowledgement { return [] }
         var changes: [StateChange] = [
@@ -56,15 +56,17 @@ enum StepRecords {
         if let url {
             var completed = record
             completed.url = url
+            if let version { completed.handles.set(SyncHandles.version, version) }
             changes.append(.putFiles(job: job, files: [(index, completed)]))
         }
         return changes
     }
 
     /// A file completed on the server (its digests already checked): its URL.
-    static func fileCompleted(job: JobID, file index: Int, record: FileRecord, url: String) -> [StateChange] {
+    static func fileCompleted(job: JobID, file index: Int, record: FileRecord, url: String, version: String? = nil) -> [StateChange] {
         var completed = record
         completed.url = url
+        if let version { completed.handles.set(SyncHandles.version, version) }
         return [.putFiles(job: job, files: [(index, completed)])]
     }
 

@@ -150,7 +150,7 @@ struct Worker: Sendable {
                 let (receipt, url) = (stored.receipt, stored.fileURL)
                 let changes = StepRecords.chunkStored(
                     job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: receipt, url: url,
-                    commitsAcknowledgement: commitsAcknowledgement)
+                    version: stored.version, commitsAcknowledgement: commitsAcknowledgement)
                 if !changes.isEmpty { try await store.commit(changes) }
                 if let url {
                     return .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: plan.length(of: chunk), url: url)
@@ -190,7 +190,7 @@ struct Worker: Sendable {
             }
             if case .completed(let completion) = finish {
                 try await Self.verify(finish, of: record.path, against: content)
-                try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: completion.url))
+                try await store.commit(StepRecords.fileCompleted(job: jobID, file: index, record: record, url: completion.url, version: completion.version))
             }
             return .fileFinished(file: index, finish)
         } catch {
@@ -247,7 +247,8 @@ struct Worker: Sendable {
         } catch {
             switch error {
             case .failed(let failure): throw failure
-            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message): throw .transferFailed(message)
+            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message), .conflict(let message):
+                throw .transferFailed(message)
             }
         }
     }
@@ -298,6 +299,10 @@ struct Worker: Sendable {
             return .failed(work, .transferFailed(message))
         case StepError.outOfSync(let message):
             if let file { return .outOfSync(file: file, work: work, message: message) }
+            return .failed(work, .transferFailed(message))
+        case StepError.conflict(let message):
+            // Someone else's version is at the key: this file fails, the others go on.
+            if let file { return .fileFailed(file: file, work: work, reason: message) }
             return .failed(work, .transferFailed(message))
         case StepError.failed(let error):
             return classify(work, file: file, error)

@@ -43,7 +43,7 @@ final class StateStore: JobStateStore {
     static let layoutVersion = "3"
 
     let directory: String
-    private let env: LMDBEnvironment
+    let env: LMDBEnvironment
     private let meta: LMDBDatabase
     private let jobsDB: LMDBDatabase
     private let countersDB: LMDBDatabase
@@ -59,6 +59,8 @@ final class StateStore: JobStateStore {
     private let finishedDB: LMDBDatabase
     /// Layout 2's listing copies, emptied by the migration.
     private let legacySummariesDB: LMDBDatabase
+    /// What `xfer sync` keeps beside its jobs (see `SyncDatabases`).
+    let syncDBs: SyncDatabases
     private let writer = DispatchQueue(label: "xfer.state.writer")
     private struct Queue {
         var changes: [(StateChange, @Sendable (Result<Void, XferError>) -> Void)] = []
@@ -92,7 +94,7 @@ final class StateStore: JobStateStore {
             throw .stateUnavailable("\(directory) is not writable", remedy: .useAnotherStateDirectory)
         }
         do {
-            env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 16)
+            env = try LMDBEnvironment(directory: dbDirectory, mapSize: initialMapSize, maxDatabases: 32)
             meta = try env.database(named: "meta")
         } catch {
             throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
@@ -115,6 +117,7 @@ final class StateStore: JobStateStore {
             progressDB = try env.database(named: "progress", checksummed: true)
             finishedDB = try env.database(named: "finished", checksummed: true)
             legacySummariesDB = try env.database(named: "summaries", checksummed: true)
+            syncDBs = try SyncDatabases(env)
         } catch {
             throw .stateUnavailable("cannot open \(dbDirectory): \(error)")
         }
@@ -479,6 +482,8 @@ final class StateStore: JobStateStore {
             for db in [rootsDB, filesDB, handlesDB, urlsDB, pathsDB, failuresDB, chunksDB, receiptsDB, progressDB] {
                 try txn.deleteAll(db, prefix: prefix)
             }
+            // A sync job's listings, decisions and pending deletes go with it.
+            for db in syncDBs.perJob { try txn.deleteAll(db, prefix: prefix) }
 
         case .putFiles(let job, let files):
             var totals = try counters(job)
@@ -654,7 +659,7 @@ final class StateStore: JobStateStore {
         return FileProgress(chunksDone: Int(chunks), bytesDone: bytes)
     }
 
-    private func reading<T>(_ body: (LMDBTransaction) throws -> T) throws(XferError) -> T {
+    func reading<T>(_ body: (LMDBTransaction) throws -> T) throws(XferError) -> T {
         do {
             return try env.read(body)
         } catch let error as XferError {

@@ -1,0 +1,230 @@
+import ArgumentParser
+import FoundationEssentials
+import Xfer
+import XferS3
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `xfer sync SRC DST`: make DST hold what SRC holds (Docs/cli.md, "xfer sync").
+struct SyncCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sync",
+        abstract: "Make an S3 prefix hold what a directory holds: copy what is new or changed, optionally delete the rest.",
+        discussion: """
+            The directory is walked and the destination listed into the state store, every key is decided (by size \
+            and modification time, --checksum or --size-only), then the copies run as a push does and, with \
+            --delete, deletes follow once every copy succeeded. Killed at any moment, the same command goes on from \
+            where it was. Writes are conditional on what the listing saw: an object changed by someone else since is \
+            reported as a conflict, not overwritten.
+            """)
+
+    @Argument(help: ArgumentHelp("The directory, then the destination (s3://BUCKET/PREFIX).", valueName: "SRC DST"))
+    var arguments: [String] = []
+
+    @Flag(help: "Decide by size and a full-object CRC-32C of both sides (local ones read once per file identity, cached).")
+    var checksum = false
+
+    @Flag(help: "Decide by size alone.")
+    var sizeOnly = false
+
+    @Flag(help: "Delete from the destination what the source does not hold, once every copy succeeded (none after an error).")
+    var delete = false
+
+    @Option(help: ArgumentHelp("With --delete: delete nothing when the plan would delete more than N keys.", valueName: "N"))
+    var maxDelete: Int?
+
+    @Flag(help: "Print every decision with its reason, change nothing.")
+    var dryRun = false
+
+    @Option(name: .customLong("include"), help: ArgumentHelp("Only files (and keys) matching GLOB (repeatable).", valueName: "GLOB"))
+    var includes: [String] = []
+
+    @Option(name: .customLong("exclude"), help: ArgumentHelp("Not files (and keys) matching GLOB; never deleted either (repeatable).", valueName: "GLOB"))
+    var excludes: [String] = []
+
+    @Flag(help: "Follow symbolic links inside the directory (loops are detected).")
+    var followSymlinks = false
+
+    @Option(help: "Chunk size, e.g. 8MiB (default: the backend's).")
+    var chunkSize: ByteSize?
+
+    @Option(help: "Requests in flight at once (default: the backend's).")
+    var concurrency: Int?
+
+    @Option(help: "Attempts per request before the sync fails (the first included).")
+    var maxAttempts: Int = RetryPolicy().maximumAttempts
+
+    @OptionGroup var state: StateLocation
+
+    @Flag(help: "Forget this sync's unfinished plan and plan anew.")
+    var restart = false
+
+    @Flag(help: "Print NDJSON events on stdout: every decision, the copies' events, each delete.")
+    var json = false
+
+    @OptionGroup var network: NetworkArguments
+
+    @OptionGroup var rateLimit: RateLimitArguments
+
+    @OptionGroup var output: OutputArguments
+
+    @OptionGroup var s3: S3Arguments
+
+    @OptionGroup var s3Object: S3ObjectArguments
+
+    @OptionGroup var aws: AWSProfileArgument
+
+    @Option(help: "How long completed syncs stay listed, e.g. 0, 30m, 24h, 7d (default: $XFER_KEEP_FINISHED or 24h).")
+    var keepFinished: DurationArgument?
+
+    mutating func validate() throws {
+        guard arguments.count == 2 else { throw ValidationError("name a source and a destination: xfer sync DIR s3://BUCKET/PREFIX") }
+        if checksum, sizeOnly { throw ValidationError("--checksum and --size-only are two ways to decide: pick one") }
+        if maxDelete != nil, !delete { throw ValidationError("--max-delete bounds --delete; name --delete too") }
+        if let maxDelete, maxDelete < 0 { throw ValidationError("--max-delete cannot be negative") }
+        guard BuiltInSource.kind(of: arguments[1]) == .s3 else {
+            throw ValidationError("the destination must be s3://BUCKET[/PREFIX], not '\(arguments[1].prefix(80))'")
+        }
+        guard BuiltInSource.kind(of: arguments[0]) == nil else {
+            throw ValidationError("sync goes from a local directory to S3 (s3:// to a directory and s3:// to s3:// are not built yet)")
+        }
+        try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
+            .validate()
+    }
+
+    mutating func run() async throws {
+        var sync = SyncOptions()
+        sync.mode = checksum ? .checksum : sizeOnly ? .sizeOnly : .sizeAndTime
+        sync.deletes = delete
+        sync.maximumDeletes = maxDelete
+        sync.selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
+        sync.dryRun = dryRun
+        sync.restart = restart
+        let printer = SyncPrinter(json: json, dryRun: dryRun, verbose: output.verbose)
+        if json || dryRun { sync.decisions = { printer.decided($0) } }
+
+        var options = TransferOptions()
+        options.chunkSize = chunkSize?.bytes
+        options.concurrency = concurrency
+        options.retry = RetryPolicy(maximumAttempts: maxAttempts)
+        output.apply(to: &options)
+        var transport = try network.transportOptions()
+        rateLimit.apply(to: &transport)
+        let backend = try BackendSettings(s3: .push(s3, s3Object), profile: aws, transport: transport).s3Backend()
+        let engine = try TransferEngine(
+            stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))
+        let job = try await engine.sync(arguments[0], to: arguments[1], using: backend, options: options, sync: sync)
+        let report = try await SyncWatcher.follow(job, printer: printer, output: output).get()
+        printer.summary(report, quiet: output.quiet)
+    }
+}
+
+/// What `xfer sync` prints: decisions (with --dry-run or --json), the
+/// copies' progress as a push shows it, deletes, and a summary.
+final class SyncPrinter: Sendable {
+    let json: Bool
+    let dryRun: Bool
+    let verbose: Bool
+
+    init(json: Bool, dryRun: Bool, verbose: Bool) {
+        self.json = json
+        self.dryRun = dryRun
+        self.verbose = verbose
+    }
+
+    func decided(_ decision: SyncDecision) {
+        if json {
+            var members: [String: JSONValue] = [
+                "event": .string("decision"), "key": .string(decision.key), "action": .string(decision.action.rawValue),
+                "reason": .string(decision.reason.rawValue),
+            ]
+            if let size = decision.sourceSize { members["sourceSize"] = .int(size) }
+            if let size = decision.destinationSize { members["destinationSize"] = .int(size) }
+            Terminal.out(JSONValue.object(members).text())
+            return
+        }
+        guard dryRun, decision.action == .copy || decision.action == .delete || verbose else { return }
+        Terminal.out("\(decision.action.rawValue)  \(decision.key)  (\(decision.reason.rawValue))")
+    }
+
+    func summary(_ report: SyncReport, quiet: Bool) {
+        let tally = report.tally
+        if json {
+            Terminal.out(JSONValue.object([
+                "event": .string("synced"), "job": .string(report.job.rawValue), "dryRun": .bool(report.dryRun),
+                "copies": .int(Int64(tally.copies)), "copyBytes": .int(tally.copyBytes), "unchanged": .int(Int64(tally.skips)),
+                "deletes": .int(Int64(tally.deletes)), "kept": .int(Int64(tally.kept)), "deleted": .int(Int64(report.deleted)),
+            ]).text())
+            return
+        }
+        guard !quiet else { return }
+        let verb = report.dryRun ? "would copy" : "copied"
+        var line = "\(verb) \(tally.copies) file\(tally.copies == 1 ? "" : "s") (\(JobText.bytes(tally.copyBytes))), \(tally.skips) unchanged"
+        if tally.deletes > 0 { line += report.dryRun ? ", would delete \(tally.deletes)" : ", deleted \(report.deleted)" }
+        if tally.kept > 0 { line += ", \(tally.kept) only on the destination (kept; --delete removes them)" }
+        Terminal.error(line)
+    }
+}
+
+/// Follows a sync to its end: the copies' progress as a push shows it, the
+/// one-line messages a person must act on, SIGINT/SIGTERM to stop it.
+enum SyncWatcher {
+    static func follow(_ job: SyncJob, printer: SyncPrinter, output: OutputArguments) async -> Result<SyncReport, XferError> {
+        let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
+        let json = printer.json
+        let progress = output.resolvedProgress(json: json)
+        let bar: ProgressDisplay? = progress == .bar ? ProgressDisplay() : nil
+        let lines: ProgressLines? = progress == .lines ? ProgressLines() : nil
+        let ticker = lines.map { lines in
+            Task { [interval = output.interval] in
+                while (try? await Task.sleep(for: interval)) != nil { lines.tick() }
+            }
+        }
+        let events = Task {
+            for await event in job.events {
+                switch event {
+                case .transfer(let transfer):
+                    if json, case .completed = transfer {
+                        // The sync's own summary follows; the copies' file list is not repeated.
+                    } else if json, let line = EventJSON.line(for: transfer) {
+                        Terminal.out(line)
+                    }
+                    if case .fileFailed(let failed) = transfer, !json {
+                        bar?.interrupt()
+                        Terminal.error("failed \(failed.path): \(failed.reason)")
+                    }
+                    bar?.show(transfer)
+                    lines?.show(transfer)
+                case .planned(let planned) where json:
+                    Terminal.out(JSONValue.object([
+                        "event": .string("planned"), "job": .string(planned.job.rawValue), "resumed": .bool(planned.resumed),
+                        "copies": .int(Int64(planned.tally.copies)), "copyBytes": .int(planned.tally.copyBytes),
+                        "unchanged": .int(Int64(planned.tally.skips)), "deletes": .int(Int64(planned.tally.deletes)),
+                        "described": .int(Int64(planned.described)),
+                    ]).text())
+                case .deleted(let deleted) where json:
+                    Terminal.out(JSONValue.object(["event": .string("deleted"), "key": .string(deleted.key)]).text())
+                case .deleted(let deleted) where output.verbose:
+                    Terminal.error("deleted \(deleted.key)")
+                default:
+                    break
+                }
+            }
+            ticker?.cancel()
+            await ticker?.value
+            bar?.finish()
+            lines?.finish()
+        }
+        let result: Result<SyncReport, XferError>
+        do {
+            result = .success(try await job.report)
+        } catch {
+            result = .failure(error)
+        }
+        await events.value
+        withExtendedLifetime(signals) {}
+        return result
+    }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import XCTest
+import XferTestSupport
+
+/// `xfer sync DIR s3://BUCKET/PREFIX` against a real S3 store: Ceph's RADOS Gateway on this machine.
+final class CephSyncTests: CephBucketTestCase {
+    private var tree: String { work.file("tree") }
+    private var state: String { work.file("state") }
+
+    private func xfer(_ arguments: [String]) throws -> RunResult {
+        try runXfer(arguments, environment: CephGateway.environment)
+    }
+
+    private func syncArguments(_ extra: [String] = [], prefix: String = "p") -> [String] {
+        ["sync", tree, "s3://\(bucket!)/\(prefix)", "--endpoint", ceph.url, "--state", state, "--json", "--progress", "none"] + extra
+    }
+
+    /// Runs a sync to its end; its decisions by key, its plan, its summary.
+    private func sync(_ extra: [String] = [], expecting status: Int32 = 0, file: StaticString = #filePath, line: UInt = #line) throws
+        -> (decisions: [String: (action: String, reason: String)], planned: [String: Any], result: RunResult)
+    {
+        let result = try xfer(syncArguments(extra))
+        XCTAssertEqual(result.status, status, result.stderr, file: file, line: line)
+        var decisions: [String: (action: String, reason: String)] = [:]
+        for event in result.events where event["event"] as? String == "decision" {
+            decisions[event["key"] as? String ?? ""] = (event["action"] as? String ?? "", event["reason"] as? String ?? "")
+        }
+        let planned = result.events.first { $0["event"] as? String == "planned" } ?? [:]
+        return (decisions, planned, result)
+    }
+
+    private func makeTree(files: Int, size: Int = 700) throws -> [String] {
+        var names: [String] = []
+        for index in 0..<files {
+            let name = "d\(index % 4)/f\(index).txt"
+            try FileManager.default.createDirectory(atPath: tree + "/d\(index % 4)", withIntermediateDirectories: true)
+            try makeTestFile(at: tree + "/" + name, size: size + index, seed: UInt64(index + 1))
+            names.append(name)
+        }
+        return names
+    }
+
+    private func keys(prefix: String = "p/") throws -> [String: Int] {
+        let answer = try ceph.awsJSON(["list-objects-v2", "--bucket", bucket, "--prefix", prefix])
+        var found: [String: Int] = [:]
+        for object in answer["Contents"] as? [[String: Any]] ?? [] {
+            found[String((object["Key"] as? String ?? "").dropFirst(prefix.count))] = int(object["Size"])
+        }
+        return found
+    }
+
+    private func setModificationTime(_ path: String, _ date: Date) throws {
+        try FileManager.default.setAttributes([.modificationDate: date], ofItemAtPath: path)
+    }
+
+    // MARK: Decisions
+
+    /// The default: size and the time kept with each object. A re-run copies nothing and asks
+    /// nothing per key (what it wrote it knows from the listing); a touched file is copied, a
+    /// file rewritten with its size and time kept is not — --checksum finds exactly that one.
+    func testDecisionsBySizeTimeAndChecksum() throws {
+        let names = try makeTree(files: 40)
+        try makeTestFile(at: tree + "/big.bin", size: 6 << 20 + 3, seed: 99)
+
+        let first = try sync(["--chunk-size", "5MiB"])
+        XCTAssertEqual(first.decisions.count, 41)
+        XCTAssertTrue(first.decisions.values.allSatisfy { $0.action == "copy" && $0.reason == "not on the destination" })
+        XCTAssertEqual(try keys().count, 41)
+        let head = try ceph.awsJSON(["head-object", "--bucket", bucket, "--key", "p/" + names[0]])
+        let kept = (head["Metadata"] as? [String: String])?["mtime"]
+        let attributes = try FileManager.default.attributesOfItem(atPath: tree + "/" + names[0])
+        let mtime = try XCTUnwrap(attributes[.modificationDate] as? Date).timeIntervalSince1970
+        XCTAssertEqual(Double(try XCTUnwrap(kept, "x-amz-meta-mtime")) ?? 0, mtime, accuracy: 0.000_01)
+
+        let again = try sync()
+        XCTAssertTrue(again.decisions.values.allSatisfy { $0.action == "skip" && $0.reason == "same size and modification time" })
+        XCTAssertEqual(int(again.planned["copies"]), 0)
+        XCTAssertEqual(int(again.planned["described"]), 0, "a re-run must know its objects from the listing alone")
+
+        // Touched: the time differs. Rewritten in place with its size and time kept: the same,
+        // except to --checksum.
+        try setModificationTime(tree + "/" + names[1], Date(timeIntervalSince1970: 1_600_000_000))
+        let rewritten = tree + "/" + names[2]
+        // `touch -r` keeps the nanoseconds (a `Date` would round them off).
+        XCTAssertEqual(try runToEnd("/usr/bin/touch", ["-r", rewritten, work.file("time-of-rewritten")]).status, 0)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: rewritten))
+        bytes[10] ^= 0xff
+        try bytes.write(to: URL(fileURLWithPath: rewritten))
+        XCTAssertEqual(try runToEnd("/usr/bin/touch", ["-r", work.file("time-of-rewritten"), rewritten]).status, 0)
+
+        let dry = try sync(["--dry-run"])
+        XCTAssertEqual(dry.decisions.filter { $0.value.action == "copy" }.map(\.key), [names[1]])
+        XCTAssertEqual(dry.decisions[names[1]]?.reason, "modification time differs")
+        let touched = try sync()
+        XCTAssertEqual(touched.decisions.filter { $0.value.action == "copy" }.map(\.key), [names[1]], "the run does what the dry run said")
+        XCTAssertEqual(try sync(["--size-only"]).decisions.filter { $0.value.action == "copy" }.count, 0)
+
+        // --checksum: the objects written without one are compared by their MD5 ETags once (each
+        // file read once), their CRC-32Cs remembered; after that only a changed file is read.
+        let checked = try sync(["--checksum"])
+        XCTAssertEqual(Set(checked.decisions.filter { $0.value.action == "copy" }.map(\.key)), [names[2], "big.bin"])
+        XCTAssertEqual(checked.decisions[names[2]]?.reason, "checksum differs")
+        XCTAssertEqual(checked.decisions["big.bin"]?.reason, "same size, no checksum on the destination to compare")
+        let checkedAgain = try sync(["--checksum"])
+        XCTAssertEqual(checkedAgain.decisions.filter { $0.value.action == "copy" }.count, 0, "\(checkedAgain.decisions)")
+        XCTAssertEqual(int(checkedAgain.planned["described"]), 0)
+        let stored = try XCTUnwrap(ceph.download(bucket: bucket, key: "p/" + names[2], to: work.file("back")) as String?)
+        XCTAssertFalse(stored.isEmpty)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: work.file("back"))), bytes)
+    }
+
+    /// Objects another tool wrote (no time kept with them): described once, the same when not
+    /// older than the file (as `aws s3 sync` decides), and known from the listing after that.
+    func testObjectsAnotherToolWroteAreDescribedOnce() throws {
+        let names = try makeTree(files: 12)
+        for name in names { try setModificationTime(tree + "/" + name, Date(timeIntervalSinceNow: -3600)) }
+        try ceph.aws(["s3", "sync", tree, "s3://\(bucket!)/p", "--only-show-errors"])
+        let first = try sync()
+        XCTAssertTrue(first.decisions.values.allSatisfy { $0.action == "skip" }, "\(first.decisions)")
+        XCTAssertEqual(first.decisions[names[0]]?.reason, "same size, destination not older (no time kept on it)")
+        XCTAssertEqual(int(first.planned["described"]), 12)
+        let second = try sync()
+        XCTAssertEqual(int(second.planned["described"]), 0)
+        XCTAssertTrue(second.decisions.values.allSatisfy { $0.action == "skip" })
+    }
+
+    // MARK: Deletes
+
+    /// --delete runs after the copies; --max-delete refuses a plan that deletes more, before
+    /// anything is copied (an empty or wrong source is the usual cause); excluded keys are
+    /// neither copied nor deleted.
+    func testDeleteGuards() throws {
+        let names = try makeTree(files: 8)
+        _ = try sync()
+        try FileManager.default.createDirectory(atPath: tree + "/cache", withIntermediateDirectories: true)
+        try ceph.aws(["s3", "cp", tree + "/" + names[0], "s3://\(bucket!)/p/cache/kept.txt", "--only-show-errors"])
+        for name in names.prefix(5) { try FileManager.default.removeItem(atPath: tree + "/" + name) }
+        try makeTestFile(at: tree + "/new.txt", size: 10, seed: 7)
+
+        let refused = try sync(["--delete", "--max-delete", "4", "--exclude", "cache"], expecting: 1)
+        XCTAssertTrue(refused.result.stderr.contains("more than the 4 allowed"), refused.result.stderr)
+        XCTAssertEqual(refused.decisions.filter { $0.value.action == "delete" }.count, 5)
+        XCTAssertNil(refused.decisions["cache/kept.txt"], "an excluded key takes no part")
+        XCTAssertNil(try keys()["new.txt"], "nothing is copied when the deletes are refused")
+        XCTAssertEqual(try keys().count, 9)
+
+        // The same plan, allowed: it goes on (no new listing) and deletes after copying.
+        let done = try sync(["--delete", "--max-delete", "5", "--exclude", "cache"])
+        XCTAssertEqual(done.planned["resumed"] as? Bool, true)
+        XCTAssertEqual(int(done.planned["deletes"]), 5)
+        XCTAssertEqual(done.result.events.filter { $0["event"] as? String == "deleted" }.count, 5)
+        XCTAssertEqual(Set(try keys().keys), Set(names.suffix(3) + ["new.txt", "cache/kept.txt"]))
+    }
+
+    // MARK: Conflicts
+
+    /// An object written by someone else between the listing and the copy is not overwritten:
+    /// the file fails as a conflict, the sync fails, and no planned delete runs after it.
+    func testAConflictIsReportedNotOverwrittenAndStopsTheDeletes() throws {
+        let names = try makeTree(files: 3)
+        _ = try sync()
+        try FileManager.default.removeItem(atPath: tree + "/" + names[0])
+        // One PutObject (below the part size) slowed to ~4 s: certainly in flight when the sync is killed.
+        try makeTestFile(at: tree + "/zz.bin", size: 4 << 20, seed: 5)
+        let child = try ChildProcess(
+            executable: xferExecutable, arguments: syncArguments(["--delete", "--limit-rate", "1MiB"]), environment: CephGateway.environment)
+        XCTAssertNotNil(child.readLine { $0.contains("\"event\":\"planned\"") }, child.standardError)
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL)
+        try makeTestFile(at: work.file("theirs.bin"), size: 1234, seed: 6)
+        try ceph.aws(["s3", "cp", work.file("theirs.bin"), "s3://\(bucket!)/p/zz.bin", "--only-show-errors"])
+
+        let resumed = try sync(["--delete"], expecting: 1)
+        XCTAssertTrue(resumed.result.stderr.contains("changed on the destination since the sync listed it"), resumed.result.stderr)
+        XCTAssertEqual(try keys()["zz.bin"], 1234, "the other writer's object stays")
+        XCTAssertNotNil(try keys()[names[0]], "no delete after a failed copy")
+
+        let replanned = try sync(["--delete", "--restart"])
+        XCTAssertEqual(replanned.decisions["zz.bin"]?.reason, "size differs")
+        XCTAssertEqual(try keys()["zz.bin"], 4 << 20)
+        XCTAssertNil(try keys()[names[0]])
+    }
+
+    // MARK: Kills
+
+    /// Killed while copying, twice, then run to its end: every key right, and no file sent more
+    /// than once beyond what was in flight at each kill.
+    func testAKilledSyncGoesOnWithoutCopyingTwice() throws {
+        let names = try makeTree(files: 300, size: 2000)
+        var completed = 0
+        for kill in [60, 150] {
+            let child = try ChildProcess(executable: xferExecutable, arguments: syncArguments(), environment: CephGateway.environment)
+            var seen = 0
+            while seen < kill, child.readLine(where: { $0.contains("\"event\":\"fileCompleted\"") }) != nil { seen += 1 }
+            child.kill(SIGKILL)
+            XCTAssertEqual(child.wait(), 128 + SIGKILL, "the sync must die unfinished: \(child.standardError)")
+            completed += seen
+        }
+        let last = try sync()
+        XCTAssertEqual(last.planned["resumed"] as? Bool, true)
+        completed += last.result.events.filter { $0["event"] as? String == "fileCompleted" }.count
+        XCTAssertLessThanOrEqual(completed, 300 + 2 * 64, "copied again: more than was in flight at the kills")
+        XCTAssertEqual(try keys().count, 300)
+        let back = work.file("back")
+        for name in names.prefix(5) {
+            _ = try ceph.download(bucket: bucket, key: "p/" + name, to: back)
+            XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: back)), try Data(contentsOf: URL(fileURLWithPath: tree + "/" + name)), name)
+        }
+        let after = try sync()
+        XCTAssertEqual(int(after.planned["copies"]), 0)
+        XCTAssertEqual(int(after.planned["described"]), 0)
+    }
+}
+

@@ -1,0 +1,337 @@
+import FoundationEssentials
+
+/// How a sync tells whether a file and the object (or file) of the same
+/// name are the same.
+public enum SyncMode: String, Sendable, Hashable, CaseIterable {
+    /// Size and modification time: the source's time kept with the copy
+    /// (an object's `mtime` metadata, a local file's own time), so a
+    /// re-run does not send again what only looks newer.
+    case sizeAndTime
+    /// Size, then a full-object CRC-32C of both sides: the local file's
+    /// read at ISA-L's speed and cached by its identity, the object's as
+    /// the store or xfer kept it.
+    case checksum
+    /// Size alone.
+    case sizeOnly
+}
+
+/// What a sync does with one key.
+public enum SyncAction: String, Sendable, Hashable {
+    /// Sent (or fetched): new, or different on the destination.
+    case copy
+    /// The same on both sides: left alone.
+    case skip
+    /// Only on the destination, and deletes were asked for.
+    case delete
+    /// Only on the destination, kept (no deletes asked for).
+    case keep
+}
+
+/// Why a sync decided what it did, as `--dry-run` and `--json` say it.
+public enum SyncReason: String, Sendable, Hashable {
+    case new = "not on the destination"
+    case sizeDiffers = "size differs"
+    case modificationTimeDiffers = "modification time differs"
+    case sourceNewer = "same size, source newer (no time kept on the destination)"
+    case destinationNotOlder = "same size, destination not older (no time kept on it)"
+    case checksumDiffers = "checksum differs"
+    case noChecksumOnDestination = "same size, no checksum on the destination to compare"
+    case sameSizeAndTime = "same size and modification time"
+    case sameChecksum = "same size and checksum"
+    case sameSize = "same size"
+    case notInSource = "not in the source"
+}
+
+/// One key's decision.
+public struct SyncDecision: Sendable, Hashable {
+    /// The path below the source and the destination ('/'-separated).
+    public var key: String
+    public var action: SyncAction
+    public var reason: SyncReason
+    /// The source's size, when the source has the key.
+    public var sourceSize: Int64?
+    /// The destination's size, when the destination has the key.
+    public var destinationSize: Int64?
+
+    public init(key: String, action: SyncAction, reason: SyncReason, sourceSize: Int64?, destinationSize: Int64?) {
+        self.key = key
+        self.action = action
+        self.reason = reason
+        self.sourceSize = sourceSize
+        self.destinationSize = destinationSize
+    }
+}
+
+/// How many keys a plan put under each action.
+public struct SyncTally: Sendable, Hashable {
+    public var copies = 0
+    public var copyBytes: Int64 = 0
+    public var skips = 0
+    public var deletes = 0
+    /// Only on the destination and kept.
+    public var kept = 0
+
+    public init() {}
+
+    mutating func count(_ decision: SyncDecision) {
+        switch decision.action {
+        case .copy:
+            copies += 1
+            copyBytes += decision.sourceSize ?? 0
+        case .skip: skips += 1
+        case .delete: deletes += 1
+        case .keep: kept += 1
+        }
+    }
+}
+
+/// What a sync does besides copying.
+public struct SyncOptions: Sendable {
+    /// How equality is decided.
+    public var mode: SyncMode = .sizeAndTime
+    /// Delete what the destination holds and the source does not — only
+    /// after every copy succeeded, and none after any error.
+    public var deletes = false
+    /// With `deletes`: refuse to delete anything when the plan would delete
+    /// more than this many keys.
+    public var maximumDeletes: Int?
+    /// Which files (and keys) take part: `--include`/`--exclude`, matched
+    /// against the path below the source and the destination alike.
+    public var selection = FileSelection()
+    /// Plan, report every decision, change nothing (the plan is dropped).
+    public var dryRun = false
+    /// Forget an unfinished sync of the same source and destination and plan
+    /// anew.
+    public var restart = false
+    /// Called with every decision as the plan is made, in key order, on the
+    /// planning task: what `--dry-run` and `--json` print. A slow handler
+    /// slows the plan; nothing is queued.
+    public var decisions: (@Sendable (SyncDecision) -> Void)?
+
+    public init() {}
+}
+
+/// How a sync ended.
+public struct SyncReport: Sendable {
+    /// The sync's job id (`xfer list`, `status`, `cancel`).
+    public var job: JobID
+    /// The plan's counts.
+    public var tally: SyncTally
+    /// The copies' report; nil when nothing was copied (or in a dry run).
+    public var transfer: JobReport?
+    /// Keys deleted from the destination.
+    public var deleted: Int
+    /// A dry run: nothing was changed.
+    public var dryRun: Bool
+
+    public init(job: JobID, tally: SyncTally, transfer: JobReport?, deleted: Int, dryRun: Bool) {
+        self.job = job
+        self.tally = tally
+        self.transfer = transfer
+        self.deleted = deleted
+        self.dryRun = dryRun
+    }
+}
+
+/// What a running sync reports.
+public enum SyncEvent: Sendable {
+    /// Listing goes on: how many keys each side has shown so far.
+    case listing(Listing)
+    /// The plan is made (or was, by a run this one resumes).
+    case planned(Planned)
+    /// An event of the copies, as a push or a pull reports it.
+    case transfer(TransferEvent)
+    /// Deleting starts.
+    case deleting(Deleting)
+    /// A key was deleted from the destination.
+    case deleted(Deleted)
+    /// The sync ended well.
+    case completed(SyncReport)
+    /// The sync stopped on an error; running it again goes on.
+    case failed(XferError)
+
+    public struct Listing: Sendable, Hashable {
+        public var sourceKeys: Int
+        public var destinationKeys: Int
+    }
+
+    public struct Planned: Sendable, Hashable {
+        public var job: JobID
+        public var tally: SyncTally
+        /// The plan comes from an earlier run (this run resumes it).
+        public var resumed: Bool
+        /// Keys described one by one while planning (what xfer did not
+        /// know of them from an earlier sync): the requests a plan cost
+        /// beyond the listing's pages. 0 for a resumed plan.
+        public var described: Int
+    }
+
+    public struct Deleting: Sendable, Hashable {
+        public var count: Int
+    }
+
+    public struct Deleted: Sendable, Hashable {
+        public var key: String
+    }
+}
+
+/// A key a store holds, as a sync sees it.
+public struct StoredObject: Sendable, Hashable {
+    /// The path below the sync's destination ('/'-separated).
+    public var relativePath: String
+    public var size: Int64
+    /// What identifies this version (an ETag, unquoted), if the store says.
+    public var version: String?
+    /// When the store last wrote it, in nanoseconds since 1970.
+    public var lastModifiedNanoseconds: Int64?
+    /// The modification time of the file it was made from, as kept with it
+    /// (S3: `x-amz-meta-mtime`, as rclone keeps it), in nanoseconds since 1970.
+    /// Only a description (`ObjectSyncing.describeObject`) says; a listing does not.
+    public var modificationTimeNanoseconds: Int64?
+    /// Its full-object CRC-32C, when a description said.
+    public var crc32c: UInt32?
+    /// The `FileContext.writeToken` of the write that made it, when a
+    /// description said: how a sync recognises its own write whose answer
+    /// was lost (its retry then finds its condition failed).
+    public var writeToken: String?
+
+    public init(
+        relativePath: String, size: Int64, version: String?, lastModifiedNanoseconds: Int64? = nil,
+        modificationTimeNanoseconds: Int64? = nil, crc32c: UInt32? = nil, writeToken: String? = nil
+    ) {
+        self.relativePath = relativePath
+        self.size = size
+        self.version = version
+        self.lastModifiedNanoseconds = lastModifiedNanoseconds
+        self.modificationTimeNanoseconds = modificationTimeNanoseconds
+        self.crc32c = crc32c
+        self.writeToken = writeToken
+    }
+}
+
+/// One page of a sync destination's listing, in key order.
+public struct StoredObjectPage: Sendable, Hashable {
+    public var objects: [StoredObject]
+    /// Where the next page starts; nil after the last.
+    public var next: String?
+
+    public init(objects: [StoredObject], next: String?) {
+        self.objects = objects
+        self.next = next
+    }
+}
+
+/// What a conditional delete found.
+public enum DeletionOutcome: Sendable, Hashable {
+    /// Deleted (or already gone).
+    case deleted
+    /// Another version is there now: left alone.
+    case changed
+}
+
+/// What a sync asks of a write, carried in a file's handles and read by a
+/// backend that adopts `ObjectSyncing`.
+public enum WriteCondition: Sendable, Hashable {
+    /// Only if nothing is at the key (`If-None-Match: *`).
+    case absent
+    /// Only if the key still holds this version (`If-Match`).
+    case version(String)
+}
+
+/// A backend a directory can be synced to: one that lists what its target
+/// holds, describes one key, deletes one key conditionally, and honours a
+/// file's `writeCondition` and keeps its `modificationTimeNanoseconds` with
+/// each object it writes. Resolved once, when a sync starts.
+///
+/// Sans-IO like every step: each method describes a request and reads its
+/// answer; the engine sends, signs, retries.
+public protocol ObjectSyncing: UploadBackend {
+    /// One page of the keys under the job's target, in the store's key order
+    /// (UTF-8 bytes, as S3 lists), after `cursor` (nil: the first page).
+    func listObjects(after cursor: String?, in job: JobContext) throws(BackendError) -> Exchange<StoredObjectPage>
+
+    /// What is at `relativePath` now, with the modification time and
+    /// checksum kept with it; nil when nothing is.
+    func describeObject(at relativePath: String, in job: JobContext) throws(BackendError) -> Exchange<StoredObject?>
+
+    /// Deletes `object` if it is still the version listed (where the store
+    /// honours the condition).
+    func deleteObject(_ object: StoredObject, in job: JobContext) throws(BackendError) -> Exchange<DeletionOutcome>
+}
+
+/// The handles a sync gives each file it copies.
+enum SyncHandles {
+    /// `WriteCondition.absent` as "*", `.version(V)` as V.
+    static let condition = HandleKey("xfer.sync.condition")
+    /// The CRC-32C the plan read from the file (8 hex digits), so the object keeps it.
+    static let crc32c = HandleKey("xfer.sync.crc32c")
+    /// The version (ETag) the store gave the completed object.
+    static let version = HandleKey("xfer.version")
+    /// Job: the direction of a sync job ("push").
+    static let sync = HandleKey("xfer.sync")
+
+    /// Plan handles survive a file's reset (they say what the plan saw, not
+    /// what an upload holds).
+    static func isPlanned(_ name: String) -> Bool { name.hasPrefix("xfer.sync.") }
+}
+
+extension FileContext {
+    /// What the write of this file is conditional on, as a sync planned it.
+    public var writeCondition: WriteCondition? {
+        guard let value = handles[SyncHandles.condition] else { return nil }
+        return value == "*" ? .absent : .version(value)
+    }
+
+    /// The CRC-32C of the whole file, when a sync read it while planning (the
+    /// file is then checked unchanged before each chunk is sent).
+    public var plannedCRC32C: UInt32? {
+        handles[SyncHandles.crc32c].flatMap { UInt32($0, radix: 16) }
+    }
+
+    /// A sync's mark for this write, kept with the object (S3:
+    /// `x-amz-meta-xfer-write`): a retry whose condition failed because the
+    /// first attempt succeeded unheard is told from a real conflict by it.
+    public var writeToken: String? {
+        guard handles[SyncHandles.condition] != nil, let time = modificationTimeNanoseconds else { return nil }
+        return "\(index).\(size).\(time)"
+    }
+}
+
+extension JobContext {
+    /// A sync's job: each object written keeps its file's modification time.
+    public var keepsModificationTimes: Bool { handles[SyncHandles.sync] != nil }
+}
+
+/// Modification times as S3 metadata keeps them: seconds, a dot, nine
+/// digits of nanoseconds (`1700000000.123456789`), as rclone writes `mtime`.
+public enum ModificationTimeText {
+    public static func text(nanoseconds: Int64) -> String {
+        if nanoseconds < 0 { return "-" + text(nanoseconds: nanoseconds == .min ? .max : -nanoseconds) }
+        let seconds = nanoseconds / 1_000_000_000
+        let digits = String(nanoseconds % 1_000_000_000)
+        return "\(seconds)." + String(repeating: "0", count: max(0, 9 - digits.count)) + digits
+    }
+
+    /// Reads `text` exactly (no floating point): seconds with up to nine
+    /// fractional digits; more are cut. Nil for anything else.
+    public static func nanoseconds(_ text: String) -> Int64? {
+        if text.hasPrefix("-") { return nanoseconds(String(text.dropFirst())).map { -$0 } }
+        let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let whole = parts.first, !whole.isEmpty, whole.allSatisfy({ $0.isASCII && $0.isNumber }),
+            let seconds = Int64(whole), seconds < 1 << 33
+        else { return nil }
+        var fraction: Int64 = 0
+        if parts.count == 2 {
+            let digits = parts[1].prefix(9)
+            guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+            fraction = Int64(digits)! * Int64(pow10(9 - digits.count))
+        }
+        return seconds * 1_000_000_000 + fraction
+    }
+
+    private static func pow10(_ exponent: Int) -> Int {
+        var value = 1
+        for _ in 0..<exponent { value *= 10 }
+        return value
+    }
+}
