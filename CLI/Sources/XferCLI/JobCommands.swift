@@ -94,6 +94,9 @@ struct ResumeCommand: AsyncParsableCommand {
         let job: TransferJob
         do throws(XferError) {
             let summary = try engine.details(of: id, files: .first(0)).summary
+            if summary.direction == .sync {
+                return await resumeSync(id, backend: summary.backend, engine: engine, options: options, transport: transport)
+            }
             if summary.direction == .pull {
                 let sources = try BuiltInSource.sources(forJobUsing: summary.backend, profile: aws, transport: transport)
                 job = try await engine.resumePull(id, from: sources, options: options)
@@ -119,6 +122,32 @@ struct ResumeCommand: AsyncParsableCommand {
         case .failure(let error):
             // With --json the engine's own `failed` event already said it.
             if !json { Terminal.error(Self.message(error, job: id)) }
+            return error.exitCode
+        }
+    }
+
+    /// A sync goes on from its stage (listing, copying or deleting), as the same `xfer sync` would.
+    private func resumeSync(_ id: JobID, backend name: String, engine: TransferEngine, options: TransferOptions, transport: TransportOptions) async
+        -> Int32
+    {
+        let job: SyncJob
+        do throws(XferError) {
+            let backends = try BuiltInBackend.backends(forJobUsing: name, profile: aws, transport: transport)
+            guard let backend = backends.first(where: { $0.name == name }) as? any ObjectSyncing else {
+                throw .invalidInput("job \(id) syncs with the '\(name)' backend, which cannot sync")
+            }
+            job = try await engine.resumeSync(id, using: backend, options: options)
+        } catch {
+            report(error, job: id)
+            return error.exitCode
+        }
+        let printer = SyncPrinter(json: json, dryRun: false, verbose: output.verbose)
+        switch await SyncWatcher.follow(job, printer: printer, output: output) {
+        case .success(let report):
+            printer.summary(report, quiet: output.quiet)
+            return 0
+        case .failure(let error):
+            if !json { Terminal.error(Self.message(error, job: id)) } else { Terminal.out(EventJSON.failure(error, job: id)) }
             return error.exitCode
         }
     }
@@ -163,7 +192,7 @@ struct ListCommand: AsyncParsableCommand {
         var rows = [["JOB", "STATE", "BACKEND", "FILES", "DONE", "AGE", "TARGET"]]
         for job in jobs {
             rows.append([
-                job.id.rawValue, job.state.rawValue, job.backend, String(job.fileCount),
+                job.id.rawValue, job.state.rawValue, job.direction == .sync ? "\(job.backend) sync" : job.backend, String(job.fileCount),
                 JobText.progress(done: job.doneBytes, total: job.totalBytes), JobText.age(of: job.createdAt, now: now),
                 job.target,
             ])

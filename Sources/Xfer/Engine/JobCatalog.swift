@@ -56,6 +56,10 @@ public enum TransferDirection: String, Sendable, Hashable, Codable {
     case push
     /// Objects from a server (`TransferEngine.pull`).
     case pull
+    /// A directory made the same on a server (`TransferEngine.sync`):
+    /// `paths` is the directory, `target` the destination, the files those
+    /// the plan copies.
+    case sync
 }
 
 /// Everything the state store knows about one job, secrets redacted.
@@ -257,6 +261,9 @@ extension TransferEngine {
         guard !record.isDownload else {
             throw .invalidInput("job \(id) is a pull; resume it with a download source (resumePull)")
         }
+        guard !record.isSync else {
+            throw .invalidInput("job \(id) is a sync; resume it with resumeSync (or run the same sync again)")
+        }
         guard !record.isStream else {
             throw .invalidInput(
                 "job \(id) pushed a stream, which cannot be read again; push the stream again (what the job left on the server is dropped first) or cancel the job")
@@ -394,7 +401,7 @@ extension TransferEngine {
             failedFiles: counters.failedFiles, totalBytes: counters.totalBytes,
             doneBytes: record.phase == .completed ? counters.totalBytes : min(counters.doneBytes, counters.totalBytes),
             state: state, runningProcess: holder, createdAt: record.createdAt, updatedAt: record.updatedAt,
-            lastError: lastError, direction: record.isDownload ? .pull : .push)
+            lastError: lastError, direction: record.isDownload ? .pull : record.isSync ? .sync : .push)
     }
 
     /// Why a stream job no process runs is failed.

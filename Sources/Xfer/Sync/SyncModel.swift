@@ -297,6 +297,11 @@ extension FileContext {
     }
 }
 
+extension JobRecord {
+    /// A sync's job (`TransferEngine.sync`).
+    var isSync: Bool { handles[SyncHandles.sync] != nil }
+}
+
 extension JobContext {
     /// A sync's job: each object written keeps its file's modification time.
     public var keepsModificationTimes: Bool { handles[SyncHandles.sync] != nil }

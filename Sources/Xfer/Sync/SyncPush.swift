@@ -63,6 +63,7 @@ extension TransferEngine {
             record.phase = .unfinished
             resumed = true
             try await store.commit(.putJob(record))
+            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
         } else {
             if let existing = try store.job(id) {
                 // A plan made with other settings, or one the user asked to forget:
@@ -79,7 +80,10 @@ extension TransferEngine {
             record.handles = backend.inventedHandles(for: record.context(files: JobFiles([]), credentials: options.credentials))
             record.handles.set(SyncHandles.sync, "push")
             try await store.commit(.createJob(record, roots: [root]))
-            try store.setSyncValues(id, [("settings", settings), ("stage", [SyncStage.listingSource.rawValue])])
+            try store.setSyncValues(id, [
+                ("settings", settings), ("stage", [SyncStage.listingSource.rawValue]),
+                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
+            ])
             try store.sync()
         }
 
@@ -96,12 +100,55 @@ extension TransferEngine {
     }
 }
 
+extension TransferEngine {
+    /// Continues the unfinished sync `id` with `backend` (one whose `name`
+    /// it was made with), as it was asked for: the same directory, target,
+    /// decisions, selection and deletes.
+    ///
+    /// - Throws: `.unknownJob`; `.invalidInput` for a job that is no sync or is complete.
+    public func resumeSync(
+        _ id: JobID, using backend: any ObjectSyncing, options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let record = try store.job(id), let store = store as? StateStore else { throw .unknownJob(id.rawValue) }
+        guard record.isSync else { throw .invalidInput("job \(id) is not a sync") }
+        guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
+        guard backend.name == record.backend else {
+            throw .invalidInput("job \(id) syncs with the '\(record.backend)' backend, not '\(backend.name)'")
+        }
+        guard let stored = try store.syncValue(id, "settings"), var sync = SyncSettings.decode(stored) else {
+            throw .invalidInput("job \(id) holds no plan to resume; run the sync again")
+        }
+        sync.maximumDeletes = try store.syncValue(id, "maximumDeletes").flatMap { Int(String(decoding: $0, as: UTF8.self)) }
+        var options = options
+        if options.concurrency == nil { options.concurrency = record.concurrency }
+        let job = try await self.sync(record.firstRoot, to: record.target, using: backend, options: options, sync: sync)
+        guard job.id == id else {
+            job.cancel()
+            throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
+        }
+        return job
+    }
+}
+
 /// What a plan was made with: a re-run with other settings plans anew
 /// rather than carry out a plan the user no longer asks for.
 struct SyncSettings {
     let options: SyncOptions
 
     init(_ options: SyncOptions) { self.options = options }
+
+    static func decode(_ bytes: [UInt8]) -> SyncOptions? {
+        var reader = RecordReader(bytes)
+        guard reader.byte() == 1, let mode = reader.string().flatMap(SyncMode.init(rawValue:)), let deletes = reader.bool(),
+            let includes = reader.strings(), let excludes = reader.strings(), let follow = reader.bool(), reader.isAtEnd,
+            let selection = try? FileSelection(includes: includes, excludes: excludes, followSymlinks: follow)
+        else { return nil }
+        var options = SyncOptions()
+        options.mode = mode
+        options.deletes = deletes
+        options.selection = selection
+        return options
+    }
 
     var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 64)
