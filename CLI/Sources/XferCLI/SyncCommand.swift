@@ -47,6 +47,12 @@ struct SyncCommand: AsyncParsableCommand {
     @Flag(help: "Follow symbolic links inside the directory (loops are detected).")
     var followSymlinks = false
 
+    @Option(help: ArgumentHelp("Only this share of the keys, K of N (0-based; e.g. $JOB_COMPLETION_INDEX/8): N machines running shares 0..N-1 sync every key exactly once, each with its own state.", valueName: "K/N"))
+    var shard: String?
+
+    @Option(help: ArgumentHelp("Only the paths FILE names, one per line, relative to the directory (no walk; cannot go with --delete).", valueName: "FILE"))
+    var filesFrom: String?
+
     @Option(help: "Chunk size, e.g. 8MiB (default: the backend's).")
     var chunkSize: ByteSize?
 
@@ -83,6 +89,8 @@ struct SyncCommand: AsyncParsableCommand {
         guard arguments.count == 2 else { throw ValidationError("name a source and a destination: xfer sync DIR s3://BUCKET/PREFIX") }
         if checksum, sizeOnly { throw ValidationError("--checksum and --size-only are two ways to decide: pick one") }
         if maxDelete != nil, !delete { throw ValidationError("--max-delete bounds --delete; name --delete too") }
+        if filesFrom != nil, delete { throw ValidationError("--files-from names what to copy, not what the destination should hold: it cannot go with --delete") }
+        if let shard { _ = try SyncShard(parsing: shard) }
         if let maxDelete, maxDelete < 0 { throw ValidationError("--max-delete cannot be negative") }
         guard BuiltInSource.kind(of: arguments[1]) == .s3 else {
             throw ValidationError("the destination must be s3://BUCKET[/PREFIX], not '\(arguments[1].prefix(80))'")
@@ -102,6 +110,8 @@ struct SyncCommand: AsyncParsableCommand {
         sync.selection = try FileSelection(includes: includes, excludes: excludes, followSymlinks: followSymlinks)
         sync.dryRun = dryRun
         sync.restart = restart
+        sync.shard = try shard.map { text throws(XferError) in try SyncShard(parsing: text) }
+        sync.filesFrom = filesFrom
         let printer = SyncPrinter(json: json, dryRun: dryRun, verbose: output.verbose)
         if json || dryRun { sync.decisions = { printer.decided($0) } }
 

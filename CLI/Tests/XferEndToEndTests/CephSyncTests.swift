@@ -210,5 +210,52 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(int(after.planned["copies"]), 0)
         XCTAssertEqual(int(after.planned["described"]), 0)
     }
-}
 
+    // MARK: More than one machine
+
+    /// Four processes, each running its share K/4 with its own state, over one bucket: every key
+    /// copied by exactly one, and the destination-only keys deleted by exactly one.
+    func testShardsCoverEveryKeyExactlyOnce() throws {
+        let names = try makeTree(files: 200, size: 300)
+        try FileManager.default.createDirectory(atPath: work.file("extra"), withIntermediateDirectories: true)
+        for index in 0..<20 { try makeTestFile(at: work.file("extra") + "/x\(index)", size: 10, seed: UInt64(index)) }
+        try ceph.aws(["s3", "cp", "--recursive", work.file("extra"), "s3://\(bucket!)/p/gone/", "--only-show-errors"])
+        var children: [ChildProcess] = []
+        for shard in 0..<4 {
+            let arguments = [
+                "sync", tree, "s3://\(bucket!)/p", "--endpoint", ceph.url, "--state", work.file("state\(shard)"), "--json",
+                "--progress", "none", "--delete", "--shard", "\(shard)/4",
+            ]
+            children.append(try ChildProcess(executable: xferExecutable, arguments: arguments, environment: CephGateway.environment))
+        }
+        var copied: [String] = []
+        var deleted: [String] = []
+        for child in children {
+            while let line = child.readLine() {
+                guard let event = (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] else { continue }
+                if event["event"] as? String == "decision", event["action"] as? String == "copy" { copied.append(event["key"] as? String ?? "") }
+                if event["event"] as? String == "deleted" { deleted.append(event["key"] as? String ?? "") }
+            }
+            XCTAssertEqual(child.wait(), 0, child.standardError)
+        }
+        XCTAssertEqual(copied.count, 200)
+        XCTAssertEqual(Set(copied), Set(names))
+        XCTAssertEqual(deleted.count, 20)
+        XCTAssertEqual(Set(deleted).count, 20)
+        XCTAssertEqual(Set(try keys().keys), Set(names))
+    }
+
+    /// --files-from takes the paths it names (no walk); one that is not there fails the sync
+    /// after the others were copied; the destination's other keys are left alone.
+    func testFilesFromCopiesWhatTheManifestNames() throws {
+        let names = try makeTree(files: 30)
+        try ceph.aws(["s3", "cp", tree + "/" + names[0], "s3://\(bucket!)/p/elsewhere.txt", "--only-show-errors"])
+        let manifest = work.file("manifest")
+        try (["# a manifest", "./" + names[1], names[2], "", names[3], "missing.txt"].joined(separator: "\n") + "\n")
+            .write(toFile: manifest, atomically: true, encoding: .utf8)
+        let run = try sync(["--files-from", manifest], expecting: 1)
+        XCTAssertTrue(run.result.stderr.contains("missing.txt"), run.result.stderr)
+        XCTAssertEqual(Set(run.decisions.keys), Set([names[1], names[2], names[3]]))
+        XCTAssertEqual(Set(try keys().keys), Set([names[1], names[2], names[3], "elsewhere.txt"]))
+    }
+}

@@ -103,12 +103,64 @@ public struct SyncOptions: Sendable {
     /// Forget an unfinished sync of the same source and destination and plan
     /// anew.
     public var restart = false
+    /// Take part only in the keys of this share (`SyncShard`): N machines
+    /// each syncing share K of N together sync every key exactly once.
+    public var shard: SyncShard?
+    /// Take only the paths this file names (one per line, relative to the
+    /// source directory), instead of walking it: a manifest split among
+    /// workers. Keys the destination holds beyond it are left alone, so
+    /// deletes cannot go with it.
+    public var filesFrom: String?
     /// Called with every decision as the plan is made, in key order, on the
     /// planning task: what `--dry-run` and `--json` print. A slow handler
     /// slows the plan; nothing is queued.
     public var decisions: (@Sendable (SyncDecision) -> Void)?
 
     public init() {}
+}
+
+/// One share of a sync's keys: key `k` belongs to share
+/// `FNV-1a-64(UTF-8 of k) mod count` (0-based), the same on every machine
+/// and in every run, whatever else the keys are.
+public struct SyncShard: Sendable, Hashable, CustomStringConvertible {
+    /// 0-based: 0 ..< count.
+    public let index: Int
+    public let count: Int
+
+    /// - Throws: `.invalidInput` unless 0 ≤ index < count.
+    public init(index: Int, count: Int) throws(XferError) {
+        guard count >= 1, index >= 0, index < count else {
+            throw .invalidInput("a shard is K/N with 0 ≤ K < N, not \(index)/\(count)")
+        }
+        self.index = index
+        self.count = count
+    }
+
+    /// Reads `K/N`.
+    public init(parsing text: String) throws(XferError) {
+        let parts = text.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let index = Int(parts[0]), let count = Int(parts[1]) else {
+            throw .invalidInput("a shard is K/N (e.g. 0/4), not '\(text.prefix(40))'")
+        }
+        try self.init(index: index, count: count)
+    }
+
+    public var description: String { "\(index)/\(count)" }
+
+    /// Whether `key` is this share's.
+    public func contains(_ key: String) -> Bool {
+        count == 1 || Int(Self.hash(key) % UInt64(count)) == index
+    }
+
+    /// FNV-1a, 64 bits, over the key's UTF-8 bytes.
+    public static func hash(_ key: String) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in key.utf8 {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return hash
+    }
 }
 
 /// How a sync ended.
@@ -320,7 +372,10 @@ public enum ModificationTimeText {
     /// Reads `text` exactly (no floating point): seconds with up to nine
     /// fractional digits; more are cut. Nil for anything else.
     public static func nanoseconds(_ text: String) -> Int64? {
-        if text.hasPrefix("-") { return nanoseconds(String(text.dropFirst())).map { -$0 } }
+        if text.hasPrefix("-") {
+            let rest = String(text.dropFirst())
+            return rest.hasPrefix("-") ? nil : nanoseconds(rest).map { -$0 }
+        }
         let parts = text.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
         guard let whole = parts.first, !whole.isEmpty, whole.allSatisfy({ $0.isASCII && $0.isNumber }),
             let seconds = Int64(whole), seconds < 1 << 33

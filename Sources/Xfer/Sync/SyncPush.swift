@@ -5,8 +5,14 @@ import XferPrimitives
 extension TransferEngine {
     /// The id a sync of `directory` to `target` through `backend` gets: the
     /// same sync always maps to the same job, which is how a re-run resumes.
-    public static func syncJobID(directory: String, target: String, backend: String, dryRun: Bool = false) -> JobID {
-        jobID(backend: "sync\0push\0\(backend)\(dryRun ? "\0dry-run" : "")", target: target, files: [directory])
+    public static func syncJobID(
+        directory: String, target: String, backend: String, dryRun: Bool = false, shard: SyncShard? = nil, filesFrom: String? = nil
+    ) -> JobID {
+        var kind = "sync\0push\0\(backend)"
+        if dryRun { kind += "\0dry-run" }
+        if let shard { kind += "\0shard \(shard)" }
+        if let filesFrom { kind += "\0files-from \(filesFrom)" }
+        return jobID(backend: kind, target: target, files: [directory])
     }
 
     /// Starts making `target` hold what `directory` holds, or resumes the
@@ -50,13 +56,28 @@ extension TransferEngine {
         // Checked before anything is stored: a typo in a pattern is exit 2.
         _ = try FileTree(roots: [root], selection: sync.selection)
 
-        let id = Self.syncJobID(directory: root, target: normalized, backend: backend.name, dryRun: sync.dryRun)
+        var sync = sync
+        if let list = sync.filesFrom {
+            guard !sync.deletes else {
+                throw .invalidInput("--files-from names what to copy, not what the destination should hold: it cannot go with --delete")
+            }
+            let path = URL(fileURLWithPath: list).standardizedFileURL.path
+            guard FileManager.default.isReadableFile(atPath: path) else { throw .invalidInput("\(list): cannot be read") }
+            sync.filesFrom = path
+        }
+        let id = Self.syncJobID(
+            directory: root, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard, filesFrom: sync.filesFrom)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
         let settings = SyncSettings(sync).encoded
         var record: JobRecord
         var resumed = false
+        // An unfinished plan goes on; so does a failed one with copies left (a
+        // conflict needs --restart). One that failed after its copies (a delete
+        // refused, the source partly unreadable) is planned anew: its copies are
+        // on the destination, where the new listing finds them.
         if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
-            try store.syncValue(id, "settings") == settings, try store.syncStage(id) != nil
+            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
+            existing.phase == .unfinished || stage < .deleting
         {
             record = existing
             record.concurrency = concurrency
@@ -140,13 +161,16 @@ struct SyncSettings {
     static func decode(_ bytes: [UInt8]) -> SyncOptions? {
         var reader = RecordReader(bytes)
         guard reader.byte() == 1, let mode = reader.string().flatMap(SyncMode.init(rawValue:)), let deletes = reader.bool(),
-            let includes = reader.strings(), let excludes = reader.strings(), let follow = reader.bool(), reader.isAtEnd,
+            let includes = reader.strings(), let excludes = reader.strings(), let follow = reader.bool(),
+            let shard = reader.optionalString(), let filesFrom = reader.optionalString(), reader.isAtEnd,
             let selection = try? FileSelection(includes: includes, excludes: excludes, followSymlinks: follow)
         else { return nil }
         var options = SyncOptions()
         options.mode = mode
         options.deletes = deletes
         options.selection = selection
+        options.shard = shard.flatMap { try? SyncShard(parsing: $0) }
+        options.filesFrom = filesFrom
         return options
     }
 
@@ -158,6 +182,8 @@ struct SyncSettings {
         writer.strings(options.selection.includes.map(\.description))
         writer.strings(options.selection.excludes.map(\.description))
         writer.bool(options.selection.followSymlinks)
+        writer.optionalString(options.shard?.description)
+        writer.optionalString(options.filesFrom)
         return writer.bytes
     }
 }
@@ -277,6 +303,7 @@ final class SyncPush: Sendable {
                 stage = .deleting
                 try store.setSyncStage(id, stage)
             }
+            try failOnUnreadableSource()
             var deleted = 0
             if stage == .deleting {
                 deleted = try await deleteExtraneous(events)
@@ -298,10 +325,18 @@ final class SyncPush: Sendable {
         var batch: [SyncEntry] = []
         var listed = 0
         var unreadable: [String] = []
-        for entry in try FileTree(roots: [root], selection: sync.selection) {
+        var unreadableCount = 0
+        let entries: any Sequence<FileTreeEntry>
+        if let list = sync.filesFrom {
+            entries = try FileManifest(path: list, root: root, selection: sync.selection)
+        } else {
+            entries = try FileTree(roots: [root], selection: sync.selection)
+        }
+        for entry in entries {
             if Task.isCancelled { throw .interrupted }
             switch entry {
             case .file(let file):
+                guard sync.shard?.contains(file.relativePath) ?? true else { continue }
                 let identity = file.identity
                 batch.append(
                     SyncEntry(
@@ -310,6 +345,7 @@ final class SyncPush: Sendable {
             case .failed(let path, _, _, let reason):
                 // An unreadable directory hides what it holds: deleting what the
                 // destination has there would lose data. Deletes are refused.
+                unreadableCount += 1
                 if unreadable.count < 16 { unreadable.append("\(path): \(reason)") }
             case .skipped:
                 continue
@@ -323,7 +359,9 @@ final class SyncPush: Sendable {
         }
         listed += batch.count
         try store.putSyncEntries(id, side: .source, batch, cursor: nil)
-        try store.setSyncValues(id, [("sourceErrors", Array(unreadable.joined(separator: "\n").utf8))])
+        try store.setSyncValues(id, [
+            ("sourceErrors", Array(unreadable.joined(separator: "\n").utf8)), ("sourceErrorCount", Array(String(unreadableCount).utf8)),
+        ])
         events.yield(.listing(.init(sourceKeys: listed, destinationKeys: 0)))
     }
 
@@ -343,7 +381,9 @@ final class SyncPush: Sendable {
             let page: StoredObjectPage = try await send("list \(job.target)", in: job) { () throws(BackendError) in
                 try self.backend.listObjects(after: after, in: job)
             }
-            let entries = page.objects.filter { sync.selection.takesKey($0.relativePath) }.map {
+            let entries = page.objects.filter {
+                sync.selection.takesKey($0.relativePath) && (sync.shard?.contains($0.relativePath) ?? true)
+            }.map {
                 SyncEntry(key: $0.relativePath, size: $0.size, time: $0.lastModifiedNanoseconds ?? 0, version: $0.version)
             }
             try store.putSyncEntries(id, side: .destination, entries, cursor: ("cursor.destination", page.next))
@@ -374,6 +414,8 @@ final class SyncPush: Sendable {
             var files: [(index: Int, record: FileRecord)] = []
             var deletes: [SyncEntry] = []
             for (pair, sides) in zip(pairs, detailed) {
+                // A manifest names what to copy: the destination's other keys are not this sync's.
+                if sync.filesFrom != nil, pair.source == nil { continue }
                 let key = pair.source?.key ?? pair.destination!.key
                 let decision = SyncDecider.decide(
                     key: key, source: sides.source, destination: sides.destination, mode: sync.mode, deletes: sync.deletes)
@@ -618,12 +660,6 @@ final class SyncPush: Sendable {
     private func deleteExtraneous(_ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) -> Int {
         let count = try store.countSyncDeletes(id)
         guard count > 0 else { return 0 }
-        if let errors = try store.syncValue(id, "sourceErrors"), !errors.isEmpty {
-            let first = String(decoding: errors, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-            throw .transferFailed(
-                "not deleting \(count) key\(count == 1 ? "" : "s"): part of the source could not be read (\(first))",
-                remedy: .runAgain)
-        }
         try checkDeleteLimit(count, copying: 0)
         events.yield(.deleting(.init(count: count)))
         let job = try job
@@ -673,6 +709,19 @@ final class SyncPush: Sendable {
                     + "\(changed.count == 1 ? "it" : "them") and \(changed.count == 1 ? "was" : "were") not deleted: \(changed[0])")
         }
         return deleted
+    }
+
+    /// What the walk could not read was not synced, and nothing was deleted
+    /// after it (an unreadable directory hides what it holds): the rest was
+    /// copied, and the sync fails saying so.
+    private func failOnUnreadableSource() throws(XferError) {
+        guard let errors = try store.syncValue(id, "sourceErrors"), !errors.isEmpty else { return }
+        let count = try store.syncValue(id, "sourceErrorCount").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 1
+        let first = String(decoding: errors, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        let deletes = try store.countSyncDeletes(id)
+        throw .transferFailed(
+            "\(count) path\(count == 1 ? "" : "s") of the source could not be read (\(first)); the rest was synced"
+                + (deletes > 0 ? ", and nothing was deleted" : ""))
     }
 
     private func checkDeleteLimit(_ count: Int, copying copies: Int) throws(XferError) {
@@ -853,5 +902,70 @@ enum LocalChecksum {
              CachedChecksum(size: identity.size, modificationTime: identity.modificationTimeNanoseconds, changeTime: changeTime, crc32c: crc))
         ])
         return crc
+    }
+}
+
+/// `--files-from`: the paths a manifest names, one per line (relative to the
+/// source directory; empty lines and lines starting with `#` are skipped),
+/// each looked at on its own instead of walking the directory. Read a line
+/// at a time: memory does not grow with the manifest.
+struct FileManifest: Sequence {
+    let path: String
+    let root: String
+    let selection: FileSelection
+
+    init(path: String, root: String, selection: FileSelection) throws(XferError) {
+        guard access(path, R_OK) == 0 else { throw .invalidInput("\(path): cannot be read") }
+        self.path = path
+        self.root = root
+        self.selection = selection
+    }
+
+    func makeIterator() -> Iterator { Iterator(self) }
+
+    final class Iterator: IteratorProtocol {
+        private let manifest: FileManifest
+        private let stream: UnsafeMutablePointer<FILE>?
+        private var line: UnsafeMutablePointer<CChar>?
+        private var capacity = 0
+
+        init(_ manifest: FileManifest) {
+            self.manifest = manifest
+            stream = fopen(manifest.path, "re")
+        }
+
+        deinit {
+            free(line)
+            if let stream { fclose(stream) }
+        }
+
+        func next() -> FileTreeEntry? {
+            guard let stream else { return nil }
+            while true {
+                let length = getline(&line, &capacity, stream)
+                guard length >= 0, let line else { return nil }
+                var text = String(cString: line)
+                while text.hasSuffix("\n") || text.hasSuffix("\r") { text.removeLast() }
+                while text.hasPrefix("./") { text.removeFirst(2) }
+                if text.isEmpty || text.hasPrefix("#") { continue }
+                if let entry = entry(for: text) { return entry }
+            }
+        }
+
+        private func entry(for relative: String) -> FileTreeEntry? {
+            let full = FileRecord.join(manifest.root, relative)
+            guard TransferEngine.safeRelativePath(relative) != nil else {
+                return .failed(path: full, relativePath: relative, root: 0, reason: "not a path below the directory (in --files-from)")
+            }
+            guard manifest.selection.takesKey(relative) else { return nil }
+            var info = stat()
+            guard stat(full, &info) == 0 else {
+                return .failed(path: full, relativePath: relative, root: 0, reason: "\(String(cString: strerror(errno))) (named in --files-from)")
+            }
+            guard info.st_mode & S_IFMT == S_IFREG else {
+                return .failed(path: full, relativePath: relative, root: 0, reason: "not a regular file (named in --files-from)")
+            }
+            return .file(FoundFile(path: full, relativePath: relative, root: 0, identity: LocalFile.identity(of: info)))
+        }
     }
 }
