@@ -120,9 +120,13 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
             }
             switch outcome {
             case .found(let metadata):
-                return RemoteObject(
+                var described = RemoteObject(
                     location: object.location, size: metadata.contentLength, validator: metadata.etag.map { .etag($0.quoted) },
                     digests: Self.digests(in: response.headers), acceptsRanges: true)
+                described.lastModifiedNanoseconds = metadata.lastModified.map(S3Backend.nanoseconds)
+                described.modificationTimeNanoseconds =
+                    metadata.userMetadata[S3Backend.modificationTimeMetadata].flatMap(ModificationTimeText.nanoseconds)
+                return described
             case .notFound:
                 throw .rejected("\(object.shown): no such object")
             case .preconditionFailed:
@@ -223,9 +227,10 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
                 if summary.key.hasSuffix("/"), summary.size == 0 { continue }
                 let path = try Self.relativePath(ofKey: summary.key, under: prefix, listing: operation)
                 let address = ObjectAddress(bucket: parsed.bucket, key: summary.key, endpoint: named, defaultEndpoint: store.endpoint.base)
-                let object = RemoteObject(
+                var object = RemoteObject(
                     location: address.location, size: summary.size, validator: summary.etag.map { .etag($0.quoted) }, digests: [],
                     acceptsRanges: true)
+                object.lastModifiedNanoseconds = summary.lastModified.map(S3Backend.nanoseconds)
                 objects.append(ListedObject(relativePath: path, object: object))
             }
             return ObjectListingPage(objects: objects, next: page.nextContinuationToken)

@@ -99,8 +99,8 @@ final class SyncDecisionTests: XCTestCase {
     }
 
     func testAnETagIsAnMD5OnlyInItsOneForm() {
-        XCTAssertEqual(SyncPush.md5(ofETag: "\"9e107d9d372bb6826bd81d3542a419d6\"")?.count, 16)
-        XCTAssertNil(SyncPush.md5(ofETag: "9e107d9d372bb6826bd81d3542a419d6-2"))
-        XCTAssertNil(SyncPush.md5(ofETag: "abc"))
+        XCTAssertEqual(SyncRun.md5(ofETag: "\"9e107d9d372bb6826bd81d3542a419d6\"")?.count, 16)
+        XCTAssertNil(SyncRun.md5(ofETag: "9e107d9d372bb6826bd81d3542a419d6-2"))
+        XCTAssertNil(SyncRun.md5(ofETag: "abc"))
     }
 }

@@ -11,16 +11,16 @@ import XferS3
 struct SyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sync",
-        abstract: "Make an S3 prefix hold what a directory holds: copy what is new or changed, optionally delete the rest.",
+        abstract: "Make DST hold what SRC holds (a directory and an S3 prefix, either way): copy what is new or changed, optionally delete the rest.",
         discussion: """
-            The directory is walked and the destination listed into the state store, every key is decided (by size \
-            and modification time, --checksum or --size-only), then the copies run as a push does and, with \
-            --delete, deletes follow once every copy succeeded. Killed at any moment, the same command goes on from \
-            where it was. Writes are conditional on what the listing saw: an object changed by someone else since is \
-            reported as a conflict, not overwritten.
+            Both sides are listed into the state store, every key is decided (by size and modification time, \
+            --checksum or --size-only), then the copies run as a push or a pull does and, with --delete, deletes \
+            follow once every copy succeeded. Killed at any moment, the same command goes on from where it was. \
+            Writes are conditional on what the listing saw: an object (or local file) changed by someone else since \
+            is reported as a conflict, not overwritten.
             """)
 
-    @Argument(help: ArgumentHelp("The directory, then the destination (s3://BUCKET/PREFIX).", valueName: "SRC DST"))
+    @Argument(help: ArgumentHelp("The source, then the destination: DIR s3://BUCKET/PREFIX, or s3://BUCKET/PREFIX DIR.", valueName: "SRC DST"))
     var arguments: [String] = []
 
     @Flag(help: "Decide by size and a full-object CRC-32C of both sides (local ones read once per file identity, cached).")
@@ -92,12 +92,13 @@ struct SyncCommand: AsyncParsableCommand {
         if filesFrom != nil, delete { throw ValidationError("--files-from names what to copy, not what the destination should hold: it cannot go with --delete") }
         if let shard { _ = try SyncShard(parsing: shard) }
         if let maxDelete, maxDelete < 0 { throw ValidationError("--max-delete cannot be negative") }
-        guard BuiltInSource.kind(of: arguments[1]) == .s3 else {
-            throw ValidationError("the destination must be s3://BUCKET[/PREFIX], not '\(arguments[1].prefix(80))'")
+        let kinds = (BuiltInSource.kind(of: arguments[0]), BuiltInSource.kind(of: arguments[1]))
+        switch kinds {
+        case (nil, .s3?), (.s3?, nil): break
+        case (.s3?, .s3?): throw ValidationError("s3:// to s3:// is not built yet: sync a directory to S3 or S3 to a directory")
+        default: throw ValidationError("sync goes between a directory and s3://BUCKET[/PREFIX], one each way")
         }
-        guard BuiltInSource.kind(of: arguments[0]) == nil else {
-            throw ValidationError("sync goes from a local directory to S3 (s3:// to a directory and s3:// to s3:// are not built yet)")
-        }
+        if kinds.0 == .s3, filesFrom != nil { throw ValidationError("--files-from names local files: it is for a sync from a directory") }
         try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
             .validate()
     }
@@ -122,10 +123,18 @@ struct SyncCommand: AsyncParsableCommand {
         output.apply(to: &options)
         var transport = try network.transportOptions()
         rateLimit.apply(to: &transport)
-        let backend = try BackendSettings(s3: .push(s3, s3Object), profile: aws, transport: transport).s3Backend()
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))
-        let job = try await engine.sync(arguments[0], to: arguments[1], using: backend, options: options, sync: sync)
+        let job: SyncJob
+        if BuiltInSource.kind(of: arguments[0]) == .s3 {
+            guard let source = try BuiltInSource.make(.s3, server: s3.server, profile: aws, transport: transport) as? any ObjectListing else {
+                throw ValidationError("the s3 source cannot list")
+            }
+            job = try await engine.sync(arguments[0], from: source, to: arguments[1], options: options, sync: sync)
+        } else {
+            let backend = try BackendSettings(s3: .push(s3, s3Object), profile: aws, transport: transport).s3Backend()
+            job = try await engine.sync(arguments[0], to: arguments[1], using: backend, options: options, sync: sync)
+        }
         let report = try await SyncWatcher.follow(job, printer: printer, output: output).get()
         printer.summary(report, quiet: output.quiet)
     }

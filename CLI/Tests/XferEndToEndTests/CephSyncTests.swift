@@ -258,4 +258,51 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(Set(run.decisions.keys), Set([names[1], names[2], names[3]]))
         XCTAssertEqual(Set(try keys().keys), Set([names[1], names[2], names[3], "elsewhere.txt"]))
     }
+
+    // MARK: From S3 into a directory
+
+    /// `xfer sync s3://BUCKET/PREFIX DIR`: the files arrive whole with their objects' times, a
+    /// re-run copies nothing and asks nothing, a changed object is fetched again, a killed sync
+    /// goes on, and --delete removes only local files the walk saw.
+    func testSyncFromS3IntoADirectory() throws {
+        let names = try makeTree(files: 120, size: 900)
+        try makeTestFile(at: tree + "/big.bin", size: 9 << 20, seed: 3)
+        _ = try sync(["--chunk-size", "5MiB"])
+        let into = work.file("into")
+        let down = ["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"]
+
+        // Killed once while fetching, then to its end.
+        let child = try ChildProcess(executable: xferExecutable, arguments: down + ["--chunk-size", "1MiB"], environment: CephGateway.environment)
+        var seen = 0
+        while seen < 40, child.readLine(where: { $0.contains("\"event\":\"fileCompleted\"") }) != nil { seen += 1 }
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL, child.standardError)
+        let first = try xfer(down + ["--chunk-size", "1MiB"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        for name in names + ["big.bin"] {
+            XCTAssertEqual(
+                try Data(contentsOf: URL(fileURLWithPath: into + "/" + name)), try Data(contentsOf: URL(fileURLWithPath: tree + "/" + name)), name)
+        }
+        let partials = ((FileManager.default.enumerator(atPath: into)?.allObjects as? [String]) ?? []).filter { $0.hasSuffix(".xfer-partial") }
+        XCTAssertEqual(partials, [])
+
+        let again = try xfer(down)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let planned = try XCTUnwrap(again.events.first { $0["event"] as? String == "planned" })
+        XCTAssertEqual(int(planned["copies"]), 0, again.stdout.joined(separator: "\n"))
+        XCTAssertEqual(int(planned["described"]), 0)
+
+        // Another object at a key (same size), a local file the source lacks, one it lacks but excluded.
+        try makeTestFile(at: work.file("other"), size: 900 + 5, seed: 77)
+        try ceph.aws(["s3", "cp", work.file("other"), "s3://\(bucket!)/p/\(names[5])", "--only-show-errors"])
+        try makeTestFile(at: into + "/local-only.txt", size: 10, seed: 1)
+        try makeTestFile(at: into + "/keep.log", size: 10, seed: 1)
+        let third = try xfer(down + ["--delete", "--exclude", "*.log"])
+        XCTAssertEqual(third.status, 0, third.stderr)
+        let decisions = third.events.filter { $0["event"] as? String == "decision" && $0["action"] as? String != "skip" }
+        XCTAssertEqual(Set(decisions.map { $0["key"] as? String ?? "" }), [names[5], "local-only.txt"])
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: into + "/" + names[5])), try Data(contentsOf: URL(fileURLWithPath: work.file("other"))))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: into + "/local-only.txt"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: into + "/keep.log"))
+    }
 }

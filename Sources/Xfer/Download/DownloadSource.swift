@@ -139,6 +139,14 @@ public struct RemoteObject: Sendable, Hashable {
     /// Whether the server answers ranges (`Accept-Ranges: bytes`); false
     /// makes the object one stream, resumable only from its start.
     public var acceptsRanges: Bool
+    /// When the server last wrote it, in nanoseconds since 1970, when it says
+    /// (S3: a listing's `LastModified`, a description's `Last-Modified`):
+    /// what a sync compares with a local file's time when nothing else is kept.
+    public var lastModifiedNanoseconds: Int64?
+    /// The modification time of the file it was made from, as kept with it
+    /// (S3: `x-amz-meta-mtime`), in nanoseconds since 1970: only a
+    /// description says.
+    public var modificationTimeNanoseconds: Int64?
 
     /// An object with these values.
     public init(location: String, size: Int64, validator: Validator?, digests: [ObjectDigest] = [], acceptsRanges: Bool = true) {

@@ -64,7 +64,10 @@ struct DownloadSteps: ScheduledSteps {
                 var full = ChunkSet(capacity: plan.count)
                 full.insertAll(below: plan.count)
                 var info = stat()
+                // The file this pull renamed into place (its inode), not another of the same size:
+                // a run killed between committing the completion and the rename finds the old one.
                 let present = stat(record.path, &info) == 0 && Int64(info.st_size) == record.size
+                    && (record.identity.inode == 0 || UInt64(info.st_ino) == record.identity.inode)
                 return (.loaded(file: index, LoadedFile(record: record, done: full, identity: present ? record.identity : lost)), partial)
             }
             let done = try store.doneChunks(job: job, file: index, capacity: plan.count)

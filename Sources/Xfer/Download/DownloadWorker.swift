@@ -70,7 +70,10 @@ struct DownloadWorker: Sendable {
             var opened = record
             opened.identity = identity
             opened.chunkSize = chunkSize
-            opened.handles = DownloadHandles.handles(of: object, listed: listed)
+            var handles = DownloadHandles.handles(of: object, listed: listed)
+            // What a sync planned (the local file's condition, its time) stays with the file.
+            for (name, value) in record.handles.values where SyncHandles.isPlanned(name) { handles.set(name, value) }
+            opened.handles = handles
             opened.isOpen = true
             opened.url = nil
             // A file of one request commits nothing before it completes: a run killed
@@ -186,6 +189,13 @@ struct DownloadWorker: Sendable {
             }
             if partial.isBlocked(replacing: replacesExisting) {
                 return .fileFailed(file: index, work: work, reason: "\(record.path) exists and is not this pull's; --force replaces it")
+            }
+            if let condition = record.handles[SyncHandles.condition.name], let conflict = LocalDeletion.conflict(at: record.path, expecting: condition) {
+                // A sync's file replaces only what its walk saw there.
+                return .fileFailed(file: index, work: work, reason: conflict)
+            }
+            if let time = record.handles[SyncHandles.modificationTime.name].flatMap({ Int64($0) }) {
+                try partial.setModificationTime(nanoseconds: time)
             }
             let completed = StepRecords.fileCompleted(job: jobID, file: index, record: record, url: record.path)
             // The completion is committed before the rename: a run killed between finds
@@ -314,7 +324,11 @@ struct DownloadWorker: Sendable {
         reset.isOpen = false
         reset.url = nil
         reset.identity = FileIdentity(size: record.size, modificationTimeNanoseconds: 0, inode: 0, device: 0)
-        if let location = record.handles[DownloadHandles.location] { reset.handles = ServerHandles([DownloadHandles.location: location]) }
+        if let location = record.handles[DownloadHandles.location] {
+            var kept = record.handles.values.filter { SyncHandles.isPlanned($0.key) }
+            kept[DownloadHandles.location] = location
+            reset.handles = ServerHandles(kept)
+        }
         try await store.commit([
             .replaceDone(job: jobID, file: index, done: ChunkSet(capacity: plan.count), plan: plan, receipts: [:]),
             .putFiles(job: jobID, files: [(index, reset)]),

@@ -162,6 +162,16 @@ final class PartialFile: Sendable {
         guard fdatasync(descriptor) == 0 else { throw Self.failure("cannot write \(path) to disk", errno) }
     }
 
+    /// Gives the file a modification time (a sync's: the one its object is synced as).
+    func setModificationTime(nanoseconds: Int64) throws(XferError) {
+        let descriptor = self.descriptor
+        guard descriptor >= 0 else { throw .transferFailed("the partial file of \(destination) is not open (this is a bug)") }
+        let seconds = nanoseconds >= 0 ? nanoseconds / 1_000_000_000 : (nanoseconds - 999_999_999) / 1_000_000_000
+        let time = timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds - seconds * 1_000_000_000))
+        let times = [time, time]
+        guard futimens(descriptor, times) == 0 else { throw Self.failure("cannot set the time of \(path)", errno) }
+    }
+
     /// Whether a file that is not this pull's stands at the destination.
     func isBlocked(replacing: Bool) -> Bool {
         !replacing && access(destination, F_OK) == 0

@@ -50,6 +50,8 @@ struct SyncEntry: Sendable, Hashable {
     /// Local: the file's inode and device.
     var inode: UInt64 = 0
     var device: UInt64 = 0
+    /// Listed object of a sync's source: where it is fetched from.
+    var location: String?
 
     var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 32 + key.utf8.count)
@@ -59,25 +61,31 @@ struct SyncEntry: Sendable, Hashable {
         writer.optionalString(version)
         writer.varint(inode)
         writer.varint(device)
+        writer.optionalString(location)
         return writer.bytes
     }
 
-    init(key: String, size: Int64, time: Int64, version: String? = nil, inode: UInt64 = 0, device: UInt64 = 0) {
+    init(
+        key: String, size: Int64, time: Int64, version: String? = nil, inode: UInt64 = 0, device: UInt64 = 0, location: String? = nil
+    ) {
         self.key = key
         self.size = size
         self.time = time
         self.version = version
         self.inode = inode
         self.device = device
+        self.location = location
     }
 
     init?(decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard let key = reader.string(), let size = reader.varint(), let time = reader.varint(),
-            let version = reader.optionalString(), let inode = reader.varint(), let device = reader.varint(), reader.isAtEnd
+            let version = reader.optionalString(), let inode = reader.varint(), let device = reader.varint(),
+            let location = reader.optionalString(), reader.isAtEnd
         else { return nil }
         self.init(
-            key: key, size: Int64(bitPattern: size), time: Int64(bitPattern: time), version: version, inode: inode, device: device)
+            key: key, size: Int64(bitPattern: size), time: Int64(bitPattern: time), version: version, inode: inode, device: device,
+            location: location)
     }
 }
 

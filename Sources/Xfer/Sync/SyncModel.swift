@@ -319,6 +319,8 @@ enum SyncHandles {
     static let crc32c = HandleKey("xfer.sync.crc32c")
     /// The version (ETag) the store gave the completed object.
     static let version = HandleKey("xfer.version")
+    /// A pull: the time (ns) the local file gets, the object's kept time or its store's.
+    static let modificationTime = HandleKey("xfer.sync.mtime")
     /// Job: the direction of a sync job ("push").
     static let sync = HandleKey("xfer.sync")
 

@@ -1,0 +1,776 @@
+import FoundationEssentials
+import Glibc
+import XferPrimitives
+
+/// Which side of a sync is remote, and what speaks to it.
+enum SyncRemote: Sendable {
+    /// A directory to a backend's target (`xfer sync DIR s3://…`).
+    case destination(any ObjectSyncing, BackendSteps)
+    /// A source's prefix (`location`, normalized) to a directory (`xfer sync s3://… DIR`).
+    case source(any ObjectListing, SourceSteps, location: String)
+
+    var isPush: Bool {
+        if case .destination = self { return true }
+        return false
+    }
+}
+
+/// One run of a sync, from the stage its job is at to its end: listing both
+/// sides into the store, deciding every key, copying, deleting.
+final class SyncRun: Sendable {
+    let id: JobID
+    /// The local directory.
+    let root: String
+    let remote: SyncRemote
+    let options: TransferOptions
+    let sync: SyncOptions
+    let concurrency: Int
+    let chunkSize: @Sendable (Int64) -> Int
+    let store: StateStore
+    let transport: HTTPTransport
+    let lock: JobLock
+    let resumed: Bool
+    let engine: TransferEngine
+
+    /// Keys decided per transaction; the most held in memory at once.
+    static let batch = 512
+    /// Descriptions (HEADs) and deletes in flight at once.
+    static let requestsInFlight = 32
+    /// Keys described while planning (`SyncEvent.Planned.described`).
+    let described = TransferByteCounter()
+
+    init(
+        id: JobID, root: String, remote: SyncRemote, options: TransferOptions, sync: SyncOptions, concurrency: Int,
+        chunkSize: @escaping @Sendable (Int64) -> Int, store: StateStore, transport: HTTPTransport, lock: JobLock, resumed: Bool,
+        engine: TransferEngine
+    ) {
+        self.id = id
+        self.root = root
+        self.remote = remote
+        self.options = options
+        self.sync = sync
+        self.concurrency = concurrency
+        self.chunkSize = chunkSize
+        self.store = store
+        self.transport = transport
+        self.lock = lock
+        self.resumed = resumed
+        self.engine = engine
+    }
+
+    private var job: JobContext {
+        get throws(XferError) {
+            guard let record = try store.job(id) else { throw .transferFailed("the state of sync \(id) vanished") }
+            return record.context(files: JobFiles([]), credentials: options.credentials, namedFile: nil)
+        }
+    }
+
+    /// Where what xfer learns of the remote side's objects is kept: the
+    /// backend's target, or the source's prefix.
+    private var place: [UInt8] {
+        get throws(XferError) {
+            switch remote {
+            case .destination: return StateStore.place(try job.target)
+            case .source(_, _, let location): return StateStore.place(location)
+            }
+        }
+    }
+
+    func run(events: AsyncStream<SyncEvent>.Continuation) async -> Result<SyncReport, XferError> {
+        do {
+            var stage = try store.syncStage(id) ?? .listingSource
+            let planResumed = resumed && stage >= .copying
+            if stage == .listingSource {
+                if remote.isPush { try await walkLocal(into: .source, events) } else { try await listRemote(into: .source, events) }
+                stage = .listingDestination
+                try store.setSyncStage(id, stage)
+            }
+            if stage == .listingDestination {
+                if remote.isPush { try await listRemote(into: .destination, events) } else { try await walkLocal(into: .destination, events) }
+                stage = .deciding
+                try store.setSyncStage(id, stage)
+            }
+            var tally: SyncTally
+            if stage == .deciding {
+                tally = try await decide()
+                if sync.dryRun {
+                    events.yield(.planned(.init(job: id, tally: tally, resumed: false, described: described.value)))
+                    try await store.commit(.deleteJob(id))
+                    lock.removeFile()
+                    return .success(SyncReport(job: id, tally: tally, transfer: nil, deleted: 0, dryRun: true))
+                }
+                try store.setSyncValues(id, [("tally", Self.encode(tally)), ("stage", [SyncStage.copying.rawValue])])
+                stage = .copying
+                // Too many deletes usually means the wrong source (an empty or unmounted
+                // directory, a mistyped prefix): said before anything is copied.
+                try checkDeleteLimit(tally.deletes, copying: tally.copies)
+            } else {
+                tally = try store.syncValue(id, "tally").flatMap(Self.decodeTally) ?? SyncTally()
+            }
+            events.yield(.planned(.init(job: id, tally: tally, resumed: planResumed, described: described.value)))
+
+            var transfer: JobReport?
+            if stage == .copying {
+                if try store.counters(id).fileCount > 0 {
+                    let result = await copy(events)
+                    try await learnCompletedCopies()
+                    switch result {
+                    case .success(let report): transfer = report
+                    case .failure(let error): return .failure(error)
+                    }
+                }
+                stage = .deleting
+                try store.setSyncStage(id, stage)
+            }
+            try failOnUnreadableSource()
+            var deleted = 0
+            if stage == .deleting {
+                deleted = try await deleteExtraneous(events)
+                stage = .done
+                try store.setSyncStage(id, stage)
+            }
+            try await complete()
+            return .success(SyncReport(job: id, tally: tally, transfer: transfer, deleted: deleted, dryRun: false))
+        } catch {
+            await end(error)
+            return .failure(error)
+        }
+    }
+
+    // MARK: Listing
+
+    /// Walks the directory (or reads the manifest) into the store, 512 files a transaction.
+    private func walkLocal(into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
+        var batch: [SyncEntry] = []
+        var listed = 0
+        var unreadable: [String] = []
+        var unreadableCount = 0
+        let entries: any Sequence<FileTreeEntry>
+        if side == .source, let list = sync.filesFrom {
+            entries = try FileManifest(path: list, root: root, selection: sync.selection)
+        } else {
+            entries = try FileTree(roots: [root], selection: sync.selection)
+        }
+        for entry in entries {
+            if Task.isCancelled { throw .interrupted }
+            switch entry {
+            case .file(let file):
+                guard sync.shard?.contains(file.relativePath) ?? true else { continue }
+                // A pull's own partial files are not the directory's.
+                if side == .destination, file.relativePath.hasSuffix(PartialFile.suffix) { continue }
+                let identity = file.identity
+                batch.append(
+                    SyncEntry(
+                        key: file.relativePath, size: identity.size, time: identity.modificationTimeNanoseconds, inode: identity.inode,
+                        device: identity.device))
+            case .failed(let path, _, _, let reason):
+                // An unreadable directory hides what it holds: deleting what the other
+                // side has there would lose data. Deletes are refused (`failOnUnreadableSource`).
+                unreadableCount += 1
+                if unreadable.count < 16 { unreadable.append("\(path): \(reason)") }
+            case .skipped:
+                continue
+            }
+            if batch.count == Self.batch {
+                listed += batch.count
+                try store.putSyncEntries(id, side: side, batch, cursor: nil)
+                batch.removeAll(keepingCapacity: true)
+                events.yield(.listing(.init(sourceKeys: side == .source ? listed : 0, destinationKeys: side == .destination ? listed : 0)))
+            }
+        }
+        listed += batch.count
+        try store.putSyncEntries(id, side: side, batch, cursor: nil)
+        try store.setSyncValues(id, [
+            ("sourceErrors", Array(unreadable.joined(separator: "\n").utf8)), ("sourceErrorCount", Array(String(unreadableCount).utf8)),
+        ])
+        events.yield(.listing(.init(sourceKeys: side == .source ? listed : 0, destinationKeys: side == .destination ? listed : 0)))
+    }
+
+    /// Lists the remote side into the store, a page a transaction with the
+    /// cursor that follows it: a killed listing goes on from its last page.
+    private func listRemote(into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
+        let job = try job
+        var cursor: String?
+        let cursorName = "cursor.remote"
+        if let stored = try store.syncValue(id, cursorName) {
+            if stored.isEmpty { return }  // listed to its end
+            cursor = String(decoding: stored, as: UTF8.self)
+        }
+        var listed = 0
+        var pages = 0
+        repeat {
+            let after = cursor
+            let page = try await remotePage(after: after, job: job)
+            let entries = page.entries.filter {
+                sync.selection.takesKey($0.key) && (sync.shard?.contains($0.key) ?? true)
+            }
+            try store.putSyncEntries(id, side: side, entries, cursor: (cursorName, page.next))
+            listed += entries.count
+            events.yield(.listing(.init(sourceKeys: side == .source ? listed : 0, destinationKeys: side == .destination ? listed : 0)))
+            pages += 1
+            guard pages < 10_000_000 else { throw .transferFailed("the listing never ends") }
+            cursor = page.next
+        } while cursor != nil
+    }
+
+    private func remotePage(after cursor: String?, job: JobContext) async throws(XferError) -> (entries: [SyncEntry], next: String?) {
+        switch remote {
+        case .destination(let backend, _):
+            let page: StoredObjectPage = try await send("list \(job.target)", in: job) { () throws(BackendError) in
+                try backend.listObjects(after: cursor, in: job)
+            }
+            return (
+                page.objects.map {
+                    SyncEntry(key: $0.relativePath, size: $0.size, time: $0.lastModifiedNanoseconds ?? 0, version: $0.version)
+                }, page.next
+            )
+        case .source(let listing, _, let location):
+            let page: ObjectListingPage = try await send("list \(location)", in: job) { () throws(BackendError) in
+                try listing.listObjects(under: location, after: cursor, in: job)
+            }
+            var entries: [SyncEntry] = []
+            for listed in page.objects {
+                // A key no file can be at is not this sync's (see `safeRelativePath`).
+                guard TransferEngine.safeRelativePath(listed.relativePath) != nil else { continue }
+                entries.append(
+                    SyncEntry(
+                        key: listed.relativePath, size: listed.object.size, time: listed.object.lastModifiedNanoseconds ?? 0,
+                        version: listed.object.validator.flatMap(Self.version), location: listed.object.location))
+            }
+            return (entries, page.next)
+        }
+    }
+
+    /// An ETag validator's value, unquoted (what a sync compares and keeps).
+    static func version(_ validator: RemoteObject.Validator) -> String? {
+        guard case .etag(let tag) = validator else { return nil }
+        return tag.trimming { $0 == "\"" }
+    }
+
+    // MARK: Deciding
+
+    /// Merges the two listings in key order, a batch at a time, and records
+    /// what each key needs: the copies as the job's files, the deletes.
+    /// Deciding again after a kill decides the same and records nothing twice.
+    private func decide() async throws(XferError) -> SyncTally {
+        let job = try job
+        let place = try place
+        var tally = SyncTally()
+        var merge = SyncMerge(store: store, job: id, batch: Self.batch)
+        var next = try store.counters(id).fileCount
+        while true {
+            if Task.isCancelled { throw .interrupted }
+            let pairs = try merge.next()
+            if pairs.isEmpty { break }
+            let detailed = try await details(of: pairs, place: place, job: job)
+            var files: [(index: Int, record: FileRecord)] = []
+            var deletes: [SyncEntry] = []
+            for (pair, sides) in zip(pairs, detailed) {
+                // A manifest names what to copy: the destination's other keys are not this sync's.
+                if sync.filesFrom != nil, pair.source == nil { continue }
+                let key = pair.source?.key ?? pair.destination!.key
+                let decision = SyncDecider.decide(
+                    key: key, source: sides.source, destination: sides.destination, mode: sync.mode, deletes: sync.deletes)
+                tally.count(decision)
+                sync.decisions?(decision)
+                switch decision.action {
+                case .copy:
+                    guard let source = pair.source, try store.fileIndex(job: id, root: 0, relativePath: key) == nil else { continue }
+                    files.append((next, try copyRecord(source, over: pair.destination, sides: sides)))
+                    next += 1
+                case .delete:
+                    if let destination = pair.destination { deletes.append(destination) }
+                case .skip, .keep:
+                    continue
+                }
+            }
+            if !files.isEmpty { try await store.commit(.putFiles(job: id, files: files)) }
+            if !deletes.isEmpty { try store.putSyncDeletes(id, deletes) }
+        }
+        return tally
+    }
+
+    /// The job's file that copies `source` over `destination` (nil: nothing
+    /// there when listed), with the condition its write must meet.
+    private func copyRecord(
+        _ source: SyncEntry, over destination: SyncEntry?, sides: (source: SyncDecider.Side?, destination: SyncDecider.Side?)
+    ) throws(XferError) -> FileRecord {
+        let key = source.key
+        var handles = ServerHandles()
+        switch remote {
+        case .destination:
+            // New: only if nothing is there by then. A replacement: only of the
+            // version listed (a store that lists none gets no condition).
+            if let destination {
+                if let version = destination.version { handles.set(SyncHandles.condition, version) }
+            } else {
+                handles.set(SyncHandles.condition, "*")
+            }
+            // With --checksum every object keeps its CRC-32C: the next run compares
+            // it without asking (read here at ISA-L's speed; the copy reads the file anyway).
+            var crc = sides.source?.crc32c
+            if crc == nil, sync.mode == .checksum { crc = try LocalChecksum.crc32c(of: FileRecord.join(root, key), store: store) }
+            if let crc { handles.set(SyncHandles.crc32c, String(crc, radix: 16)) }
+            let identity = FileIdentity(size: source.size, modificationTimeNanoseconds: source.time, inode: source.inode, device: source.device)
+            return FileRecord(
+                path: FileRecord.join(root, key), relativePath: key, root: 0, identity: identity, chunkSize: chunkSize(source.size),
+                handles: handles)
+        case .source:
+            var object = RemoteObject(
+                location: source.location ?? "", size: source.size, validator: source.version.map { .etag("\"\($0)\"") })
+            object.lastModifiedNanoseconds = source.time
+            handles = DownloadHandles.handles(of: object, listed: true)
+            // The local file is replaced only if it is still what the walk saw.
+            handles.set(SyncHandles.condition.name, destination.map(Self.localCondition) ?? "*")
+            // The time the file gets: the one kept with the object, else the store's.
+            handles.set(SyncHandles.modificationTime.name, String(sides.source?.modificationTime ?? source.time))
+            let identity = FileIdentity(size: source.size, modificationTimeNanoseconds: 0, inode: 0, device: 0)
+            return FileRecord(
+                path: FileRecord.join(root, key), relativePath: key, root: 0, identity: identity, chunkSize: chunkSize(source.size),
+                handles: handles)
+        }
+    }
+
+    /// A local file as a condition: size, modification time and inode.
+    static func localCondition(_ entry: SyncEntry) -> String { "\(entry.size).\(entry.time).\(entry.inode)" }
+
+    /// What the decider needs of each pair: sizes always; where the sizes
+    /// are equal, the times kept with the remote object (from what xfer
+    /// knows of its version, else a description) or both checksums.
+    private func details(
+        of pairs: [SyncMerge.Pair], place: [UInt8], job: JobContext
+    ) async throws(XferError) -> [(source: SyncDecider.Side?, destination: SyncDecider.Side?)] {
+        let push = remote.isPush
+        // Remote side: its store's time, then what is known or described of it.
+        var remoteSides: [SyncDecider.Side?] = pairs.map { pair in
+            (push ? pair.destination : pair.source).map { SyncDecider.Side(size: $0.size, storedAt: $0.time) }
+        }
+        var localSides: [SyncDecider.Side?] = pairs.map { pair in
+            (push ? pair.source : pair.destination).map { SyncDecider.Side(size: $0.size, modificationTime: $0.time) }
+        }
+        var unknown: [Int] = []
+        var learned: [(key: String, object: KnownObject)] = []
+        for (index, pair) in pairs.enumerated()
+        where SyncDecider.needsDetail(source: localSides[index], destination: remoteSides[index], mode: sync.mode) {
+            let remoteEntry = (push ? pair.destination : pair.source)!
+            let localEntry = (push ? pair.source : pair.destination)!
+            if let version = remoteEntry.version, let known = try store.knownObject(place: place, key: remoteEntry.key),
+                known.version == version, known.size == remoteEntry.size,
+                sync.mode != .checksum || known.crc32c != nil
+            {
+                remoteSides[index]?.modificationTime = known.modificationTime
+                remoteSides[index]?.crc32c = known.crc32c
+            } else {
+                unknown.append(index)
+            }
+            if sync.mode == .checksum {
+                localSides[index]?.crc32c = try LocalChecksum.crc32c(of: FileRecord.join(root, localEntry.key), store: store)
+            }
+        }
+        // Keys xfer knows nothing of (another tool wrote them, or the state is
+        // new): described, many at once, and remembered.
+        var comparedByMD5: [Int] = []
+        var start = 0
+        while start < unknown.count {
+            let slice = Array(unknown[start..<min(unknown.count, start + Self.requestsInFlight)])
+            start += slice.count
+            let objects = try await describe(slice.map { (push ? pairs[$0].destination : pairs[$0].source)! }, job: job)
+            described.add(slice.count)
+            for (index, object) in zip(slice, objects) {
+                // Gone since it was listed: compared as listed (the write or the fetch is conditional anyway).
+                guard let object else { continue }
+                remoteSides[index]?.modificationTime = object.modificationTimeNanoseconds
+                remoteSides[index]?.crc32c = object.crc32c
+                let localEntry = (push ? pairs[index].source : pairs[index].destination)!
+                if sync.mode == .checksum, object.crc32c == nil, let md5 = object.version.flatMap(Self.md5(ofETag:)) {
+                    remoteSides[index]?.md5 = md5
+                    localSides[index]?.md5 = LocalChecksum.md5(of: FileRecord.join(root, localEntry.key))
+                    comparedByMD5.append(index)
+                }
+                // Remembered even without a time or checksum kept with it: the next
+                // run then decides from the listing alone, as this one did.
+                if let version = object.version {
+                    learned.append(
+                        (object.relativePath,
+                         KnownObject(
+                            version: version, size: object.size, modificationTime: object.modificationTimeNanoseconds,
+                            crc32c: object.crc32c)))
+                }
+            }
+        }
+        // An object whose MD5 is the file's holds the file's bytes: its CRC-32C is the file's.
+        for index in comparedByMD5 {
+            let key = (push ? pairs[index].destination : pairs[index].source)?.key
+            guard let ours = localSides[index]?.md5, ours == remoteSides[index]?.md5, let crc = localSides[index]?.crc32c,
+                let position = learned.firstIndex(where: { $0.key == key })
+            else { continue }
+            learned[position].object.crc32c = crc
+        }
+        try store.putKnownObjects(place: place, learned)
+        if push { return Array(zip(localSides, remoteSides)).map { ($0, $1) } }
+        // A pull compares the local file's time with the one the object is synced as:
+        // the time kept with it, else its store's.
+        for index in remoteSides.indices {
+            guard var side = remoteSides[index], side.modificationTime == nil else { continue }
+            side.modificationTime = side.storedAt
+            remoteSides[index] = side
+        }
+        return Array(zip(remoteSides, localSides)).map { ($0, $1) }
+    }
+
+    /// The MD5 an ETag is, when it is one: 32 hexadecimal digits (an object of
+    /// several parts has `-N`). Under a key service's encryption an ETag is
+    /// not the MD5, and a file compared to it reads as changed: copied, never
+    /// wrongly skipped.
+    static func md5(ofETag etag: String) -> [UInt8]? {
+        let bare = etag.trimming { $0 == "\"" }
+        guard bare.utf8.count == 32, let bytes = Hex.bytes(bare) else { return nil }
+        return bytes
+    }
+
+    /// Describes `entries` of the remote side concurrently; nil for a key that holds nothing now.
+    private func describe(_ entries: [SyncEntry], job: JobContext) async throws(XferError) -> [StoredObject?] {
+        let results = await withTaskGroup(of: (Int, Result<StoredObject?, XferError>).self) { group in
+            for (index, entry) in entries.enumerated() {
+                group.addTask {
+                    do throws(XferError) {
+                        return (index, .success(try await self.describe(entry, job: job)))
+                    } catch {
+                        return (index, .failure(error))
+                    }
+                }
+            }
+            var results = [Result<StoredObject?, XferError>?](repeating: nil, count: entries.count)
+            for await (index, result) in group { results[index] = result }
+            return results
+        }
+        return try results.map { result throws(XferError) in try result!.get() }
+    }
+
+    private func describe(_ entry: SyncEntry, job: JobContext) async throws(XferError) -> StoredObject? {
+        switch remote {
+        case .destination(let backend, _):
+            return try await send("look up \(entry.key)", in: job) { () throws(BackendError) in
+                try backend.describeObject(at: entry.key, in: job)
+            }
+        case .source(let listing, _, _):
+            guard let location = entry.location else { return nil }
+            let object: RemoteObject
+            do {
+                object = try await send("look up \(entry.key)", in: job) { () throws(BackendError) in
+                    try listing.describeObject(at: location, in: job)
+                }
+            } catch where error.kind == .transferFailed && error.message.contains("no such object") {
+                return nil
+            }
+            var crc: UInt32?
+            for digest in object.digests { if case .crc32c(let value) = digest { crc = value } }
+            return StoredObject(
+                relativePath: entry.key, size: object.size, version: object.validator.flatMap(Self.version),
+                lastModifiedNanoseconds: object.lastModifiedNanoseconds, modificationTimeNanoseconds: object.modificationTimeNanoseconds,
+                crc32c: crc)
+        }
+    }
+
+    // MARK: Copying
+
+    /// The job's files pushed as `push` sends them, or pulled as `pull`
+    /// fetches them; the job stays unfinished (its deletes follow).
+    private func copy(_ events: AsyncStream<SyncEvent>.Continuation) async -> Result<JobReport, XferError> {
+        guard let record = try? store.job(id) else { return .failure(.transferFailed("the state of sync \(id) vanished")) }
+        var result = await runCopies(record, resumed: resumed, events)
+        if case .failure(let error) = result, error != .interrupted, case .destination = remote {
+            // A write whose condition failed may be this sync's own, whose answer
+            // was lost and whose retry then found the object it had made.
+            if (try? await settleOwnWrites()) == true {
+                result = await runCopies((try? store.job(id)) ?? record, resumed: true, events)
+            }
+        }
+        return result
+    }
+
+    private func runCopies(_ record: JobRecord, resumed: Bool, _ events: AsyncStream<SyncEvent>.Continuation) async -> Result<
+        JobReport, XferError
+    > {
+        let direction: JobRunner.Direction
+        switch remote {
+        case .destination(_, let steps): direction = .push(steps, notes: [])
+        case .source(_, let steps, _): direction = .pull(steps, replacesExisting: true)
+        }
+        let runner = JobRunner(
+            record: record, direction: direction, options: options, concurrency: concurrency, chunkSize: chunkSize, store: store,
+            transport: transport, lock: lock, resumed: resumed, completesJob: false)
+        let (stream, continuation) = AsyncStream.makeStream(of: TransferEvent.self, bufferingPolicy: .bufferingNewest(4096))
+        let forward = Task {
+            for await event in stream { events.yield(.transfer(event)) }
+        }
+        let result = await runner.run(events: continuation)
+        continuation.finish()
+        await forward.value
+        return result
+    }
+
+    /// Files that failed although the object at their key carries their
+    /// write's token: written by this sync, answer lost. Marked complete with
+    /// the object's version. True when any was.
+    private func settleOwnWrites() async throws(XferError) -> Bool {
+        guard case .destination(let backend, _) = remote else { return false }
+        let job = try job
+        var settled = false
+        while true {
+            let failed = try store.failedFiles(job: id, limit: 256)
+            var changes: [(index: Int, record: FileRecord)] = []
+            for (index, record) in failed where record.handles[SyncHandles.condition] != nil {
+                let view = record.context(index: index, plan: ChunkPlan(fileSize: record.size, chunkSize: max(1, record.chunkSize)))
+                guard let token = view.writeToken else { continue }
+                let object: StoredObject?
+                do {
+                    object = try await send("look up \(record.relativePath)", in: job) { () throws(BackendError) in
+                        try backend.describeObject(at: record.relativePath, in: job)
+                    }
+                } catch {
+                    continue
+                }
+                guard let object, object.writeToken == token, object.size == record.size else { continue }
+                var done = record
+                done.failure = nil
+                done.url = job.target + "/" + record.relativePath
+                if let version = object.version { done.handles.set(SyncHandles.version, version) }
+                changes.append((index, done))
+            }
+            guard !changes.isEmpty else { break }
+            try await store.commit(.putFiles(job: id, files: changes))
+            settled = true
+            if failed.count < 256 { break }
+        }
+        return settled
+    }
+
+    /// Remembers what each copied object is (its version, and the time and
+    /// checksum it is synced as), so the next sync knows it from the listing alone.
+    private func learnCompletedCopies() async throws(XferError) {
+        let place = try place
+        let push = remote.isPush
+        var start = 0
+        while true {
+            let page = try store.files(job: id, from: start, limit: 1024)
+            guard let last = page.last else { break }
+            start = last.index + 1
+            let known: [(key: String, object: KnownObject)] = page.compactMap { _, record in
+                guard record.isComplete else { return nil }
+                if push {
+                    guard let version = record.handles[SyncHandles.version] else { return nil }
+                    return (
+                        record.relativePath,
+                        KnownObject(
+                            version: version, size: record.size, modificationTime: record.identity.modificationTimeNanoseconds,
+                            crc32c: record.handles[SyncHandles.crc32c].flatMap { UInt32($0, radix: 16) })
+                    )
+                }
+                guard let validator = DownloadHandles.decodeValidator(record.handles[DownloadHandles.validator]),
+                    let version = Self.version(validator), let time = record.handles[SyncHandles.modificationTime].flatMap({ Int64($0) })
+                else { return nil }
+                return (record.relativePath, KnownObject(version: version, size: record.size, modificationTime: time, crc32c: nil))
+            }
+            try store.putKnownObjects(place: place, known)
+        }
+    }
+
+    // MARK: Deleting
+
+    /// Deletes what the plan says, once every copy succeeded, each only if it
+    /// is still what was listed; refuses all of it past the limit.
+    private func deleteExtraneous(_ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) -> Int {
+        let count = try store.countSyncDeletes(id)
+        guard count > 0 else { return 0 }
+        try checkDeleteLimit(count, copying: 0)
+        events.yield(.deleting(.init(count: count)))
+        let job = try job
+        let place = try place
+        var deleted = 0
+        var changed: [String] = []
+        while true {
+            if Task.isCancelled { throw .interrupted }
+            let entries = try store.syncDeletes(id, limit: Self.requestsInFlight)
+            if entries.isEmpty { break }
+            let outcomes = await withTaskGroup(of: (SyncEntry, Result<DeletionOutcome, XferError>).self) { group in
+                for entry in entries {
+                    group.addTask {
+                        do throws(XferError) {
+                            return (entry, .success(try await self.delete(entry, job: job)))
+                        } catch {
+                            return (entry, .failure(error))
+                        }
+                    }
+                }
+                var outcomes: [(SyncEntry, Result<DeletionOutcome, XferError>)] = []
+                for await outcome in group { outcomes.append(outcome) }
+                return outcomes
+            }
+            for (entry, outcome) in outcomes {
+                switch outcome {
+                case .success(.deleted):
+                    deleted += 1
+                    try store.removeSyncDelete(id, entry, place: place)
+                    events.yield(.deleted(.init(key: entry.key)))
+                case .success(.changed):
+                    // Written by someone else since the listing: not ours to delete.
+                    changed.append(entry.key)
+                    try store.removeSyncDelete(id, entry, place: place)
+                case .failure(let error):
+                    throw error
+                }
+            }
+        }
+        if !changed.isEmpty {
+            throw .transferFailed(
+                "\(changed.count) key\(changed.count == 1 ? "" : "s") changed on the destination since the sync listed "
+                    + "\(changed.count == 1 ? "it" : "them") and \(changed.count == 1 ? "was" : "were") not deleted: \(changed[0])")
+        }
+        return deleted
+    }
+
+    private func delete(_ entry: SyncEntry, job: JobContext) async throws(XferError) -> DeletionOutcome {
+        switch remote {
+        case .destination(let backend, _):
+            let object = StoredObject(relativePath: entry.key, size: entry.size, version: entry.version)
+            return try await send("delete \(entry.key)", in: job) { () throws(BackendError) in
+                try backend.deleteObject(object, in: job)
+            }
+        case .source:
+            return try LocalDeletion.delete(FileRecord.join(root, entry.key), ifStill: entry)
+        }
+    }
+
+    /// What the walk could not read was not synced, and nothing was deleted
+    /// after it (an unreadable directory hides what it holds): the rest was
+    /// copied, and the sync fails saying so.
+    private func failOnUnreadableSource() throws(XferError) {
+        guard let errors = try store.syncValue(id, "sourceErrors"), !errors.isEmpty else { return }
+        let count = try store.syncValue(id, "sourceErrorCount").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 1
+        let first = String(decoding: errors, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+        let deletes = try store.countSyncDeletes(id)
+        let side = remote.isPush ? "source" : "destination directory"
+        throw .transferFailed(
+            "\(count) path\(count == 1 ? "" : "s") of the \(side) could not be read (\(first)); the rest was synced"
+                + (deletes > 0 ? ", and nothing was deleted" : ""))
+    }
+
+    private func checkDeleteLimit(_ count: Int, copying copies: Int) throws(XferError) {
+        guard let maximum = sync.maximumDeletes, count > maximum else { return }
+        throw .transferFailed(
+            "the plan deletes \(count) key\(count == 1 ? "" : "s"), more than the \(maximum) allowed (--max-delete): "
+                + (copies > 0 ? "nothing was copied or deleted" : "nothing was deleted"))
+    }
+
+    // MARK: Ending
+
+    private func complete() async throws(XferError) {
+        guard var record = try store.job(id) else { return }
+        record.phase = .completed
+        record.lastError = nil
+        record.updatedAt = Date()
+        try await store.commit(.putJob(record))
+        try store.sync()
+        let cutoff = Date().addingTimeInterval(-engine.finishedJobRetention.timeInterval)
+        if let pruned = try? await store.pruneCompletedJobs(finishedBefore: cutoff) {
+            for other in pruned {
+                if other == id { lock.removeFile() } else { JobCatalog.removeLockFile(stateDirectory: engine.stateDirectory, job: other, store: store) }
+            }
+        }
+    }
+
+    /// Marks the job as it stopped: unfinished when interrupted, failed otherwise.
+    private func end(_ error: XferError) async {
+        guard var record = try? store.job(id) else { return }
+        record.phase = error == .interrupted ? .unfinished : .failed
+        record.lastError = error == .interrupted ? nil : error.description
+        record.updatedAt = Date()
+        try? await store.commit(.putJob(record))
+    }
+
+    // MARK: Requests
+
+    /// Sends one request outside the scheduler (a listing page, a
+    /// description, a delete), signed and retried as a job's are.
+    private func send<T: Sendable>(
+        _ operation: String, in job: JobContext, _ exchange: @escaping @Sendable () throws(BackendError) -> Exchange<T>
+    ) async throws(XferError) -> T {
+        do {
+            return try await RetryLoop.run(operation, policy: options.retry) { _, _, _ in } _: { () async throws -> T in
+                let made = try exchange()
+                return try made.interpret(try await transport.send(prepared(made.request, in: job)))
+            }
+        } catch {
+            switch error {
+            case .failed(let failure): throw failure
+            case .uploadUnknown(let message), .outOfSync(let message), .objectChanged(let message), .conflict(let message):
+                throw .transferFailed(message)
+            }
+        }
+    }
+
+    private func prepared(_ request: HTTPRequest, in job: JobContext) -> HTTPRequest {
+        switch remote {
+        case .destination(_, let steps): return steps.prepared(request, adding: options.extraHeaders, in: job)
+        case .source(_, let steps, _): return steps.prepared(request, adding: options.extraHeaders, in: job)
+        }
+    }
+
+    // MARK: Tally
+
+    static func encode(_ tally: SyncTally) -> [UInt8] {
+        var writer = RecordWriter(capacity: 40)
+        writer.int(tally.copies)
+        writer.int64(tally.copyBytes)
+        writer.int(tally.skips)
+        writer.int(tally.deletes)
+        writer.int(tally.kept)
+        return writer.bytes
+    }
+
+    static func decodeTally(_ bytes: [UInt8]) -> SyncTally? {
+        var reader = RecordReader(bytes)
+        guard let copies = reader.int(), let bytes = reader.int64(), let skips = reader.int(), let deletes = reader.int(),
+            let kept = reader.int(), reader.isAtEnd
+        else { return nil }
+        var tally = SyncTally()
+        tally.copies = copies
+        tally.copyBytes = bytes
+        tally.skips = skips
+        tally.deletes = deletes
+        tally.kept = kept
+        return tally
+    }
+}
+
+/// A pull's delete: the local file goes only if it is still the one the
+/// walk saw (size, time, inode), so a file written since is kept.
+enum LocalDeletion {
+    /// Why a sync's pull must not put its file at `path`: the condition
+    /// planned (`*`: nothing there; else `SyncRun.localCondition`) no longer
+    /// holds. Nil when it holds.
+    static func conflict(at path: String, expecting condition: String) -> String? {
+        var info = stat()
+        let exists = lstat(path, &info) == 0
+        if condition == "*" {
+            return exists ? "\(path) appeared since the sync listed the directory; it was not replaced (run the sync again with --restart to decide it anew)" : nil
+        }
+        let identity = exists ? LocalFile.identity(of: info) : nil
+        let now = identity.map { "\($0.size).\($0.modificationTimeNanoseconds).\($0.inode)" }
+        return now == condition ? nil : "\(path) changed since the sync listed the directory; it was not replaced (run the sync again with --restart to decide it anew)"
+    }
+
+    static func delete(_ path: String, ifStill entry: SyncEntry) throws(XferError) -> DeletionOutcome {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return errno == ENOENT ? .deleted : .changed }
+        let identity = LocalFile.identity(of: info)
+        guard info.st_mode & S_IFMT == S_IFREG, identity.size == entry.size, identity.modificationTimeNanoseconds == entry.time,
+            identity.inode == entry.inode
+        else { return .changed }
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw .transferFailed("cannot delete \(path): \(String(cString: strerror(errno)))")
+        }
+        return .deleted
+    }
+}

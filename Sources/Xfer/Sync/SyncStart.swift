@@ -1,0 +1,327 @@
+import FoundationEssentials
+import Glibc
+import XferPrimitives
+
+extension TransferEngine {
+    /// The id a sync of `directory` to `target` through `backend` gets: the
+    /// same sync always maps to the same job, which is how a re-run resumes.
+    public static func syncJobID(
+        directory: String, target: String, backend: String, dryRun: Bool = false, shard: SyncShard? = nil, filesFrom: String? = nil
+    ) -> JobID {
+        var kind = "sync\0push\0\(backend)"
+        if dryRun { kind += "\0dry-run" }
+        if let shard { kind += "\0shard \(shard)" }
+        if let filesFrom { kind += "\0files-from \(filesFrom)" }
+        return jobID(backend: kind, target: target, files: [directory])
+    }
+
+    /// Starts making `target` hold what `directory` holds, or resumes the
+    /// unfinished sync of the same directory, backend and target.
+    ///
+    /// The sync is a job whose plan is kept in the state store as it is
+    /// made (see `SyncStage`):
+    /// 1. the directory is walked and the destination listed, page by page,
+    ///    both into the store, sorted there (memory does not grow with the
+    ///    number of keys);
+    /// 2. the two listings are merged in key order and each key decided
+    ///    (`SyncDecider`); the files to copy become the job's files, each
+    ///    with the condition its write must meet (`WriteCondition`: nothing
+    ///    at the key for a new one, the listed version for a replacement);
+    /// 3. the files are pushed as `push` sends them (resumable per chunk);
+    /// 4. with `deletes`, once every copy succeeded and only then, what the
+    ///    destination holds and the directory does not is deleted, each only
+    ///    if it is still the version listed.
+    ///
+    /// - Throws: `.invalidInput` for a directory that is not one, a target
+    ///   the backend does not take, or bad options.
+    public func sync(
+        _ directory: String, to target: String, using backend: any ObjectSyncing, options: TransferOptions = TransferOptions(),
+        sync: SyncOptions = SyncOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let store = store as? StateStore else { throw .invalidInput("sync needs the LMDB state store") }
+        let root = URL(fileURLWithPath: directory).standardizedFileURL.path
+        var isDirectory = false
+        guard FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory), isDirectory else {
+            throw .invalidInput("\(directory): not a directory (sync takes a directory and a destination)")
+        }
+        let normalized: String
+        do { normalized = try backend.target(normalizing: target) } catch { throw .invalidInput(error.description) }
+        try options.validate()
+        if let maximum = sync.maximumDeletes, maximum < 0 { throw .invalidInput("the most deletes allowed cannot be negative") }
+        let traits = backend.traits
+        let requestedChunkSize = options.chunkSize ?? traits.defaultChunkSize
+        try TransferOptions.check(chunkSize: requestedChunkSize)
+        let concurrency = options.concurrency ?? traits.defaultConcurrency
+        try TransferOptions.check(concurrency: concurrency)
+        // Checked before anything is stored: a typo in a pattern is exit 2.
+        _ = try FileTree(roots: [root], selection: sync.selection)
+
+        var sync = sync
+        if let list = sync.filesFrom {
+            guard !sync.deletes else {
+                throw .invalidInput("--files-from names what to copy, not what the destination should hold: it cannot go with --delete")
+            }
+            let path = URL(fileURLWithPath: list).standardizedFileURL.path
+            guard FileManager.default.isReadableFile(atPath: path) else { throw .invalidInput("\(list): cannot be read") }
+            sync.filesFrom = path
+        }
+        let id = Self.syncJobID(
+            directory: root, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard, filesFrom: sync.filesFrom)
+        let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        let settings = SyncSettings(sync).encoded
+        var record: JobRecord
+        var resumed = false
+        // An unfinished plan goes on; so does a failed one with copies left (a
+        // conflict needs --restart). One that failed after its copies (a delete
+        // refused, the source partly unreadable) is planned anew: its copies are
+        // on the destination, where the new listing finds them.
+        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
+            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
+            existing.phase == .unfinished || stage < .deleting
+        {
+            record = existing
+            record.concurrency = concurrency
+            record.phase = .unfinished
+            resumed = true
+            try await store.commit(.putJob(record))
+            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
+        } else {
+            if let existing = try store.job(id) {
+                // A plan made with other settings, or one the user asked to forget:
+                // what the server holds of its unfinished copies goes with it.
+                if existing.phase != .completed, existing.backend == backend.name {
+                    _ = try await dropOnServer(existing, using: backend, options: options)
+                }
+                try await store.commit(.deleteJob(id))
+            }
+            let now = Date()
+            record = JobRecord(
+                id: id, backend: backend.name, target: normalized, createdAt: now, updatedAt: now, concurrency: concurrency,
+                rootCount: 1, firstRoot: root, rules: sync.selection.rules)
+            record.handles = backend.inventedHandles(for: record.context(files: JobFiles([]), credentials: options.credentials))
+            record.handles.set(SyncHandles.sync, "push")
+            try await store.commit(.createJob(record, roots: [root]))
+            try store.setSyncValues(id, [
+                ("settings", settings), ("stage", [SyncStage.listingSource.rawValue]),
+                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
+            ])
+            try store.sync()
+        }
+
+        let named = options.chunkSize
+        let chunkSize: @Sendable (Int64) -> Int = { size in
+            var requested = requestedChunkSize
+            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
+            return max(1, backend.chunkSize(for: size, requested: requested))
+        }
+        let run = SyncRun(
+            id: id, root: root, remote: .destination(backend, BackendSteps(backend)), options: options, sync: sync,
+            concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
+            engine: self)
+        return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
+    }
+
+    /// The id a sync of the prefix `location` from `source` into `directory` gets.
+    public static func syncJobID(
+        location: String, source: String, directory: String, dryRun: Bool = false, shard: SyncShard? = nil
+    ) -> JobID {
+        var kind = "sync\0pull\0\(source)"
+        if dryRun { kind += "\0dry-run" }
+        if let shard { kind += "\0shard \(shard)" }
+        return jobID(backend: kind, target: directory, files: [location])
+    }
+
+    /// Starts making `directory` hold what the prefix `location` of `source`
+    /// holds (`xfer sync s3://BUCKET/PREFIX DIR`), or resumes the unfinished
+    /// sync of the same prefix, source and directory: the same plan as a sync
+    /// to a server, the other way. Each file is fetched as `pull` fetches it
+    /// (into `NAME.xfer-partial`, checked, renamed into place), gets the time
+    /// kept with its object (else the object's `LastModified`), and replaces
+    /// a local file only if that file is still what the walk saw; deletes
+    /// remove a local file only if it is still what the walk saw.
+    public func sync(
+        _ location: String, from source: any ObjectListing, to directory: String, options: TransferOptions = TransferOptions(),
+        sync: SyncOptions = SyncOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let store = store as? StateStore else { throw .invalidInput("sync needs the LMDB state store") }
+        guard sync.filesFrom == nil else { throw .invalidInput("--files-from names local files: it is for a sync from a directory") }
+        var normalized: String
+        do { normalized = try source.normalizedLocation(location) } catch { throw .invalidInput(error.description) }
+        if !source.isPrefix(normalized) {
+            // A sync's source is always a prefix: `s3://B/P` means the objects under `P/`.
+            do { normalized = try source.normalizedLocation(Self.asPrefix(location)) } catch { throw .invalidInput(error.description) }
+        }
+        guard source.isPrefix(normalized) else { throw .invalidInput("\(location) names no prefix to sync from") }
+        let root = URL(fileURLWithPath: directory).standardizedFileURL.path
+        var isDirectory = false
+        if FileManager.default.fileExists(atPath: root, isDirectory: &isDirectory) {
+            guard isDirectory else { throw .invalidInput("\(directory) is a file; a sync goes into a directory") }
+        } else {
+            try PartialFile.makeDirectories(root)
+        }
+        try options.validate()
+        if let maximum = sync.maximumDeletes, maximum < 0 { throw .invalidInput("the most deletes allowed cannot be negative") }
+        let traits = source.traits
+        let chunkSizeAsked = options.chunkSize ?? traits.defaultChunkSize
+        try TransferOptions.check(chunkSize: chunkSizeAsked)
+        let concurrency = options.concurrency ?? traits.defaultConcurrency
+        try TransferOptions.check(concurrency: concurrency)
+        _ = try FileTree(roots: [root], selection: sync.selection)
+
+        let id = Self.syncJobID(location: normalized, source: source.name, directory: root, dryRun: sync.dryRun, shard: sync.shard)
+        let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        let settings = SyncSettings(sync).encoded
+        var resumed = false
+        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
+            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
+            existing.phase == .unfinished || stage < .deleting
+        {
+            var record = existing
+            record.concurrency = concurrency
+            record.phase = .unfinished
+            resumed = true
+            try await store.commit(.putJob(record))
+            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
+        } else {
+            if let existing = try store.job(id) {
+                if existing.phase != .completed { try discardPartialFiles(of: id) }
+                try await store.commit(.deleteJob(id))
+            }
+            let now = Date()
+            var record = JobRecord(
+                id: id, backend: source.name, target: root, createdAt: now, updatedAt: now, concurrency: concurrency, rootCount: 1,
+                firstRoot: normalized, rules: sync.selection.rules)
+            record.isDownload = true
+            record.isStarted = true
+            record.handles.set(SyncHandles.sync, "pull")
+            try await store.commit(.createJob(record, roots: [normalized]))
+            try store.setSyncValues(id, [
+                ("settings", settings), ("stage", [SyncStage.listingSource.rawValue]),
+                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
+            ])
+            try store.sync()
+        }
+        let named = options.chunkSize
+        let chunkSize: @Sendable (Int64) -> Int = { _ in max(1, named ?? traits.defaultChunkSize) }
+        let run = SyncRun(
+            id: id, root: root, remote: .source(source, SourceSteps(source), location: normalized), options: options, sync: sync,
+            concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
+            engine: self)
+        return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
+    }
+
+    /// `location` with a `/` at its end (before ` at ENDPOINT`, if any).
+    static func asPrefix(_ location: String) -> String {
+        if let at = location.lastRange(of: " at ") {
+            let bare = location[..<at.lowerBound]
+            return bare.hasSuffix("/") ? location : bare + "/" + location[at.lowerBound...]
+        }
+        return location.hasSuffix("/") ? location : location + "/"
+    }
+
+    /// Continues the unfinished sync `id` from a source (`sync(_:from:to:)`)
+    /// with `source`, one whose `name` it was made with.
+    public func resumeSync(
+        _ id: JobID, from source: any ObjectListing, options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let record = try store.job(id), let store = store as? StateStore else { throw .unknownJob(id.rawValue) }
+        guard record.isSync, record.isDownload else { throw .invalidInput("job \(id) is not a sync from a source") }
+        guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
+        guard source.name == record.backend else {
+            throw .invalidInput("job \(id) syncs from the '\(record.backend)' source, not '\(source.name)'")
+        }
+        guard let stored = try store.syncValue(id, "settings"), var sync = SyncSettings.decode(stored) else {
+            throw .invalidInput("job \(id) holds no plan to resume; run the sync again")
+        }
+        sync.maximumDeletes = try store.syncValue(id, "maximumDeletes").flatMap { Int(String(decoding: $0, as: UTF8.self)) }
+        var options = options
+        if options.concurrency == nil { options.concurrency = record.concurrency }
+        let job = try await self.sync(record.firstRoot, from: source, to: record.target, options: options, sync: sync)
+        guard job.id == id else {
+            job.cancel()
+            throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
+        }
+        return job
+    }
+}
+
+extension TransferEngine {
+    /// Continues the unfinished sync `id` with `backend` (one whose `name`
+    /// it was made with), as it was asked for: the same directory, target,
+    /// decisions, selection and deletes.
+    ///
+    /// - Throws: `.unknownJob`; `.invalidInput` for a job that is no sync or is complete.
+    public func resumeSync(
+        _ id: JobID, using backend: any ObjectSyncing, options: TransferOptions = TransferOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let record = try store.job(id), let store = store as? StateStore else { throw .unknownJob(id.rawValue) }
+        guard record.isSync, !record.isDownload else { throw .invalidInput("job \(id) is not a sync to a server") }
+        guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
+        guard backend.name == record.backend else {
+            throw .invalidInput("job \(id) syncs with the '\(record.backend)' backend, not '\(backend.name)'")
+        }
+        guard let stored = try store.syncValue(id, "settings"), var sync = SyncSettings.decode(stored) else {
+            throw .invalidInput("job \(id) holds no plan to resume; run the sync again")
+        }
+        sync.maximumDeletes = try store.syncValue(id, "maximumDeletes").flatMap { Int(String(decoding: $0, as: UTF8.self)) }
+        var options = options
+        if options.concurrency == nil { options.concurrency = record.concurrency }
+        let job = try await self.sync(record.firstRoot, to: record.target, using: backend, options: options, sync: sync)
+        guard job.id == id else {
+            job.cancel()
+            throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
+        }
+        return job
+    }
+}
+
+/// What a plan was made with: a re-run with other settings plans anew
+/// rather than carry out a plan the user no longer asks for.
+struct SyncSettings {
+    let options: SyncOptions
+
+    init(_ options: SyncOptions) { self.options = options }
+
+    static func decode(_ bytes: [UInt8]) -> SyncOptions? {
+        var reader = RecordReader(bytes)
+        guard reader.byte() == 1, let mode = reader.string().flatMap(SyncMode.init(rawValue:)), let deletes = reader.bool(),
+            let includes = reader.strings(), let excludes = reader.strings(), let follow = reader.bool(),
+            let shard = reader.optionalString(), let filesFrom = reader.optionalString(), reader.isAtEnd,
+            let selection = try? FileSelection(includes: includes, excludes: excludes, followSymlinks: follow)
+        else { return nil }
+        var options = SyncOptions()
+        options.mode = mode
+        options.deletes = deletes
+        options.selection = selection
+        options.shard = shard.flatMap { try? SyncShard(parsing: $0) }
+        options.filesFrom = filesFrom
+        return options
+    }
+
+    var encoded: [UInt8] {
+        var writer = RecordWriter(capacity: 64)
+        writer.byte(1)
+        writer.string(options.mode.rawValue)
+        writer.bool(options.deletes)
+        writer.strings(options.selection.includes.map(\.description))
+        writer.strings(options.selection.excludes.map(\.description))
+        writer.bool(options.selection.followSymlinks)
+        writer.optionalString(options.shard?.description)
+        writer.optionalString(options.filesFrom)
+        return writer.bytes
+    }
+}
+
+extension FileSelection {
+    /// Whether a key of a listing (a path below the destination) takes
+    /// part: its directories entered and the key taken, as a walk of the
+    /// same tree would. A key an exclude names is neither copied nor deleted.
+    func takesKey(_ key: String) -> Bool {
+        var index = key.startIndex
+        while let slash = key[index...].firstIndex(of: "/") {
+            if !enters(String(key[..<slash])) { return false }
+            index = key.index(after: slash)
+        }
+        return takes(key)
+    }
+}
