@@ -48,6 +48,10 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     let now: @Sendable () -> Date
     /// Parts per ListParts page (S3's maximum is 1,000); smaller in tests.
     private let listPageSize: Int
+    /// The largest object a sync copies in one request (`ObjectCopying`).
+    let copyLimit: Int64
+    /// S3's limit for one `CopyObject`.
+    public static let maximumSingleCopy: Int64 = 5 << 30
 
     // Handles: where a job sends (kept, so a resumed job talks to the
     // endpoint and region it started with), and each file's upload.
@@ -93,6 +97,19 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         partChecksum: S3PartChecksum = .auto, listPageSize: Int = 1000, objectOptions: S3ObjectOptions = S3ObjectOptions(),
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.init(
+            configuration: configuration, endpoint: endpoint, region: region, partChecksum: partChecksum, listPageSize: listPageSize,
+            objectOptions: objectOptions, singleCopyLimit: Self.maximumSingleCopy, now: now)
+    }
+
+    /// The same, with objects above `singleCopyLimit` bytes copied part by
+    /// part by a sync (a store with a lower limit; tests).
+    public init(
+        configuration: AWSConfiguration, endpoint: S3Endpoint? = nil, region: String? = nil,
+        partChecksum: S3PartChecksum = .auto, listPageSize: Int = 1000, objectOptions: S3ObjectOptions = S3ObjectOptions(),
+        singleCopyLimit: Int64, now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        copyLimit = max(1, min(singleCopyLimit, Self.maximumSingleCopy))
         self.configuration = configuration
         self.endpoint = endpoint
         self.region = region
@@ -459,6 +476,15 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// The ETag S3 gives an object completed from these parts: the MD5 of
     /// the parts' MD5s, "-", the part count. Nil unless every part's receipt
     /// is a plain MD5 (not so with SSE-KMS, for one).
+    static func multipartETag(ofParts etags: [String]) -> String? {
+        var digests: [UInt8] = []
+        for etag in etags {
+            guard let bytes = Hex.bytes(etag.trimming { $0 == "\"" }), bytes.count == 16 else { return nil }
+            digests += bytes
+        }
+        return etags.isEmpty ? nil : Checksums.hex(Array(Insecure.MD5.hash(data: digests))) + "-\(etags.count)"
+    }
+
     static func multipartETag(_ file: FileContext) -> String? {
         guard file.chunkCount > 1, file.receipts.count == file.chunkCount else { return nil }
         var digests: [UInt8] = []

@@ -132,21 +132,9 @@ struct ResumeCommand: AsyncParsableCommand {
     {
         let job: SyncJob
         do throws(XferError) {
-            let paths = try engine.details(of: id, files: .first(0)).summary.paths
-            if paths.first.flatMap(BuiltInSource.kind(of:)) != nil {
-                // A sync from a source into a directory.
-                let sources = try BuiltInSource.sources(forJobUsing: name, profile: aws, transport: transport)
-                guard let source = sources.first(where: { $0.name == name }) as? any ObjectListing else {
-                    throw .invalidInput("job \(id) syncs from the '\(name)' source, which cannot list")
-                }
-                job = try await engine.resumeSync(id, from: source, options: options)
-            } else {
-                let backends = try BuiltInBackend.backends(forJobUsing: name, profile: aws, transport: transport)
-                guard let backend = backends.first(where: { $0.name == name }) as? any ObjectSyncing else {
-                    throw .invalidInput("job \(id) syncs with the '\(name)' backend, which cannot sync")
-                }
-                job = try await engine.resumeSync(id, using: backend, options: options)
-            }
+            let backends = try BuiltInBackend.backends(forJobUsing: name, profile: aws, transport: transport).compactMap { $0 as? any ObjectSyncing }
+            let sources = try BuiltInSource.sources(forJobUsing: name, profile: aws, transport: transport).compactMap { $0 as? any ObjectListing }
+            job = try await engine.resumeSync(id, backends: backends, sources: sources, options: options)
         } catch {
             report(error, job: id)
             return error.exitCode

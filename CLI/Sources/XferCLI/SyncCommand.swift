@@ -53,8 +53,11 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Only the paths FILE names, one per line, relative to the directory (no walk; cannot go with --delete).", valueName: "FILE"))
     var filesFrom: String?
 
-    @Option(help: "Chunk size, e.g. 8MiB (default: the backend's).")
+    @Option(help: "Chunk size, e.g. 8MiB (default: the backend's); s3 to s3: the part size of a copy made part by part.")
     var chunkSize: ByteSize?
+
+    @Option(help: "s3 to s3: objects above SIZE are copied part by part, each part resumable (default: 5GiB, the most S3 copies in one request).")
+    var copyLimit: ByteSize?
 
     @Option(help: "Requests in flight at once (default: the backend's).")
     var concurrency: Int?
@@ -95,10 +98,11 @@ struct SyncCommand: AsyncParsableCommand {
         let kinds = (BuiltInSource.kind(of: arguments[0]), BuiltInSource.kind(of: arguments[1]))
         switch kinds {
         case (nil, .s3?), (.s3?, nil): break
-        case (.s3?, .s3?): throw ValidationError("s3:// to s3:// is not built yet: sync a directory to S3 or S3 to a directory")
-        default: throw ValidationError("sync goes between a directory and s3://BUCKET[/PREFIX], one each way")
+        case (.s3?, .s3?): break
+        default: throw ValidationError("sync goes between a directory and s3://BUCKET[/PREFIX], or from one S3 prefix to another")
         }
         if kinds.0 == .s3, filesFrom != nil { throw ValidationError("--files-from names local files: it is for a sync from a directory") }
+        if copyLimit != nil, kinds != (.s3, .s3) { throw ValidationError("--copy-limit is for a sync from s3:// to s3://") }
         try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
             .validate()
     }
@@ -126,7 +130,17 @@ struct SyncCommand: AsyncParsableCommand {
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))
         let job: SyncJob
-        if BuiltInSource.kind(of: arguments[0]) == .s3 {
+        if BuiltInSource.kind(of: arguments[0]) == .s3, BuiltInSource.kind(of: arguments[1]) == .s3 {
+            guard let source = try BuiltInSource.make(.s3, server: s3.server, profile: aws, transport: transport) as? any ObjectListing else {
+                throw ValidationError("the s3 source cannot list")
+            }
+            let configuration = try aws.configuration(transport: transport)
+            let backend = S3Backend(
+                configuration: configuration, endpoint: try s3.server.endpoint(region: s3.server.region ?? configuration.region),
+                region: s3.server.region, objectOptions: try s3Object.options(),
+                singleCopyLimit: Int64(copyLimit?.bytes ?? Int(S3Backend.maximumSingleCopy)))
+            job = try await engine.sync(arguments[0], from: source, to: arguments[1], using: backend, options: options, sync: sync)
+        } else if BuiltInSource.kind(of: arguments[0]) == .s3 {
             guard let source = try BuiltInSource.make(.s3, server: s3.server, profile: aws, transport: transport) as? any ObjectListing else {
                 throw ValidationError("the s3 source cannot list")
             }

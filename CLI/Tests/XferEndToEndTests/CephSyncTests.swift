@@ -305,4 +305,44 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: into + "/local-only.txt"))
         XCTAssertTrue(FileManager.default.fileExists(atPath: into + "/keep.log"))
     }
+
+    // MARK: From one prefix to another
+
+    /// `xfer sync s3://B/P s3://B/Q`: copied inside the store (no byte through this machine),
+    /// objects above the single-request limit (lowered here to 6 MiB) part by part; killed while
+    /// copying the parts, it goes on with the parts left; a re-run copies and asks nothing;
+    /// --delete removes what the source lacks.
+    func testSyncBetweenPrefixesCopiesInsideTheStore() throws {
+        let names = try makeTree(files: 20)
+        try makeTestFile(at: tree + "/big.bin", size: 26 << 20 + 11, seed: 4)
+        _ = try sync(["--chunk-size", "5MiB"])
+        try ceph.aws(["s3", "cp", tree + "/" + names[0], "s3://\(bucket!)/q/stale.txt", "--only-show-errors"])
+        let copy = [
+            "sync", "s3://\(bucket!)/p", "s3://\(bucket!)/q", "--endpoint", ceph.url, "--state", work.file("copy-state"), "--json",
+            "--progress", "none", "--copy-limit", "6MiB", "--chunk-size", "5MiB", "--delete", "--concurrency", "1",
+        ]
+        // Killed after the second part of the large object (parts come one at a time here).
+        let child = try ChildProcess(executable: xferExecutable, arguments: copy, environment: CephGateway.environment)
+        var parts = 0
+        while parts < 2, child.readLine(where: { $0.contains("\"event\":\"chunk\"") }) != nil { parts += 1 }
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL, child.standardError)
+        XCTAssertEqual(parts, 2, "the large object is copied part by part")
+
+        let finished = try xfer(copy)
+        XCTAssertEqual(finished.status, 0, finished.stderr)
+        let copiedParts = finished.events.filter { $0["event"] as? String == "chunk" }.count
+        XCTAssertLessThanOrEqual(copiedParts, 6 - 2 + 1, "parts copied before the kill are not copied again (one may have been in flight)")
+        XCTAssertEqual(Set(try keys(prefix: "q/").keys), Set(names + ["big.bin"]), "stale.txt deleted, everything else there")
+        XCTAssertEqual(try keys(prefix: "q/")["big.bin"], 26 << 20 + 11)
+        _ = try ceph.download(bucket: bucket, key: "q/big.bin", to: work.file("big-back"))
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: work.file("big-back"))), try Data(contentsOf: URL(fileURLWithPath: tree + "/big.bin")))
+        XCTAssertEqual(try ceph.uploadsInProgress(bucket: bucket).count, 0)
+
+        let again = try xfer(copy)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let planned = try XCTUnwrap(again.events.first { $0["event"] as? String == "planned" })
+        XCTAssertEqual(int(planned["copies"]), 0)
+        XCTAssertEqual(int(planned["described"]), 0, "a re-run knows both sides' objects from their listings")
+    }
 }

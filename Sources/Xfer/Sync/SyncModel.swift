@@ -311,6 +311,45 @@ public protocol ObjectSyncing: UploadBackend {
     func deleteObject(_ object: StoredObject, in job: JobContext) throws(BackendError) -> Exchange<DeletionOutcome>
 }
 
+/// A backend that copies objects of its own store server-side, for a sync
+/// from one prefix to another (`xfer sync s3://A s3://B`): the bytes never
+/// pass through this machine. An object up to `singleCopyLimit` is one
+/// request; a larger one is a multipart upload of part copies, each part
+/// recorded as it is done, so a killed copy goes on with the parts left.
+/// Sans-IO as every step.
+public protocol ObjectCopying: ObjectSyncing {
+    /// The largest object one request copies (S3: 5 GiB).
+    var singleCopyLimit: Int64 { get }
+
+    /// Whether objects of `location` (a source's normalized prefix) can be
+    /// copied into the job's target server-side (the same service).
+    func canCopy(from location: String, in job: JobContext) -> Bool
+
+    /// Copies `object` (at `location`, a source's listed location) to
+    /// `relativePath` in one request, only if the source is still `version`
+    /// and the destination meets `condition`; answers the new version.
+    func copyObject(
+        from location: String, version: String?, to relativePath: String, condition: WriteCondition?, in job: JobContext
+    ) throws(BackendError) -> Exchange<String?>
+
+    /// Starts the multipart copy to `relativePath`, keeping `modificationTimeNanoseconds`; answers the
+    /// handles the parts and the completion need (committed with the file before its first part,
+    /// and what `FileUploadCancelling` drops when the sync is cancelled).
+    func startCopy(to relativePath: String, modificationTimeNanoseconds: Int64?, in job: JobContext) throws(BackendError)
+        -> Exchange<ServerHandles>
+
+    /// Copies bytes `range` of the source into part `number` (1-based); answers the part's receipt.
+    func copyPart(
+        _ number: Int, range: ClosedRange<Int64>, from location: String, version: String?, handles: ServerHandles,
+        to relativePath: String, in job: JobContext
+    ) throws(BackendError) -> Exchange<String>
+
+    /// Completes the multipart copy from its parts' receipts (part 1 first), under `condition`; answers the new version.
+    func finishCopy(
+        handles: ServerHandles, receipts: [String], to relativePath: String, condition: WriteCondition?, in job: JobContext
+    ) throws(BackendError) -> Exchange<String?>
+}
+
 /// The handles a sync gives each file it copies.
 enum SyncHandles {
     /// `WriteCondition.absent` as "*", `.version(V)` as V.
@@ -321,6 +360,11 @@ enum SyncHandles {
     static let version = HandleKey("xfer.version")
     /// A pull: the time (ns) the local file gets, the object's kept time or its store's.
     static let modificationTime = HandleKey("xfer.sync.mtime")
+    /// A server-side copy: the source object's location and version.
+    static let sourceLocation = HandleKey("xfer.sync.from")
+    static let sourceVersion = HandleKey("xfer.sync.fromVersion")
+    /// A multipart copy was started (its backend's handles are the file's).
+    static let copyStarted = HandleKey("xfer.copy.started")
     /// Job: the direction of a sync job ("push").
     static let sync = HandleKey("xfer.sync")
 

@@ -2,17 +2,35 @@ import FoundationEssentials
 import Glibc
 import XferPrimitives
 
-/// Which side of a sync is remote, and what speaks to it.
-enum SyncRemote: Sendable {
-    /// A directory to a backend's target (`xfer sync DIR s3://…`).
-    case destination(any ObjectSyncing, BackendSteps)
-    /// A source's prefix (`location`, normalized) to a directory (`xfer sync s3://… DIR`).
-    case source(any ObjectListing, SourceSteps, location: String)
+/// A sync's end that is not the local directory, and what speaks to it.
+enum RemoteEnd: Sendable {
+    /// A backend's target (the destination of `xfer sync DIR s3://…`).
+    case backend(any ObjectSyncing, BackendSteps)
+    /// A source's prefix (`location`, normalized): `xfer sync s3://… DIR`.
+    case listing(any ObjectListing, SourceSteps, location: String)
 
-    var isPush: Bool {
-        if case .destination = self { return true }
-        return false
+    func prepared(_ request: HTTPRequest, adding headers: HTTPHeaders, in job: JobContext) -> HTTPRequest {
+        switch self {
+        case .backend(_, let steps): return steps.prepared(request, adding: headers, in: job)
+        case .listing(_, let steps, _): return steps.prepared(request, adding: headers, in: job)
+        }
     }
+
+    /// Where what xfer learns of this end's objects is kept.
+    func place(target: String) -> [UInt8] {
+        switch self {
+        case .backend: return StateStore.place(target)
+        case .listing(_, _, let location): return StateStore.place(location)
+        }
+    }
+}
+
+/// A sync's two ends: nil is the local directory.
+struct SyncEnds: Sendable {
+    var source: RemoteEnd?
+    var destination: RemoteEnd?
+
+    subscript(side: SyncSide) -> RemoteEnd? { side == .source ? source : destination }
 }
 
 /// One run of a sync, from the stage its job is at to its end: listing both
@@ -21,7 +39,7 @@ final class SyncRun: Sendable {
     let id: JobID
     /// The local directory.
     let root: String
-    let remote: SyncRemote
+    let ends: SyncEnds
     let options: TransferOptions
     let sync: SyncOptions
     let concurrency: Int
@@ -40,13 +58,13 @@ final class SyncRun: Sendable {
     let described = TransferByteCounter()
 
     init(
-        id: JobID, root: String, remote: SyncRemote, options: TransferOptions, sync: SyncOptions, concurrency: Int,
+        id: JobID, root: String, ends: SyncEnds, options: TransferOptions, sync: SyncOptions, concurrency: Int,
         chunkSize: @escaping @Sendable (Int64) -> Int, store: StateStore, transport: HTTPTransport, lock: JobLock, resumed: Bool,
         engine: TransferEngine
     ) {
         self.id = id
         self.root = root
-        self.remote = remote
+        self.ends = ends
         self.options = options
         self.sync = sync
         self.concurrency = concurrency
@@ -58,6 +76,10 @@ final class SyncRun: Sendable {
         self.engine = engine
     }
 
+    var jobContext: JobContext {
+        get throws(XferError) { try job }
+    }
+
     private var job: JobContext {
         get throws(XferError) {
             guard let record = try store.job(id) else { throw .transferFailed("the state of sync \(id) vanished") }
@@ -65,28 +87,23 @@ final class SyncRun: Sendable {
         }
     }
 
-    /// Where what xfer learns of the remote side's objects is kept: the
-    /// backend's target, or the source's prefix.
-    private var place: [UInt8] {
-        get throws(XferError) {
-            switch remote {
-            case .destination: return StateStore.place(try job.target)
-            case .source(_, _, let location): return StateStore.place(location)
-            }
-        }
-    }
+    private func place(_ end: RemoteEnd) throws(XferError) -> [UInt8] { end.place(target: try job.target) }
 
     func run(events: AsyncStream<SyncEvent>.Continuation) async -> Result<SyncReport, XferError> {
         do {
             var stage = try store.syncStage(id) ?? .listingSource
             let planResumed = resumed && stage >= .copying
             if stage == .listingSource {
-                if remote.isPush { try await walkLocal(into: .source, events) } else { try await listRemote(into: .source, events) }
+                if let end = ends.source { try await listRemote(end, into: .source, events) } else { try await walkLocal(into: .source, events) }
                 stage = .listingDestination
                 try store.setSyncStage(id, stage)
             }
             if stage == .listingDestination {
-                if remote.isPush { try await listRemote(into: .destination, events) } else { try await walkLocal(into: .destination, events) }
+                if let end = ends.destination {
+                    try await listRemote(end, into: .destination, events)
+                } else {
+                    try await walkLocal(into: .destination, events)
+                }
                 stage = .deciding
                 try store.setSyncStage(id, stage)
             }
@@ -116,7 +133,9 @@ final class SyncRun: Sendable {
                     try await learnCompletedCopies()
                     switch result {
                     case .success(let report): transfer = report
-                    case .failure(let error): return .failure(error)
+                    case .failure(let error):
+                        await end(error)
+                        return .failure(error)
                     }
                 }
                 stage = .deleting
@@ -188,10 +207,10 @@ final class SyncRun: Sendable {
 
     /// Lists the remote side into the store, a page a transaction with the
     /// cursor that follows it: a killed listing goes on from its last page.
-    private func listRemote(into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
+    private func listRemote(_ end: RemoteEnd, into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
         let job = try job
         var cursor: String?
-        let cursorName = "cursor.remote"
+        let cursorName = side == .source ? "cursor.source" : "cursor.destination"
         if let stored = try store.syncValue(id, cursorName) {
             if stored.isEmpty { return }  // listed to its end
             cursor = String(decoding: stored, as: UTF8.self)
@@ -200,7 +219,7 @@ final class SyncRun: Sendable {
         var pages = 0
         repeat {
             let after = cursor
-            let page = try await remotePage(after: after, job: job)
+            let page = try await remotePage(end, after: after, job: job)
             let entries = page.entries.filter {
                 sync.selection.takesKey($0.key) && (sync.shard?.contains($0.key) ?? true)
             }
@@ -213,10 +232,12 @@ final class SyncRun: Sendable {
         } while cursor != nil
     }
 
-    private func remotePage(after cursor: String?, job: JobContext) async throws(XferError) -> (entries: [SyncEntry], next: String?) {
-        switch remote {
-        case .destination(let backend, _):
-            let page: StoredObjectPage = try await send("list \(job.target)", in: job) { () throws(BackendError) in
+    private func remotePage(_ end: RemoteEnd, after cursor: String?, job: JobContext) async throws(XferError) -> (
+        entries: [SyncEntry], next: String?
+    ) {
+        switch end {
+        case .backend(let backend, _):
+            let page: StoredObjectPage = try await send("list \(job.target)", via: end, in: job) { () throws(BackendError) in
                 try backend.listObjects(after: cursor, in: job)
             }
             return (
@@ -224,8 +245,8 @@ final class SyncRun: Sendable {
                     SyncEntry(key: $0.relativePath, size: $0.size, time: $0.lastModifiedNanoseconds ?? 0, version: $0.version)
                 }, page.next
             )
-        case .source(let listing, _, let location):
-            let page: ObjectListingPage = try await send("list \(location)", in: job) { () throws(BackendError) in
+        case .listing(let listing, _, let location):
+            let page: ObjectListingPage = try await send("list \(location)", via: end, in: job) { () throws(BackendError) in
                 try listing.listObjects(under: location, after: cursor, in: job)
             }
             var entries: [SyncEntry] = []
@@ -254,7 +275,6 @@ final class SyncRun: Sendable {
     /// Deciding again after a kill decides the same and records nothing twice.
     private func decide() async throws(XferError) -> SyncTally {
         let job = try job
-        let place = try place
         var tally = SyncTally()
         var merge = SyncMerge(store: store, job: id, batch: Self.batch)
         var next = try store.counters(id).fileCount
@@ -262,7 +282,7 @@ final class SyncRun: Sendable {
             if Task.isCancelled { throw .interrupted }
             let pairs = try merge.next()
             if pairs.isEmpty { break }
-            let detailed = try await details(of: pairs, place: place, job: job)
+            let detailed = try await details(of: pairs, job: job)
             var files: [(index: Int, record: FileRecord)] = []
             var deletes: [SyncEntry] = []
             for (pair, sides) in zip(pairs, detailed) {
@@ -297,8 +317,10 @@ final class SyncRun: Sendable {
     ) throws(XferError) -> FileRecord {
         let key = source.key
         var handles = ServerHandles()
-        switch remote {
-        case .destination:
+        // The time the copy is synced as: the file's, or the one kept with the object, else its store's.
+        let time = sides.source?.modificationTime ?? source.time
+        switch (ends.source, ends.destination) {
+        case (nil, _):
             // New: only if nothing is there by then. A replacement: only of the
             // version listed (a store that lists none gets no condition).
             if let destination {
@@ -315,78 +337,120 @@ final class SyncRun: Sendable {
             return FileRecord(
                 path: FileRecord.join(root, key), relativePath: key, root: 0, identity: identity, chunkSize: chunkSize(source.size),
                 handles: handles)
-        case .source:
+        case (_?, nil):
             var object = RemoteObject(
                 location: source.location ?? "", size: source.size, validator: source.version.map { .etag("\"\($0)\"") })
             object.lastModifiedNanoseconds = source.time
             handles = DownloadHandles.handles(of: object, listed: true)
             // The local file is replaced only if it is still what the walk saw.
             handles.set(SyncHandles.condition.name, destination.map(Self.localCondition) ?? "*")
-            // The time the file gets: the one kept with the object, else the store's.
-            handles.set(SyncHandles.modificationTime.name, String(sides.source?.modificationTime ?? source.time))
+            handles.set(SyncHandles.modificationTime.name, String(time))
             let identity = FileIdentity(size: source.size, modificationTimeNanoseconds: 0, inode: 0, device: 0)
             return FileRecord(
                 path: FileRecord.join(root, key), relativePath: key, root: 0, identity: identity, chunkSize: chunkSize(source.size),
                 handles: handles)
+        case (_?, _?):
+            if let destination {
+                if let version = destination.version { handles.set(SyncHandles.condition, version) }
+            } else {
+                handles.set(SyncHandles.condition, "*")
+            }
+            handles.set(SyncHandles.sourceLocation, source.location ?? "")
+            if let version = source.version { handles.set(SyncHandles.sourceVersion, version) }
+            handles.set(SyncHandles.modificationTime, String(time))
+            if let crc = sides.source?.crc32c { handles.set(SyncHandles.crc32c, String(crc, radix: 16)) }
+            let identity = FileIdentity(size: source.size, modificationTimeNanoseconds: time, inode: 0, device: 0)
+            return FileRecord(
+                path: source.location ?? key, relativePath: key, root: 0, identity: identity, chunkSize: chunkSize(source.size),
+                handles: handles)
         }
+    }
+
+    /// Where a key of `target` is, as reports show it (a target's ` at ENDPOINT` left out).
+    static func url(of key: String, in target: String) -> String {
+        let base = target.lastRange(of: " at ").map { String(target[..<$0.lowerBound]) } ?? target
+        return (base.hasSuffix("/") ? base : base + "/") + key
     }
 
     /// A local file as a condition: size, modification time and inode.
     static func localCondition(_ entry: SyncEntry) -> String { "\(entry.size).\(entry.time).\(entry.inode)" }
 
     /// What the decider needs of each pair: sizes always; where the sizes
-    /// are equal, the times kept with the remote object (from what xfer
-    /// knows of its version, else a description) or both checksums.
+    /// are equal, the times: a local file's own, a remote object's kept with
+    /// it (from what xfer knows of its version, else a description) — or,
+    /// with --checksum, both checksums.
     private func details(
-        of pairs: [SyncMerge.Pair], place: [UInt8], job: JobContext
+        of pairs: [SyncMerge.Pair], job: JobContext
     ) async throws(XferError) -> [(source: SyncDecider.Side?, destination: SyncDecider.Side?)] {
-        let push = remote.isPush
-        // Remote side: its store's time, then what is known or described of it.
-        var remoteSides: [SyncDecider.Side?] = pairs.map { pair in
-            (push ? pair.destination : pair.source).map { SyncDecider.Side(size: $0.size, storedAt: $0.time) }
+        var sources: [SyncDecider.Side?] = pairs.map { $0.source.map { side(of: $0, remote: ends.source != nil) } }
+        var destinations: [SyncDecider.Side?] = pairs.map { $0.destination.map { side(of: $0, remote: ends.destination != nil) } }
+        let needing = pairs.indices.filter { SyncDecider.needsDetail(source: sources[$0], destination: destinations[$0], mode: sync.mode) }
+        if !needing.isEmpty {
+            try await detail(.source, of: pairs, needing, into: &sources, job: job)
+            try await detail(.destination, of: pairs, needing, into: &destinations, job: job)
+            if sync.mode == .checksum {
+                // Without a CRC-32C on one side: the MD5s (a local file's read, an object's ETag when it is one).
+                for index in needing where sources[index]?.crc32c == nil || destinations[index]?.crc32c == nil {
+                    try fillMD5(&sources[index], entry: pairs[index].source!, local: ends.source == nil)
+                    try fillMD5(&destinations[index], entry: pairs[index].destination!, local: ends.destination == nil)
+                }
+            }
         }
-        var localSides: [SyncDecider.Side?] = pairs.map { pair in
-            (push ? pair.source : pair.destination).map { SyncDecider.Side(size: $0.size, modificationTime: $0.time) }
+        // A remote source is compared as the time it is synced as: the one kept with it, else its store's.
+        if ends.source != nil {
+            for index in sources.indices {
+                guard var side = sources[index], side.modificationTime == nil else { continue }
+                side.modificationTime = side.storedAt
+                sources[index] = side
+            }
         }
+        return Array(zip(sources, destinations)).map { ($0, $1) }
+    }
+
+    private func side(of entry: SyncEntry, remote: Bool) -> SyncDecider.Side {
+        remote ? SyncDecider.Side(size: entry.size, storedAt: entry.time) : SyncDecider.Side(size: entry.size, modificationTime: entry.time)
+    }
+
+    /// One side's detail for the pairs `needing` it: a local file's CRC-32C
+    /// (with --checksum); a remote object's kept time and checksum, from what
+    /// xfer knows of its version, else described (many at once) and remembered.
+    private func detail(
+        _ which: SyncSide, of pairs: [SyncMerge.Pair], _ needing: [Int], into sides: inout [SyncDecider.Side?], job: JobContext
+    ) async throws(XferError) {
+        func entry(_ index: Int) -> SyncEntry { (which == .source ? pairs[index].source : pairs[index].destination)! }
+        guard let end = ends[which] else {
+            if sync.mode == .checksum {
+                for index in needing {
+                    sides[index]?.crc32c = try LocalChecksum.crc32c(of: FileRecord.join(root, entry(index).key), store: store)
+                }
+            }
+            return
+        }
+        let place = try place(end)
         var unknown: [Int] = []
-        var learned: [(key: String, object: KnownObject)] = []
-        for (index, pair) in pairs.enumerated()
-        where SyncDecider.needsDetail(source: localSides[index], destination: remoteSides[index], mode: sync.mode) {
-            let remoteEntry = (push ? pair.destination : pair.source)!
-            let localEntry = (push ? pair.source : pair.destination)!
-            if let version = remoteEntry.version, let known = try store.knownObject(place: place, key: remoteEntry.key),
-                known.version == version, known.size == remoteEntry.size,
-                sync.mode != .checksum || known.crc32c != nil
+        for index in needing {
+            let listed = entry(index)
+            if let version = listed.version, let known = try store.knownObject(place: place, key: listed.key), known.version == version,
+                known.size == listed.size, sync.mode != .checksum || known.crc32c != nil
             {
-                remoteSides[index]?.modificationTime = known.modificationTime
-                remoteSides[index]?.crc32c = known.crc32c
+                sides[index]?.modificationTime = known.modificationTime
+                sides[index]?.crc32c = known.crc32c
             } else {
                 unknown.append(index)
             }
-            if sync.mode == .checksum {
-                localSides[index]?.crc32c = try LocalChecksum.crc32c(of: FileRecord.join(root, localEntry.key), store: store)
-            }
         }
-        // Keys xfer knows nothing of (another tool wrote them, or the state is
-        // new): described, many at once, and remembered.
-        var comparedByMD5: [Int] = []
+        var learned: [(key: String, object: KnownObject)] = []
         var start = 0
         while start < unknown.count {
             let slice = Array(unknown[start..<min(unknown.count, start + Self.requestsInFlight)])
             start += slice.count
-            let objects = try await describe(slice.map { (push ? pairs[$0].destination : pairs[$0].source)! }, job: job)
+            let objects = try await describe(slice.map(entry), at: end, job: job)
             described.add(slice.count)
             for (index, object) in zip(slice, objects) {
-                // Gone since it was listed: compared as listed (the write or the fetch is conditional anyway).
+                // Gone since it was listed: compared as listed (every write is conditional anyway).
                 guard let object else { continue }
-                remoteSides[index]?.modificationTime = object.modificationTimeNanoseconds
-                remoteSides[index]?.crc32c = object.crc32c
-                let localEntry = (push ? pairs[index].source : pairs[index].destination)!
-                if sync.mode == .checksum, object.crc32c == nil, let md5 = object.version.flatMap(Self.md5(ofETag:)) {
-                    remoteSides[index]?.md5 = md5
-                    localSides[index]?.md5 = LocalChecksum.md5(of: FileRecord.join(root, localEntry.key))
-                    comparedByMD5.append(index)
-                }
+                sides[index]?.modificationTime = object.modificationTimeNanoseconds
+                sides[index]?.crc32c = object.crc32c
                 // Remembered even without a time or checksum kept with it: the next
                 // run then decides from the listing alone, as this one did.
                 if let version = object.version {
@@ -398,24 +462,13 @@ final class SyncRun: Sendable {
                 }
             }
         }
-        // An object whose MD5 is the file's holds the file's bytes: its CRC-32C is the file's.
-        for index in comparedByMD5 {
-            let key = (push ? pairs[index].destination : pairs[index].source)?.key
-            guard let ours = localSides[index]?.md5, ours == remoteSides[index]?.md5, let crc = localSides[index]?.crc32c,
-                let position = learned.firstIndex(where: { $0.key == key })
-            else { continue }
-            learned[position].object.crc32c = crc
-        }
         try store.putKnownObjects(place: place, learned)
-        if push { return Array(zip(localSides, remoteSides)).map { ($0, $1) } }
-        // A pull compares the local file's time with the one the object is synced as:
-        // the time kept with it, else its store's.
-        for index in remoteSides.indices {
-            guard var side = remoteSides[index], side.modificationTime == nil else { continue }
-            side.modificationTime = side.storedAt
-            remoteSides[index] = side
-        }
-        return Array(zip(remoteSides, localSides)).map { ($0, $1) }
+    }
+
+    /// A side's MD5: a local file's, read once; an object's ETag when it is one.
+    private func fillMD5(_ side: inout SyncDecider.Side?, entry: SyncEntry, local: Bool) throws(XferError) {
+        guard side != nil, side?.md5 == nil else { return }
+        side?.md5 = local ? LocalChecksum.md5(of: FileRecord.join(root, entry.key)) : entry.version.flatMap(Self.md5(ofETag:))
     }
 
     /// The MD5 an ETag is, when it is one: 32 hexadecimal digits (an object of
@@ -428,13 +481,13 @@ final class SyncRun: Sendable {
         return bytes
     }
 
-    /// Describes `entries` of the remote side concurrently; nil for a key that holds nothing now.
-    private func describe(_ entries: [SyncEntry], job: JobContext) async throws(XferError) -> [StoredObject?] {
+    /// Describes `entries` of a remote end concurrently; nil for a key that holds nothing now.
+    private func describe(_ entries: [SyncEntry], at end: RemoteEnd, job: JobContext) async throws(XferError) -> [StoredObject?] {
         let results = await withTaskGroup(of: (Int, Result<StoredObject?, XferError>).self) { group in
             for (index, entry) in entries.enumerated() {
                 group.addTask {
                     do throws(XferError) {
-                        return (index, .success(try await self.describe(entry, job: job)))
+                        return (index, .success(try await self.describe(entry, at: end, job: job)))
                     } catch {
                         return (index, .failure(error))
                     }
@@ -447,17 +500,17 @@ final class SyncRun: Sendable {
         return try results.map { result throws(XferError) in try result!.get() }
     }
 
-    private func describe(_ entry: SyncEntry, job: JobContext) async throws(XferError) -> StoredObject? {
-        switch remote {
-        case .destination(let backend, _):
-            return try await send("look up \(entry.key)", in: job) { () throws(BackendError) in
+    private func describe(_ entry: SyncEntry, at end: RemoteEnd, job: JobContext) async throws(XferError) -> StoredObject? {
+        switch end {
+        case .backend(let backend, _):
+            return try await send("look up \(entry.key)", via: end, in: job) { () throws(BackendError) in
                 try backend.describeObject(at: entry.key, in: job)
             }
-        case .source(let listing, _, _):
+        case .listing(let listing, _, _):
             guard let location = entry.location else { return nil }
             let object: RemoteObject
             do {
-                object = try await send("look up \(entry.key)", in: job) { () throws(BackendError) in
+                object = try await send("look up \(entry.key)", via: end, in: job) { () throws(BackendError) in
                     try listing.describeObject(at: location, in: job)
                 }
             } catch where error.kind == .transferFailed && error.message.contains("no such object") {
@@ -474,12 +527,19 @@ final class SyncRun: Sendable {
 
     // MARK: Copying
 
-    /// The job's files pushed as `push` sends them, or pulled as `pull`
-    /// fetches them; the job stays unfinished (its deletes follow).
+    /// The job's files pushed as `push` sends them, pulled as `pull`
+    /// fetches them, or copied inside the store; the job stays unfinished
+    /// (its deletes follow).
     private func copy(_ events: AsyncStream<SyncEvent>.Continuation) async -> Result<JobReport, XferError> {
         guard let record = try? store.job(id) else { return .failure(.transferFailed("the state of sync \(id) vanished")) }
+        if case .listing? = ends.source, case .backend(let backend, _)? = ends.destination {
+            guard let copying = backend as? any ObjectCopying else {
+                return .failure(.transferFailed("the '\(backend.name)' backend cannot copy objects server-side"))
+            }
+            return await StoreCopier(run: self, backend: copying, events: events).run()
+        }
         var result = await runCopies(record, resumed: resumed, events)
-        if case .failure(let error) = result, error != .interrupted, case .destination = remote {
+        if case .failure(let error) = result, error != .interrupted, ends.source == nil {
             // A write whose condition failed may be this sync's own, whose answer
             // was lost and whose retry then found the object it had made.
             if (try? await settleOwnWrites()) == true {
@@ -493,9 +553,10 @@ final class SyncRun: Sendable {
         JobReport, XferError
     > {
         let direction: JobRunner.Direction
-        switch remote {
-        case .destination(_, let steps): direction = .push(steps, notes: [])
-        case .source(_, let steps, _): direction = .pull(steps, replacesExisting: true)
+        switch (ends.source, ends.destination) {
+        case (.listing(_, let steps, _)?, nil): direction = .pull(steps, replacesExisting: true)
+        case (nil, .backend(_, let steps)?): direction = .push(steps, notes: [])
+        default: return .failure(.transferFailed("this sync has no way to copy (this is a bug)"))
         }
         let runner = JobRunner(
             record: record, direction: direction, options: options, concurrency: concurrency, chunkSize: chunkSize, store: store,
@@ -514,7 +575,7 @@ final class SyncRun: Sendable {
     /// write's token: written by this sync, answer lost. Marked complete with
     /// the object's version. True when any was.
     private func settleOwnWrites() async throws(XferError) -> Bool {
-        guard case .destination(let backend, _) = remote else { return false }
+        guard ends.source == nil, let end = ends.destination, case .backend(let backend, _) = end else { return false }
         let job = try job
         var settled = false
         while true {
@@ -525,7 +586,7 @@ final class SyncRun: Sendable {
                 guard let token = view.writeToken else { continue }
                 let object: StoredObject?
                 do {
-                    object = try await send("look up \(record.relativePath)", in: job) { () throws(BackendError) in
+                    object = try await send("look up \(record.relativePath)", via: end, in: job) { () throws(BackendError) in
                         try backend.describeObject(at: record.relativePath, in: job)
                     }
                 } catch {
@@ -534,7 +595,7 @@ final class SyncRun: Sendable {
                 guard let object, object.writeToken == token, object.size == record.size else { continue }
                 var done = record
                 done.failure = nil
-                done.url = job.target + "/" + record.relativePath
+                done.url = Self.url(of: record.relativePath, in: job.target)
                 if let version = object.version { done.handles.set(SyncHandles.version, version) }
                 changes.append((index, done))
             }
@@ -549,30 +610,33 @@ final class SyncRun: Sendable {
     /// Remembers what each copied object is (its version, and the time and
     /// checksum it is synced as), so the next sync knows it from the listing alone.
     private func learnCompletedCopies() async throws(XferError) {
-        let place = try place
-        let push = remote.isPush
+        let sourcePlace = try ends.source.map { end throws(XferError) in try place(end) }
+        let destinationPlace = try ends.destination.map { end throws(XferError) in try place(end) }
         var start = 0
         while true {
             let page = try store.files(job: id, from: start, limit: 1024)
             guard let last = page.last else { break }
             start = last.index + 1
-            let known: [(key: String, object: KnownObject)] = page.compactMap { _, record in
-                guard record.isComplete else { return nil }
-                if push {
-                    guard let version = record.handles[SyncHandles.version] else { return nil }
-                    return (
-                        record.relativePath,
-                        KnownObject(
-                            version: version, size: record.size, modificationTime: record.identity.modificationTimeNanoseconds,
-                            crc32c: record.handles[SyncHandles.crc32c].flatMap { UInt32($0, radix: 16) })
-                    )
+            var atSource: [(key: String, object: KnownObject)] = []
+            var atDestination: [(key: String, object: KnownObject)] = []
+            for (_, record) in page where record.isComplete {
+                let crc = record.handles[SyncHandles.crc32c].flatMap { UInt32($0, radix: 16) }
+                let time = record.handles[SyncHandles.modificationTime].flatMap { Int64($0) }
+                if destinationPlace != nil, let version = record.handles[SyncHandles.version] {
+                    // Pushed: the file's time; copied: the source's, as kept.
+                    let kept = ends.source == nil ? record.identity.modificationTimeNanoseconds : time
+                    atDestination.append((record.relativePath, KnownObject(version: version, size: record.size, modificationTime: kept, crc32c: crc)))
                 }
-                guard let validator = DownloadHandles.decodeValidator(record.handles[DownloadHandles.validator]),
-                    let version = Self.version(validator), let time = record.handles[SyncHandles.modificationTime].flatMap({ Int64($0) })
-                else { return nil }
-                return (record.relativePath, KnownObject(version: version, size: record.size, modificationTime: time, crc32c: nil))
+                if sourcePlace != nil, let time {
+                    let version = record.handles[SyncHandles.sourceVersion]
+                        ?? DownloadHandles.decodeValidator(record.handles[DownloadHandles.validator]).flatMap(Self.version)
+                    if let version {
+                        atSource.append((record.relativePath, KnownObject(version: version, size: record.size, modificationTime: time, crc32c: crc)))
+                    }
+                }
             }
-            try store.putKnownObjects(place: place, known)
+            if let sourcePlace { try store.putKnownObjects(place: sourcePlace, atSource) }
+            if let destinationPlace { try store.putKnownObjects(place: destinationPlace, atDestination) }
         }
     }
 
@@ -586,7 +650,7 @@ final class SyncRun: Sendable {
         try checkDeleteLimit(count, copying: 0)
         events.yield(.deleting(.init(count: count)))
         let job = try job
-        let place = try place
+        let place = try ends.destination.map { end throws(XferError) in try self.place(end) } ?? []
         var deleted = 0
         var changed: [String] = []
         while true {
@@ -631,14 +695,12 @@ final class SyncRun: Sendable {
     }
 
     private func delete(_ entry: SyncEntry, job: JobContext) async throws(XferError) -> DeletionOutcome {
-        switch remote {
-        case .destination(let backend, _):
-            let object = StoredObject(relativePath: entry.key, size: entry.size, version: entry.version)
-            return try await send("delete \(entry.key)", in: job) { () throws(BackendError) in
-                try backend.deleteObject(object, in: job)
-            }
-        case .source:
+        guard let end = ends.destination, case .backend(let backend, _) = end else {
             return try LocalDeletion.delete(FileRecord.join(root, entry.key), ifStill: entry)
+        }
+        let object = StoredObject(relativePath: entry.key, size: entry.size, version: entry.version)
+        return try await send("delete \(entry.key)", via: end, in: job) { () throws(BackendError) in
+            try backend.deleteObject(object, in: job)
         }
     }
 
@@ -650,7 +712,7 @@ final class SyncRun: Sendable {
         let count = try store.syncValue(id, "sourceErrorCount").flatMap { Int(String(decoding: $0, as: UTF8.self)) } ?? 1
         let first = String(decoding: errors, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
         let deletes = try store.countSyncDeletes(id)
-        let side = remote.isPush ? "source" : "destination directory"
+        let side = ends.source == nil ? "source" : "destination directory"
         throw .transferFailed(
             "\(count) path\(count == 1 ? "" : "s") of the \(side) could not be read (\(first)); the rest was synced"
                 + (deletes > 0 ? ", and nothing was deleted" : ""))
@@ -694,12 +756,12 @@ final class SyncRun: Sendable {
     /// Sends one request outside the scheduler (a listing page, a
     /// description, a delete), signed and retried as a job's are.
     private func send<T: Sendable>(
-        _ operation: String, in job: JobContext, _ exchange: @escaping @Sendable () throws(BackendError) -> Exchange<T>
+        _ operation: String, via end: RemoteEnd, in job: JobContext, _ exchange: @escaping @Sendable () throws(BackendError) -> Exchange<T>
     ) async throws(XferError) -> T {
         do {
             return try await RetryLoop.run(operation, policy: options.retry) { _, _, _ in } _: { () async throws -> T in
                 let made = try exchange()
-                return try made.interpret(try await transport.send(prepared(made.request, in: job)))
+                return try made.interpret(try await transport.send(end.prepared(made.request, adding: options.extraHeaders, in: job)))
             }
         } catch {
             switch error {
@@ -710,10 +772,13 @@ final class SyncRun: Sendable {
         }
     }
 
-    private func prepared(_ request: HTTPRequest, in job: JobContext) -> HTTPRequest {
-        switch remote {
-        case .destination(_, let steps): return steps.prepared(request, adding: options.extraHeaders, in: job)
-        case .source(_, let steps, _): return steps.prepared(request, adding: options.extraHeaders, in: job)
+    /// `send` for the store copier, whose conflicts are a file's, not the sync's.
+    func sendKeepingConflicts<T: Sendable>(
+        _ operation: String, via end: RemoteEnd, in job: JobContext, _ exchange: @escaping @Sendable () throws(BackendError) -> Exchange<T>
+    ) async throws(RetryLoop.Failure) -> T {
+        try await RetryLoop.run(operation, policy: options.retry) { _, _, _ in } _: { () async throws -> T in
+            let made = try exchange()
+            return try made.interpret(try await transport.send(end.prepared(made.request, adding: options.extraHeaders, in: job)))
         }
     }
 

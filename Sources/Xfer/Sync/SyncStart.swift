@@ -115,7 +115,7 @@ extension TransferEngine {
             return max(1, backend.chunkSize(for: size, requested: requested))
         }
         let run = SyncRun(
-            id: id, root: root, remote: .destination(backend, BackendSteps(backend)), options: options, sync: sync,
+            id: id, root: root, ends: SyncEnds(source: nil, destination: .backend(backend, BackendSteps(backend))), options: options, sync: sync,
             concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
             engine: self)
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
@@ -204,7 +204,8 @@ extension TransferEngine {
         let named = options.chunkSize
         let chunkSize: @Sendable (Int64) -> Int = { _ in max(1, named ?? traits.defaultChunkSize) }
         let run = SyncRun(
-            id: id, root: root, remote: .source(source, SourceSteps(source), location: normalized), options: options, sync: sync,
+            id: id, root: root, ends: SyncEnds(source: .listing(source, SourceSteps(source), location: normalized), destination: nil),
+            options: options, sync: sync,
             concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
             engine: self)
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
@@ -219,54 +220,142 @@ extension TransferEngine {
         return location.hasSuffix("/") ? location : location + "/"
     }
 
-    /// Continues the unfinished sync `id` from a source (`sync(_:from:to:)`)
-    /// with `source`, one whose `name` it was made with.
-    public func resumeSync(
-        _ id: JobID, from source: any ObjectListing, options: TransferOptions = TransferOptions()
-    ) async throws(XferError) -> SyncJob {
-        guard let record = try store.job(id), let store = store as? StateStore else { throw .unknownJob(id.rawValue) }
-        guard record.isSync, record.isDownload else { throw .invalidInput("job \(id) is not a sync from a source") }
-        guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
-        guard source.name == record.backend else {
-            throw .invalidInput("job \(id) syncs from the '\(record.backend)' source, not '\(source.name)'")
-        }
-        guard let stored = try store.syncValue(id, "settings"), var sync = SyncSettings.decode(stored) else {
-            throw .invalidInput("job \(id) holds no plan to resume; run the sync again")
-        }
-        sync.maximumDeletes = try store.syncValue(id, "maximumDeletes").flatMap { Int(String(decoding: $0, as: UTF8.self)) }
-        var options = options
-        if options.concurrency == nil { options.concurrency = record.concurrency }
-        let job = try await self.sync(record.firstRoot, from: source, to: record.target, options: options, sync: sync)
-        guard job.id == id else {
-            job.cancel()
-            throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
-        }
-        return job
+    /// The id a sync of the prefix `location` of `source` to `target` through `backend` gets.
+    public static func syncJobID(
+        location: String, source: String, target: String, backend: String, dryRun: Bool = false, shard: SyncShard? = nil
+    ) -> JobID {
+        var kind = "sync\0copy\0\(source)\0\(backend)"
+        if dryRun { kind += "\0dry-run" }
+        if let shard { kind += "\0shard \(shard)" }
+        return jobID(backend: kind, target: target, files: [location])
     }
-}
 
-extension TransferEngine {
-    /// Continues the unfinished sync `id` with `backend` (one whose `name`
-    /// it was made with), as it was asked for: the same directory, target,
-    /// decisions, selection and deletes.
+    /// Starts making `target` hold what the prefix `location` of `source`
+    /// holds, inside one store (`xfer sync s3://A/P s3://B/Q`): the same plan,
+    /// both sides listed, the copies made by the store (`ObjectCopying`: no
+    /// byte passes through this machine), deletes conditional on the version
+    /// listed. Or resumes the unfinished sync of the same prefixes.
     ///
-    /// - Throws: `.unknownJob`; `.invalidInput` for a job that is no sync or is complete.
+    /// - Throws: `.invalidInput` when the two are not on one endpoint.
+    public func sync(
+        _ location: String, from source: any ObjectListing, to target: String, using backend: any ObjectCopying,
+        options: TransferOptions = TransferOptions(), sync: SyncOptions = SyncOptions()
+    ) async throws(XferError) -> SyncJob {
+        guard let store = store as? StateStore else { throw .invalidInput("sync needs the LMDB state store") }
+        guard sync.filesFrom == nil else { throw .invalidInput("--files-from names local files: it is for a sync from a directory") }
+        var from: String
+        do { from = try source.normalizedLocation(location) } catch { throw .invalidInput(error.description) }
+        if !source.isPrefix(from) {
+            do { from = try source.normalizedLocation(Self.asPrefix(location)) } catch { throw .invalidInput(error.description) }
+        }
+        let normalized: String
+        do { normalized = try backend.target(normalizing: target) } catch { throw .invalidInput(error.description) }
+        try options.validate()
+        if let maximum = sync.maximumDeletes, maximum < 0 { throw .invalidInput("the most deletes allowed cannot be negative") }
+        let traits = backend.traits
+        let requestedChunkSize = options.chunkSize ?? traits.defaultChunkSize
+        try TransferOptions.check(chunkSize: requestedChunkSize)
+        let concurrency = options.concurrency ?? traits.defaultConcurrency
+        try TransferOptions.check(concurrency: concurrency)
+        let probe = JobRecord(
+            id: JobID(rawValue: "0000000000000000"), backend: backend.name, target: normalized, createdAt: Date(), updatedAt: Date(),
+            concurrency: concurrency, rootCount: 1, firstRoot: from)
+        var probeHandles = probe
+        probeHandles.handles = backend.inventedHandles(for: probe.context(files: JobFiles([]), credentials: options.credentials))
+        guard backend.canCopy(from: from, in: probeHandles.context(files: JobFiles([]), credentials: options.credentials)) else {
+            throw .invalidInput("\(location) and \(target) are on different endpoints: a sync between them copies inside one store")
+        }
+
+        let id = Self.syncJobID(location: from, source: source.name, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard)
+        let lock = try JobLock(stateDirectory: stateDirectory, job: id)
+        let settings = SyncSettings(sync).encoded
+        var resumed = false
+        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
+            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
+            existing.phase == .unfinished || stage < .deleting
+        {
+            var record = existing
+            record.concurrency = concurrency
+            record.phase = .unfinished
+            resumed = true
+            try await store.commit(.putJob(record))
+            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
+        } else {
+            if let existing = try store.job(id) {
+                if existing.phase != .completed, existing.backend == backend.name {
+                    _ = try await dropOnServer(existing, using: backend, options: options)
+                }
+                try await store.commit(.deleteJob(id))
+            }
+            var record = JobRecord(
+                id: id, backend: backend.name, target: normalized, createdAt: Date(), updatedAt: Date(), concurrency: concurrency,
+                rootCount: 1, firstRoot: from, rules: sync.selection.rules)
+            record.handles = probeHandles.handles
+            record.handles.set(SyncHandles.sync, "copy")
+            try await store.commit(.createJob(record, roots: [from]))
+            try store.setSyncValues(id, [
+                ("settings", settings), ("source", Array(source.name.utf8)), ("stage", [SyncStage.listingSource.rawValue]),
+                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
+            ])
+            try store.sync()
+        }
+        let named = options.chunkSize
+        let chunkSize: @Sendable (Int64) -> Int = { size in
+            var requested = requestedChunkSize
+            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
+            return max(1, backend.chunkSize(for: size, requested: requested))
+        }
+        let run = SyncRun(
+            id: id, root: "", ends: SyncEnds(source: .listing(source, SourceSteps(source), location: from), destination: .backend(backend, BackendSteps(backend))),
+            options: options, sync: sync, concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock,
+            resumed: resumed, engine: self)
+        return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
+    }
+
+    /// Continues the unfinished sync `id` as it was asked for (the same ends,
+    /// decisions, selection and deletes), with the backend and the source in
+    /// `backends` and `sources` whose names it was made with.
+    ///
+    /// - Throws: `.unknownJob`; `.invalidInput` for a job that is no sync, is
+    ///   complete, or whose backend or source is not given.
     public func resumeSync(
-        _ id: JobID, using backend: any ObjectSyncing, options: TransferOptions = TransferOptions()
+        _ id: JobID, backends: [any ObjectSyncing] = [], sources: [any ObjectListing] = [], options: TransferOptions = TransferOptions()
     ) async throws(XferError) -> SyncJob {
         guard let record = try store.job(id), let store = store as? StateStore else { throw .unknownJob(id.rawValue) }
-        guard record.isSync, !record.isDownload else { throw .invalidInput("job \(id) is not a sync to a server") }
+        guard record.isSync else { throw .invalidInput("job \(id) is not a sync") }
         guard record.phase != .completed else { throw .invalidInput("job \(id) is already complete; nothing to resume") }
-        guard backend.name == record.backend else {
-            throw .invalidInput("job \(id) syncs with the '\(record.backend)' backend, not '\(backend.name)'")
-        }
         guard let stored = try store.syncValue(id, "settings"), var sync = SyncSettings.decode(stored) else {
             throw .invalidInput("job \(id) holds no plan to resume; run the sync again")
         }
         sync.maximumDeletes = try store.syncValue(id, "maximumDeletes").flatMap { Int(String(decoding: $0, as: UTF8.self)) }
         var options = options
         if options.concurrency == nil { options.concurrency = record.concurrency }
-        let job = try await self.sync(record.firstRoot, to: record.target, using: backend, options: options, sync: sync)
+        func backend() throws(XferError) -> any ObjectSyncing {
+            guard let backend = backends.first(where: { $0.name == record.backend }) else {
+                throw .invalidInput("job \(id) syncs with the '\(record.backend)' backend, which was not given")
+            }
+            return backend
+        }
+        func source(named name: String) throws(XferError) -> any ObjectListing {
+            guard let source = sources.first(where: { $0.name == name }) else {
+                throw .invalidInput("job \(id) syncs from the '\(name)' source, which was not given")
+            }
+            return source
+        }
+        let job: SyncJob
+        switch record.handles[SyncHandles.sync] {
+        case "pull":
+            job = try await self.sync(record.firstRoot, from: try source(named: record.backend), to: record.target, options: options, sync: sync)
+        case "copy":
+            guard let copying = try backend() as? any ObjectCopying else {
+                throw .invalidInput("job \(id) copies with the '\(record.backend)' backend, which cannot copy")
+            }
+            let name = try store.syncValue(id, "source").map { String(decoding: $0, as: UTF8.self) } ?? record.backend
+            job = try await self.sync(
+                record.firstRoot, from: try source(named: name), to: record.target, using: copying, options: options, sync: sync)
+        default:
+            job = try await self.sync(record.firstRoot, to: record.target, using: try backend(), options: options, sync: sync)
+        }
         guard job.id == id else {
             job.cancel()
             throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
