@@ -390,9 +390,23 @@ final class SyncRun: Sendable {
             try await detail(.destination, of: pairs, needing, into: &destinations, job: job)
             if sync.mode == .checksum {
                 // Without a CRC-32C on one side: the MD5s (a local file's read, an object's ETag when it is one).
+                var learned: [SyncSide: [(key: String, object: KnownObject)]] = [:]
                 for index in needing where sources[index]?.crc32c == nil || destinations[index]?.crc32c == nil {
                     try fillMD5(&sources[index], entry: pairs[index].source!, local: ends.source == nil)
                     try fillMD5(&destinations[index], entry: pairs[index].destination!, local: ends.destination == nil)
+                    // The same MD5: the same bytes, so an object without a CRC-32C has the other side's.
+                    guard let md5 = sources[index]?.md5, md5 == destinations[index]?.md5 else { continue }
+                    for (which, side, other, entry) in [
+                        (SyncSide.source, sources[index], destinations[index], pairs[index].source!),
+                        (SyncSide.destination, destinations[index], sources[index], pairs[index].destination!),
+                    ] where ends[which] != nil && side?.crc32c == nil {
+                        guard let crc = other?.crc32c, let version = entry.version else { continue }
+                        learned[which, default: []].append(
+                            (entry.key, KnownObject(version: version, size: entry.size, modificationTime: side?.modificationTime, crc32c: crc)))
+                    }
+                }
+                for (which, objects) in learned {
+                    if let end = ends[which] { try store.putKnownObjects(place: try place(end), objects) }
                 }
             }
         }
