@@ -256,7 +256,7 @@ final class S3BackendTests: XCTestCase {
         XCTAssertEqual(sent.headers["x-amz-content-sha256"], Checksums.hex(chunk.sha256))
         XCTAssertEqual(
             try exchange.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""])),
-            .stored(receipt: "\"abc\"", fileURL: "s3://bkt/in/a b.bin"))
+            .stored(stored(receipt: "\"abc\"", fileURL: "s3://bkt/in/a b.bin", version: "abc")))
         // The PutObject's answer completed it: nothing to finish, and no upload to ask about on resume.
         XCTAssertTrue(try backend.finishFile(job.files[0], in: job).isSkipped)
         XCTAssertTrue(try backend.reconcileFile(job.files[0], in: job).isSkipped)
@@ -377,7 +377,7 @@ final class S3BackendTests: XCTestCase {
         XCTAssertTrue(body.contains("<Part><PartNumber>3</PartNumber><ETag>&quot;e3&quot;</ETag></Part>"), body)
         XCTAssertEqual(
             try exchange(HTTPResponse(status: 200, body: xml("<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag></CompleteMultipartUploadResult>"))),
-            .completed(url: "s3://bkt/in/a b.bin"))
+            .completed(completion(url: "s3://bkt/in/a b.bin", version: "x-3")))
         XCTAssertThrowsError(try exchange(HTTPResponse(status: 200, body: xml("<Error><Code>InternalError</Code><Message>We encountered an internal error.</Message></Error>")))) { error in
             guard case BackendError.transient(let message, _) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(message.contains("InternalError"), message)
@@ -712,4 +712,18 @@ final class S3BackendTests: XCTestCase {
         XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "U", S3Backend.objectKey: "in/other"]))
         XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "V", S3Backend.objectKey: "in/a b.bin"]))
     }
+}
+
+/// A stored chunk's outcome with the version the store gave the object (what a sync remembers).
+private func stored(receipt: String?, fileURL: String?, version: String?) -> ChunkOutcome.Stored {
+    var stored = ChunkOutcome.Stored(receipt: receipt, fileURL: fileURL)
+    stored.version = version
+    return stored
+}
+
+/// A completion with the version the store gave the object.
+private func completion(url: String, version: String?) -> FileFinish.Completion {
+    var completion = FileFinish.Completion(url: url)
+    completion.version = version
+    return completion
 }
