@@ -1,4 +1,5 @@
 import Testing
+import Glibc
 import XferPrimitives
 
 /// `CRC32`, the one CRC-32 of the engine, the state store and the receiver.
@@ -162,5 +163,27 @@ import XferPrimitives
         let once = CRC64NVME.combine(a, 0, lengthOfSecond: 1 << 43)
         let twice = CRC64NVME.combine(CRC64NVME.combine(a, 0, lengthOfSecond: 1 << 42), 0, lengthOfSecond: 1 << 42)
         #expect(once == twice)
+    }
+}
+
+/// `FileChecksums`: a local file's CRC-32C and CRC64NVME in one read, as a
+/// sync compares them with an object's full-object checksum.
+@Suite struct FileChecksumsTests {
+    @Test func readsAFilesCRCsOnce() throws {
+        let path = "/tmp/xfer-file-checksums-\(getpid())"
+        defer { unlink(path) }
+        let bytes = CRC64NVMETests.pattern(3 << 20 + 17)
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        #expect(bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) } == bytes.count)
+        close(descriptor)
+        let both = try FileChecksums(ofFileAt: path)
+        #expect(both.crc32c == CRC32C.of(bytes))
+        #expect(both.crc64nvme == CRC64NVME.of(bytes))
+        #expect(both.size == Int64(bytes.count))
+        let one = try FileChecksums(ofFileAt: path, crc32c: false)
+        #expect(one.crc32c == nil)
+        #expect(one.crc64nvme == both.crc64nvme)
+        #expect(throws: FileChecksums.Failure.self) { try FileChecksums(ofFileAt: path + ".missing") }
+        #expect(throws: FileChecksums.Failure.self) { try FileChecksums(ofFileAt: "/tmp") }
     }
 }
