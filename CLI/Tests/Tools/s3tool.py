@@ -1,7 +1,7 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N] [--auth] [--aws-checksums]
+  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N] [--auth] [--aws-checksums [--misreport-parts]]
                                        prints "listening on URL", then serves until killed;
                                        --lose-complete: the first CompleteMultipartUpload of
                                        each upload completes it but answers 500 (a lost answer),
@@ -27,7 +27,8 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
                                        parts (400 BadDigest, as AWS; moto keeps any value it is sent);
                                        HeadObject reports a composite checksum with its -N and type (moto
                                        leaves both off); GetObjectAttributes lists ObjectParts (moto lists
-                                       none), paged by x-amz-max-parts and x-amz-part-number-marker
+                                       none), paged by x-amz-max-parts and x-amz-part-number-marker;
+                                       with --misreport-parts, part 1's listed checksum is not its bytes
   s3tool.py assume URL ROLE_ARN        prints temporary credentials of the role from STS, as JSON
                                        {"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
@@ -156,6 +157,8 @@ def allow_unsigned_web_identity():
 
 # (bucket, key) -> [(part number, size, checksum)] of the last completion of each key (--aws-checksums).
 COMPLETED_PARTS = {}
+# --misreport-parts: GetObjectAttributes lists part 1 with a checksum its bytes do not have.
+MISREPORT_PARTS = False
 
 
 def checksums_as_aws(moto, environ, start_response, query):
@@ -230,6 +233,9 @@ def checksums_as_aws(moto, environ, start_response, query):
             return [body]
         root = ET.fromstring(body)
         namespace = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+        # Written back with S3's default namespace, not ElementTree's ns0: prefix.
+        if namespace:
+            ET.register_namespace("", namespace[1:-1])
         listing = ET.SubElement(root, namespace + "ObjectParts")
         numbers = [number for number, _, _ in kept]
         sizes = {number: (size, checksum) for number, size, checksum in kept}
@@ -250,7 +256,14 @@ def checksums_as_aws(moto, environ, start_response, query):
             add(part, "PartNumber", number)
             add(part, "Size", sizes[number][0])
             if getattr(stored, "checksum_type", None) == "COMPOSITE" and sizes[number][1]:
-                add(part, "Checksum" + stored.checksum_algorithm, sizes[number][1])
+                listed = sizes[number][1]
+                if MISREPORT_PARTS and number == 1:
+                    # --misreport-parts: part 1's checksum as other bytes would have it.
+                    import base64
+                    digest = bytearray(base64.b64decode(listed))
+                    digest[0] ^= 0xFF
+                    listed = base64.b64encode(bytes(digest)).decode()
+                add(part, "Checksum" + stored.checksum_algorithm, listed)
         body = ET.tostring(root, encoding="utf-8", xml_declaration=True)
         headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
         start_response(status, headers + [("Content-Length", str(len(body)))])
@@ -364,6 +377,8 @@ def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth, aws_ch
 def main(argv):
     command = argv[1]
     if command == "serve" and {"--lose-complete", "--signed-headers-only", "--page-uploads", "--auth", "--aws-checksums"} & set(argv[2:]):
+        global MISREPORT_PARTS
+        MISREPORT_PARTS = "--misreport-parts" in argv[2:]
         page_uploads = int(argv[argv.index("--page-uploads") + 1]) if "--page-uploads" in argv else 0
         return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads, "--auth" in argv[2:],
                              "--aws-checksums" in argv[2:])

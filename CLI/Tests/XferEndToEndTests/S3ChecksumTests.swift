@@ -108,12 +108,17 @@ final class S3ChecksumTests: XCTestCase {
     /// PutObject's claimed value unchecked): the pull fails that file, says
     /// why, and publishes nothing — fetched whole and in ranges alike.
     func testAPullOfAnObjectWhoseChecksumDiffersFailsTheFileAndPublishesNothing() throws {
+        // Plain moto: it keeps the claimed value (the wrapper would refuse it, as AWS does).
+        let lax = try S3Server()
+        try lax.makeBucket("sums")
         for (size, name) in [(1_000, "small.bin"), (3 * partSize, "large.bin")] {
             let file = work.file(name)
             try makeTestFile(at: file, size: size, seed: UInt64(55 + size % 7))
-            try s3.put(file, bucket: "sums", key: "bad/" + name, claiming: "AAAAAAAAAAE=", algorithm: "CRC64NVME")
+            try lax.put(file, bucket: "sums", key: "bad/" + name, claiming: "AAAAAAAAAAE=", algorithm: "CRC64NVME")
             let target = work.file("copy-" + name)
-            let result = try pull("s3://sums/bad/" + name, to: target, chunkSize: "5MiB")
+            let result = try runXfer(
+                ["pull", "s3://sums/bad/" + name, target, "--endpoint", lax.url, "--state", work.file("lax-state"), "--chunk-size", "5MiB"],
+                environment: S3Server.environment)
             XCTAssertEqual(result.status, 1, result.stderr)
             XCTAssertTrue(result.stderr.contains("CRC64NVME"), result.stderr)
             XCTAssertFalse(FileManager.default.fileExists(atPath: target), "a file that failed its check was published")
@@ -134,7 +139,18 @@ final class S3ChecksumTests: XCTestCase {
             let result = try pull("s3://sums/comp.bin", to: copy, chunkSize: chunkSize, verbose: true)
             XCTAssertEqual(result.status, 0, result.stderr)
             XCTAssertEqual(try sha256sum(copy), try sha256sum(file))
-            XCTAssertTrue(result.stderr.contains("?attributes"), "the parts were asked for: \(result.stderr.suffix(2_000))")
+            XCTAssertTrue(result.stderr.contains("GET \(s3.url)/sums/comp.bin?… 200"), "the parts were asked for: \(result.stderr.suffix(2_000))")
         }
+        // A store whose listed part differs from the bytes: the file fails, naming the part, and is not published.
+        let lying = try S3Server(arguments: ["--aws-checksums", "--misreport-parts"])
+        try lying.makeBucket("sums")
+        try lying.putParts(file, bucket: "sums", key: "comp.bin", partSize: partSize, algorithm: "CRC32C")
+        let target = work.file("lied.bin")
+        let failed = try runXfer(
+            ["pull", "s3://sums/comp.bin", target, "--endpoint", lying.url, "--state", work.file("lying-state")], environment: S3Server.environment)
+        XCTAssertEqual(failed.status, 1, failed.stderr)
+        XCTAssertTrue(failed.stderr.contains("part 1's bytes do not match the server's CRC-32C"), failed.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target))
+        XCTAssertEqual(partialFiles(in: work.path), [])
     }
 }
