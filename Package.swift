@@ -51,7 +51,9 @@ let package = Package(
         // What the engine, the backends and the receiver share (the receiver
         // does not depend on the engine): hexadecimal, CRCs (ISA-L's), chunk
         // sets and JSON string literals, written once.
-        .target(name: "XferPrimitives", dependencies: ["CISAL"], path: "Sources/XferPrimitives"),
+        .target(name: "XferPrimitives", dependencies: ["CISAL", "CCRC64"], path: "Sources/XferPrimitives"),
+        // CRC-64/NVME's bulk by carry-less multiplication: Debian's ISA-L has none.
+        .target(name: "CCRC64", path: "Sources/CCRC64"),
 
         // Each protocol's wire written once, for both sides: its headers, bodies and answers,
         // read and written (a folder per protocol), the HTTP fields they share (Content-Range,

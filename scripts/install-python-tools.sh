@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Python programs the end-to-end tests talk to, each in a virtual
 # environment of its own under .tools/ (gitignored), if missing:
-#   .tools/venv-s3   moto[server] (an S3 server on 127.0.0.1, with crc32c so its CRC-32C
-#                    checksums are right), boto3 (reads objects back from moto) and the
+#   .tools/venv-s3   moto[server] (an S3 server on 127.0.0.1, with crc32c and awscrt so its
+#                    CRC-32C and CRC64NVME checksums are right: without awscrt moto stores a
+#                    CRC-32 where a CRC64NVME is asked for), boto3 (reads objects back from moto) and the
 #                    AWS CLI (`python -m awscli`: reads objects back from Ceph's gateway,
 #                    and is what `make bench` measures xfer against)
 #   .tools/venv-tus  resumable-upload (a tus 1.0 server) and tuspy (the official tus client)
@@ -24,5 +25,5 @@ ensure_venv() { # DIR SYSTEM_SITE CHECK_IMPORTS PACKAGES...
   "$dir/bin/python" -c "$check"
 }
 
-ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors, crc32c, awscli" "moto[server,s3crc32c]>=5.0" "boto3" "crc32c" "awscli"
+ensure_venv .tools/venv-s3 yes "import moto.server, boto3, flask_cors, crc32c, awscrt, awscli" "moto[server,s3crc32c]>=5.0" "boto3" "crc32c" "awscrt" "awscli"
 ensure_venv .tools/venv-tus no "import resumable_upload, tusclient" "resumable-upload==0.3.0" "tuspy"

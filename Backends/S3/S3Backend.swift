@@ -65,6 +65,9 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
     /// Job: the name of the one file whose object is the target's key itself
     /// (`xfer push FILE --to s3://B/KEY`); absent, every file is `PREFIX/NAME`.
     static let namedObjectKey = HandleKey("namedObject")
+    /// File: the full-object checksum (its algorithm) that the store did not
+    /// say it keeps when the upload was created; the file's parts refuse to go.
+    static let checksumNotKeptKey = HandleKey("checksumNotKept")
 
     /// The next question when reconciling a multipart upload: ListParts
     /// from after this part number (0: from the start).
@@ -204,12 +207,20 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         let key = session.key(file)
         var request = HTTPRequest(method: .post, url: session.endpoint.url(bucket: session.location.bucket, key: key, query: "uploads"))
         session.describeObject(file, in: &request)
-        if let algorithm = session.partChecksum.algorithmName { request.headers.set("x-amz-checksum-algorithm", algorithm) }
+        for header in session.partChecksum.creationHeaders { request.headers.set(header.name, header.value) }
         let operation = "start the multipart upload of \(file.name)"
+        let fullObject = session.partChecksum.fullObject
         return .send(request) { response throws(BackendError) in
             do throws(S3Failure) {
                 let id = try S3Answer.uploadID(AWSResponse(response), operation: operation)
-                return OpenedFile(handles: [Self.uploadID: id, Self.objectKey: key])
+                var handles: ServerHandles = [Self.uploadID: id, Self.objectKey: key]
+                // A store that keeps full-object checksums says so (AWS, moto); one that ignores
+                // the headers (Ceph 16) does not: the upload is kept, so `xfer cancel` drops it,
+                // and its parts refuse to go (`uploadPart`).
+                if let fullObject, response.headers["x-amz-checksum-type"]?.trimmingSpacesAndTabs().uppercased() != "FULL_OBJECT" {
+                    handles.set(Self.checksumNotKeptKey, fullObject.algorithm.rawValue)
+                }
+                return OpenedFile(handles: handles)
             } catch {
                 throw session.failure(error)
             }
@@ -232,6 +243,11 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         _ chunk: ChunkPayload, of file: FileContext, session: Session, operation: String
     ) throws(BackendError) -> Exchange<ChunkOutcome> {
         let id = try file.handles.require(Self.uploadID)
+        if let algorithm = file.handles[Self.checksumNotKeptKey] {
+            throw .rejected(
+                "\(session.s3URL(file)): the store did not say it keeps a full-object \(algorithm) checksum (its answer to CreateMultipartUpload has no x-amz-checksum-type: FULL_OBJECT; Ceph 16's gateway ignores it), so no part was sent; push to it without --checksum-algorithm (xfer cancel drops the upload started)"
+            )
+        }
         let query = "partNumber=\(chunk.number)&uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         let request = HTTPRequest(method: .put, url: session.objectURL(file, query: query), body: RequestBody(chunk: chunk))
         return exchange(request, chunk, session: session, operation: operation, objectURL: nil)
@@ -247,16 +263,24 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         }
         let crcHeader = session.partChecksum.crcHeader
         let crc = crcHeader.flatMap { request.headers[$0] }
+        // A PutObject's answer repeats a checksum the store keeps; without it the object has none.
+        let mustEcho = objectURL != nil && session.partChecksum.fullObject != nil
         return Exchange(request) { response throws(BackendError) in
             if objectURL != nil, response.status == 412 { throw Self.conflict(operation) }
+            let etag: S3ETag
             do throws(S3Failure) {
-                let etag = try S3Answer.storedETag(AWSResponse(response), operation: operation, crcHeader: crcHeader, sentCRC: crc)
-                var stored = ChunkOutcome.Stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
-                if objectURL != nil { stored.version = etag.unquoted }
-                return .stored(stored)
+                etag = try S3Answer.storedETag(AWSResponse(response), operation: operation, crcHeader: crcHeader, sentCRC: crc)
             } catch {
                 throw session.failure(error)
             }
+            if mustEcho, let crcHeader, response.headers[crcHeader] == nil {
+                throw .rejected(
+                    "\(objectURL ?? operation): the store wrote the object but did not say it keeps its full-object checksum (its answer has no \(crcHeader); Ceph 16's gateway ignores it); push to it without --checksum-algorithm"
+                )
+            }
+            var stored = ChunkOutcome.Stored(receipt: S3PartReceipt(etag: etag.quoted, crc: crc).stored, fileURL: objectURL)
+            if objectURL != nil { stored.version = etag.unquoted }
+            return .stored(stored)
         }
     }
 
@@ -299,13 +323,19 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         // A part acknowledged without its ETag (or CRC-32) cannot be listed
         // in the completion: send those again (their answers carry it).
         guard unreceipted.isEmpty else { return .answer(.missing(unreceipted)) }
-        return try complete(file, parts: receipts.compactMap { $0 }, session: session, operation: operation)
+        return try complete(
+            file, parts: receipts.compactMap { $0 }, lengths: (0..<file.chunkCount).map { Int64(file.plan.length(of: $0)) }, session: session,
+            operation: operation)
     }
 
-    /// `CompleteMultipartUpload` of `parts` (part 1 first).
-    private func complete(_ file: FileContext, parts: [S3PartReceipt], session: Session, operation: String) throws(BackendError)
-        -> Step<FileFinish>
-    {
+    /// `CompleteMultipartUpload` of `parts` (part 1 first) of these `lengths`.
+    /// Under a full-object checksum it carries the whole object's CRC,
+    /// combined from the parts' (`x-amz-checksum-*` with
+    /// `x-amz-checksum-type: FULL_OBJECT`), which S3 checks against what it
+    /// assembled; an answer naming another is refused here too.
+    private func complete(
+        _ file: FileContext, parts: [S3PartReceipt], lengths: [Int64], session: Session, operation: String
+    ) throws(BackendError) -> Step<FileFinish> {
         let id = try file.handles.require(Self.uploadID)
         let query = "uploadId=\(SignatureV4.uriEncode(id, keepSlash: false))"
         let element = session.partChecksum.crcElement
@@ -317,10 +347,25 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         request.headers.set("Content-Type", "application/xml")
         // AWS honours a sync's condition here (Ceph 16's gateway ignores it).
         Self.setCondition(file.writeCondition, on: &request)
+        let whole: String?
+        if let fullObject = session.partChecksum.fullObject {
+            guard parts.count == lengths.count, let combined = fullObject.combined(zip(parts, lengths).map { ($0.crc ?? "", $1) }) else {
+                throw .rejected("\(operation): a part's \(fullObject.algorithm.rawValue) is missing or unreadable")
+            }
+            whole = combined
+            request.headers.set(fullObject.algorithm.header, combined)
+            request.headers.set("x-amz-checksum-type", "FULL_OBJECT")
+        } else {
+            whole = nil
+        }
         let url = session.s3URL(file)
         let expectedETag = Self.multipartETag(file)
         return .send(request) { response throws(BackendError) in
             if response.status == 412 { throw Self.conflict(operation) }
+            // AWS repeats the object's checksum in its answer: another than ours is another object.
+            if let whole, let element, response.status == 200, let kept = S3XML(response.body)?.fields[element], !kept.isEmpty, kept != whole {
+                throw .rejected("\(operation): S3 reports the object's \(element) as \(kept.prefix(24)), not the \(whole) of the parts sent")
+            }
             let outcome: S3CompleteOutcome
             do throws(S3Failure) {
                 outcome = try S3Answer.completion(AWSResponse(response), operation: operation)
@@ -388,7 +433,22 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
             }
             parts.append(receipt)
         }
-        return try complete(file, parts: parts, session: session, operation: operation)
+        return try complete(file, parts: parts, lengths: streamPartLengths(file, parts: parts.count), session: session, operation: operation)
+    }
+
+    /// The lengths of a stream's `parts` parts: each its planned size but
+    /// the last, which holds the rest (`streamPartSize(ofPart:requested:)`).
+    private func streamPartLengths(_ file: FileContext, parts: Int) -> [Int64] {
+        var lengths: [Int64] = []
+        var left = file.size
+        for number in 1...max(1, parts) {
+            // As the engine cuts them (`StreamRunner`).
+            let planned = Int64(min(TransferOptions.maximumChunkSize, streamPartSize(ofPart: number, requested: file.chunkSize)))
+            let length = number == parts ? left : min(planned, left)
+            lengths.append(length)
+            left -= length
+        }
+        return lengths
     }
 
     public func cancelRequests(for job: JobContext) -> [HTTPRequest] {
@@ -509,7 +569,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
         /// Signs with the credentials current at each request: temporary
         /// ones are fetched again before they expire.
         let signer: S3RequestSigner
-        let partChecksum: S3PartChecksum
+        let partChecksum: S3PartCheck
         /// The job's handles, read for an object's headers only when an object is created.
         let jobHandles: ServerHandles
         let fileCount: Int
@@ -530,7 +590,7 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
                 (try? S3Location(parsing: S3Backend.splitTarget(job.target).location)) ?? S3Location(bucket: "invalid-target", prefix: "")
             endpoint = S3Endpoint(base: base!, addressing: addressing)
             signer = S3RequestSigner(backend.configuration.credentialProvider, region: region!, endpoint: endpoint, now: backend.now)
-            partChecksum = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .auto
+            partChecksum = S3PartCheck(handles: handles)
             jobHandles = handles
             fileCount = job.files.count
             keepsModificationTimes = job.keepsModificationTimes

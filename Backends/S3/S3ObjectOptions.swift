@@ -20,6 +20,12 @@ public struct S3ObjectOptions: Sendable, Hashable {
     /// Object tags, `x-amz-tagging`.
     public var tags: [String: String] = [:]
     public var encryption: Encryption?
+    /// A checksum of the whole object for S3 to check and keep, multipart
+    /// uploads included (`FULL_OBJECT`): each part carries its CRC, the
+    /// completion the whole object's, combined from the parts' (see
+    /// `S3FullObjectChecksum`). Nil: as `S3PartChecksum` says. Set after
+    /// `init`, as any option may be.
+    public var checksum: S3FullObjectChecksum?
 
     /// Server-side encryption, `x-amz-server-side-encryption`.
     public enum Encryption: Sendable, Hashable {
@@ -66,7 +72,13 @@ public struct S3ObjectOptions: Sendable, Hashable {
         case nil: break
         }
         for (name, value) in metadata { handles.set(HandleKey(Self.metadataPrefix + name), value) }
+        set("checksum", checksum?.rawValue)
         return handles
+    }
+
+    /// The job's full-object checksum, if it asked for one.
+    static func checksum(from handles: ServerHandles) -> S3FullObjectChecksum? {
+        handles[HandleKey(prefix + "checksum")].flatMap(S3FullObjectChecksum.init(rawValue:))
     }
 
     /// The headers for a new object, from a job's handles (what it was created with).

@@ -67,6 +67,95 @@ public enum S3PartChecksum: String, Sendable, CaseIterable {
     static func crcText(_ crc: UInt32) -> String { S3Answer.crcText(crc) }
 }
 
+/// A checksum of the whole object that S3 checks and keeps, for multipart
+/// uploads too (`x-amz-checksum-type: FULL_OBJECT`), where the
+/// `S3PartChecksum` CRCs give a composite one (a checksum of the parts'
+/// checksums, which a file cannot be compared with). Each part carries its
+/// own CRC (`x-amz-checksum-crc32c` or `-crc64nvme`, kept with its ETag as
+/// its receipt, so a resumed job still has them), and
+/// `CompleteMultipartUpload` the whole object's, combined from the parts'
+/// CRCs and lengths without reading the file again. A one-part file is one
+/// `PutObject` carrying the whole object's CRC.
+///
+/// The store must say it keeps it: `CreateMultipartUpload`'s answer names
+/// `x-amz-checksum-type: FULL_OBJECT`, a `PutObject`'s answer repeats the CRC
+/// (AWS and moto do; Ceph 16's gateway ignores both headers and says neither).
+/// Otherwise the file fails before any part is sent (a `PutObject` has been
+/// stored by then, without the checksum): a push that asked for the checksum
+/// never ends as if the object had it. Stores that refuse the headers fail
+/// the request with their own error. Leave the option out for such stores.
+public enum S3FullObjectChecksum: String, Sendable, CaseIterable {
+    /// CRC-32C, by the CPU's CRC instruction (ISA-L).
+    case crc32c
+    /// CRC-64/NVME: what S3 keeps of every new object since 2025, by default.
+    case crc64nvme
+
+    /// The algorithm's name in S3's headers.
+    var algorithm: S3ChecksumAlgorithm {
+        switch self {
+        case .crc32c: return .crc32c
+        case .crc64nvme: return .crc64nvme
+        }
+    }
+
+    /// `chunk`'s CRC, as S3 writes it (base64 of the big-endian value).
+    func text(of chunk: ChunkPayload) -> String {
+        switch self {
+        case .crc32c: return Data(CRC32.bigEndianBytes(chunk.crc32c)).base64EncodedString()
+        case .crc64nvme: return Data(CRC64NVME.bigEndianBytes(chunk.crc64nvme)).base64EncodedString()
+        }
+    }
+
+    /// The CRC of parts (in order) from their CRCs as S3 writes them and
+    /// their lengths; nil when one is unreadable.
+    func combined(_ parts: [(crc: String, length: Int64)]) -> String? {
+        var whole: UInt64 = 0
+        for part in parts {
+            guard let bytes = Data(base64Encoded: part.crc).map(Array.init), bytes.count == algorithm.digestLength else { return nil }
+            let value = bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            switch self {
+            case .crc32c: whole = UInt64(CRC32C.combine(UInt32(whole), UInt32(value), lengthOfSecond: part.length))
+            case .crc64nvme: whole = CRC64NVME.combine(whole, value, lengthOfSecond: part.length)
+            }
+        }
+        switch self {
+        case .crc32c: return Data(CRC32.bigEndianBytes(UInt32(whole))).base64EncodedString()
+        case .crc64nvme: return Data(CRC64NVME.bigEndianBytes(whole)).base64EncodedString()
+        }
+    }
+}
+
+/// What a job's parts carry, and its completion repeats: a composite choice
+/// (`S3PartChecksum`) or the CRCs of a full-object checksum, read from the
+/// job's handles (so a resumed job sends what its uploads were created for).
+struct S3PartCheck: Sendable {
+    let composite: S3PartChecksum
+    let fullObject: S3FullObjectChecksum?
+
+    init(handles: ServerHandles) {
+        composite = handles[S3PartChecksum.handleKey].flatMap(S3PartChecksum.init(rawValue:)) ?? .auto
+        fullObject = S3ObjectOptions.checksum(from: handles)
+    }
+
+    /// The algorithm's name in `x-amz-checksum-algorithm`; nil for MD5.
+    var algorithmName: String? { fullObject?.algorithm.rawValue ?? composite.algorithmName }
+    var crcHeader: String? { algorithmName.map { "x-amz-checksum-" + $0.lowercased() } }
+    var crcElement: String? { algorithmName.map { "Checksum" + $0 } }
+    var sendsCRC: Bool { algorithmName != nil }
+
+    /// What `CreateMultipartUpload` declares.
+    var creationHeaders: [(name: String, value: String)] {
+        guard let algorithmName else { return [] }
+        if fullObject != nil { return [("x-amz-checksum-algorithm", algorithmName), ("x-amz-checksum-type", "FULL_OBJECT")] }
+        return [("x-amz-checksum-algorithm", algorithmName)]
+    }
+
+    func headers(for chunk: ChunkPayload, payloadSigned: Bool) -> [(name: String, value: String)] {
+        guard let fullObject else { return composite.headers(for: chunk, payloadSigned: payloadSigned) }
+        return [(fullObject.algorithm.header, fullObject.text(of: chunk)), ("x-amz-sdk-checksum-algorithm", fullObject.algorithm.rawValue)]
+    }
+}
+
 /// What a job records of a part S3 stored: its ETag and, for a job that
 /// sends CRCs, the part's CRC (in the job's algorithm), because
 /// `CompleteMultipartUpload` must repeat both. Stored as the chunk's

@@ -105,8 +105,9 @@ extension IncrementalCRC {
 /// table of x^(2^k) (one product per set bit of the length), so a combine
 /// costs a few dozen shifts and no allocation (the squared 32×32 matrices
 /// of zlib's first `crc32_combine` were 4 % of a 64 KiB-chunk push's CPU,
-/// combining 4,096 receipts at completion). The only CRC arithmetic of this
-/// project's own; the CRCs themselves are ISA-L's.
+/// combining 4,096 receipts at completion). Written once for 32- and 64-bit
+/// registers (CRC-32, CRC-32C, CRC-64/NVME); the CRCs themselves are ISA-L's,
+/// or `CRC64NVME`'s tables.
 enum CRCCombination {
     static func combine(_ a: UInt32, _ b: UInt32, lengthOfSecond length: Int64, reflectedPolynomial: UInt32) -> UInt32 {
         guard length > 0 else { return a }
@@ -119,20 +120,29 @@ enum CRCCombination {
         return multiply(shift(UInt64(length), log2Bits: 3, powers: powers, polynomial: reflectedPolynomial), a, polynomial: reflectedPolynomial) ^ b
     }
 
+    static func combine(_ a: UInt64, _ b: UInt64, lengthOfSecond length: Int64, reflectedPolynomial: UInt64) -> UInt64 {
+        guard length > 0 else { return a }
+        let powers = reflectedPolynomial == CRC64NVME.reflectedPolynomial ? nvmePowers : Self.powers(of: reflectedPolynomial)
+        return multiply(shift(UInt64(length), log2Bits: 3, powers: powers, polynomial: reflectedPolynomial), a, polynomial: reflectedPolynomial) ^ b
+    }
+
     /// x^(2^k) mod P for k = 0..<64, in the reflected order (x^0 is the top bit).
     private static let castagnoliPowers = powers(of: CRC32C.reflectedPolynomial)
     private static let zlibPowers = powers(of: CRC32.reflectedPolynomial)
+    private static let nvmePowers = powers(of: CRC64NVME.reflectedPolynomial)
 
-    private static func powers(of polynomial: UInt32) -> [UInt32] {
-        var table = [UInt32](repeating: 0, count: 64)
-        table[0] = 1 << 30  // x^1
+    private static func powers<Register: FixedWidthInteger & UnsignedInteger>(of polynomial: Register) -> [Register] {
+        var table = [Register](repeating: 0, count: 64)
+        table[0] = 1 << (Register.bitWidth - 2)  // x^1
         for k in 1..<64 { table[k] = multiply(table[k - 1], table[k - 1], polynomial: polynomial) }
         return table
     }
 
     /// x^(n · 2^log2Bits) mod P.
-    private static func shift(_ n: UInt64, log2Bits: Int, powers: [UInt32], polynomial: UInt32) -> UInt32 {
-        var product: UInt32 = 1 << 31  // x^0
+    private static func shift<Register: FixedWidthInteger & UnsignedInteger>(
+        _ n: UInt64, log2Bits: Int, powers: [Register], polynomial: Register
+    ) -> Register {
+        var product: Register = 1 << (Register.bitWidth - 1)  // x^0
         var n = n
         var k = log2Bits
         while n != 0 {
@@ -144,10 +154,10 @@ enum CRCCombination {
     }
 
     /// a · b mod P, both reflected.
-    private static func multiply(_ a: UInt32, _ b: UInt32, polynomial: UInt32) -> UInt32 {
-        var product: UInt32 = 0
+    private static func multiply<Register: FixedWidthInteger & UnsignedInteger>(_ a: Register, _ b: Register, polynomial: Register) -> Register {
+        var product: Register = 0
         var b = b
-        var mask: UInt32 = 1 << 31
+        var mask: Register = 1 << (Register.bitWidth - 1)
         while mask != 0 {
             if a & mask != 0 {
                 product ^= b

@@ -77,6 +77,10 @@ public struct S3ObjectMetadata: Sendable, Hashable {
     public var contentType: String?
     /// User metadata stored with the object: `x-amz-meta-NAME` headers, by NAME (lowercase).
     public var userMetadata: [String: String]
+    /// The checksums S3 keeps of the object, when the request asked for
+    /// them (`x-amz-checksum-mode: ENABLED`; `S3ObjectRequests.headObject(key:ifMatch:checksums:)`);
+    /// `S3ObjectChecksum.checksums(in:)` says which kind each is.
+    public var checksums: [S3ObjectChecksum] = []
 
     /// Where user metadata headers' names start.
     public static let userPrefix = "x-amz-meta-"
@@ -120,6 +124,8 @@ public struct S3ObjectMetadata: Sendable, Hashable {
                     let name = field.name.lowercased()
                     return name.hasPrefix(Self.userPrefix) ? (String(name.dropFirst(Self.userPrefix.count)), field.value) : nil
                 }, uniquingKeysWith: { first, _ in first }))
+        // A ranged answer's checksum headers, if a store sent any, are not the object's.
+        if response.status == 200 { checksums = S3ObjectChecksum.checksums(in: response) }
     }
 }
 

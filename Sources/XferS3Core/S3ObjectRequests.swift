@@ -166,8 +166,17 @@ public struct S3ObjectRequests: Sendable {
 
     /// `HeadObject`: the object's size, ETag, date and user metadata, without its bytes.
     public func headObject(key: String, ifMatch: S3ETag? = nil) -> S3Operation<S3HeadOutcome> {
+        headObject(key: key, ifMatch: ifMatch, checksums: false)
+    }
+
+    /// `HeadObject`, asking S3 for the checksums it keeps of the object when
+    /// `checksums` (`x-amz-checksum-mode: ENABLED`): the found metadata's
+    /// `checksums`, and `S3ObjectChecksum.fullObject(in:)` the one a local
+    /// file can be compared with.
+    public func headObject(key: String, ifMatch: S3ETag? = nil, checksums: Bool) -> S3Operation<S3HeadOutcome> {
         var request = AWSRequest(method: "HEAD", url: endpoint.url(bucket: bucket, key: key))
         if let ifMatch { request.headers.set("If-Match", ifMatch.quoted) }
+        if checksums { request.headers.set("x-amz-checksum-mode", "ENABLED") }
         return describe("HeadObject", key: key, request) { response, operation throws(S3Failure) in
             try S3Answer.head(response, operation: operation)
         }

@@ -3,6 +3,7 @@ import Foundation
 import XCTest
 import Xfer
 import XferBackendTesting
+import XferPrimitives
 @testable import XferS3
 @testable import XferS3Core
 
@@ -496,6 +497,137 @@ final class S3BackendTests: XCTestCase {
         // Another CRC than recorded: other bytes.
         let other = page("<Part><PartNumber>1</PartNumber><ETag>\"e1\"</ETag><Size>5242880</Size><ChecksumCRC32>BBBBBB==</ChecksumCRC32></Part>")
         XCTAssertEqual(try exchange(other), .serverHas(chunks: [], receipts: [:]))
+    }
+
+    // MARK: Full-object checksums (--checksum-algorithm)
+
+    private func fullObjectJobHandles(_ checksum: S3FullObjectChecksum) -> ServerHandles {
+        var options = S3ObjectOptions()
+        options.checksum = checksum
+        return S3Backend(
+            configuration: configuration, endpoint: S3Endpoint(base: "http://127.0.0.1:9000", addressing: .path), objectOptions: options
+        ).makeJobHandles(for: BackendTesting.job(target: "s3://bkt"))
+    }
+
+    private static func base64(_ bytes: [UInt8]) -> String { Data(bytes).base64EncodedString() }
+
+    /// The upload is created FULL_OBJECT, each part carries its CRC64NVME,
+    /// the completion the whole object's, combined from the receipts (as a
+    /// resumed run has them) and the parts' lengths: the value AWS computes
+    /// of the whole file (checked with awscrt's by the end-to-end tests).
+    func testAFullObjectCRC64NVMEJobCreatesFullObjectSendsPartCRCsAndCompletesWithTheWhole() throws {
+        let jobHandles = fullObjectJobHandles(.crc64nvme)
+        XCTAssertEqual(jobHandles[HandleKey("object.checksum")], "crc64nvme")
+        let job = job(handles: uploadHandles, jobHandles: jobHandles)
+        let open = try XCTUnwrap(backend.openFile(job.files[0], in: job).request)
+        XCTAssertEqual(open.headers["x-amz-checksum-algorithm"], "CRC64NVME")
+        XCTAssertEqual(open.headers["x-amz-checksum-type"], "FULL_OBJECT")
+        XCTAssertTrue(backend.requestAsSent(open, in: job).headers["Authorization"]!.contains("x-amz-checksum-type"))
+
+        let bytes = (0..<(12 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        var receipts: [Int: String] = [:]
+        for index in 0..<3 {
+            let start = index * (5 << 20)
+            let chunk = ChunkPayload(index: index, offset: Int64(start), bytes: Array(bytes[start..<min(bytes.count, start + (5 << 20))]))
+            let crc = Self.base64(CRC64NVME.bigEndianBytes(CRC64NVME.of(chunk.bytes)))
+            let part = try backend.uploadChunk(chunk, of: job.files[0], in: job)
+            XCTAssertEqual(part.request.headers["x-amz-checksum-crc64nvme"], crc)
+            XCTAssertEqual(part.request.headers["x-amz-sdk-checksum-algorithm"], "CRC64NVME")
+            XCTAssertNil(part.request.headers["Content-MD5"])
+            // moto and Ceph repeat nothing; AWS repeats the CRC.
+            XCTAssertEqual(try part.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"e\(index)\""])), .stored(receipt: "\"e\(index)\" crc32=\(crc)"))
+            receipts[index] = "\"e\(index)\" crc32=\(crc)"
+        }
+        let whole = self.job(handles: uploadHandles, receipts: receipts, jobHandles: jobHandles)
+        let finish = try backend.finishFile(whole.files[0], in: whole)
+        let completion = try XCTUnwrap(finish.request)
+        let expected = Self.base64(CRC64NVME.bigEndianBytes(CRC64NVME.of(bytes)))
+        XCTAssertEqual(completion.headers["x-amz-checksum-crc64nvme"], expected)
+        XCTAssertEqual(completion.headers["x-amz-checksum-type"], "FULL_OBJECT")
+        XCTAssertTrue(completion.bodyText.contains("<ChecksumCRC64NVME>\(receipts[1]!.split(separator: "=", maxSplits: 1)[1])</ChecksumCRC64NVME>"), completion.bodyText)
+        let done = "<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag>"
+        var completed = FileFinish.Completion(url: "s3://bkt/in/a b.bin")
+        completed.version = "x-3"
+        XCTAssertEqual(
+            try finish.outcome(for: HTTPResponse(status: 200, body: xml(done + "<ChecksumCRC64NVME>\(expected)</ChecksumCRC64NVME></CompleteMultipartUploadResult>"))),
+            .completed(completed))
+        // moto and Ceph answer without it.
+        XCTAssertEqual(try finish.outcome(for: HTTPResponse(status: 200, body: xml(done + "</CompleteMultipartUploadResult>"))), .completed(completed))
+        // Another value than the one sent: not the object the parts make.
+        XCTAssertThrowsError(
+            try finish.outcome(for: HTTPResponse(status: 200, body: xml(done + "<ChecksumCRC64NVME>AAAAAAAAAAA=</ChecksumCRC64NVME></CompleteMultipartUploadResult>")))
+        ) { error in
+            guard case BackendError.rejected = error else { return XCTFail("\(error)") }
+        }
+        // A receipt without its CRC: that part is sent again, as for composite CRCs.
+        let lacking = self.job(handles: uploadHandles, receipts: [0: receipts[0]!, 1: "\"e1\"", 2: receipts[2]!], jobHandles: jobHandles)
+        XCTAssertEqual(try backend.finishFile(lacking.files[0], in: lacking).immediateAnswer, .missing([1]))
+    }
+
+    func testAFullObjectCRC32CCompletionCombinesThePartsCRC32Cs() throws {
+        let jobHandles = fullObjectJobHandles(.crc32c)
+        let bytes = (0..<(12 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 1) }
+        var receipts: [Int: String] = [:]
+        for index in 0..<3 {
+            let start = index * (5 << 20)
+            receipts[index] = "\"e\(index)\" crc32=" + S3PartChecksum.crcText(CRC32C.of(bytes[start..<min(bytes.count, start + (5 << 20))]))
+        }
+        let whole = job(handles: uploadHandles, receipts: receipts, jobHandles: jobHandles)
+        let open = try XCTUnwrap(backend.openFile(whole.files[0], in: whole).request)
+        XCTAssertEqual(open.headers["x-amz-checksum-algorithm"], "CRC32C")
+        let completion = try XCTUnwrap(try backend.finishFile(whole.files[0], in: whole).request)
+        XCTAssertEqual(completion.headers["x-amz-checksum-crc32c"], S3PartChecksum.crcText(CRC32C.of(bytes)))
+        XCTAssertEqual(completion.headers["x-amz-checksum-type"], "FULL_OBJECT")
+    }
+
+    /// Ceph 16's gateway takes the headers and keeps nothing: its answers
+    /// say so by what they lack, and the push does not go on as if the
+    /// object had its checksum.
+    func testAStoreThatDoesNotSayItKeepsTheChecksumFailsTheFileBeforeAnyPart() throws {
+        let jobHandles = fullObjectJobHandles(.crc64nvme)
+        let job = job(jobHandles: jobHandles)
+        let open = try backend.openFile(job.files[0], in: job)
+        let created = xml("<InitiateMultipartUploadResult><UploadId>u1</UploadId></InitiateMultipartUploadResult>")
+        // AWS and moto: the answer names the type; the upload goes on.
+        let kept = try open.outcome(for: HTTPResponse(status: 200, headers: ["x-amz-checksum-type": "FULL_OBJECT"], body: created))
+        XCTAssertNil(kept.handles[S3Backend.checksumNotKeptKey])
+        // Ceph: no type. The upload is recorded (xfer cancel drops it) and its parts refuse to go.
+        let ignored = try XCTUnwrap(try open.outcome(for: HTTPResponse(status: 200, body: created)))
+        XCTAssertEqual(ignored.handles[S3Backend.uploadID], "u1")
+        XCTAssertEqual(ignored.handles[S3Backend.checksumNotKeptKey], "CRC64NVME")
+        let unkept = self.job(handles: ignored.handles, jobHandles: jobHandles)
+        let chunk = ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 1, count: 5 << 20))
+        XCTAssertThrowsError(try backend.uploadChunk(chunk, of: unkept.files[0], in: unkept)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("--checksum-algorithm"), message)
+        }
+        // One PutObject: the answer must repeat the CRC (AWS and moto do).
+        let small = self.job(size: 100, jobHandles: jobHandles)
+        let put = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: Array(repeating: 7, count: 100)), of: small.files[0], in: small)
+        let crc = try XCTUnwrap(put.request.headers["x-amz-checksum-crc64nvme"])
+        var stored = ChunkOutcome.Stored(receipt: "\"abc\" crc32=\(crc)", fileURL: "s3://bkt/in/a b.bin")
+        stored.version = "abc"
+        XCTAssertEqual(try put.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\"", "x-amz-checksum-crc64nvme": crc])), .stored(stored))
+        XCTAssertThrowsError(try put.interpret(HTTPResponse(status: 200, headers: ["ETag": "\"abc\""]))) { error in
+            guard case BackendError.rejected = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testAStreamsFullObjectCRCCombinesItsGrowingParts() throws {
+        let jobHandles = fullObjectJobHandles(.crc64nvme)
+        // Parts 1 and 2 of 6 MiB (the least a stream's first part is), then 1 MiB.
+        let sizes = [6 << 20, 6 << 20, 1 << 20]
+        let bytes = (0..<sizes.reduce(0, +)).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+        var receipts: [String?] = []
+        var start = 0
+        for size in sizes {
+            receipts.append("\"e\" crc32=" + Self.base64(CRC64NVME.bigEndianBytes(CRC64NVME.of(bytes[start..<(start + size)]))))
+            start += size
+        }
+        let file = BackendTesting.file(name: "s.tar", size: Int64(bytes.count), chunkSize: 6 << 20, handles: uploadHandles)
+        let job = BackendTesting.job(target: "s3://bkt/in", handles: jobHandles, files: [file])
+        let completion = try XCTUnwrap(try backend.finishStream(job.files[0], receipts: receipts, in: job).request)
+        XCTAssertEqual(completion.headers["x-amz-checksum-crc64nvme"], Self.base64(CRC64NVME.bigEndianBytes(CRC64NVME.of(bytes))))
     }
 
     func testCancelAbortsEveryOpenUpload() {

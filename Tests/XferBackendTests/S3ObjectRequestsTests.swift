@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import Xfer
+import XferPrimitives
 @testable import XferS3
 @testable import XferS3Core
 
@@ -219,6 +220,39 @@ final class S3ObjectRequestsTests: XCTestCase {
     }
 
     // MARK: Answers
+
+    /// What a sync compares a local file with: the full-object checksum a
+    /// HEAD asked with `x-amz-checksum-mode: ENABLED` reports, read sans-IO.
+    func testAHeadAskedForChecksumsReportsTheObjectsFullObjectChecksum() throws {
+        let head = store.headObject(key: "k", checksums: true)
+        XCTAssertEqual(head.request.headers["x-amz-checksum-mode"], "ENABLED")
+        XCTAssertTrue(head.request.headers["Authorization"]!.contains("x-amz-checksum-mode"), "signed")
+        XCTAssertNil(store.headObject(key: "k").request.headers["x-amz-checksum-mode"])
+        // AWS since 2025: a multipart object with its CRC64NVME (of "123456789") and a composite CRC-32C.
+        let answer = HTTPResponse(
+            status: 200,
+            headers: [
+                "Content-Length": "9", "ETag": "\"abc-2\"", "x-amz-checksum-crc64nvme": "rosUhgp5mIg=",
+                "x-amz-checksum-crc32c": "4waSgw==-2",
+            ])
+        guard case .found(let metadata) = try head.interpret(answer) else { return XCTFail("not found") }
+        XCTAssertEqual(
+            metadata.checksums,
+            [
+                S3ObjectChecksum(algorithm: .crc32c, digest: [0xE3, 0x06, 0x92, 0x83], kind: .composite(partCount: 2)),
+                S3ObjectChecksum(algorithm: .crc64nvme, digest: CRC64NVME.bigEndianBytes(0xAE8B_1486_0A79_9888), kind: .fullObject),
+            ])
+        let full = try XCTUnwrap(S3ObjectChecksum.fullObject(in: AWSResponse(answer)))
+        XCTAssertEqual(full.algorithm, .crc64nvme)
+        XCTAssertEqual(full.crc, 0xAE8B_1486_0A79_9888)
+        XCTAssertEqual(full.headerValue, "rosUhgp5mIg=")
+        XCTAssertEqual(S3ObjectChecksum.checksums(in: AWSResponse(answer)).first?.headerValue, "4waSgw==-2")
+        // A full-object CRC-32C is preferred: the cheapest to compute of a local file.
+        let both = AWSResponse(
+            status: 200, headers: ["x-amz-checksum-crc64nvme": "rosUhgp5mIg=", "x-amz-checksum-crc32c": "4waSgw==", "x-amz-checksum-type": "FULL_OBJECT"])
+        XCTAssertEqual(S3ObjectChecksum.fullObject(in: both)?.algorithm, .crc32c)
+        XCTAssertNil(S3ObjectChecksum.fullObject(in: AWSResponse(status: 200, headers: ["ETag": "\"abc\""])))
+    }
 
     func testPutAnswersAreTheNewETagOrPreconditionFailed() throws {
         let put = store.putObject(key: "k", bytes: [1], condition: .onlyIfAbsent)

@@ -38,11 +38,14 @@ final class BackendConformanceTests: XCTestCase {
         }
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let sources = root.appendingPathComponent("Sources")
-        return [
-            "-I", products.appendingPathComponent("Modules").path,
-            "-Xcc", "-fmodule-map-file=" + products.appendingPathComponent("CCurlShim.build/module.modulemap").path,
-            "-I", sources.appendingPathComponent("CCurlShim/include").path,
-        ] + ["CISAL", "CLMDB", "CCurl", "CMalloc"].flatMap { ["-I", sources.appendingPathComponent($0).path] }
+        // The C targets' maps are SwiftPM's, beside their objects; their headers in include/.
+        return ["-I", products.appendingPathComponent("Modules").path]
+            + ["CCurlShim", "CCRC64"].flatMap {
+                [
+                    "-Xcc", "-fmodule-map-file=" + products.appendingPathComponent("\($0).build/module.modulemap").path,
+                    "-I", sources.appendingPathComponent("\($0)/include").path,
+                ]
+            } + ["CISAL", "CLMDB", "CCurl", "CMalloc"].flatMap { ["-I", sources.appendingPathComponent($0).path] }
     }
 
     func testACapabilitySpelledRightCompiles() throws {

@@ -1,4 +1,5 @@
 import Crypto
+import Glibc
 import Foundation
 import Testing
 import XferPrimitives
@@ -94,6 +95,98 @@ import XferTestSupport
         #expect(try DownloadWorker.check(file, plan: plan, receipts: [:], against: [.md5(Array(Insecure.MD5.hash(data: [UInt8](repeating: 0, count: 10))))]) == nil)
         #expect(try DownloadWorker.check(file, plan: plan, receipts: [:], against: [.md5(Array(Insecure.MD5.hash(data: bytes)))]) != nil)
         #expect(try DownloadWorker.check(file, plan: plan, receipts: [:], against: []) == nil, "nothing offered, nothing to check")
+    }
+
+    /// Receipts of 24 hex digits carry a range's CRC64NVME after its
+    /// CRC-32C: the whole file's CRC64NVME (S3's default checksum) is
+    /// combined from them as the CRC-32C is, without reading the file.
+    @Test func aCRC64NVMEIsCombinedFromTheRangesReceiptsToo() throws {
+        let (directory, file) = try partial(size: 1_000)
+        _ = directory
+        let bytes = (0..<1_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let plan = ChunkPlan(fileSize: 1_000, chunkSize: 300)
+        var receipts: [Int: String] = [:]
+        for chunk in 0..<plan.count {
+            let range = plan.range(of: chunk)
+            let slice = bytes[Int(range.lowerBound)..<Int(range.upperBound)]
+            receipts[chunk] = CRC32.hex(CRC32C.of(slice)) + CRC64NVME.hex(CRC64NVME.of(slice))
+        }
+        let whole = CRC64NVME.of(bytes)
+        // The partial file holds zeros: a match can only come from the receipts.
+        #expect(try DownloadWorker.check(file, plan: plan, receipts: receipts, against: [.crc64nvme(whole)]) == nil)
+        let wrong = try DownloadWorker.check(file, plan: plan, receipts: receipts, against: [.crc64nvme(whole ^ 1)])
+        #expect(wrong?.contains("CRC64NVME") == true)
+        // Receipts from before (the CRC-32C alone) still check a CRC-32C, and a CRC64NVME by reading the file.
+        var old = receipts
+        for (chunk, receipt) in receipts { old[chunk] = String(receipt.prefix(8)) }
+        #expect(try DownloadWorker.check(file, plan: plan, receipts: old, against: [.crc32c(CRC32C.of(bytes))]) == nil)
+        #expect(try DownloadWorker.check(file, plan: plan, receipts: old, against: [.crc64nvme(whole)]) != nil, "read back: zeros")
+        #expect(try DownloadWorker.check(file, plan: plan, receipts: old, against: [.crc64nvme(CRC64NVME.of([UInt8](repeating: 0, count: 1_000)))]) == nil)
+        // Kept with the file's record across runs.
+        let digests: [ObjectDigest] = [
+            .crc64nvme(whole), .composite(CompositeChecksum(algorithm: .crc32c, digest: [1, 2, 3, 4], partCount: 3)), .crc32c(5),
+        ]
+        #expect(DownloadHandles.decodeDigests(DownloadHandles.encode(digests)) == digests)
+    }
+
+    /// A composite checksum (S3's `BASE64-N`) is checked through the parts
+    /// the server lists: each part against its listed checksum, the checksum
+    /// of them all against the object's; from the ranges' receipts where a
+    /// part is whole ranges, else read back.
+    @Test func aCompositeChecksumIsCheckedPartByPart() throws {
+        let (directory, file) = try partial(size: 1_000)
+        _ = directory
+        let bytes = (0..<1_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ 3) }
+        _ = bytes.withUnsafeBytes { pwrite(file.descriptor, $0.baseAddress, 1_000, 0) }
+        let plan = ChunkPlan(fileSize: 1_000, chunkSize: 200)
+        var receipts: [Int: String] = [:]
+        for chunk in 0..<plan.count {
+            let range = plan.range(of: chunk)
+            receipts[chunk] = CRC32.hex(CRC32C.of(bytes[Int(range.lowerBound)..<Int(range.upperBound)]))
+        }
+        func parts(_ sizes: [Int], algorithm: CompositeChecksum.Algorithm) -> ([ObjectPartsPage.Part], CompositeChecksum) {
+            var listed: [ObjectPartsPage.Part] = []
+            var ofParts: [UInt8] = []
+            var start = 0
+            for (index, size) in sizes.enumerated() {
+                let slice = bytes[start..<(start + size)]
+                let digest = algorithm == .crc32c ? CRC32.bigEndianBytes(CRC32C.of(slice)) : Array(SHA256.hash(data: Array(slice)))
+                listed.append(.init(number: index + 1, size: Int64(size), checksum: digest))
+                ofParts += digest
+                start += size
+            }
+            let whole = algorithm == .crc32c ? CRC32.bigEndianBytes(CRC32C.of(ofParts)) : Array(SHA256.hash(data: ofParts))
+            return (listed, CompositeChecksum(algorithm: algorithm, digest: whole, partCount: sizes.count))
+        }
+        // Parts of whole ranges (from the receipts), and parts that cut ranges (read back), in two pages.
+        for (sizes, algorithm) in [([400, 400, 200], CompositeChecksum.Algorithm.crc32c), ([300, 300, 400], .crc32c), ([500, 500], .sha256)] {
+            let (listed, composite) = parts(sizes, algorithm: algorithm)
+            var check = DownloadWorker.CompositeCheck(composite, plan: plan, receipts: receipts, partial: file)
+            #expect(try check.add(Array(listed.prefix(1))) == nil)
+            #expect(try check.add(Array(listed.dropFirst())) == nil)
+            #expect(check.finish() == nil, "\(sizes)")
+            // A part whose listed checksum differs is named.
+            var bad = listed
+            bad[1].checksum = [UInt8](repeating: 0, count: algorithm.digestLength)
+            var failing = DownloadWorker.CompositeCheck(composite, plan: plan, receipts: receipts, partial: file)
+            #expect(try failing.add(bad)?.contains("part 2") == true)
+            // Unlisted part checksums: the object's checksum of them still decides.
+            var wrong = composite
+            wrong.digest[0] ^= 1
+            var unlisted = DownloadWorker.CompositeCheck(wrong, plan: plan, receipts: receipts, partial: file)
+            #expect(try unlisted.add(listed.map { .init(number: $0.number, size: $0.size, checksum: nil) }) == nil)
+            #expect(unlisted.finish() != nil)
+        }
+        // Parts that do not add up to the file, or skip a number, are a mismatch.
+        let (listed, composite) = parts([400, 400, 200], algorithm: .crc32c)
+        var short = DownloadWorker.CompositeCheck(composite, plan: plan, receipts: receipts, partial: file)
+        #expect(try short.add(Array(listed.prefix(2))) == nil)
+        #expect(short.finish() != nil)
+        var skipping = DownloadWorker.CompositeCheck(composite, plan: plan, receipts: receipts, partial: file)
+        #expect(try skipping.add([listed[0], listed[2]]) != nil)
+        // A receipt-made part's CRC-32C is the one reading it gives.
+        #expect(DownloadWorker.combinedCRC32C(offset: 200, length: 400, plan: plan, receipts: receipts) == CRC32C.of(bytes[200..<600]))
+        #expect(DownloadWorker.combinedCRC32C(offset: 100, length: 400, plan: plan, receipts: receipts) == nil)
     }
 
     // MARK: Paths and records

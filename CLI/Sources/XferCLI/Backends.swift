@@ -113,8 +113,14 @@ struct BackendSettings {
     func s3Backend() throws(XferError) -> S3Backend {
         switch s3 {
         case .push(let arguments, let object):
+            let options = try object.options()
+            let partChecksum = try arguments.checksum()
+            // A full-object checksum decides what the parts carry (their CRCs).
+            if options.checksum != nil, partChecksum != .auto {
+                throw .invalidInput("--checksum-algorithm has each part carry its CRC, so --part-checksum \(partChecksum.rawValue) cannot be kept: name one of them")
+            }
             return try arguments.server.backend(
-                profile: profile, transport: transport, partChecksum: try arguments.checksum(), objectOptions: try object.options())
+                profile: profile, transport: transport, partChecksum: partChecksum, objectOptions: options)
         case .job:
             return S3Backend(configuration: try profile.configuration(transport: transport))
         case .none:

@@ -91,7 +91,7 @@ struct PushCommand: AsyncParsableCommand {
         if dryRun { return }
         guard let backend else { throw ValidationError("--backend is required (\(BuiltInBackend.names))") }
         if backend.name != "s3", !s3.isEmpty || !s3Object.isEmpty || aws.profile != nil {
-            throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --profile and the object options (--content-type, --metadata, …) are for --backend s3")
+            throw ValidationError("--endpoint, --region, --addressing, --part-checksum, --profile and the object options (--content-type, --metadata, --checksum-algorithm, …) are for --backend s3")
         }
         if let interopVersion {
             guard backend.name == "ietf" else { throw ValidationError("--interop-version is for --backend ietf") }

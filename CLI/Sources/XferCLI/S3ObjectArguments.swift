@@ -33,15 +33,24 @@ struct S3ObjectArguments: ParsableArguments {
     @Option(help: "s3: the KMS key for --sse aws:kms (default: the account's).")
     var sseKmsKeyId: String?
 
+    @Option(help: ArgumentHelp("s3: a checksum of each whole object for S3 to check and keep, multipart uploads included (FULL_OBJECT): crc32c, crc64nvme, or none for a store that refuses or ignores them (default: none; the parts then carry --part-checksum's check).", valueName: "crc32c|crc64nvme|none"))
+    var checksumAlgorithm: String?
+
     var isEmpty: Bool {
         contentType == nil && metadata.isEmpty && storageClass == nil && cacheControl == nil && contentDisposition == nil
-            && acl == nil && tagging == nil && sse == nil && sseKmsKeyId == nil
+            && acl == nil && tagging == nil && sse == nil && sseKmsKeyId == nil && checksumAlgorithm == nil
     }
 
     /// The options, checked: each becomes a signed header, so no line breaks or
     /// control characters, and the forms S3 takes.
     func options() throws(XferError) -> S3ObjectOptions {
         var options = S3ObjectOptions()
+        if let checksumAlgorithm, checksumAlgorithm != "none" {
+            guard let parsed = S3FullObjectChecksum(rawValue: checksumAlgorithm) else {
+                throw .invalidInput("--checksum-algorithm must be crc32c, crc64nvme or none, not '\(checksumAlgorithm.prefix(40))'")
+            }
+            options.checksum = parsed
+        }
         func checked(_ value: String?, _ flag: String) throws(XferError) -> String? {
             guard let value else { return nil }
             let trimmed = value.trimmingSpacesAndTabs()

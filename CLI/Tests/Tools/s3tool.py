@@ -1,7 +1,7 @@
 """The S3 side of xfer's end-to-end tests, independent of xfer: a moto S3
 server on 127.0.0.1, and boto3 to make buckets and read objects back.
 
-  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N] [--auth]
+  s3tool.py serve [--lose-complete] [--signed-headers-only] [--page-uploads N] [--auth] [--aws-checksums [--misreport-parts]]
                                        prints "listening on URL", then serves until killed;
                                        --lose-complete: the first CompleteMultipartUpload of
                                        each upload completes it but answers 500 (a lost answer),
@@ -21,6 +21,14 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
                                        GET /xfer-test/requests answers what S3 and STS were asked, as
                                        JSON [{"time", "service", "method", "path", "accessKey", and for
                                        STS "params": the form, less any WebIdentityToken}]
+                                       --aws-checksums: checksums as AWS treats them, where moto 5.2 does
+                                       not: a PutObject's or UploadPart's x-amz-checksum-* is checked against
+                                       the body, a CompleteMultipartUpload's FULL_OBJECT one against the
+                                       parts (400 BadDigest, as AWS; moto keeps any value it is sent);
+                                       HeadObject reports a composite checksum with its -N and type (moto
+                                       leaves both off); GetObjectAttributes lists ObjectParts (moto lists
+                                       none), paged by x-amz-max-parts and x-amz-part-number-marker;
+                                       with --misreport-parts, part 1's listed checksum is not its bytes
   s3tool.py assume URL ROLE_ARN        prints temporary credentials of the role from STS, as JSON
                                        {"AccessKeyId", "SecretAccessKey", "SessionToken", "Expiration"}
   s3tool.py meta URL BUCKET KEY        prints the object's user metadata as JSON
@@ -34,6 +42,15 @@ server on 127.0.0.1, and boto3 to make buckets and read objects back.
   s3tool.py create-upload URL BUCKET KEY...
                                        starts a multipart upload of each KEY; prints each one's UploadId
   s3tool.py objects URL BUCKET         prints {"KEY": "ETAG", ...} for every object
+  s3tool.py checksums URL BUCKET KEY   prints the checksums HeadObject reports (x-amz-checksum-mode: ENABLED) as
+                                       JSON {"CRC64NVME": BASE64, ..., "type": FULL_OBJECT|COMPOSITE|null}
+  s3tool.py crc64nvme FILE             prints the file's CRC64NVME as S3 writes it (base64), by awscrt
+  s3tool.py put-checksum URL BUCKET KEY FILE ALGORITHM VALUE
+                                       PutObject of FILE claiming checksum VALUE (base64) by ALGORITHM (moto
+                                       keeps what it is told: an object whose checksum is wrong)
+  s3tool.py put-parts URL BUCKET KEY FILE PART_SIZE ALGORITHM [FULL_OBJECT|COMPOSITE]
+                                       a multipart upload of FILE in parts of PART_SIZE, each with its
+                                       checksum by ALGORITHM, of that type (default COMPOSITE)
 
 Credentials: whatever the environment says (the tests set dummy ones; moto
 accepts any, except under `serve --auth`: there the keys it printed).
@@ -48,12 +65,12 @@ for name in [name for name, value in os.environ.items() if name.startswith("AWS_
     del os.environ[name]
 
 
-def client(url):
+def client(url, **config):
     import boto3
     from botocore.config import Config
 
     return boto3.client("s3", endpoint_url=url, region_name="us-east-1",
-                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}, **config))
 
 
 def page_of_uploads(body, query, page_size):
@@ -138,7 +155,123 @@ def allow_unsigned_web_identity():
     TokenResponse._authenticate_and_authorize_normal_action = authenticate
 
 
-def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth):
+# (bucket, key) -> [(part number, size, checksum)] of the last completion of each key (--aws-checksums).
+COMPLETED_PARTS = {}
+# --misreport-parts: GetObjectAttributes lists part 1 with a checksum its bytes do not have.
+MISREPORT_PARTS = False
+
+
+def checksums_as_aws(moto, environ, start_response, query):
+    """--aws-checksums (see the module's text): the answer, or None to let moto answer alone."""
+    import io
+    import xml.etree.ElementTree as ET
+
+    from moto.s3.models import s3_backends
+    from moto.s3.utils import compute_checksum
+
+    backend = s3_backends[ACCOUNT]["aws"]
+    method = environ["REQUEST_METHOD"]
+    parts = environ.get("PATH_INFO", "").lstrip("/").split("/", 1)
+    if len(parts) != 2 or not parts[1]:
+        return None
+    bucket, key = parts
+    algorithm = next((name[len("HTTP_X_AMZ_CHECKSUM_"):] for name in environ
+                      if name.startswith("HTTP_X_AMZ_CHECKSUM_") and name not in ("HTTP_X_AMZ_CHECKSUM_TYPE",
+                                                                                   "HTTP_X_AMZ_CHECKSUM_MODE",
+                                                                                   "HTTP_X_AMZ_CHECKSUM_ALGORITHM")), None)
+
+    def bad_digest(what):
+        print(f"refused {what}: BadDigest", flush=True)
+        start_response("400 Bad Request", [("Content-Type", "application/xml")])
+        return [b"<Error><Code>BadDigest</Code><Message>The " + what.encode() + b" you specified did not match the calculated checksum.</Message></Error>"]
+
+    def answer_of(environ):
+        answer = {}
+        body = b"".join(moto(environ, lambda status, headers, *_: answer.update(status=status, headers=headers)))
+        return answer["status"], answer["headers"], body
+
+    if method == "PUT" and algorithm and "HTTP_X_AMZ_COPY_SOURCE" not in environ:
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        sent = environ["HTTP_X_AMZ_CHECKSUM_" + algorithm]
+        if compute_checksum(body, algorithm).decode() != sent:
+            return bad_digest(f"{algorithm} of the body")
+        return None
+    if method == "POST" and "uploadId" in query:
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        upload = backend.get_bucket(bucket).multiparts.get(query["uploadId"][0])
+        if upload is None:
+            return None
+        numbers = [int(element.text) for element in ET.fromstring(body).iter() if element.tag.endswith("PartNumber")]
+        named = upload.metadata.get("x-amz-checksum-algorithm")
+        # moto drops the parts' bytes once it completes: what GetObjectAttributes lists is kept now.
+        COMPLETED_PARTS[(bucket, key)] = [
+            (number, len(upload.parts[number].value),
+             compute_checksum(upload.parts[number].value, named).decode() if named else None)
+            for number in numbers if number in upload.parts]
+        if algorithm and environ.get("HTTP_X_AMZ_CHECKSUM_TYPE") == "FULL_OBJECT":
+            whole = b"".join(upload.parts[number].value for number in numbers if number in upload.parts)
+            if compute_checksum(whole, algorithm).decode() != environ["HTTP_X_AMZ_CHECKSUM_" + algorithm]:
+                return bad_digest(f"full-object {algorithm}")
+        return None
+    if method == "HEAD" and environ.get("HTTP_X_AMZ_CHECKSUM_MODE") == "ENABLED":
+        status, headers, body = answer_of(environ)
+        stored = backend.get_bucket(bucket).keys.get(key) if status.startswith("200") else None
+        if stored is not None and getattr(stored, "checksum_type", None) == "COMPOSITE":
+            name = "x-amz-checksum-" + stored.checksum_algorithm.lower()
+            headers = [(n, v) for n, v in headers if n.lower() not in (name, "x-amz-checksum-type")]
+            headers += [(name, f"{stored.checksum_value}-{stored.checksum_parts}"), ("x-amz-checksum-type", "COMPOSITE")]
+        start_response(status, headers)
+        return [body]
+    if method == "GET" and "attributes" in query and "ObjectParts" in environ.get("HTTP_X_AMZ_OBJECT_ATTRIBUTES", ""):
+        status, headers, body = answer_of(environ)
+        stored = backend.get_bucket(bucket).keys.get(key) if status.startswith("200") else None
+        kept = COMPLETED_PARTS.get((bucket, key))
+        if stored is None or not stored.multipart or kept is None:
+            start_response(status, headers)
+            return [body]
+        root = ET.fromstring(body)
+        namespace = root.tag[:root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+        # Written back with S3's default namespace, not ElementTree's ns0: prefix.
+        if namespace:
+            ET.register_namespace("", namespace[1:-1])
+        listing = ET.SubElement(root, namespace + "ObjectParts")
+        numbers = [number for number, _, _ in kept]
+        sizes = {number: (size, checksum) for number, size, checksum in kept}
+        marker = int(environ.get("HTTP_X_AMZ_PART_NUMBER_MARKER") or 0)
+        size = int(environ.get("HTTP_X_AMZ_MAX_PARTS") or 1000)
+        after = [number for number in numbers if number > marker]
+        page, rest = after[:size], after[size:]
+        def add(parent, name, text):
+            ET.SubElement(parent, namespace + name).text = str(text)
+        add(listing, "PartsCount", len(numbers))
+        add(listing, "PartNumberMarker", marker)
+        add(listing, "MaxParts", size)
+        add(listing, "IsTruncated", "true" if rest else "false")
+        if rest:
+            add(listing, "NextPartNumberMarker", page[-1])
+        for number in page:
+            part = ET.SubElement(listing, namespace + "Part")
+            add(part, "PartNumber", number)
+            add(part, "Size", sizes[number][0])
+            if getattr(stored, "checksum_type", None) == "COMPOSITE" and sizes[number][1]:
+                listed = sizes[number][1]
+                if MISREPORT_PARTS and number == 1:
+                    # --misreport-parts: part 1's checksum as other bytes would have it.
+                    import base64
+                    digest = bytearray(base64.b64decode(listed))
+                    digest[0] ^= 0xFF
+                    listed = base64.b64encode(bytes(digest)).decode()
+                add(part, "Checksum" + stored.checksum_algorithm, listed)
+        body = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
+        start_response(status, headers + [("Content-Length", str(len(body)))])
+        return [body]
+    return None
+
+
+def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth, aws_checksums=False):
     import io
     import threading
     import time
@@ -199,6 +332,10 @@ def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth):
                 return refuse(start_response, "403 Forbidden", "AccessDenied",
                               "There were headers present in the request which were not signed")
         query = parse_qs(environ.get("QUERY_STRING", ""), keep_blank_values=True)
+        if aws_checksums:
+            answered = checksums_as_aws(moto, environ, start_response, query)
+            if answered is not None:
+                return answered
         if page_uploads and environ["REQUEST_METHOD"] == "GET" and "uploads" in query:
             answer = {}
             body = b"".join(moto(environ, lambda status, headers, *_: answer.update(status=status, headers=headers)))
@@ -239,9 +376,12 @@ def serve_wrapped(lose_complete, signed_headers_only, page_uploads, auth):
 
 def main(argv):
     command = argv[1]
-    if command == "serve" and {"--lose-complete", "--signed-headers-only", "--page-uploads", "--auth"} & set(argv[2:]):
+    if command == "serve" and {"--lose-complete", "--signed-headers-only", "--page-uploads", "--auth", "--aws-checksums"} & set(argv[2:]):
+        global MISREPORT_PARTS
+        MISREPORT_PARTS = "--misreport-parts" in argv[2:]
         page_uploads = int(argv[argv.index("--page-uploads") + 1]) if "--page-uploads" in argv else 0
-        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads, "--auth" in argv[2:])
+        return serve_wrapped("--lose-complete" in argv[2:], "--signed-headers-only" in argv[2:], page_uploads, "--auth" in argv[2:],
+                             "--aws-checksums" in argv[2:])
     if command == "serve":
         from moto.server import ThreadedMotoServer
 
@@ -308,6 +448,52 @@ def main(argv):
             for item in page.get("Contents", []):
                 found[item["Key"]] = item["ETag"]
         print(json.dumps(found))
+    elif command == "checksums":
+        head = client(argv[2]).head_object(Bucket=argv[3], Key=argv[4], ChecksumMode="ENABLED")
+        found = {name[len("Checksum"):]: value for name, value in head.items()
+                 if name.startswith("Checksum") and name != "ChecksumType"}
+        found["type"] = head.get("ChecksumType")
+        print(json.dumps(found, sort_keys=True))
+    elif command == "crc64nvme":
+        import base64
+        from awscrt import checksums
+
+        with open(argv[2], "rb") as file:
+            crc = 0
+            while block := file.read(1 << 20):
+                crc = checksums.crc64nvme(block, crc)
+        print(base64.b64encode(crc.to_bytes(8, "big")).decode())
+    elif command == "put-checksum":
+        with open(argv[5], "rb") as file:
+            body = file.read()
+        # The checksum header as sent, with the algorithm named as moto wants it (x-amz-sdk-checksum-algorithm).
+        # Only the checksum named here: botocore adds a CRC-32 of its own otherwise.
+        s3 = client(argv[2], request_checksum_calculation="when_required")
+        name, value = argv[6], argv[7]
+
+        def claim(request, **_):
+            request.headers["x-amz-checksum-" + name.lower()] = value
+            request.headers["x-amz-sdk-checksum-algorithm"] = name
+
+        s3.meta.events.register("before-sign.s3.PutObject", claim)
+        s3.put_object(Bucket=argv[3], Key=argv[4], Body=body)
+    elif command == "put-parts":
+        from moto.s3.utils import compute_checksum
+
+        s3 = client(argv[2], request_checksum_calculation="when_required")
+        bucket, key, size, algorithm = argv[3], argv[4], int(argv[6]), argv[7]
+        kind = argv[8] if len(argv) > 8 else "COMPOSITE"
+        upload = s3.create_multipart_upload(Bucket=bucket, Key=key, ChecksumAlgorithm=algorithm, ChecksumType=kind)["UploadId"]
+        done = []
+        with open(argv[5], "rb") as file:
+            number = 1
+            while block := file.read(size):
+                checksum = compute_checksum(block, algorithm).decode()
+                answer = s3.upload_part(Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, Body=block,
+                                        **{"Checksum" + algorithm: checksum})
+                done.append({"PartNumber": number, "ETag": answer["ETag"], "Checksum" + algorithm: checksum})
+                number += 1
+        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": done})
     else:
         sys.exit(f"unknown command {command}")
 

@@ -136,4 +136,29 @@ final class CephS3Tests: CephBucketTestCase {
         XCTAssertTrue(try ceph.uploadsInProgress(bucket: bucket).isEmpty, "the upload was not aborted")
         XCTAssertTrue(try xfer(["list", "--all", "--state", state]).stdout.allSatisfy { !$0.contains(job) }, "the job is still listed")
     }
+
+    /// Ceph 16's gateway takes full-object checksum headers and keeps
+    /// nothing (Docs/protocols.md): a push that asked for one fails each
+    /// file, saying why and what to do, rather than end as if the objects had
+    /// it. No part is sent; the upload started is dropped by `xfer cancel`.
+    func testAFullObjectChecksumTheGatewayIgnoresFailsThePushBeforeAnyPart() throws {
+        let large = work.file("full.bin"), small = work.file("one.bin")
+        try makeTestFile(at: large, size: 2 * partSize + 1, seed: 8)
+        try makeTestFile(at: small, size: 100, seed: 9)
+        let multipart = try xfer(pushArguments([large]) + ["--checksum-algorithm", "crc64nvme", "--json"])
+        XCTAssertNotEqual(multipart.status, 0)
+        XCTAssertTrue(multipart.stderr.contains("x-amz-checksum-type: FULL_OBJECT") && multipart.stderr.contains("--checksum-algorithm"), multipart.stderr)
+        let upload = try theUploadInProgress()
+        XCTAssertEqual(try ceph.parts(bucket: bucket, key: upload.key, uploadId: upload.uploadId).count, 0, "a part was sent")
+        let job = try XCTUnwrap(multipart.events.first { $0["event"] as? String == "started" }?["job"] as? String)
+        XCTAssertEqual(try xfer(["cancel", job, "--state", state]).status, 0)
+        XCTAssertTrue(try ceph.uploadsInProgress(bucket: bucket).isEmpty, "the upload was not aborted")
+
+        let one = try xfer(pushArguments([small]) + ["--checksum-algorithm", "crc32c", "--state", work.file("state-2")])
+        XCTAssertNotEqual(one.status, 0)
+        XCTAssertTrue(one.stderr.contains("x-amz-checksum-crc32c"), one.stderr)
+        // The switch: without a full-object checksum the same push goes through.
+        let none = try xfer(pushArguments([small]) + ["--checksum-algorithm", "none", "--state", work.file("state-3")])
+        XCTAssertEqual(none.status, 0, none.stderr)
+    }
 }

@@ -114,6 +114,30 @@ final class S3Server {
         try run(["crc32c", url, bucket, key]).last ?? ""
     }
 
+    /// The checksums HeadObject reports of the object, by algorithm (`CRC64NVME`: base64),
+    /// and its `type` (`FULL_OBJECT`, `COMPOSITE`; absent when S3 says none).
+    func checksums(bucket: String, key: String) throws -> [String: String] {
+        let text = try run(["checksums", url, bucket, key]).joined()
+        return (try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] ?? [:]).compactMapValues { $0 as? String }
+    }
+
+    /// `path`'s CRC64NVME as S3 writes it, computed by awscrt (what botocore and moto use), not by xfer.
+    func crc64nvme(ofFile path: String) throws -> String {
+        try run(["crc64nvme", path]).last ?? ""
+    }
+
+    /// Stores `path` at `key` with one PutObject claiming `value` as its checksum by
+    /// `algorithm` (e.g. CRC64NVME): moto keeps what it is told, right or wrong.
+    func put(_ path: String, bucket: String, key: String, claiming value: String, algorithm: String) throws {
+        try run(["put-checksum", url, bucket, key, path, algorithm, value])
+    }
+
+    /// Stores `path` at `key` in parts of `partSize` bytes, each with its checksum by
+    /// `algorithm`, the upload of `type` (COMPOSITE or FULL_OBJECT), with boto3.
+    func putParts(_ path: String, bucket: String, key: String, partSize: Int, algorithm: String, type: String = "COMPOSITE") throws {
+        try run(["put-parts", url, bucket, key, path, String(partSize), algorithm, type])
+    }
+
     /// The object's user metadata (`x-amz-meta-NAME` headers it was created with), by name.
     /// What S3 keeps with the object (`s3tool.py describe`).
     func describe(bucket: String, key: String) throws -> [String: Any] {

@@ -257,6 +257,12 @@ public struct ChunkPayload: Sendable {
     /// CRC-32C (Castagnoli), e.g. for RFC 9530's `crc32c` or S3's
     /// `x-amz-checksum-crc32c`. As text: `Checksums.hex(crc32c)`.
     public var crc32c: UInt32 { Self.integer(bytesSource.digest(.crc32c)) }
+    /// CRC-64/NVME, e.g. for S3's `x-amz-checksum-crc64nvme`.
+    public var crc64nvme: UInt64 {
+        let bytes = bytesSource.digest(.crc64nvme)
+        guard bytes.count == 8 else { return 0 }
+        return bytes.reduce(0) { $0 << 8 | UInt64($1) }
+    }
 
     private static func integer(_ bytes: [UInt8]) -> UInt32 {
         guard bytes.count == 4 else { return 0 }

@@ -95,6 +95,15 @@ public protocol ObjectListing: DownloadSource {
     func listObjects(under location: String, after cursor: String?, in job: JobContext) throws(BackendError) -> Exchange<ObjectListingPage>
 }
 
+/// A source that can list the parts an object was uploaded in, with each
+/// part's checksum (S3's `GetObjectAttributes`): what a composite checksum
+/// (`ObjectDigest.composite`) is checked through, a part at a time, when the
+/// file is complete.
+public protocol ObjectPartListing: DownloadSource {
+    /// One page of `object`'s parts, from after part `marker` (0: from the first).
+    func listParts(of object: RemoteObject, after marker: Int, in job: JobContext) throws(BackendError) -> Exchange<ObjectPartsPage>
+}
+
 /// A source whose requests are signed (S3's Signature V4), after the
 /// engine added the user's extra headers.
 public protocol DownloadRequestSigning: DownloadSource {
@@ -184,6 +193,13 @@ public enum ObjectDigest: Sendable, Hashable {
     case md5([UInt8])
     /// SHA-256 (`Repr-Digest: sha-256`, S3's full-object SHA256).
     case sha256([UInt8])
+    /// CRC-64/NVME of the whole object (S3's `x-amz-checksum-crc64nvme`,
+    /// which it keeps of every new object since 2025).
+    case crc64nvme(UInt64)
+    /// A checksum of the object's parts' checksums (S3's composite
+    /// checksums of multipart objects, `BASE64-N`), checked part by part
+    /// through a source's `ObjectPartListing`.
+    case composite(CompositeChecksum)
 
     /// The algorithm's name, for messages.
     public var algorithm: String {
@@ -192,7 +208,79 @@ public enum ObjectDigest: Sendable, Hashable {
         case .crc32: return "CRC-32"
         case .md5: return "MD5"
         case .sha256: return "SHA-256"
+        case .crc64nvme: return "CRC64NVME"
+        case .composite(let composite): return "composite \(composite.algorithm.name)"
         }
+    }
+}
+
+/// A checksum of a multipart object's parts' checksums: the algorithm's
+/// digest of the parts' digests (each big-endian), concatenated in part
+/// order, as S3 keeps of an object uploaded in parts with a checksum that is
+/// not full-object. A file's bytes are checked against it only through the
+/// parts' sizes, which the server lists (`ObjectPartListing`).
+public struct CompositeChecksum: Sendable, Hashable {
+    /// The algorithm of the parts' checksums and of the checksum of them.
+    public struct Algorithm: Sendable, Hashable {
+        /// Its name in messages (`CRC-32C`).
+        public let name: String
+        /// The digest's length in bytes.
+        public let digestLength: Int
+
+        /// CRC-32 (IEEE).
+        public static let crc32 = Algorithm(name: "CRC-32", digestLength: 4)
+        /// CRC-32C (Castagnoli).
+        public static let crc32c = Algorithm(name: "CRC-32C", digestLength: 4)
+        /// SHA-1.
+        public static let sha1 = Algorithm(name: "SHA-1", digestLength: 20)
+        /// SHA-256.
+        public static let sha256 = Algorithm(name: "SHA-256", digestLength: 32)
+    }
+
+    public var algorithm: Algorithm
+    /// The checksum of the parts' checksums.
+    public var digest: [UInt8]
+    /// How many parts it covers (the `N` of `BASE64-N`).
+    public var partCount: Int
+
+    public init(algorithm: Algorithm, digest: [UInt8], partCount: Int) {
+        self.algorithm = algorithm
+        self.digest = digest
+        self.partCount = partCount
+    }
+}
+
+/// A page of an object's parts, in order (`ObjectPartListing`).
+public struct ObjectPartsPage: Sendable, Hashable {
+    /// One part of the object.
+    public struct Part: Sendable, Hashable {
+        /// 1-based.
+        public var number: Int
+        /// Its length in bytes.
+        public var size: Int64
+        /// Its checksum by the composite checksum's algorithm, when listed.
+        public var checksum: [UInt8]?
+
+        public init(number: Int, size: Int64, checksum: [UInt8]?) {
+            self.number = number
+            self.size = size
+            self.checksum = checksum
+        }
+    }
+
+    /// This page's parts; empty when the server does not list parts (the
+    /// composite checksum then cannot be checked, and is not).
+    public var parts: [Part]
+    /// The part number the next page starts after; nil after the last page.
+    public var next: Int?
+    /// The version of the object the page describes (its ETag), when the
+    /// answer says: another than the one fetched is an object that changed.
+    public var validator: RemoteObject.Validator?
+
+    public init(parts: [Part], next: Int?, validator: RemoteObject.Validator? = nil) {
+        self.parts = parts
+        self.next = next
+        self.validator = validator
     }
 }
 

@@ -97,7 +97,7 @@ struct DownloadSteps: ScheduledSteps {
             case .openFile:
                 return { await worker.openFile(index, record: record, partial: partial, job: job) }
             case .finishFile:
-                return { await worker.finishFile(index, record: record, plan: plan, partial: partial) }
+                return { await worker.finishFile(index, record: record, plan: plan, partial: partial, job: job) }
             case .chunk(_, let chunk):
                 return { await worker.fetchChunk(chunk, of: index, record: record, plan: plan, partial: partial, job: job) }
             default:

@@ -104,7 +104,10 @@ struct DownloadWorker: Sendable {
         let whole = plan.count == 1 && offset == 0 && Int64(length) == object.size
         let shown = Self.shown(object.location)
         let operation = plan.count == 1 ? "fetch \(shown)" : "fetch range \(chunk + 1)/\(plan.count) of \(shown)"
-        let hashes = whole ? Self.hashes(checking: object.digests, listed: record.handles[DownloadHandles.listed] == "1") : []
+        let listed = record.handles[DownloadHandles.listed] == "1"
+        let hashes = whole ? Self.hashes(checking: object.digests, listed: listed) : []
+        // A listed object's answer may carry one (S3 keeps a CRC64NVME of every new object).
+        let crc64 = object.digests.contains { if case .crc64nvme = $0 { true } else { false } } || (whole && listed)
         do {
             let (writer, answer) = try await retrying(operation) { () async throws -> (RangeWriter, [ObjectDigest]) in
                 var request =
@@ -114,7 +117,7 @@ struct DownloadWorker: Sendable {
                 request = prepared(request, in: job)
                 let writer = RangeWriter(
                     descriptor: partial.descriptor, offset: offset, length: Int64(length),
-                    acceptsWholeObject: offset == 0 && Int64(length) == object.size, hashes: hashes)
+                    acceptsWholeObject: offset == 0 && Int64(length) == object.size, hashes: hashes, computesCRC64NVME: crc64)
                 let response = try await send(request, into: writer)
                 bytesReceived.add(Int(writer.written))
                 return (writer, try interpretRange(response, writer: writer, object: object, operation: operation, job: job))
@@ -132,7 +135,7 @@ struct DownloadWorker: Sendable {
             if let rounds = rounds(for: record) { try await rounds.sync() } else { try partial.syncData() }
             try await store.commit(
                 StepRecords.chunkStored(
-                    job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: CRC32.hex(writer.crc32c.value),
+                    job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: Self.receipt(of: writer),
                     url: nil, commitsAcknowledgement: true))
             return .chunkStored(file: index, chunk: chunk, bytes: length)
         } catch {
@@ -177,15 +180,25 @@ struct DownloadWorker: Sendable {
     /// the destination (durable before the completion is committed). A
     /// mismatch drops the partial file and the file's progress: nothing that
     /// claims to be complete is kept, and the next run fetches it again.
-    func finishFile(_ index: Int, record: FileRecord, plan: ChunkPlan, partial: PartialFile) async -> WorkResult {
+    func finishFile(_ index: Int, record: FileRecord, plan: ChunkPlan, partial: PartialFile, job: JobContext) async -> WorkResult {
         let work = Work.finishFile(index)
         do {
+            let object = DownloadHandles.object(of: record)
+            var receipts: [Int: String] = [:]
             if partial.wholeObjectDigests == nil {
-                let object = DownloadHandles.object(of: record)
-                let receipts = try store.receipts(job: jobID, file: index)
+                receipts = try store.receipts(job: jobID, file: index)
                 if let mismatch = try Self.check(partial, plan: plan, receipts: receipts, against: object.digests) {
                     return try await discard(index, record: record, plan: plan, partial: partial, work: work, reason: mismatch)
                 }
+            }
+            // A composite checksum, whichever answer offered it, is checked part by part.
+            var described = object
+            described.digests = partial.wholeObjectDigests ?? object.digests
+            if let listing = steps.partListing, let composite = Self.composite(in: described.digests),
+                let mismatch = try await checkParts(
+                    composite, of: described, plan: plan, receipts: receipts, partial: partial, listing: listing, job: job)
+            {
+                return try await discard(index, record: record, plan: plan, partial: partial, work: work, reason: mismatch)
             }
             if partial.isBlocked(replacing: replacesExisting) {
                 return .fileFailed(file: index, work: work, reason: "\(record.path) exists and is not this pull's; --force replaces it")
@@ -214,63 +227,303 @@ struct DownloadWorker: Sendable {
         }
     }
 
-    /// The file's bytes against the offered digests: the CRC-32C combined
-    /// from the chunks' receipts (no read), else the file read once for the
-    /// strongest digest offered. Nil when they match or nothing is offered.
+    /// A range's receipt: its CRC-32C as 8 hex digits, followed by its
+    /// CRC64NVME as 16 when the object offers one (receipts of 8 digits, from
+    /// before, still combine into the CRC-32C).
+    static func receipt(of writer: RangeWriter) -> String {
+        CRC32.hex(writer.crc32c.value) + (writer.crc64nvme.map { CRC64NVME.hex($0.value) } ?? "")
+    }
+
+    /// The file's bytes against the offered digests: the CRC-32C and the
+    /// CRC64NVME combined from the chunks' receipts (no read), else the file
+    /// read once for the strongest digest offered. Nil when they match or
+    /// nothing is offered. (A composite checksum is `checkParts`'.)
     static func check(
         _ partial: PartialFile, plan: ChunkPlan, receipts: [Int: String], against offered: [ObjectDigest]
     ) throws(XferError) -> String? {
-        for digest in offered {
-            guard case .crc32c(let expected) = digest else { continue }
-            var combined: UInt32 = 0
-            var complete = true
-            for chunk in 0..<plan.count {
-                guard let hex = receipts[chunk], let bytes = Hex.bytes(hex), bytes.count == 4 else {
-                    complete = false
-                    break
-                }
-                combined = CRC32C.combine(combined, ObjectDigest.bigEndian(bytes), lengthOfSecond: Int64(plan.length(of: chunk)))
+        var crc32c: UInt32? = 0
+        var crc64: UInt64? = 0
+        for chunk in 0..<plan.count {
+            let length = Int64(plan.length(of: chunk))
+            guard let hex = receipts[chunk], let bytes = Hex.bytes(hex), bytes.count == 4 || bytes.count == 12 else {
+                (crc32c, crc64) = (nil, nil)
+                break
             }
-            guard complete else { break }
-            return combined == expected ? nil : describe(digest, computed: .crc32c(combined))
+            crc32c = crc32c.map { CRC32C.combine($0, ObjectDigest.bigEndian(Array(bytes[0..<4])), lengthOfSecond: length) }
+            crc64 = bytes.count == 12 ? crc64.map { CRC64NVME.combine($0, Self.bigEndian64(bytes[4...]), lengthOfSecond: length) } : nil
         }
-        let wanted = offered.first { if case .sha256 = $0 { return true } else { return false } }
-            ?? offered.first { if case .md5 = $0 { return true } else { return false } }
-            ?? offered.first { if case .crc32 = $0 { return true } else { return false } }
-            ?? offered.first
+        var checked = false
+        for digest in offered {
+            switch digest {
+            case .crc32c(let expected) where crc32c != nil:
+                if crc32c != expected { return describe(digest, computed: .crc32c(crc32c!)) }
+                checked = true
+            case .crc64nvme(let expected) where crc64 != nil:
+                if crc64 != expected { return describe(digest, computed: .crc64nvme(crc64!)) }
+                checked = true
+            default: continue
+            }
+        }
+        if checked { return nil }
+        func first(_ matches: (ObjectDigest) -> Bool) -> ObjectDigest? { offered.first(where: matches) }
+        let wanted =
+            first { if case .sha256 = $0 { true } else { false } } ?? first { if case .md5 = $0 { true } else { false } }
+            ?? first { if case .crc64nvme = $0 { true } else { false } } ?? first { if case .crc32 = $0 { true } else { false } }
+            ?? first { if case .crc32c = $0 { true } else { false } }
         guard let wanted else { return nil }
         return mismatch([wanted], computed: try read(partial, size: plan.fileSize, for: wanted))
     }
 
+    static func bigEndian64(_ bytes: some Collection<UInt8>) -> UInt64 { bytes.reduce(0) { $0 << 8 | UInt64($1) } }
+
     /// The file's digest of `wanted`'s kind, read once in 1 MiB blocks.
     private static func read(_ partial: PartialFile, size: Int64, for wanted: ObjectDigest) throws(XferError) -> [ObjectDigest] {
-        var crc32c = CRC32C()
-        var crc32 = CRC32()
-        var md5 = Insecure.MD5()
-        var sha256 = SHA256()
+        var digest = LocalDigest(wanted)
+        try readRange(partial, from: 0, length: size) { digest.update($0) }
+        return digest.result.map { [$0] } ?? []
+    }
+
+    /// Calls `body` with bytes `offset..<offset+length` of the partial file, 1 MiB at a time.
+    private static func readRange(
+        _ partial: PartialFile, from offset: Int64, length: Int64, _ body: (UnsafeRawBufferPointer) -> Void
+    ) throws(XferError) {
         let block = 1 << 20
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: block, alignment: 16)
         defer { buffer.deallocate() }
-        var offset: Int64 = 0
-        while offset < size {
-            let want = Int(min(Int64(block), size - offset))
-            let count = pread(partial.descriptor, buffer.baseAddress, want, off_t(offset))
+        var position = offset
+        let end = offset + length
+        while position < end {
+            let want = Int(min(Int64(block), end - position))
+            let count = pread(partial.descriptor, buffer.baseAddress, want, off_t(position))
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { throw .transferFailed("cannot read back \(partial.path): \(String(cString: strerror(errno)))") }
-            let bytes = UnsafeRawBufferPointer(rebasing: buffer[0..<count])
-            switch wanted {
+            body(UnsafeRawBufferPointer(rebasing: buffer[0..<count]))
+            position += Int64(count)
+        }
+    }
+
+    /// One digest of bytes read back, of the kind an offered digest is.
+    private struct LocalDigest {
+        private var crc32c = CRC32C()
+        private var crc32 = CRC32()
+        private var crc64 = CRC64NVME()
+        private var md5 = Insecure.MD5()
+        private var sha1 = Insecure.SHA1()
+        private var sha256 = SHA256()
+        private let kind: Kind
+
+        private enum Kind { case crc32c, crc32, crc64nvme, md5, sha1, sha256, none }
+
+        init(_ digest: ObjectDigest) {
+            switch digest {
+            case .crc32c: kind = .crc32c
+            case .crc32: kind = .crc32
+            case .crc64nvme: kind = .crc64nvme
+            case .md5: kind = .md5
+            case .sha256: kind = .sha256
+            case .composite: kind = .none
+            }
+        }
+
+        /// For a part of a composite checksum.
+        init(_ algorithm: CompositeChecksum.Algorithm) {
+            switch algorithm {
+            case .crc32: kind = .crc32
+            case .crc32c: kind = .crc32c
+            case .sha1: kind = .sha1
+            default: kind = .sha256
+            }
+        }
+
+        mutating func update(_ bytes: UnsafeRawBufferPointer) {
+            switch kind {
             case .crc32c: crc32c.update(bytes)
             case .crc32: crc32.update(bytes)
+            case .crc64nvme: crc64.update(bytes)
             case .md5: md5.update(bufferPointer: bytes)
+            case .sha1: sha1.update(bufferPointer: bytes)
             case .sha256: sha256.update(bufferPointer: bytes)
+            case .none: break
             }
-            offset += Int64(count)
         }
-        switch wanted {
-        case .crc32c: return [.crc32c(crc32c.value)]
-        case .crc32: return [.crc32(crc32.value)]
-        case .md5: return [.md5(Array(md5.finalize()))]
-        case .sha256: return [.sha256(Array(sha256.finalize()))]
+
+        var result: ObjectDigest? {
+            switch kind {
+            case .crc32c: return .crc32c(crc32c.value)
+            case .crc32: return .crc32(crc32.value)
+            case .crc64nvme: return .crc64nvme(crc64.value)
+            case .md5: return .md5(Array(md5.finalize()))
+            case .sha256: return .sha256(Array(sha256.finalize()))
+            case .sha1, .none: return nil
+            }
+        }
+
+        /// The digest's bytes, big-endian for a CRC (as S3 lists a part's).
+        var bytes: [UInt8] {
+            switch kind {
+            case .crc32c: return CRC32.bigEndianBytes(crc32c.value)
+            case .crc32: return CRC32.bigEndianBytes(crc32.value)
+            case .crc64nvme: return CRC64NVME.bigEndianBytes(crc64.value)
+            case .md5: return Array(md5.finalize())
+            case .sha1: return Array(sha1.finalize())
+            case .sha256: return Array(sha256.finalize())
+            case .none: return []
+            }
+        }
+    }
+
+    static func composite(in offered: [ObjectDigest]) -> CompositeChecksum? {
+        for digest in offered { if case .composite(let composite) = digest { return composite } }
+        return nil
+    }
+
+    /// Checks a composite checksum part by part, a page of the server's list
+    /// of parts at a time (O(1) memory a part; done again whole by a resumed
+    /// run, which commits nothing of it): each part's digest, from the
+    /// ranges' CRC-32C receipts when the part is made of whole ranges (the
+    /// usual case: a pull's ranges and the uploaders' parts are both 8 MiB),
+    /// else read back; compared with the part's listed checksum, and the
+    /// checksum of them all with the object's. Nil when they match, or when
+    /// the server lists no parts (nothing to check against).
+    private func checkParts(
+        _ composite: CompositeChecksum, of object: RemoteObject, plan: ChunkPlan, receipts: [Int: String], partial: PartialFile,
+        listing: any ObjectPartListing, job: JobContext
+    ) async throws -> String? {
+        let shown = Self.shown(object.location)
+        var check = CompositeCheck(composite, plan: plan, receipts: receipts, partial: partial)
+        var marker = 0
+        while true {
+            let after = marker
+            let page = try await perform("list the parts of \(shown)", in: job) { () throws(BackendError) in
+                try listing.listParts(of: object, after: after, in: job)
+            }
+            if let now = page.validator, let fetched = object.validator, now != fetched {
+                throw StepError.objectChanged("\(shown) changed on the server")
+            }
+            // A server that lists no parts leaves nothing to check against.
+            if page.parts.isEmpty, check.count == 0 { return nil }
+            if let mismatch = try check.add(page.parts) { return mismatch }
+            guard let next = page.next, next > marker else { break }
+            marker = next
+        }
+        return check.finish()
+    }
+
+    /// A composite checksum checked against a file's bytes, a page of parts
+    /// at a time: each part's digest (from the ranges' CRC-32C receipts when
+    /// the part is made of whole ranges, else read back) against the part's
+    /// listed checksum, and the checksum of them all against the object's.
+    struct CompositeCheck {
+        let composite: CompositeChecksum
+        let plan: ChunkPlan
+        let receipts: [Int: String]
+        let partial: PartialFile
+        private var ofParts: CompositeAccumulator
+        /// Parts and bytes checked so far.
+        private(set) var count = 0
+        private(set) var offset: Int64 = 0
+
+        init(_ composite: CompositeChecksum, plan: ChunkPlan, receipts: [Int: String], partial: PartialFile) {
+            self.composite = composite
+            self.plan = plan
+            self.receipts = receipts
+            self.partial = partial
+            ofParts = CompositeAccumulator(composite.algorithm)
+        }
+
+        /// The next parts, in order; a mismatch as a message, else nil.
+        mutating func add(_ parts: [ObjectPartsPage.Part]) throws(XferError) -> String? {
+            for part in parts {
+                guard part.number == count + 1, part.size >= 0, offset + part.size <= plan.fileSize else {
+                    return "the server lists part \(part.number) of \(part.size) bytes after \(count) parts of \(offset) bytes, which does not fit the \(plan.fileSize) received; the next run fetches it again"
+                }
+                let digest = try DownloadWorker.partDigest(
+                    composite.algorithm, offset: offset, length: part.size, plan: plan, receipts: receipts, partial: partial)
+                if let listed = part.checksum, listed != digest {
+                    return "part \(part.number)'s bytes do not match the server's \(composite.algorithm.name) of it (\(Checksums.hex(listed)) listed, \(Checksums.hex(digest)) received); the next run fetches it again"
+                }
+                ofParts.update(digest)
+                offset += part.size
+                count += 1
+            }
+            return nil
+        }
+
+        /// After the last page: every part and byte accounted for, and the
+        /// checksum of the parts' checksums the object's.
+        func finish() -> String? {
+            guard count == composite.partCount, offset == plan.fileSize else {
+                return "the server lists \(count) parts of \(offset) bytes, where its checksum covers \(composite.partCount) parts and the object has \(plan.fileSize) bytes; the next run fetches it again"
+            }
+            let computed = ofParts.digest
+            guard computed == composite.digest else {
+                return "its bytes do not match the server's \(ObjectDigest.composite(composite).algorithm) (\(Checksums.hex(composite.digest))-\(composite.partCount) offered, \(Checksums.hex(computed))-\(count) received); the next run fetches it again"
+            }
+            return nil
+        }
+    }
+
+    /// A part's digest: combined from the CRC-32C receipts of the ranges it
+    /// is made of, when it is made of whole ranges; else read back.
+    static func partDigest(
+        _ algorithm: CompositeChecksum.Algorithm, offset: Int64, length: Int64, plan: ChunkPlan, receipts: [Int: String],
+        partial: PartialFile
+    ) throws(XferError) -> [UInt8] {
+        if algorithm == .crc32c, let crc = combinedCRC32C(offset: offset, length: length, plan: plan, receipts: receipts) {
+            return CRC32.bigEndianBytes(crc)
+        }
+        var digest = LocalDigest(algorithm)
+        try readRange(partial, from: offset, length: length) { digest.update($0) }
+        return digest.bytes
+    }
+
+    /// The CRC-32C of `offset..<offset+length` from the receipts of the
+    /// chunks that make it up exactly; nil when it starts or ends inside a
+    /// chunk, or a receipt is missing.
+    static func combinedCRC32C(offset: Int64, length: Int64, plan: ChunkPlan, receipts: [Int: String]) -> UInt32? {
+        let size = Int64(plan.chunkSize)
+        guard size > 0, offset % size == 0, (offset + length) % size == 0 || offset + length == plan.fileSize else { return nil }
+        var crc: UInt32 = 0
+        var chunk = Int(offset / size)
+        var covered: Int64 = 0
+        while covered < length {
+            guard chunk < plan.count, let hex = receipts[chunk], let bytes = Hex.bytes(hex), bytes.count == 4 || bytes.count == 12 else {
+                return nil
+            }
+            let chunkLength = Int64(plan.length(of: chunk))
+            crc = CRC32C.combine(crc, ObjectDigest.bigEndian(Array(bytes[0..<4])), lengthOfSecond: chunkLength)
+            covered += chunkLength
+            chunk += 1
+        }
+        return covered == length ? crc : nil
+    }
+
+    /// The checksum of the parts' checksums, fed one part's digest at a time.
+    struct CompositeAccumulator {
+        private var crc32c = CRC32C()
+        private var crc32 = CRC32()
+        private var sha1 = Insecure.SHA1()
+        private var sha256 = SHA256()
+        private let algorithm: CompositeChecksum.Algorithm
+
+        init(_ algorithm: CompositeChecksum.Algorithm) { self.algorithm = algorithm }
+
+        mutating func update(_ digest: [UInt8]) {
+            switch algorithm {
+            case .crc32c: crc32c.update(digest)
+            case .crc32: crc32.update(digest)
+            case .sha1: sha1.update(data: digest)
+            default: sha256.update(data: digest)
+            }
+        }
+
+        var digest: [UInt8] {
+            switch algorithm {
+            case .crc32c: return CRC32.bigEndianBytes(crc32c.value)
+            case .crc32: return CRC32.bigEndianBytes(crc32.value)
+            case .sha1: return Array(sha1.finalize())
+            default: return Array(sha256.finalize())
+            }
         }
     }
 
@@ -291,7 +544,9 @@ struct DownloadWorker: Sendable {
     private static func hex(_ digest: ObjectDigest) -> String {
         switch digest {
         case .crc32c(let value), .crc32(let value): return CRC32.hex(value)
+        case .crc64nvme(let value): return CRC64NVME.hex(value)
         case .md5(let bytes), .sha256(let bytes): return Checksums.hex(bytes)
+        case .composite(let composite): return Checksums.hex(composite.digest) + "-\(composite.partCount)"
         }
     }
 
@@ -304,7 +559,7 @@ struct DownloadWorker: Sendable {
             switch digest {
             case .md5: hashes.insert(.md5)
             case .sha256: hashes.insert(.sha256)
-            case .crc32c, .crc32: break
+            case .crc32c, .crc32, .crc64nvme, .composite: break
             }
         }
         return hashes

@@ -41,6 +41,10 @@ enum DownloadHandles {
             case .crc32(let value): return "crc32=" + CRC32.hex(value)
             case .md5(let bytes): return "md5=" + Checksums.hex(bytes)
             case .sha256(let bytes): return "sha256=" + Checksums.hex(bytes)
+            case .crc64nvme(let value): return "crc64nvme=" + CRC64NVME.hex(value)
+            // composite-crc32c=HEX-N
+            case .composite(let composite):
+                return "composite-\(compositeNames[composite.algorithm] ?? "?")=\(Checksums.hex(composite.digest))-\(composite.partCount)"
             }
         }.joined(separator: ";")
     }
@@ -49,15 +53,29 @@ enum DownloadHandles {
         guard let text, !text.isEmpty else { return [] }
         return text.split(separator: ";").compactMap { member in
             let parts = member.split(separator: "=", maxSplits: 1)
+            if parts.count == 2, parts[0].hasPrefix("composite-") { return decodeComposite(name: parts[0].dropFirst(10), value: parts[1]) }
             guard parts.count == 2, let bytes = Hex.bytes(parts[1]) else { return nil }
             switch parts[0] {
             case "crc32c" where bytes.count == 4: return .crc32c(ObjectDigest.bigEndian(bytes))
             case "crc32" where bytes.count == 4: return .crc32(ObjectDigest.bigEndian(bytes))
             case "md5" where bytes.count == 16: return .md5(bytes)
             case "sha256" where bytes.count == 32: return .sha256(bytes)
+            case "crc64nvme" where bytes.count == 8: return .crc64nvme(bytes.reduce(0) { $0 << 8 | UInt64($1) })
             default: return nil
             }
         }
+    }
+
+    private static let compositeNames: [CompositeChecksum.Algorithm: String] = [
+        .crc32: "crc32", .crc32c: "crc32c", .sha1: "sha1", .sha256: "sha256",
+    ]
+
+    private static func decodeComposite(name: Substring, value: Substring) -> ObjectDigest? {
+        guard let algorithm = compositeNames.first(where: { $0.value == name })?.key, let dash = value.lastIndex(of: "-"),
+            let bytes = Hex.bytes(value[..<dash]), bytes.count == algorithm.digestLength,
+            let count = Int(value[value.index(after: dash)...]), count > 0
+        else { return nil }
+        return .composite(CompositeChecksum(algorithm: algorithm, digest: bytes, partCount: count))
     }
 
     /// The object a file's record describes.

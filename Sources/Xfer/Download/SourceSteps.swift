@@ -7,11 +7,14 @@ struct SourceSteps: Sendable {
     let listing: (any ObjectListing)?
     /// Signs every request after the engine added the user's headers (S3's Signature V4).
     let requestSigning: (any DownloadRequestSigning)?
+    /// Lists an object's parts, for a composite checksum (S3's GetObjectAttributes).
+    let partListing: (any ObjectPartListing)?
 
     init(_ source: any DownloadSource) {
         self.source = source
         listing = source as? any ObjectListing
         requestSigning = source as? any DownloadRequestSigning
+        partListing = source as? any ObjectPartListing
     }
 
     /// The scheduler's view of a source: a download file has no empty chunk.

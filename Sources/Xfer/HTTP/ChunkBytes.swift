@@ -47,7 +47,7 @@ package final class ChunkBytes: Sendable, Hashable {
 
     /// The digests a chunk can give.
     package enum Digest: Sendable, Hashable {
-        case md5, sha1, sha256, crc32, crc32c
+        case md5, sha1, sha256, crc32, crc32c, crc64nvme
     }
 
     /// Bytes read per step of a digest pass: small enough that passes of
@@ -181,6 +181,7 @@ package final class ChunkBytes: Sendable, Hashable {
         var sha256 = SHA256()
         var crc = CRC32()
         var crcC = CRC32C()
+        var crc64 = CRC64NVME()
         var position = offset
         var single: [UInt8]?
         try forEachBlock { block throws(XferError) in
@@ -191,6 +192,7 @@ package final class ChunkBytes: Sendable, Hashable {
             case .sha256: sha256.update(data: block)
             case .crc32: crc.update(block)
             case .crc32c: crcC.update(block)
+            case .crc64nvme: crc64.update(block)
             }
             if feeds { try observer?(position, block) }
             position += Int64(block.count)
@@ -205,6 +207,7 @@ package final class ChunkBytes: Sendable, Hashable {
         case .sha256: return Array(sha256.finalize())
         case .crc32: return CRC32.bigEndianBytes(crc.value)
         case .crc32c: return CRC32.bigEndianBytes(crcC.value)
+        case .crc64nvme: return CRC64NVME.bigEndianBytes(crc64.value)
         }
     }
 

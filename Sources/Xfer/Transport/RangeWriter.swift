@@ -28,6 +28,10 @@ final class RangeWriter: @unchecked Sendable {
 
     private(set) var written: Int64 = 0
     private(set) var crc32c = CRC32C()
+    /// Kept when the object's digests include a CRC64NVME (S3's default
+    /// since 2025), so the whole file's is combined from the ranges' as
+    /// the CRC-32C is, without reading the file again.
+    private(set) var crc64nvme: CRC64NVME?
     private var md5: Insecure.MD5?
     private var sha256: SHA256?
     /// Why writing stopped: a local failure (a full disk) ends the job; a
@@ -38,12 +42,16 @@ final class RangeWriter: @unchecked Sendable {
     /// ranged request): the transfer stopped at its first byte.
     private(set) var refusedStatus: Int?
 
-    init(descriptor: Int32, offset: Int64, length: Int64, acceptsWholeObject: Bool, hashes: Set<DigestAlgorithm> = []) {
+    init(
+        descriptor: Int32, offset: Int64, length: Int64, acceptsWholeObject: Bool, hashes: Set<DigestAlgorithm> = [],
+        computesCRC64NVME: Bool = false
+    ) {
         self.descriptor = descriptor
         self.offset = offset
         self.length = length
         self.acceptsWholeObject = acceptsWholeObject
         self.hashes = hashes
+        if computesCRC64NVME { crc64nvme = CRC64NVME() }
         if hashes.contains(.md5) { md5 = Insecure.MD5() }
         if hashes.contains(.sha256) { sha256 = SHA256() }
     }
@@ -85,6 +93,7 @@ final class RangeWriter: @unchecked Sendable {
             done += result
         }
         crc32c.update(bytes)
+        crc64nvme?.update(bytes)
         md5?.update(bufferPointer: bytes)
         sha256?.update(bufferPointer: bytes)
         written += Int64(bytes.count)
@@ -97,6 +106,7 @@ final class RangeWriter: @unchecked Sendable {
     /// The digests of the bytes written (the CRC-32C always).
     var digests: [ObjectDigest] {
         var found: [ObjectDigest] = [.crc32c(crc32c.value)]
+        if let crc64nvme { found.append(.crc64nvme(crc64nvme.value)) }
         if let md5 { found.append(.md5(Array(md5.finalize()))) }
         if let sha256 { found.append(.sha256(Array(sha256.finalize()))) }
         return found
