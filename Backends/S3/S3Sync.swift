@@ -69,18 +69,17 @@ extension S3Backend: ObjectSyncing {
             switch outcome {
             case .found(let metadata):
                 let meta = metadata.userMetadata
-                var crc = meta[Self.crc32cMetadata].flatMap { UInt32($0, radix: 16) }
-                if crc == nil, let value = response.headers["x-amz-checksum-crc32c"], !value.contains("-"),
-                    response.headers["x-amz-checksum-type"]?.uppercased() != "COMPOSITE",
-                    let bytes = Data(base64Encoded: value.trimmingSpacesAndTabs()).map(Array.init), bytes.count == 4
-                {
-                    crc = bytes.reduce(0) { $0 << 8 | UInt32($1) }
-                }
+                // xfer's own CRC-32C, else the store's full-object checksums (composite ones do not
+                // compare with a file's).
+                let stored = S3ObjectChecksum.checksums(in: AWSResponse(response)).filter { $0.kind == .fullObject }
+                let crc = meta[Self.crc32cMetadata].flatMap { UInt32($0, radix: 16) }
+                    ?? stored.first { $0.algorithm == .crc32c }.flatMap(\.crc).map { UInt32(truncatingIfNeeded: $0) }
+                let crc64 = stored.first { $0.algorithm == .crc64nvme }.flatMap(\.crc)
                 return StoredObject(
                     relativePath: relativePath, size: metadata.size ?? metadata.contentLength, version: metadata.etag?.unquoted,
                     lastModifiedNanoseconds: metadata.lastModified.map(Self.nanoseconds),
                     modificationTimeNanoseconds: meta[Self.modificationTimeMetadata].flatMap(ModificationTimeText.nanoseconds),
-                    crc32c: crc, writeToken: meta[Self.writeTokenMetadata])
+                    crc32c: crc, crc64nvme: crc64, writeToken: meta[Self.writeTokenMetadata])
             case .notFound:
                 return nil
             case .preconditionFailed:

@@ -46,6 +46,10 @@ final class SyncDecisionTests: XCTestCase {
         XCTAssertTrue(
             decide(Side(size: 1, modificationTime: 5, crc32c: 7), Side(size: 1, modificationTime: 5), mode: .checksum)
                 == (.copy, .noChecksumOnDestination))
+        XCTAssertTrue(decide(Side(size: 1, crc64nvme: 9), Side(size: 1, crc64nvme: 9), mode: .checksum) == (.skip, .sameChecksum))
+        XCTAssertTrue(decide(Side(size: 1, crc64nvme: 9), Side(size: 1, crc64nvme: 8), mode: .checksum) == (.copy, .checksumDiffers))
+        // CRC-32C first: both sides have it, it decides.
+        XCTAssertTrue(decide(Side(size: 1, crc32c: 1, crc64nvme: 9), Side(size: 1, crc32c: 1, crc64nvme: 8), mode: .checksum) == (.skip, .sameChecksum))
         XCTAssertTrue(decide(Side(size: 1, md5: [1]), Side(size: 1, md5: [1]), mode: .checksum) == (.skip, .sameChecksum))
         XCTAssertTrue(decide(Side(size: 1, md5: [1]), Side(size: 1, md5: [2]), mode: .checksum) == (.copy, .checksumDiffers))
     }

@@ -153,4 +153,36 @@ final class S3ChecksumTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: target))
         XCTAssertEqual(partialFiles(in: work.path), [])
     }
+
+    /// `xfer sync --checksum` against objects that carry only a full-object CRC64NVME (what S3
+    /// keeps for new objects since 2025; here written by `push --checksum-algorithm crc64nvme`):
+    /// compared with the files' CRC64NVMEs, read once each and cached, so only a file changed
+    /// in place with its size and time kept is sent; a re-run reads and asks nothing.
+    func testSyncByChecksumComparesCRC64NVME() throws {
+        let tree = work.file("tree")
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        for index in 0..<6 { try makeTestFile(at: tree + "/f\(index).bin", size: 3_000 + index, seed: UInt64(60 + index)) }
+        let push = try runXfer(
+            ["push", tree, "--backend", "s3", "--to", "s3://sums/t", "--endpoint", s3.url, "--state", work.file("push-state"),
+             "--checksum-algorithm", "crc64nvme", "--quiet"], environment: S3Server.environment)
+        XCTAssertEqual(push.status, 0, push.stderr)
+        let changed = tree + "/f2.bin"
+        XCTAssertEqual(try runToEnd("/usr/bin/touch", ["-r", changed, work.file("time")]).status, 0)
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: changed))
+        bytes[5] ^= 0x5a
+        try bytes.write(to: URL(fileURLWithPath: changed))
+        XCTAssertEqual(try runToEnd("/usr/bin/touch", ["-r", work.file("time"), changed]).status, 0)
+
+        let arguments = ["sync", tree, "s3://sums/t", "--endpoint", s3.url, "--state", state, "--checksum", "--json", "--progress", "none"]
+        let first = try runXfer(arguments, environment: S3Server.environment)
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let copies = first.events.filter { $0["event"] as? String == "decision" && $0["action"] as? String == "copy" }
+        XCTAssertEqual(copies.map { $0["key"] as? String ?? "" }, ["f2.bin"], first.stdout.joined(separator: "\n"))
+        XCTAssertEqual(copies.first?["reason"] as? String, "checksum differs")
+        let again = try runXfer(arguments, environment: S3Server.environment)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let planned = try XCTUnwrap(again.events.first { $0["event"] as? String == "planned" })
+        XCTAssertEqual(int(planned["copies"]), 0)
+        XCTAssertEqual(int(planned["described"]), 0)
+    }
 }

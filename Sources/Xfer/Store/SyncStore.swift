@@ -96,6 +96,7 @@ struct KnownObject: Sendable, Hashable {
     /// The source file's modification time the object was made from (ns).
     var modificationTime: Int64?
     var crc32c: UInt32?
+    var crc64nvme: UInt64?
 
     var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 48)
@@ -105,25 +106,32 @@ struct KnownObject: Sendable, Hashable {
         writer.varint(UInt64(bitPattern: modificationTime ?? 0))
         writer.bool(crc32c != nil)
         writer.varint(UInt64(crc32c ?? 0))
+        writer.bool(crc64nvme != nil)
+        writer.varint(crc64nvme ?? 0)
         return writer.bytes
     }
 
-    init(version: String, size: Int64, modificationTime: Int64?, crc32c: UInt32?) {
+    init(version: String, size: Int64, modificationTime: Int64?, crc32c: UInt32?, crc64nvme: UInt64? = nil) {
         self.version = version
         self.size = size
         self.modificationTime = modificationTime
         self.crc32c = crc32c
+        self.crc64nvme = crc64nvme
     }
 
     init?(decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard let version = reader.string(), let size = reader.varint(), let hasTime = reader.bool(), let time = reader.varint(),
-            let hasCRC = reader.bool(), let crc = reader.varint(), crc <= UInt64(UInt32.max), reader.isAtEnd
+            let hasCRC = reader.bool(), let crc = reader.varint(), crc <= UInt64(UInt32.max), let hasCRC64 = reader.bool(),
+            let crc64 = reader.varint(), reader.isAtEnd
         else { return nil }
         self.init(
             version: version, size: Int64(bitPattern: size), modificationTime: hasTime ? Int64(bitPattern: time) : nil,
-            crc32c: hasCRC ? UInt32(crc) : nil)
+            crc32c: hasCRC ? UInt32(crc) : nil, crc64nvme: hasCRC64 ? crc64 : nil)
     }
+
+    /// Whether a checksum of the whole object is known.
+    var hasChecksum: Bool { crc32c != nil || crc64nvme != nil }
 }
 
 /// A local file's CRC-32C and the identity it was read at.
@@ -132,6 +140,8 @@ struct CachedChecksum: Sendable, Hashable {
     var modificationTime: Int64
     var changeTime: Int64
     var crc32c: UInt32
+    /// Read only when an object to compare with has no CRC-32C but a CRC64NVME.
+    var crc64nvme: UInt64?
 
     var encoded: [UInt8] {
         var writer = RecordWriter(capacity: 32)
@@ -139,24 +149,27 @@ struct CachedChecksum: Sendable, Hashable {
         writer.varint(UInt64(bitPattern: modificationTime))
         writer.varint(UInt64(bitPattern: changeTime))
         writer.varint(UInt64(crc32c))
+        writer.bool(crc64nvme != nil)
+        writer.varint(crc64nvme ?? 0)
         return writer.bytes
     }
 
-    init(size: Int64, modificationTime: Int64, changeTime: Int64, crc32c: UInt32) {
+    init(size: Int64, modificationTime: Int64, changeTime: Int64, crc32c: UInt32, crc64nvme: UInt64? = nil) {
         self.size = size
         self.modificationTime = modificationTime
         self.changeTime = changeTime
         self.crc32c = crc32c
+        self.crc64nvme = crc64nvme
     }
 
     init?(decoding bytes: [UInt8]) {
         var reader = RecordReader(bytes)
         guard let size = reader.varint(), let time = reader.varint(), let change = reader.varint(), let crc = reader.varint(),
-            crc <= UInt64(UInt32.max), reader.isAtEnd
+            crc <= UInt64(UInt32.max), let has64 = reader.bool(), let crc64 = reader.varint(), reader.isAtEnd
         else { return nil }
         self.init(
             size: Int64(bitPattern: size), modificationTime: Int64(bitPattern: time), changeTime: Int64(bitPattern: change),
-            crc32c: UInt32(crc))
+            crc32c: UInt32(crc), crc64nvme: has64 ? crc64 : nil)
     }
 }
 

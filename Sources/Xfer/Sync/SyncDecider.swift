@@ -7,7 +7,8 @@
 /// - sizes differ: copy (every mode);
 /// - `sizeOnly`: skip;
 /// - `checksum`: the CRC-32Cs decide; a destination without one is copied
-///   (then it has one), never guessed equal — unless its ETag is the MD5
+///   (then it has one), never guessed equal — CRC-32C first, then CRC64NVME
+///   (what S3 keeps for new objects since 2025) — unless its ETag is the MD5
 ///   of its bytes, which is compared with the file's then;
 /// - `sizeAndTime`: the time kept with the destination (the source's time
 ///   when it was copied) decides, to the nanosecond; without one, the
@@ -23,11 +24,16 @@ enum SyncDecider {
         /// The destination's own time (when the store last wrote it).
         var storedAt: Int64?
         var crc32c: UInt32?
+        var crc64nvme: UInt64?
         /// The MD5 of the bytes: a local file's when read, an object's when its
         /// ETag is one (stored in one part, not encrypted with a key service).
         var md5: [UInt8]?
 
-        init(size: Int64, modificationTime: Int64? = nil, storedAt: Int64? = nil, crc32c: UInt32? = nil, md5: [UInt8]? = nil) {
+        init(
+            size: Int64, modificationTime: Int64? = nil, storedAt: Int64? = nil, crc32c: UInt32? = nil, crc64nvme: UInt64? = nil,
+            md5: [UInt8]? = nil
+        ) {
+            self.crc64nvme = crc64nvme
             self.size = size
             self.modificationTime = modificationTime
             self.storedAt = storedAt
@@ -55,6 +61,9 @@ enum SyncDecider {
             return decision(.skip, .sameSize)
         case .checksum:
             if let theirs = destination.crc32c, let ours = source.crc32c {
+                return ours == theirs ? decision(.skip, .sameChecksum) : decision(.copy, .checksumDiffers)
+            }
+            if let theirs = destination.crc64nvme, let ours = source.crc64nvme {
                 return ours == theirs ? decision(.skip, .sameChecksum) : decision(.copy, .checksumDiffers)
             }
             // No CRC kept with the object (another tool wrote it): its ETag, when an MD5.

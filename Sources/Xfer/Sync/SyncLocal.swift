@@ -81,23 +81,34 @@ enum LocalChecksum {
     }
 
     static func crc32c(of path: String, store: StateStore) throws(XferError) -> UInt32? {
-        let file: LocalFile
-        do { file = try LocalFile(path: path) } catch { return nil }
-        guard let info = file.status() else { return nil }
+        try checksums(of: path, store: store, crc64nvme: false)?.crc32c
+    }
+
+    /// The file's CRC64NVME (and CRC-32C), read in one pass when not cached.
+    static func crc64nvme(of path: String, store: StateStore) throws(XferError) -> UInt64? {
+        try checksums(of: path, store: store, crc64nvme: true)?.crc64nvme
+    }
+
+    private static func checksums(of path: String, store: StateStore, crc64nvme wants64: Bool) throws(XferError) -> CachedChecksum? {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         let identity = LocalFile.identity(of: info)
         let changeTime = Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec)
         if let cached = try store.cachedChecksum(device: identity.device, inode: identity.inode), cached.size == identity.size,
-            cached.modificationTime == identity.modificationTimeNanoseconds, cached.changeTime == changeTime
+            cached.modificationTime == identity.modificationTimeNanoseconds, cached.changeTime == changeTime,
+            !wants64 || cached.crc64nvme != nil
         {
-            return cached.crc32c
+            return cached
         }
-        let crc: UInt32
-        do { crc = try file.crc32c() } catch { return nil }
-        try store.putCachedChecksums([
-            (identity.device, identity.inode,
-             CachedChecksum(size: identity.size, modificationTime: identity.modificationTimeNanoseconds, changeTime: changeTime, crc32c: crc))
-        ])
-        return crc
+        // One read (ISA-L's CRC-32C, and CRC64NVME when asked), refused if the file changes meanwhile.
+        guard let read = try? FileChecksums(ofFileAt: path, crc32c: true, crc64nvme: wants64), let crc = read.crc32c,
+            read.inode == identity.inode, read.device == identity.device
+        else { return nil }
+        let cached = CachedChecksum(
+            size: read.size, modificationTime: read.modificationTimeNanoseconds, changeTime: changeTime, crc32c: crc,
+            crc64nvme: read.crc64nvme)
+        try store.putCachedChecksums([(identity.device, identity.inode, cached)])
+        return cached
     }
 }
 

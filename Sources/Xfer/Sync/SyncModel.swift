@@ -7,9 +7,10 @@ public enum SyncMode: String, Sendable, Hashable, CaseIterable {
     /// (an object's `mtime` metadata, a local file's own time), so a
     /// re-run does not send again what only looks newer.
     case sizeAndTime
-    /// Size, then a full-object CRC-32C of both sides: the local file's
-    /// read at ISA-L's speed and cached by its identity, the object's as
-    /// the store or xfer kept it.
+    /// Size, then a full-object checksum of both sides — CRC-32C, else
+    /// CRC64NVME, else an ETag that is an MD5: the local file's read at
+    /// ISA-L's speed and cached by its identity, the object's as the store
+    /// or xfer kept it.
     case checksum
     /// Size alone.
     case sizeOnly
@@ -242,6 +243,8 @@ public struct StoredObject: Sendable, Hashable {
     public var modificationTimeNanoseconds: Int64?
     /// Its full-object CRC-32C, when a description said.
     public var crc32c: UInt32?
+    /// Its full-object CRC64NVME (what S3 keeps for new objects since 2025), when a description said.
+    public var crc64nvme: UInt64?
     /// The `FileContext.writeToken` of the write that made it, when a
     /// description said: how a sync recognises its own write whose answer
     /// was lost (its retry then finds its condition failed).
@@ -249,8 +252,9 @@ public struct StoredObject: Sendable, Hashable {
 
     public init(
         relativePath: String, size: Int64, version: String?, lastModifiedNanoseconds: Int64? = nil,
-        modificationTimeNanoseconds: Int64? = nil, crc32c: UInt32? = nil, writeToken: String? = nil
+        modificationTimeNanoseconds: Int64? = nil, crc32c: UInt32? = nil, crc64nvme: UInt64? = nil, writeToken: String? = nil
     ) {
+        self.crc64nvme = crc64nvme
         self.relativePath = relativePath
         self.size = size
         self.version = version

@@ -389,9 +389,22 @@ final class SyncRun: Sendable {
             try await detail(.source, of: pairs, needing, into: &sources, job: job)
             try await detail(.destination, of: pairs, needing, into: &destinations, job: job)
             if sync.mode == .checksum {
+                // An object with a CRC64NVME and no CRC-32C (S3's default since 2025): the
+                // local file's CRC64NVME, read in the same pass as its CRC-32C and cached with it.
+                for index in needing where sources[index]?.crc32c == nil || destinations[index]?.crc32c == nil {
+                    for (which, local, other) in [(SyncSide.source, sources[index], destinations[index]), (.destination, destinations[index], sources[index])]
+                    where ends[which] == nil && other?.crc64nvme != nil && local?.crc64nvme == nil {
+                        let entry = (which == .source ? pairs[index].source : pairs[index].destination)!
+                        let crc64 = try LocalChecksum.crc64nvme(of: FileRecord.join(root, entry.key), store: store)
+                        if which == .source { sources[index]?.crc64nvme = crc64 } else { destinations[index]?.crc64nvme = crc64 }
+                    }
+                }
                 // Without a CRC-32C on one side: the MD5s (a local file's read, an object's ETag when it is one).
                 var learned: [SyncSide: [(key: String, object: KnownObject)]] = [:]
-                for index in needing where sources[index]?.crc32c == nil || destinations[index]?.crc32c == nil {
+                for index in needing
+                where (sources[index]?.crc32c == nil || destinations[index]?.crc32c == nil)
+                    && (sources[index]?.crc64nvme == nil || destinations[index]?.crc64nvme == nil)
+                {
                     try fillMD5(&sources[index], entry: pairs[index].source!, local: ends.source == nil)
                     try fillMD5(&destinations[index], entry: pairs[index].destination!, local: ends.destination == nil)
                     // The same MD5: the same bytes, so an object without a CRC-32C has the other side's.
@@ -445,10 +458,11 @@ final class SyncRun: Sendable {
         for index in needing {
             let listed = entry(index)
             if let version = listed.version, let known = try store.knownObject(place: place, key: listed.key), known.version == version,
-                known.size == listed.size, sync.mode != .checksum || known.crc32c != nil
+                known.size == listed.size, sync.mode != .checksum || known.hasChecksum
             {
                 sides[index]?.modificationTime = known.modificationTime
                 sides[index]?.crc32c = known.crc32c
+                sides[index]?.crc64nvme = known.crc64nvme
             } else {
                 unknown.append(index)
             }
@@ -465,6 +479,7 @@ final class SyncRun: Sendable {
                 guard let object else { continue }
                 sides[index]?.modificationTime = object.modificationTimeNanoseconds
                 sides[index]?.crc32c = object.crc32c
+                sides[index]?.crc64nvme = object.crc64nvme
                 // Remembered even without a time or checksum kept with it: the next
                 // run then decides from the listing alone, as this one did.
                 if let version = object.version {
@@ -472,7 +487,7 @@ final class SyncRun: Sendable {
                         (object.relativePath,
                          KnownObject(
                             version: version, size: object.size, modificationTime: object.modificationTimeNanoseconds,
-                            crc32c: object.crc32c)))
+                            crc32c: object.crc32c, crc64nvme: object.crc64nvme)))
                 }
             }
         }
@@ -531,11 +546,15 @@ final class SyncRun: Sendable {
                 return nil
             }
             var crc: UInt32?
-            for digest in object.digests { if case .crc32c(let value) = digest { crc = value } }
+            var crc64: UInt64?
+            for digest in object.digests {
+                if case .crc32c(let value) = digest { crc = value }
+                if case .crc64nvme(let value) = digest { crc64 = value }
+            }
             return StoredObject(
                 relativePath: entry.key, size: object.size, version: object.validator.flatMap(Self.version),
                 lastModifiedNanoseconds: object.lastModifiedNanoseconds, modificationTimeNanoseconds: object.modificationTimeNanoseconds,
-                crc32c: crc)
+                crc32c: crc, crc64nvme: crc64)
         }
     }
 
