@@ -68,44 +68,17 @@ extension TransferEngine {
         let id = Self.syncJobID(
             directory: root, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard, filesFrom: sync.filesFrom)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
-        let settings = SyncSettings(sync).encoded
-        var record: JobRecord
-        var resumed = false
-        // An unfinished plan goes on; so does a failed one with copies left (a
-        // conflict needs --restart). One that failed after its copies (a delete
-        // refused, the source partly unreadable) is planned anew: its copies are
-        // on the destination, where the new listing finds them.
-        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
-            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
-            existing.phase == .unfinished || stage < .deleting
-        {
-            record = existing
-            record.concurrency = concurrency
-            record.phase = .unfinished
-            resumed = true
-            try await store.commit(.putJob(record))
-            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
-        } else {
-            if let existing = try store.job(id) {
-                // A plan made with other settings, or one the user asked to forget:
-                // what the server holds of its unfinished copies goes with it.
-                if existing.phase != .completed, existing.backend == backend.name {
-                    _ = try await dropOnServer(existing, using: backend, options: options)
-                }
-                try await store.commit(.deleteJob(id))
-            }
+        let resumed = try await openSyncJob(id, in: store, sync: sync, concurrency: concurrency) { existing throws(XferError) in
+            // What the server holds of the forgotten plan's unfinished copies goes with it.
+            if existing.backend == backend.name { _ = try await dropOnServer(existing, using: backend, options: options) }
+        } make: {
             let now = Date()
-            record = JobRecord(
+            var record = JobRecord(
                 id: id, backend: backend.name, target: normalized, createdAt: now, updatedAt: now, concurrency: concurrency,
                 rootCount: 1, firstRoot: root, rules: sync.selection.rules)
             record.handles = backend.inventedHandles(for: record.context(files: JobFiles([]), credentials: options.credentials))
             record.handles.set(SyncHandles.sync, "push")
-            try await store.commit(.createJob(record, roots: [root]))
-            try store.setSyncValues(id, [
-                ("settings", settings), ("stage", [SyncStage.listingSource.rawValue]),
-                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
-            ])
-            try store.sync()
+            return (record, [root])
         }
 
         let named = options.chunkSize
@@ -170,23 +143,9 @@ extension TransferEngine {
 
         let id = Self.syncJobID(location: normalized, source: source.name, directory: root, dryRun: sync.dryRun, shard: sync.shard)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
-        let settings = SyncSettings(sync).encoded
-        var resumed = false
-        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
-            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
-            existing.phase == .unfinished || stage < .deleting
-        {
-            var record = existing
-            record.concurrency = concurrency
-            record.phase = .unfinished
-            resumed = true
-            try await store.commit(.putJob(record))
-            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
-        } else {
-            if let existing = try store.job(id) {
-                if existing.phase != .completed { try discardPartialFiles(of: id) }
-                try await store.commit(.deleteJob(id))
-            }
+        let resumed = try await openSyncJob(id, in: store, sync: sync, concurrency: concurrency) { _ throws(XferError) in
+            try discardPartialFiles(of: id)
+        } make: {
             let now = Date()
             var record = JobRecord(
                 id: id, backend: source.name, target: root, createdAt: now, updatedAt: now, concurrency: concurrency, rootCount: 1,
@@ -194,12 +153,7 @@ extension TransferEngine {
             record.isDownload = true
             record.isStarted = true
             record.handles.set(SyncHandles.sync, "pull")
-            try await store.commit(.createJob(record, roots: [normalized]))
-            try store.setSyncValues(id, [
-                ("settings", settings), ("stage", [SyncStage.listingSource.rawValue]),
-                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
-            ])
-            try store.sync()
+            return (record, [normalized])
         }
         let named = options.chunkSize
         let chunkSize: @Sendable (Int64) -> Int = { _ in max(1, named ?? traits.defaultChunkSize) }
@@ -268,36 +222,17 @@ extension TransferEngine {
 
         let id = Self.syncJobID(location: from, source: source.name, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
-        let settings = SyncSettings(sync).encoded
-        var resumed = false
-        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
-            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
-            existing.phase == .unfinished || stage < .deleting
-        {
-            var record = existing
-            record.concurrency = concurrency
-            record.phase = .unfinished
-            resumed = true
-            try await store.commit(.putJob(record))
-            try store.setSyncValues(id, [("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))])
-        } else {
-            if let existing = try store.job(id) {
-                if existing.phase != .completed, existing.backend == backend.name {
-                    _ = try await dropOnServer(existing, using: backend, options: options)
-                }
-                try await store.commit(.deleteJob(id))
-            }
+        let resumed = try await openSyncJob(
+            id, in: store, sync: sync, concurrency: concurrency, values: [("source", Array(source.name.utf8))]
+        ) { existing throws(XferError) in
+            if existing.backend == backend.name { _ = try await dropOnServer(existing, using: backend, options: options) }
+        } make: {
             var record = JobRecord(
                 id: id, backend: backend.name, target: normalized, createdAt: Date(), updatedAt: Date(), concurrency: concurrency,
                 rootCount: 1, firstRoot: from, rules: sync.selection.rules)
             record.handles = probeHandles.handles
             record.handles.set(SyncHandles.sync, "copy")
-            try await store.commit(.createJob(record, roots: [from]))
-            try store.setSyncValues(id, [
-                ("settings", settings), ("source", Array(source.name.utf8)), ("stage", [SyncStage.listingSource.rawValue]),
-                ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8)),
-            ])
-            try store.sync()
+            return (record, [from])
         }
         let named = options.chunkSize
         let chunkSize: @Sendable (Int64) -> Int = { size in
@@ -361,6 +296,46 @@ extension TransferEngine {
             throw .invalidInput("job \(id) cannot be rebuilt from its record; run the sync again")
         }
         return job
+    }
+}
+
+extension TransferEngine {
+    /// The one place a sync's job is found again or made anew.
+    ///
+    /// An unfinished plan goes on; so does a failed one with copies left (a
+    /// conflict needs `restart`). One that failed after its copies (a delete
+    /// refused, the source partly unreadable), a completed one, one planned
+    /// with other settings, or one `restart` forgets, is dropped (`drop`:
+    /// what the server or the disk holds of its unfinished copies) and
+    /// `make` gives the new job's header and roots; `values` join its state.
+    /// Returns whether the plan is resumed.
+    func openSyncJob(
+        _ id: JobID, in store: StateStore, sync: SyncOptions, concurrency: Int, values: [(String, [UInt8])] = [],
+        drop: (JobRecord) async throws(XferError) -> Void, make: () -> (JobRecord, roots: [String])
+    ) async throws(XferError) -> Bool {
+        let settings = SyncSettings(sync).encoded
+        let maximumDeletes = ("maximumDeletes", Array((sync.maximumDeletes.map(String.init) ?? "").utf8))
+        if let existing = try store.job(id), !sync.restart, !sync.dryRun, existing.phase != .completed,
+            try store.syncValue(id, "settings") == settings, let stage = try store.syncStage(id),
+            existing.phase == .unfinished || stage < .deleting
+        {
+            var record = existing
+            record.concurrency = concurrency
+            record.phase = .unfinished
+            try await store.commit(.putJob(record))
+            try store.setSyncValues(id, [maximumDeletes])
+            return true
+        }
+        if let existing = try store.job(id) {
+            if existing.phase != .completed { try await drop(existing) }
+            try await store.commit(.deleteJob(id))
+        }
+        var (record, roots) = make()
+        record.concurrency = concurrency
+        try await store.commit(.createJob(record, roots: roots))
+        try store.setSyncValues(id, [("settings", settings), ("stage", [SyncStage.listingSource.rawValue]), maximumDeletes] + values)
+        try store.sync()
+        return false
     }
 }
 
