@@ -103,6 +103,11 @@ struct SyncCommand: AsyncParsableCommand {
         }
         if kinds.0 == .s3, filesFrom != nil { throw ValidationError("--files-from names local files: it is for a sync from a directory") }
         if copyLimit != nil, kinds != (.s3, .s3) { throw ValidationError("--copy-limit is for a sync from s3:// to s3://") }
+        // Said before credentials are looked for: a typo in the directory is the likelier mistake.
+        var isDirectory = false
+        if kinds.0 == nil, !FileManager.default.fileExists(atPath: arguments[0], isDirectory: &isDirectory) || !isDirectory {
+            throw ValidationError("\(arguments[0]): not a directory (sync takes a directory and a destination)")
+        }
         try TransferOptions(chunkSize: chunkSize?.bytes, concurrency: concurrency, retry: RetryPolicy(maximumAttempts: maxAttempts))
             .validate()
     }
