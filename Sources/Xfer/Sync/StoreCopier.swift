@@ -13,6 +13,15 @@ struct StoreCopier {
     let run: SyncRun
     let backend: any ObjectCopying
     let events: AsyncStream<SyncEvent>.Continuation
+    /// Bytes copied so far (parts and whole objects), for progress.
+    private let copied = TransferByteCounter()
+    private let total = TransferByteCounter()
+
+    init(run: SyncRun, backend: any ObjectCopying, events: AsyncStream<SyncEvent>.Continuation) {
+        self.run = run
+        self.backend = backend
+        self.events = events
+    }
 
     /// What a file's copy came to.
     private enum Outcome: Sendable {
@@ -31,6 +40,8 @@ struct StoreCopier {
                     "\(location) and \(job.target) are on different endpoints: a sync between stores copies inside one store")
             }
             let counters = try run.store.counters(run.id)
+            copied.add(Int(counters.doneBytes))
+            total.add(Int(counters.totalBytes))
             events.yield(
                 .transfer(
                     .started(
@@ -110,7 +121,7 @@ struct StoreCopier {
                             to: key, in: job)
                     }
                     try await commit([.markDone(job: run.id, file: index, chunks: [chunk], plan: plan, receipts: [chunk: receipt])])
-                    events.yield(.transfer(.chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk), doneBytes: 0, totalBytes: 0)))
+                    progress(file: index, chunk: chunk, bytes: plan.length(of: chunk))
                 }
                 let receipts = try stored { () throws(XferError) in try run.store.receipts(job: run.id, file: index) }
                 let ordered = (0..<plan.count).compactMap { receipts[$0] }
@@ -121,6 +132,7 @@ struct StoreCopier {
                     try backend.finishCopy(handles: handles, receipts: ordered, to: key, condition: condition, in: job)
                 }
             }
+            if record.size <= backend.singleCopyLimit { progress(file: index, chunk: 0, bytes: Int(record.size)) }
             current.url = SyncRun.url(of: key, in: job.target)
             current.failure = nil
             if let newVersion { current.handles.set(SyncHandles.version, newVersion) }
@@ -149,6 +161,12 @@ struct StoreCopier {
                 return .failure(.transferFailed(message))
             }
         }
+    }
+
+    private func progress(file: Int, chunk: Int, bytes: Int) {
+        copied.add(bytes)
+        events.yield(
+            .transfer(.chunkStored(file: file, chunk: chunk, bytes: bytes, doneBytes: Int64(copied.value), totalBytes: Int64(total.value))))
     }
 
     private func fail(_ index: Int, _ record: FileRecord, reason: String) async -> Result<Outcome, XferError> {
