@@ -95,12 +95,13 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(touched.decisions.filter { $0.value.action == "copy" }.map(\.key), [names[1]], "the run does what the dry run said")
         XCTAssertEqual(try sync(["--size-only"]).decisions.filter { $0.value.action == "copy" }.count, 0)
 
-        // --checksum: the objects written without one are compared by their MD5 ETags once (each
-        // file read once), their CRC-32Cs remembered; after that only a changed file is read.
+        // --checksum: every object a sync wrote keeps its file's CRC-32C (the multipart one too),
+        // and xfer remembers it: compared with no request and no read but of the changed file.
         let checked = try sync(["--checksum"])
-        XCTAssertEqual(Set(checked.decisions.filter { $0.value.action == "copy" }.map(\.key)), [names[2], "big.bin"])
+        XCTAssertEqual(Set(checked.decisions.filter { $0.value.action == "copy" }.map(\.key)), [names[2]])
         XCTAssertEqual(checked.decisions[names[2]]?.reason, "checksum differs")
-        XCTAssertEqual(checked.decisions["big.bin"]?.reason, "same size, no checksum on the destination to compare")
+        XCTAssertEqual(checked.decisions["big.bin"]?.reason, "same size and checksum")
+        XCTAssertEqual(int(checked.planned["described"]), 0)
         let checkedAgain = try sync(["--checksum"])
         XCTAssertEqual(checkedAgain.decisions.filter { $0.value.action == "copy" }.count, 0, "\(checkedAgain.decisions)")
         XCTAssertEqual(int(checkedAgain.planned["described"]), 0)
@@ -122,6 +123,15 @@ final class CephSyncTests: CephBucketTestCase {
         let second = try sync()
         XCTAssertEqual(int(second.planned["described"]), 0)
         XCTAssertTrue(second.decisions.values.allSatisfy { $0.action == "skip" })
+
+        // --checksum on objects with no CRC of theirs: their MD5 ETags against the files' MD5s,
+        // once; the CRC-32Cs are remembered, and the next run reads and asks nothing.
+        let checked = try sync(["--checksum"])
+        XCTAssertTrue(checked.decisions.values.allSatisfy { $0.action == "skip" && $0.reason == "same size and checksum" }, "\(checked.decisions)")
+        XCTAssertEqual(int(checked.planned["described"]), 12)
+        let checkedAgain = try sync(["--checksum"])
+        XCTAssertTrue(checkedAgain.decisions.values.allSatisfy { $0.action == "skip" })
+        XCTAssertEqual(int(checkedAgain.planned["described"]), 0)
     }
 
     // MARK: Deletes

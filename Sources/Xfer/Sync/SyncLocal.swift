@@ -80,16 +80,31 @@ enum LocalChecksum {
         return Hex.bytes(hex)
     }
 
-    static func crc32c(of path: String, store: StateStore) throws(XferError) -> UInt32? {
-        try checksums(of: path, store: store, crc64nvme: false)?.crc32c
+    /// Checksums read but not yet written to the cache: written with the
+    /// plan's batch they were read for (one transaction, not one per file).
+    typealias Pending = LockedValue<[(device: UInt64, inode: UInt64, checksum: CachedChecksum)]>
+
+    static func crc32c(of path: String, store: StateStore, pending: Pending) throws(XferError) -> UInt32? {
+        try checksums(of: path, store: store, pending: pending, crc64nvme: false)?.crc32c
     }
 
     /// The file's CRC64NVME (and CRC-32C), read in one pass when not cached.
-    static func crc64nvme(of path: String, store: StateStore) throws(XferError) -> UInt64? {
-        try checksums(of: path, store: store, crc64nvme: true)?.crc64nvme
+    static func crc64nvme(of path: String, store: StateStore, pending: Pending) throws(XferError) -> UInt64? {
+        try checksums(of: path, store: store, pending: pending, crc64nvme: true)?.crc64nvme
     }
 
-    private static func checksums(of path: String, store: StateStore, crc64nvme wants64: Bool) throws(XferError) -> CachedChecksum? {
+    /// Writes what `pending` holds to the cache, in one transaction.
+    static func flush(_ pending: Pending, to store: StateStore) throws(XferError) {
+        let items = pending.withLock { items in
+            defer { items.removeAll() }
+            return items
+        }
+        try store.putCachedChecksums(items)
+    }
+
+    private static func checksums(
+        of path: String, store: StateStore, pending: Pending, crc64nvme wants64: Bool
+    ) throws(XferError) -> CachedChecksum? {
         var info = stat()
         guard stat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
         let identity = LocalFile.identity(of: info)
@@ -107,7 +122,7 @@ enum LocalChecksum {
         let cached = CachedChecksum(
             size: read.size, modificationTime: read.modificationTimeNanoseconds, changeTime: changeTime, crc32c: crc,
             crc64nvme: read.crc64nvme)
-        try store.putCachedChecksums([(identity.device, identity.inode, cached)])
+        pending.withLock { $0.append((identity.device, identity.inode, cached)) }
         return cached
     }
 }

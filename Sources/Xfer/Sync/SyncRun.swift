@@ -53,9 +53,11 @@ final class SyncRun: Sendable {
     /// Keys decided per transaction; the most held in memory at once.
     static let batch = 512
     /// Descriptions (HEADs) and deletes in flight at once.
-    static let requestsInFlight = 32
+    static let requestsInFlight = 64
     /// Keys described while planning (`SyncEvent.Planned.described`).
     let described = TransferByteCounter()
+    /// Local checksums read for the batch being decided, cached with it.
+    let checksumsRead = LocalChecksum.Pending([])
 
     init(
         id: JobID, root: String, ends: SyncEnds, options: TransferOptions, sync: SyncOptions, concurrency: Int,
@@ -93,17 +95,15 @@ final class SyncRun: Sendable {
         do {
             var stage = try store.syncStage(id) ?? .listingSource
             let planResumed = resumed && stage >= .copying
-            if stage == .listingSource {
-                if let end = ends.source { try await listRemote(end, into: .source, events) } else { try await walkLocal(into: .source, events) }
-                stage = .listingDestination
-                try store.setSyncStage(id, stage)
-            }
-            if stage == .listingDestination {
-                if let end = ends.destination {
-                    try await listRemote(end, into: .destination, events)
-                } else {
-                    try await walkLocal(into: .destination, events)
-                }
+            if stage < .deciding {
+                // Both sides at once: a walk of the directory costs its disk, a listing
+                // its round trips; each side marks itself listed, so a killed listing
+                // goes on with the side that was not.
+                async let source: Result<Void, XferError> = list(.source, events)
+                async let destination: Result<Void, XferError> = list(.destination, events)
+                let (listedSource, listedDestination) = await (source, destination)
+                try listedSource.get()
+                try listedDestination.get()
                 stage = .deciding
                 try store.setSyncStage(id, stage)
             }
@@ -157,6 +157,19 @@ final class SyncRun: Sendable {
     }
 
     // MARK: Listing
+
+    /// Lists one side into the store unless an earlier run did.
+    private func list(_ side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async -> Result<Void, XferError> {
+        let flag = side == .source ? "listed.source" : "listed.destination"
+        do throws(XferError) {
+            if try store.syncValue(id, flag) != nil { return .success(()) }
+            if let end = ends[side] { try await listRemote(end, into: side, events) } else { try await walkLocal(into: side, events) }
+            try store.setSyncValues(id, [(flag, [1])])
+            return .success(())
+        } catch {
+            return .failure(error)
+        }
+    }
 
     /// Walks the directory (or reads the manifest) into the store, 512 files a transaction.
     private func walkLocal(into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
@@ -304,6 +317,7 @@ final class SyncRun: Sendable {
                     continue
                 }
             }
+            try LocalChecksum.flush(checksumsRead, to: store)
             if !files.isEmpty { try await store.commit(.putFiles(job: id, files: files)) }
             if !deletes.isEmpty { try store.putSyncDeletes(id, deletes) }
         }
@@ -328,10 +342,11 @@ final class SyncRun: Sendable {
             } else {
                 handles.set(SyncHandles.condition, "*")
             }
-            // With --checksum every object keeps its CRC-32C: the next run compares
-            // it without asking (read here at ISA-L's speed; the copy reads the file anyway).
+            // Every object keeps its CRC-32C: a later --checksum run compares it without
+            // asking or reading the file again (read here at ISA-L's speed, and cached;
+            // the copy reads the file right after, from the page cache).
             var crc = sides.source?.crc32c
-            if crc == nil, sync.mode == .checksum { crc = try LocalChecksum.crc32c(of: FileRecord.join(root, key), store: store) }
+            if crc == nil { crc = try LocalChecksum.crc32c(of: FileRecord.join(root, key), store: store, pending: checksumsRead) }
             if let crc { handles.set(SyncHandles.crc32c, String(crc, radix: 16)) }
             let identity = FileIdentity(size: source.size, modificationTimeNanoseconds: source.time, inode: source.inode, device: source.device)
             return FileRecord(
@@ -395,7 +410,7 @@ final class SyncRun: Sendable {
                     for (which, local, other) in [(SyncSide.source, sources[index], destinations[index]), (.destination, destinations[index], sources[index])]
                     where ends[which] == nil && other?.crc64nvme != nil && local?.crc64nvme == nil {
                         let entry = (which == .source ? pairs[index].source : pairs[index].destination)!
-                        let crc64 = try LocalChecksum.crc64nvme(of: FileRecord.join(root, entry.key), store: store)
+                        let crc64 = try LocalChecksum.crc64nvme(of: FileRecord.join(root, entry.key), store: store, pending: checksumsRead)
                         if which == .source { sources[index]?.crc64nvme = crc64 } else { destinations[index]?.crc64nvme = crc64 }
                     }
                 }
@@ -448,7 +463,7 @@ final class SyncRun: Sendable {
         guard let end = ends[which] else {
             if sync.mode == .checksum {
                 for index in needing {
-                    sides[index]?.crc32c = try LocalChecksum.crc32c(of: FileRecord.join(root, entry(index).key), store: store)
+                    sides[index]?.crc32c = try LocalChecksum.crc32c(of: FileRecord.join(root, entry(index).key), store: store, pending: checksumsRead)
                 }
             }
             return
@@ -468,27 +483,22 @@ final class SyncRun: Sendable {
             }
         }
         var learned: [(key: String, object: KnownObject)] = []
-        var start = 0
-        while start < unknown.count {
-            let slice = Array(unknown[start..<min(unknown.count, start + Self.requestsInFlight)])
-            start += slice.count
-            let objects = try await describe(slice.map(entry), at: end, job: job)
-            described.add(slice.count)
-            for (index, object) in zip(slice, objects) {
-                // Gone since it was listed: compared as listed (every write is conditional anyway).
-                guard let object else { continue }
-                sides[index]?.modificationTime = object.modificationTimeNanoseconds
-                sides[index]?.crc32c = object.crc32c
-                sides[index]?.crc64nvme = object.crc64nvme
-                // Remembered even without a time or checksum kept with it: the next
-                // run then decides from the listing alone, as this one did.
-                if let version = object.version {
-                    learned.append(
-                        (object.relativePath,
-                         KnownObject(
-                            version: version, size: object.size, modificationTime: object.modificationTimeNanoseconds,
-                            crc32c: object.crc32c, crc64nvme: object.crc64nvme)))
-                }
+        let objects = try await describe(unknown.map(entry), at: end, job: job)
+        described.add(unknown.count)
+        for (index, object) in zip(unknown, objects) {
+            // Gone since it was listed: compared as listed (every write is conditional anyway).
+            guard let object else { continue }
+            sides[index]?.modificationTime = object.modificationTimeNanoseconds
+            sides[index]?.crc32c = object.crc32c
+            sides[index]?.crc64nvme = object.crc64nvme
+            // Remembered even without a time or checksum kept with it: the next
+            // run then decides from the listing alone, as this one did.
+            if let version = object.version {
+                learned.append(
+                    (object.relativePath,
+                     KnownObject(
+                        version: version, size: object.size, modificationTime: object.modificationTimeNanoseconds,
+                        crc32c: object.crc32c, crc64nvme: object.crc64nvme)))
             }
         }
         try store.putKnownObjects(place: place, learned)
@@ -510,10 +520,17 @@ final class SyncRun: Sendable {
         return bytes
     }
 
-    /// Describes `entries` of a remote end concurrently; nil for a key that holds nothing now.
+    /// Describes `entries` of a remote end, `requestsInFlight` at a time (a
+    /// sliding window: each answer starts the next request); nil for a key
+    /// that holds nothing now.
     private func describe(_ entries: [SyncEntry], at end: RemoteEnd, job: JobContext) async throws(XferError) -> [StoredObject?] {
         let results = await withTaskGroup(of: (Int, Result<StoredObject?, XferError>).self) { group in
-            for (index, entry) in entries.enumerated() {
+            var results = [Result<StoredObject?, XferError>?](repeating: nil, count: entries.count)
+            var next = 0
+            func start() {
+                let index = next
+                let entry = entries[index]
+                next += 1
                 group.addTask {
                     do throws(XferError) {
                         return (index, .success(try await self.describe(entry, at: end, job: job)))
@@ -522,8 +539,11 @@ final class SyncRun: Sendable {
                     }
                 }
             }
-            var results = [Result<StoredObject?, XferError>?](repeating: nil, count: entries.count)
-            for await (index, result) in group { results[index] = result }
+            while next < min(entries.count, Self.requestsInFlight) { start() }
+            for await (index, result) in group {
+                results[index] = result
+                if next < entries.count { start() }
+            }
             return results
         }
         return try results.map { result throws(XferError) in try result!.get() }
