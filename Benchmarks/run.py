@@ -10,7 +10,7 @@ Docs/benchmarks.md from it.
 Environment: BUILD_DIR (directory holding `xfer` and `apple-resumable-server`; default
 `swift build --package-path CLI -c release --show-bin-path`), STORE_BENCH_DIR (the one holding
 `xfer-store-bench`; default the root package's release directory), QUICK=1, ROUNDS=N, ONLY=throughput,memory,
-small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf,objectstore,pull,pullceph,far,hostile (comma list),
+small,resume,list,resend,s3,tus,trees,datapath,stream,ceph,ietf,objectstore,pull,pullceph,far,hostile,sync,binary (comma list),
 KEEP=1 (keep the work directory).
 Python 3 standard library only; the s3 section also runs moto, the AWS CLI
 (from .tools/venv-s3) and rclone (Debian's), which `make bench` installs.

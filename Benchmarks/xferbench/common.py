@@ -52,6 +52,8 @@ SIZES = {
     "pull": 256 * MiB if QUICK else 1 * GiB,
     "far_files": 300 if QUICK else 1_000,
     "far_big": 256 * MiB if QUICK else 1 * GiB,
+    "sync_files": 1_000 if QUICK else 10_000,
+    "sync_large": 20_000 if QUICK else 100_000,
 }
 ONLY = set(filter(None, os.environ.get("ONLY", "").split(",")))
 

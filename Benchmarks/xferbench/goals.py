@@ -543,6 +543,62 @@ def _hostile_rss(t):
             f"{max(attacked):.0f} MiB ({max(connections):.0f} MiB under the connections alone)",
             max(attacked) <= 256)
 
+SYNC_PEERS = "`aws s3 sync`, `s5cmd sync` and `rclone sync` (each at its defaults and at 64 requests in flight)"
+
+
+def _sync_ratio(t):
+    """(xfer's time, the fastest peer, its time, its time ÷ xfer's) from a sync table's last row."""
+    return (t.num("median s", "xfer"), t.get("how", "fastest peer"), t.num("median s", "fastest peer"),
+            t.num("÷ xfer (s)", "fastest peer"))
+
+
+@goal("sync.first", "sync")
+def _sync_first(t):
+    xfer, peer, theirs, ratio = _sync_ratio(t["sync"])
+    return (f"Sync (issue 45): `xfer sync` of 10,000 files of 4 KiB into the Ceph gateway, a first sync, against {SYNC_PEERS}",
+            "≥ 1.1× the fastest peer",
+            f"{ratio:.2f}× {peer} ({xfer:.2f} against {theirs:.2f} s)",
+            ratio >= 1.1)
+
+
+@goal("sync.unchanged", "sync", "sync_unchanged")
+def _sync_unchanged(t):
+    xfer, peer, theirs, ratio = _sync_ratio(t["sync_unchanged"])
+    return ("Sync: the same 10,000 files again, nothing changed",
+            "≥ 2× the fastest peer",
+            f"{ratio:.2f}× {peer} ({xfer:.2f} against {theirs:.2f} s)",
+            ratio >= 2.0)
+
+
+@goal("sync.changed", "sync", "sync_changed")
+def _sync_changed(t):
+    t = t["sync_changed"]
+    xfer, peer, theirs, ratio = _sync_ratio(t)
+    found = t.get("changed files found", "xfer")
+    blind = [r[0] for r in t.rows if r[-1].startswith("cannot detect")]
+    exact = bool(re.fullmatch(r"(\d+) of \1", found))
+    # The scenario's xfer ran its first sync and the re-run at its defaults, then --checksum; the row
+    # "xfer --checksum" ran --checksum every time (the objects then carry their CRC-32C).
+    always = t.num("median s", "xfer --checksum")
+    return ("Sync: 1 % of the files changed in place (same size, modification time kept), `--checksum`",
+            "finds exactly those, ≥ 2× the fastest peer that finds them",
+            f"xfer found {found}; {ratio:.2f}× {peer} ({xfer:.2f} against {theirs:.2f} s) after a first sync and a "
+            f"re-run without --checksum; {theirs / always:.2f}× ({always:.2f} s) with --checksum on every run"
+            + (f"; {', '.join(blind)} cannot detect them" if blind else ""),
+            exact and ratio >= 2.0)
+
+
+@goal("sync.rss", "sync", "sync_large")
+def _sync_rss(t):
+    t = t["sync_large"]
+    first, again = t.num("client peak RSS MiB", "first sync"), t.num("client peak RSS MiB", "nothing changed")
+    keys = re.search(r"Sync 4: ([\d,]+) files", t.title)
+    return (f"Sync: {keys.group(1) if keys else '100,000'} keys, peak RSS of `xfer sync`, a first sync and a re-run with nothing changed",
+            "≤ 128 MiB",
+            f"{first:.0f} and {again:.0f} MiB",
+            max(first, again) <= 128)
+
+
 # ---------------------------------------------------------------- the registry
 
 def order(record):
@@ -600,7 +656,8 @@ BLOCK = re.compile(r"<!-- BEGIN GENERATED(?: (\w+))? by Benchmarks/run\.py[^>]*-
 MAIN_TABLES = {number: key for key, number in CORE_TABLES.items()}
 MORE_TABLES = {"trees": ["trees_large"], "datapath": ["datapath_hash", "datapath_memory"],
                "ceph": ["ceph_tree", "ceph_kill"], "objectstore": ["objectstore_tree", "objectstore_memory"],
-               "pull": ["pull_kill"], "pullceph": ["pullceph_tree"], "far": ["far_large", "far_ceph", "far_http2"]}
+               "pull": ["pull_kill"], "pullceph": ["pullceph_tree"], "far": ["far_large", "far_ceph", "far_http2"],
+               "sync": ["sync_unchanged", "sync_changed", "sync_large"]}
 
 
 def read_doc(text):

@@ -28,6 +28,7 @@ from .sections.pull import bench_pull
 from .sections.pullceph import bench_pull_ceph
 from .sections.far import bench_far
 from .sections.hostile import bench_hostile
+from .sections.sync import bench_sync
 from .sections.binary import bench_binary
 
 
@@ -68,6 +69,7 @@ def main():
         ("pullceph", lambda: bench_pull_ceph(work)),
         ("far", lambda: bench_far(work)),
         ("hostile", lambda: bench_hostile(work)),
+        ("sync", lambda: bench_sync(work)),
         ("binary", lambda: bench_binary(work)),
     ]
     ran = []

@@ -100,7 +100,7 @@ def earlier_core_tables():
 
 
 # Sections with a generated block of their own in Docs/benchmarks.md.
-OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf", "objectstore", "pull", "pullceph", "far", "hostile", "binary")
+OWN_BLOCK = ("s3", "tus", "trees", "datapath", "stream", "ceph", "ietf", "objectstore", "pull", "pullceph", "far", "hostile", "sync", "binary")
 
 
 # ---------------------------------------------------------------- the goals table
