@@ -547,18 +547,14 @@ public struct S3Backend: UploadBackend, TargetNormalizing, JobHandleInventing, C
 
     static func multipartETag(_ file: FileContext) -> String? {
         guard file.chunkCount > 1, file.receipts.count == file.chunkCount else { return nil }
-        var digests: [UInt8] = []
-        digests.reserveCapacity(16 * file.chunkCount)
+        var etags: [String] = []
+        etags.reserveCapacity(file.chunkCount)
         for chunk in 0..<file.chunkCount {
-            guard let receipt = file.receipts[chunk].map({ S3PartReceipt(stored: $0).etag }),
-                let bytes = Hex.bytes(receipt.trimming { $0 == "\"" }),
-                bytes.count == 16
-            else { return nil }
-            digests += bytes
+            guard let receipt = file.receipts[chunk] else { return nil }
+            etags.append(S3PartReceipt(stored: receipt).etag)
         }
-        return Checksums.hex(Array(Insecure.MD5.hash(data: digests))) + "-\(file.chunkCount)"
+        return multipartETag(ofParts: etags)
     }
-
 
     /// What every request of a job needs: where to send, how to sign, which
     /// bucket and prefix. Built from the job's stored handles, so a resumed

@@ -15,14 +15,7 @@ enum JobWatcher {
         JobReport, XferError
     > {
         let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
-        let progress = output.resolvedProgress(json: json)
-        let bar: ProgressDisplay? = progress == .bar ? ProgressDisplay() : nil
-        let lines: ProgressLines? = progress == .lines ? ProgressLines() : nil
-        let ticker = lines.map { lines in
-            Task { [interval = output.interval] in
-                while (try? await Task.sleep(for: interval)) != nil { lines.tick() }
-            }
-        }
+        let shown = ProgressOutput(output.resolvedProgress(json: json), interval: output.interval)
         let printer = Task {
             // A failed file gets a line of its own only among several: alone, the
             // job's one-line error already names it.
@@ -50,16 +43,12 @@ enum JobWatcher {
                     message = nil
                 }
                 if let message {
-                    bar?.interrupt()
+                    shown.interrupt()
                     Terminal.error(message)
                 }
-                bar?.show(event)
-                lines?.show(event)
+                shown.show(event)
             }
-            ticker?.cancel()
-            await ticker?.value
-            bar?.finish()
-            lines?.finish()
+            await shown.finish()
         }
         let result: Result<JobReport, XferError>
         do {
@@ -73,5 +62,39 @@ enum JobWatcher {
             for file in report.files { Terminal.out(file.url) }
         }
         return result
+    }
+}
+
+/// The progress a command shows while a job runs: a bar on a terminal, or
+/// lines at an interval (`--progress`), for push, pull, resume and sync alike.
+struct ProgressOutput: Sendable {
+    private let bar: ProgressDisplay?
+    private let lines: ProgressLines?
+    private let ticker: Task<Void, Never>?
+
+    init(_ mode: OutputArguments.ProgressMode, interval: Duration) {
+        bar = mode == .bar ? ProgressDisplay() : nil
+        let lines: ProgressLines? = mode == .lines ? ProgressLines() : nil
+        self.lines = lines
+        ticker = lines.map { lines in
+            Task {
+                while (try? await Task.sleep(for: interval)) != nil { lines.tick() }
+            }
+        }
+    }
+
+    func show(_ event: TransferEvent) {
+        bar?.show(event)
+        lines?.show(event)
+    }
+
+    /// Clears the bar before a line of its own is written.
+    func interrupt() { bar?.interrupt() }
+
+    func finish() async {
+        ticker?.cancel()
+        await ticker?.value
+        bar?.finish()
+        lines?.finish()
     }
 }

@@ -212,14 +212,7 @@ enum SyncWatcher {
     static func follow(_ job: SyncJob, printer: SyncPrinter, output: OutputArguments) async -> Result<SyncReport, XferError> {
         let signals = SignalTrap(signals: [SIGINT, SIGTERM]) { job.cancel() }
         let json = printer.json
-        let progress = output.resolvedProgress(json: json)
-        let bar: ProgressDisplay? = progress == .bar ? ProgressDisplay() : nil
-        let lines: ProgressLines? = progress == .lines ? ProgressLines() : nil
-        let ticker = lines.map { lines in
-            Task { [interval = output.interval] in
-                while (try? await Task.sleep(for: interval)) != nil { lines.tick() }
-            }
-        }
+        let shown = ProgressOutput(output.resolvedProgress(json: json), interval: output.interval)
         let events = Task {
             for await event in job.events {
                 switch event {
@@ -230,11 +223,10 @@ enum SyncWatcher {
                         Terminal.out(line)
                     }
                     if case .fileFailed(let failed) = transfer, !json {
-                        bar?.interrupt()
+                        shown.interrupt()
                         Terminal.error("failed \(failed.path): \(failed.reason)")
                     }
-                    bar?.show(transfer)
-                    lines?.show(transfer)
+                    shown.show(transfer)
                 case .planned(let planned) where json:
                     Terminal.out(JSONValue.object([
                         "event": .string("planned"), "job": .string(planned.job.rawValue), "resumed": .bool(planned.resumed),
@@ -250,10 +242,7 @@ enum SyncWatcher {
                     break
                 }
             }
-            ticker?.cancel()
-            await ticker?.value
-            bar?.finish()
-            lines?.finish()
+            await shown.finish()
         }
         let result: Result<SyncReport, XferError>
         do {

@@ -8,9 +8,7 @@ extension TransferEngine {
     public static func syncJobID(
         directory: String, target: String, backend: String, dryRun: Bool = false, shard: SyncShard? = nil, filesFrom: String? = nil
     ) -> JobID {
-        var kind = "sync\0push\0\(backend)"
-        if dryRun { kind += "\0dry-run" }
-        if let shard { kind += "\0shard \(shard)" }
+        var kind = syncKind("push\0\(backend)", dryRun: dryRun, shard: shard)
         if let filesFrom { kind += "\0files-from \(filesFrom)" }
         return jobID(backend: kind, target: target, files: [directory])
     }
@@ -94,14 +92,20 @@ extension TransferEngine {
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
     }
 
+    /// What a sync's id is made from besides its ends: its direction, and a
+    /// dry run's or a share's own job.
+    static func syncKind(_ direction: String, dryRun: Bool, shard: SyncShard?) -> String {
+        var kind = "sync\0" + direction
+        if dryRun { kind += "\0dry-run" }
+        if let shard { kind += "\0shard \(shard)" }
+        return kind
+    }
+
     /// The id a sync of the prefix `location` from `source` into `directory` gets.
     public static func syncJobID(
         location: String, source: String, directory: String, dryRun: Bool = false, shard: SyncShard? = nil
     ) -> JobID {
-        var kind = "sync\0pull\0\(source)"
-        if dryRun { kind += "\0dry-run" }
-        if let shard { kind += "\0shard \(shard)" }
-        return jobID(backend: kind, target: directory, files: [location])
+        jobID(backend: syncKind("pull\0\(source)", dryRun: dryRun, shard: shard), target: directory, files: [location])
     }
 
     /// Starts making `directory` hold what the prefix `location` of `source`
@@ -178,10 +182,7 @@ extension TransferEngine {
     public static func syncJobID(
         location: String, source: String, target: String, backend: String, dryRun: Bool = false, shard: SyncShard? = nil
     ) -> JobID {
-        var kind = "sync\0copy\0\(source)\0\(backend)"
-        if dryRun { kind += "\0dry-run" }
-        if let shard { kind += "\0shard \(shard)" }
-        return jobID(backend: kind, target: target, files: [location])
+        jobID(backend: syncKind("copy\0\(source)\0\(backend)", dryRun: dryRun, shard: shard), target: target, files: [location])
     }
 
     /// Starts making `target` hold what the prefix `location` of `source`
