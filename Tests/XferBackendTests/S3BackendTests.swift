@@ -844,6 +844,40 @@ final class S3BackendTests: XCTestCase {
         XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "U", S3Backend.objectKey: "in/other"]))
         XCTAssertFalse(upload.isOpened(byFileWith: [S3Backend.uploadID: "V", S3Backend.objectKey: "in/a b.bin"]))
     }
+
+    // MARK: --backup-dir
+
+    func testABackupPlaceMustBeOutsideTheTargetOnTheSameEndpoint() throws {
+        let job = job()
+        XCTAssertEqual(try backend.backupTarget(normalizing: "s3://bkt/old/", in: job), "s3://bkt/old")
+        XCTAssertEqual(try backend.backupTarget(normalizing: "s3://other", in: job), "s3://other")
+        XCTAssertEqual(try backend.backupTarget(normalizing: "s3://bkt/inside", in: job), "s3://bkt/inside", "a sibling, not the target's")
+        for overlapping in ["s3://bkt", "s3://bkt/in", "s3://bkt/in/old", "s3://bkt/"] {
+            XCTAssertThrowsError(try backend.backupTarget(normalizing: overlapping, in: job), overlapping) { error in
+                XCTAssertTrue("\(error)".contains("overlaps the destination"), "\(error)")
+            }
+        }
+        XCTAssertThrowsError(try backend.backupTarget(normalizing: "s3://bkt/old at http://elsewhere:9000", in: job)) { error in
+            XCTAssertTrue("\(error)".contains("not the destination's endpoint"), "\(error)")
+        }
+    }
+
+    func testABackupIsACopyInsideTheStoreConditionalOnTheVersionListed() throws {
+        let exchange = try backend.backUpObject(at: "d/a b.bin", version: "abc", to: "s3://keep/old", in: job())
+        XCTAssertEqual(exchange.request.method, .put)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9000/keep/old/d/a%20b.bin")
+        XCTAssertEqual(exchange.request.headers["x-amz-copy-source"], "/bkt/in/d/a%20b.bin")
+        XCTAssertEqual(exchange.request.headers["x-amz-copy-source-if-match"], "\"abc\"")
+        XCTAssertEqual(exchange.request.headers["x-amz-metadata-directive"], "COPY")
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 200, body: xml("<CopyObjectResult><ETag>\"e\"</ETag></CopyObjectResult>"))), .copied)
+        XCTAssertEqual(try exchange.interpret(HTTPResponse(status: 412)), .changed)
+        XCTAssertEqual(
+            try exchange.interpret(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchKey</Code></Error>"))), .absent)
+        // A 200 whose body is an error, and a missing bucket, are failures, not outcomes.
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 200, body: xml("<Error><Code>InternalError</Code></Error>"))))
+        XCTAssertThrowsError(try exchange.interpret(HTTPResponse(status: 404, body: xml("<Error><Code>NoSuchBucket</Code></Error>"))))
+    }
 }
 
 /// A stored chunk's outcome with the version the store gave the object (what a sync remembers).

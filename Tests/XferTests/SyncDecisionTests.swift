@@ -107,4 +107,19 @@ final class SyncDecisionTests: XCTestCase {
         XCTAssertNil(SyncRun.md5(ofETag: "9e107d9d372bb6826bd81d3542a419d6-2"))
         XCTAssertNil(SyncRun.md5(ofETag: "abc"))
     }
+
+    /// A plan's settings: a backup place is part of them (another one plans anew), and the
+    /// settings of a plan made before it existed still read.
+    func testSettingsKeepTheBackupPlace() {
+        var options = SyncOptions()
+        options.deletes = true
+        let without = SyncSettings(options).encoded
+        XCTAssertNil(SyncSettings.decode(without)?.backupDirectory)
+        XCTAssertEqual(SyncSettings.decode(without)?.deletes, true)
+        options.backupDirectory = "s3://b/old"
+        let with = SyncSettings(options).encoded
+        XCTAssertNotEqual(with, without)
+        XCTAssertEqual(SyncSettings.decode(with)?.backupDirectory, "s3://b/old")
+        XCTAssertNil(SyncSettings.decode(with + [0]), "trailing bytes are no settings")
+    }
 }

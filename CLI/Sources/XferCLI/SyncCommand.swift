@@ -35,6 +35,9 @@ struct SyncCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --delete: delete nothing when the plan would delete more than N keys.", valueName: "N"))
     var maxDelete: Int?
 
+    @Option(help: ArgumentHelp("Keep what the sync replaces or deletes under PLACE, at the same relative path (into S3: s3://BUCKET/PREFIX of the same endpoint, copied server-side; into a directory: a directory on its file system, moved). Not inside the destination.", valueName: "PLACE"))
+    var backupDir: String?
+
     @Flag(help: "Print every decision with its reason, change nothing.")
     var dryRun = false
 
@@ -102,6 +105,15 @@ struct SyncCommand: AsyncParsableCommand {
         default: throw ValidationError("sync goes between a directory and s3://BUCKET[/PREFIX], or from one S3 prefix to another")
         }
         if kinds.0 == .s3, filesFrom != nil { throw ValidationError("--files-from names local files: it is for a sync from a directory") }
+        if let backupDir {
+            let backupKind = BuiltInSource.kind(of: backupDir)
+            if kinds.1 == .s3, backupKind != .s3 {
+                throw ValidationError("--backup-dir keeps what an S3 destination loses in the same store: name s3://BUCKET/PREFIX")
+            }
+            if kinds.1 == nil, backupKind != nil {
+                throw ValidationError("--backup-dir keeps what a directory loses on the same file system: name a local directory")
+            }
+        }
         if copyLimit != nil, kinds != (.s3, .s3) { throw ValidationError("--copy-limit is for a sync from s3:// to s3://") }
         // Said before credentials are looked for: a typo in the directory is the likelier mistake.
         var isDirectory = false
@@ -122,6 +134,7 @@ struct SyncCommand: AsyncParsableCommand {
         sync.restart = restart
         sync.shard = try shard.map { text throws(XferError) in try SyncShard(parsing: text) }
         sync.filesFrom = filesFrom
+        sync.backupDirectory = backupDir
         let printer = SyncPrinter(json: json, dryRun: dryRun, verbose: output.verbose)
         if json || dryRun { sync.decisions = { printer.decided($0) } }
 
@@ -194,6 +207,7 @@ final class SyncPrinter: Sendable {
                 "event": .string("synced"), "job": .string(report.job.rawValue), "dryRun": .bool(report.dryRun),
                 "copies": .int(Int64(tally.copies)), "copyBytes": .int(tally.copyBytes), "unchanged": .int(Int64(tally.skips)),
                 "deletes": .int(Int64(tally.deletes)), "kept": .int(Int64(tally.kept)), "deleted": .int(Int64(report.deleted)),
+                "backedUp": .int(Int64(report.backedUp)),
             ]).text())
             return
         }
@@ -201,6 +215,7 @@ final class SyncPrinter: Sendable {
         let verb = report.dryRun ? "would copy" : "copied"
         var line = "\(verb) \(tally.copies) file\(tally.copies == 1 ? "" : "s") (\(JobText.bytes(tally.copyBytes))), \(tally.skips) unchanged"
         if tally.deletes > 0 { line += report.dryRun ? ", would delete \(tally.deletes)" : ", deleted \(report.deleted)" }
+        if report.backedUp > 0 { line += " (\(report.backedUp) replaced or deleted kept under --backup-dir)" }
         if tally.kept > 0 { line += ", \(tally.kept) only on the destination (kept; --delete removes them)" }
         Terminal.error(line)
     }

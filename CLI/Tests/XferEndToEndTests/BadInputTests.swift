@@ -76,6 +76,8 @@ final class BadInputTests: XCTestCase {
             ("sync: a bad shard", ["sync", work.file("dir"), "s3://bucket/p", "--shard", "3/3"], 2, "0 ≤ K < N"),
             ("sync: --max-delete alone", ["sync", work.file("dir"), "s3://bucket/p", "--max-delete", "3"], 2, "name --delete too"),
             ("sync: --checksum and --size-only", ["sync", work.file("dir"), "s3://bucket/p", "--checksum", "--size-only"], 2, "pick one"),
+            ("sync: a local --backup-dir for S3", ["sync", work.file("dir"), "s3://bucket/p", "--backup-dir", work.file("old")], 2, "name s3://BUCKET/PREFIX"),
+            ("sync: an S3 --backup-dir for a directory", ["sync", "s3://bucket/p", work.file("dir"), "--backup-dir", "s3://bucket/old"], 2, "name a local directory"),
             ("sync: --files-from with --delete", ["sync", work.file("dir"), "s3://bucket/p", "--files-from", file, "--delete"], 2, "cannot go with --delete"),
             ("push: --interop-version for patch", push + ["--interop-version", "6"], 2, "is for --backend ietf"),
             ("push: URL without scheme colon", push.dropLast() + ["http//nope"], 2, "not a usable URL"),

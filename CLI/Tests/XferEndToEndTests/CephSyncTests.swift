@@ -356,4 +356,105 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(int(planned["copies"]), 0)
         XCTAssertEqual(int(planned["described"]), 0, "a re-run knows both sides' objects from their listings")
     }
+
+    // MARK: --backup-dir
+
+    private func object(_ key: String) throws -> Data {
+        let path = work.file("fetched-\(UUID().uuidString)")
+        _ = try ceph.download(bucket: bucket, key: key, to: path)
+        return try Data(contentsOf: URL(fileURLWithPath: path))
+    }
+
+    private func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
+
+    /// Into a store: what a sync replaces or deletes is copied server-side to the backup prefix
+    /// first, with its bytes and its kept time; a backup place inside the destination, on another
+    /// endpoint or not on S3 is refused before anything is stored (exit 2).
+    func testBackupDirKeepsWhatASyncReplacesOrDeletesInTheStore() throws {
+        let names = try makeTree(files: 12)
+        _ = try sync()
+        let old0 = try bytes(tree + "/" + names[0])
+        let old1 = try bytes(tree + "/" + names[1])
+        try makeTestFile(at: tree + "/" + names[0], size: 1234, seed: 99)
+        try FileManager.default.removeItem(atPath: tree + "/" + names[1])
+
+        for (place, message) in [
+            ("s3://\(bucket!)/p/old", "overlaps the destination"), ("s3://\(bucket!)", "overlaps the destination"),
+            (work.file("local"), "name s3://BUCKET/PREFIX"),
+        ] {
+            let refused = try xfer(syncArguments(["--delete", "--backup-dir", place]))
+            XCTAssertEqual(refused.status, 2, refused.stderr)
+            XCTAssertTrue(refused.stderr.contains(message), refused.stderr)
+        }
+        XCTAssertEqual(try object("p/" + names[0]), old0, "a refused sync changed nothing")
+
+        let (_, _, result) = try sync(["--delete", "--backup-dir", "s3://\(bucket!)/backup/1"])
+        let summary = try XCTUnwrap(result.events.first { $0["event"] as? String == "synced" })
+        XCTAssertEqual(int(summary["backedUp"]), 2)
+        XCTAssertEqual(Set(try keys(prefix: "backup/1/").keys), [names[0], names[1]])
+        XCTAssertEqual(try object("backup/1/" + names[0]), old0)
+        XCTAssertEqual(try object("backup/1/" + names[1]), old1)
+        XCTAssertEqual(try object("p/" + names[0]), try bytes(tree + "/" + names[0]))
+        XCTAssertNil(try keys()[names[1]])
+        let head = try ceph.awsJSON(["head-object", "--bucket", bucket, "--key", "backup/1/" + names[0]])
+        XCTAssertNotNil((head["Metadata"] as? [String: Any])?["mtime"], "the backup keeps the object's metadata")
+
+        // Nothing changed: nothing backed up again.
+        let (_, _, again) = try sync(["--delete", "--backup-dir", "s3://\(bucket!)/backup/1"])
+        XCTAssertEqual(int(again.events.first { $0["event"] as? String == "synced" }?["backedUp"]), 0)
+    }
+
+    /// Into a directory: a file the sync replaces is hard-linked into the backup directory first
+    /// (same inode, old bytes), a file it deletes is renamed there; one inside the directory is refused.
+    func testBackupDirKeepsWhatASyncReplacesOrDeletesInADirectory() throws {
+        let names = try makeTree(files: 10)
+        _ = try sync()
+        let into = work.file("into")
+        let backup = work.file("kept")
+        let down = ["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"]
+        XCTAssertEqual(try xfer(down).status, 0)
+        let old = try bytes(into + "/" + names[2])
+        var before = stat()
+        XCTAssertEqual(stat(into + "/" + names[2], &before), 0)
+        try makeTestFile(at: work.file("other"), size: 700 + 2, seed: 55)
+        try ceph.aws(["s3", "cp", work.file("other"), "s3://\(bucket!)/p/\(names[2])", "--only-show-errors"])
+        try makeTestFile(at: into + "/local-only.txt", size: 10, seed: 1)
+
+        let inside = try xfer(down + ["--delete", "--backup-dir", into + "/old"])
+        XCTAssertEqual(inside.status, 2, inside.stderr)
+        XCTAssertTrue(inside.stderr.contains("overlaps the directory"), inside.stderr)
+
+        let result = try xfer(down + ["--delete", "--backup-dir", backup])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(int(result.events.first { $0["event"] as? String == "synced" }?["backedUp"]), 2)
+        XCTAssertEqual(try bytes(into + "/" + names[2]), try bytes(work.file("other")))
+        XCTAssertEqual(try bytes(backup + "/" + names[2]), old)
+        var kept = stat()
+        XCTAssertEqual(stat(backup + "/" + names[2], &kept), 0)
+        XCTAssertEqual(kept.st_ino, before.st_ino, "the replaced file itself is kept, not a copy")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: into + "/local-only.txt"))
+        XCTAssertTrue(FileManager.default.fileExists(atPath: backup + "/local-only.txt"))
+        let leftovers = ((FileManager.default.enumerator(atPath: backup)?.allObjects as? [String]) ?? []).filter { $0.hasSuffix(".xfer-backup") }
+        XCTAssertEqual(leftovers, [])
+    }
+
+    /// Between prefixes: the backup is copied inside the store before the replacement's copy.
+    func testBackupDirBetweenPrefixes() throws {
+        let names = try makeTree(files: 6)
+        _ = try sync()
+        let copy = [
+            "sync", "s3://\(bucket!)/p", "s3://\(bucket!)/q", "--endpoint", ceph.url, "--state", work.file("copy-state"), "--json",
+            "--progress", "none", "--delete", "--backup-dir", "s3://\(bucket!)/qb",
+        ]
+        XCTAssertEqual(try xfer(copy).status, 0)
+        let old = try object("q/" + names[3])
+        try makeTestFile(at: tree + "/" + names[3], size: 4321, seed: 8)
+        _ = try sync()
+        try ceph.aws(["s3", "cp", work.file("tree/" + names[0]), "s3://\(bucket!)/q/extra.txt", "--only-show-errors"])
+        let result = try xfer(copy)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertEqual(Set(try keys(prefix: "qb/").keys), [names[3], "extra.txt"])
+        XCTAssertEqual(try object("qb/" + names[3]), old)
+        XCTAssertEqual(try object("q/" + names[3]), try bytes(tree + "/" + names[3]))
+    }
 }

@@ -8,7 +8,10 @@ import XferTestSupport
 /// SIGKILLed at seeded random moments (while listing, deciding, copying or deleting), then run to
 /// its end. After every run the bucket holds exactly the tree (every key's ETag the MD5 of its
 /// file: nothing missing, nothing stale, nothing that should stay deleted), and no file was
-/// copied more often than once plus what was in flight at each kill.
+/// copied more often than once plus what was in flight at each kill. Every run keeps what it
+/// replaces or deletes under `--backup-dir`: after each, every object the previous run left that
+/// this one replaced or deleted is in the backup prefix with the bytes it had (a kill between a
+/// backup and its replacement loses neither).
 ///
 /// `make test` runs the issue's: 10 runs of 3 kills over 2,000 files (about a minute here);
 /// XFER_SYNC_TORTURE_RUNS, _KILLS, _FILES and XFER_TORTURE_SEED change it.
@@ -36,9 +39,23 @@ final class SyncTortureTests: CephBucketTestCase {
 
         let arguments = [
             "sync", tree, "s3://\(bucket!)/t", "--endpoint", ceph.url, "--state", work.file("state"), "--delete", "--json",
-            "--progress", "none",
+            "--progress", "none", "--backup-dir", "s3://\(bucket!)/b",
         ]
         var report: [String] = []
+        var previous: [String: String] = [:]  // key → ETag, as the last run left the bucket
+        func listing(_ prefix: String) throws -> [String: String] {
+            var stored: [String: String] = [:]
+            var token: String?
+            repeat {
+                let page = try ceph.awsJSON(
+                    ["list-objects-v2", "--bucket", bucket, "--prefix", prefix] + (token.map { ["--continuation-token", $0] } ?? []))
+                for object in page["Contents"] as? [[String: Any]] ?? [] {
+                    stored[String((object["Key"] as? String ?? "").dropFirst(prefix.count))] = (object["ETag"] as? String ?? "").replacingOccurrences(of: "\"", with: "")
+                }
+                token = page["NextContinuationToken"] as? String
+            } while token != nil
+            return stored
+        }
         for run in 1...runs {
             if run > 1 {
                 // Between runs: ~4 % rewritten (another size), ~2 % renamed, ~2 % deleted, ~2 % added.
@@ -102,22 +119,21 @@ final class SyncTortureTests: CephBucketTestCase {
             XCTAssertLessThanOrEqual(completed, planned + killed * 64, "run \(run): copied more than once beyond what was in flight")
 
             // The bucket holds exactly the tree, byte for byte (small objects: their ETag is their MD5).
-            var stored: [String: String] = [:]
-            var token: String?
-            repeat {
-                let page = try ceph.awsJSON(
-                    ["list-objects-v2", "--bucket", bucket, "--prefix", "t/"] + (token.map { ["--continuation-token", $0] } ?? []))
-                for object in page["Contents"] as? [[String: Any]] ?? [] {
-                    stored[String((object["Key"] as? String ?? "").dropFirst(2))] = (object["ETag"] as? String ?? "").replacingOccurrences(of: "\"", with: "")
-                }
-                token = page["NextContinuationToken"] as? String
-            } while token != nil
+            let stored = try listing("t/")
             XCTAssertEqual(Set(stored.keys), Set(files), "run \(run): the keys differ from the tree")
             for name in files {
                 let digest = Insecure.MD5.hash(data: try Data(contentsOf: URL(fileURLWithPath: tree + "/" + name)))
                 XCTAssertEqual(stored[name], digest.map { String(format: "%02x", $0) }.joined(), "run \(run): \(name)")
             }
-            report.append("run \(run): \(planned) copies planned, \(completed) completions seen, \(killed) kills")
+            // What this run replaced or deleted is kept as the last run left it.
+            let backups = try listing("b/")
+            var kept = 0
+            for (key, etag) in previous where stored[key] != etag {
+                XCTAssertEqual(backups[key], etag, "run \(run): \(key) was replaced or deleted without its backup")
+                kept += 1
+            }
+            previous = stored
+            report.append("run \(run): \(planned) copies planned, \(completed) completions seen, \(killed) kills, \(kept) backups checked")
         }
         print(report.joined(separator: "\n"))
     }

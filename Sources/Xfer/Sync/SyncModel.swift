@@ -112,6 +112,13 @@ public struct SyncOptions: Sendable {
     /// workers. Keys the destination holds beyond it are left alone, so
     /// deletes cannot go with it.
     public var filesFrom: String?
+    /// Keep what the sync replaces or deletes on the destination: moved
+    /// (into a directory, hard-linked before a replacement) or copied
+    /// server-side (into a store, `ObjectBackingUp`) to the same relative
+    /// path under this directory or target, before it is replaced or
+    /// deleted. A backup already there is replaced. It must not overlap the
+    /// destination; into a directory, it must be on the same file system.
+    public var backupDirectory: String?
     /// Called with every decision as the plan is made, in key order, on the
     /// planning task: what `--dry-run` and `--json` print. A slow handler
     /// slows the plan; nothing is queued.
@@ -176,6 +183,9 @@ public struct SyncReport: Sendable {
     public var deleted: Int
     /// A dry run: nothing was changed.
     public var dryRun: Bool
+    /// Objects (or files) kept under `SyncOptions.backupDirectory` by this
+    /// run before they were replaced or deleted.
+    public var backedUp = 0
 
     public init(job: JobID, tally: SyncTally, transfer: JobReport?, deleted: Int, dryRun: Bool) {
         self.job = job
@@ -354,6 +364,37 @@ public protocol ObjectCopying: ObjectSyncing {
     ) throws(BackendError) -> Exchange<String?>
 }
 
+/// A backend that keeps, server-side, what a sync would overwrite or
+/// delete (`--backup-dir`): before an object of the target is replaced or
+/// deleted, it is copied to the same relative path under a backup target of
+/// the same store, as rclone's `--backup-dir` moves it. Resolved once, when
+/// a sync starts. Sans-IO as every step.
+public protocol ObjectBackingUp: ObjectSyncing {
+    /// `backup` as this backend names a target (normalized), when the job's
+    /// objects can be copied there inside the store.
+    ///
+    /// - Throws: `.rejected` saying why not: another endpoint, or a place
+    ///   that overlaps the job's target (a later sync would delete or
+    ///   overwrite the backups, or back up its own backups).
+    func backupTarget(normalizing backup: String, in job: JobContext) throws(BackendError) -> String
+
+    /// Copies the object at `relativePath` of the job's target to
+    /// `relativePath` under `backup` (a target `backupTarget` answered),
+    /// only if it is still `version`, keeping its metadata.
+    func backUpObject(at relativePath: String, version: String?, to backup: String, in job: JobContext) throws(BackendError)
+        -> Exchange<BackupOutcome>
+}
+
+/// What a backup copy found.
+public enum BackupOutcome: Sendable, Hashable {
+    /// Copied to the backup.
+    case copied
+    /// Nothing is at the key any more: nothing to keep.
+    case absent
+    /// Another version is there now (the copy's condition failed).
+    case changed
+}
+
 /// The handles a sync gives each file it copies.
 enum SyncHandles {
     /// `WriteCondition.absent` as "*", `.version(V)` as V.
@@ -367,6 +408,8 @@ enum SyncHandles {
     /// A server-side copy: the source object's location and version.
     static let sourceLocation = HandleKey("xfer.sync.from")
     static let sourceVersion = HandleKey("xfer.sync.fromVersion")
+    /// The object this file replaces was backed up (`--backup-dir`).
+    static let backedUp = HandleKey("xfer.sync.backedUp")
     /// A multipart copy was started (its backend's handles are the file's).
     static let copyStarted = HandleKey("xfer.copy.started")
     /// Job: the direction of a sync job ("push").

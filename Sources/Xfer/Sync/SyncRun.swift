@@ -49,6 +49,8 @@ final class SyncRun: Sendable {
     let lock: JobLock
     let resumed: Bool
     let engine: TransferEngine
+    /// Where what is replaced or deleted is kept (`--backup-dir`).
+    let backup: SyncBackup?
 
     /// Keys decided per transaction; the most held in memory at once.
     static let batch = 512
@@ -56,13 +58,15 @@ final class SyncRun: Sendable {
     static let requestsInFlight = 64
     /// Keys described while planning (`SyncEvent.Planned.described`).
     let described = TransferByteCounter()
+    /// Objects (or files) kept under the backup by this run.
+    let backedUp = TransferByteCounter()
     /// Local checksums read for the batch being decided, cached with it.
     let checksumsRead = LocalChecksum.Pending([])
 
     init(
         id: JobID, root: String, ends: SyncEnds, options: TransferOptions, sync: SyncOptions, concurrency: Int,
         chunkSize: @escaping @Sendable (Int64) -> Int, store: StateStore, transport: HTTPTransport, lock: JobLock, resumed: Bool,
-        engine: TransferEngine
+        engine: TransferEngine, backup: SyncBackup? = nil
     ) {
         self.id = id
         self.root = root
@@ -76,6 +80,7 @@ final class SyncRun: Sendable {
         self.lock = lock
         self.resumed = resumed
         self.engine = engine
+        self.backup = backup
     }
 
     var jobContext: JobContext {
@@ -129,6 +134,7 @@ final class SyncRun: Sendable {
             var transfer: JobReport?
             if stage == .copying {
                 if try store.counters(id).fileCount > 0 {
+                    backedUp.add(try await backUpReplacements())
                     let result = await copy(events)
                     try await learnCompletedCopies()
                     switch result {
@@ -149,7 +155,9 @@ final class SyncRun: Sendable {
                 try store.setSyncStage(id, stage)
             }
             try await complete()
-            return .success(SyncReport(job: id, tally: tally, transfer: transfer, deleted: deleted, dryRun: false))
+            var report = SyncReport(job: id, tally: tally, transfer: transfer, deleted: deleted, dryRun: false)
+            report.backedUp = backedUp.value
+            return .success(report)
         } catch {
             await end(error)
             return .failure(error)
@@ -749,7 +757,16 @@ final class SyncRun: Sendable {
 
     private func delete(_ entry: SyncEntry, job: JobContext) async throws(XferError) -> DeletionOutcome {
         guard let end = ends.destination, case .backend(let backend, _) = end else {
-            return try LocalDeletion.delete(FileRecord.join(root, entry.key), ifStill: entry)
+            let kept: String?
+            if case .directory(let path) = backup { kept = FileRecord.join(path, entry.key) } else { kept = nil }
+            let outcome = try LocalDeletion.delete(FileRecord.join(root, entry.key), ifStill: entry, movingTo: kept)
+            if kept != nil, outcome == .deleted { backedUp.add(1) }
+            return outcome
+        }
+        switch try await backUpBeforeDeleting(entry, job: job) {
+        case .changed: return .changed
+        case .copied: if backup != nil { backedUp.add(1) }
+        case .absent: if backup != nil { return .deleted }
         }
         let object = StoredObject(relativePath: entry.key, size: entry.size, version: entry.version)
         return try await send("delete \(entry.key)", via: end, in: job) { () throws(BackendError) in
@@ -808,7 +825,7 @@ final class SyncRun: Sendable {
 
     /// Sends one request outside the scheduler (a listing page, a
     /// description, a delete), signed and retried as a job's are.
-    private func send<T: Sendable>(
+    func send<T: Sendable>(
         _ operation: String, via end: RemoteEnd, in job: JobContext, _ exchange: @escaping @Sendable () throws(BackendError) -> Exchange<T>
     ) async throws(XferError) -> T {
         do {
@@ -879,13 +896,18 @@ enum LocalDeletion {
         return now == condition ? nil : "\(path) changed since the sync listed the directory; it was not replaced (run the sync again with --restart to decide it anew)"
     }
 
-    static func delete(_ path: String, ifStill entry: SyncEntry) throws(XferError) -> DeletionOutcome {
+    /// Deletes the file at `path` if it is still `entry`; with `backup`, moves it there instead.
+    static func delete(_ path: String, ifStill entry: SyncEntry, movingTo backup: String? = nil) throws(XferError) -> DeletionOutcome {
         var info = stat()
         guard lstat(path, &info) == 0 else { return errno == ENOENT ? .deleted : .changed }
         let identity = LocalFile.identity(of: info)
         guard info.st_mode & S_IFMT == S_IFREG, identity.size == entry.size, identity.modificationTimeNanoseconds == entry.time,
             identity.inode == entry.inode
         else { return .changed }
+        if let backup {
+            try LocalBackup.move(path, to: backup)
+            return .deleted
+        }
         guard unlink(path) == 0 || errno == ENOENT else {
             throw .transferFailed("cannot delete \(path): \(String(cString: strerror(errno)))")
         }

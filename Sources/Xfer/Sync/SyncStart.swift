@@ -63,6 +63,15 @@ extension TransferEngine {
             guard FileManager.default.isReadableFile(atPath: path) else { throw .invalidInput("\(list): cannot be read") }
             sync.filesFrom = path
         }
+        var backup: SyncBackup?
+        if let named = sync.backupDirectory {
+            var probe = JobRecord(
+                id: JobID(rawValue: "0000000000000000"), backend: backend.name, target: normalized, createdAt: Date(), updatedAt: Date(),
+                concurrency: concurrency, rootCount: 1, firstRoot: root)
+            probe.handles = backend.inventedHandles(for: probe.context(files: JobFiles([]), credentials: options.credentials))
+            backup = try SyncBackup.store(named, backend: backend, probe: probe.context(files: JobFiles([]), credentials: options.credentials))
+            sync.backupDirectory = backup?.name
+        }
         let id = Self.syncJobID(
             directory: root, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard, filesFrom: sync.filesFrom)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
@@ -88,7 +97,7 @@ extension TransferEngine {
         let run = SyncRun(
             id: id, root: root, ends: SyncEnds(source: nil, destination: .backend(backend, BackendSteps(backend))), options: options, sync: sync,
             concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
-            engine: self)
+            engine: self, backup: backup)
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
     }
 
@@ -144,6 +153,11 @@ extension TransferEngine {
         let concurrency = options.concurrency ?? traits.defaultConcurrency
         try TransferOptions.check(concurrency: concurrency)
         _ = try FileTree(roots: [root], selection: sync.selection)
+        var sync = sync
+        let backup = try sync.backupDirectory.map { named throws(XferError) in
+            try SyncBackup.directory(named, of: root, creating: !sync.dryRun)
+        }
+        sync.backupDirectory = backup?.name
 
         let id = Self.syncJobID(location: normalized, source: source.name, directory: root, dryRun: sync.dryRun, shard: sync.shard)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
@@ -165,7 +179,7 @@ extension TransferEngine {
             id: id, root: root, ends: SyncEnds(source: .listing(source, SourceSteps(source), location: normalized), destination: nil),
             options: options, sync: sync,
             concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
-            engine: self)
+            engine: self, backup: backup)
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
     }
 
@@ -220,6 +234,11 @@ extension TransferEngine {
         guard backend.canCopy(from: from, in: probeHandles.context(files: JobFiles([]), credentials: options.credentials)) else {
             throw .invalidInput("\(location) and \(target) are on different endpoints: a sync between them copies inside one store")
         }
+        var sync = sync
+        let backup = try sync.backupDirectory.map { named throws(XferError) in
+            try SyncBackup.store(named, backend: backend, probe: probeHandles.context(files: JobFiles([]), credentials: options.credentials))
+        }
+        sync.backupDirectory = backup?.name
 
         let id = Self.syncJobID(location: from, source: source.name, target: normalized, backend: backend.name, dryRun: sync.dryRun, shard: sync.shard)
         let lock = try JobLock(stateDirectory: stateDirectory, job: id)
@@ -244,7 +263,7 @@ extension TransferEngine {
         let run = SyncRun(
             id: id, root: "", ends: SyncEnds(source: .listing(source, SourceSteps(source), location: from), destination: .backend(backend, BackendSteps(backend))),
             options: options, sync: sync, concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock,
-            resumed: resumed, engine: self)
+            resumed: resumed, engine: self, backup: backup)
         return SyncJob(id: id, lock: lock) { events in await run.run(events: events) }
     }
 
@@ -351,7 +370,7 @@ struct SyncSettings {
         var reader = RecordReader(bytes)
         guard reader.byte() == 1, let mode = reader.string().flatMap(SyncMode.init(rawValue:)), let deletes = reader.bool(),
             let includes = reader.strings(), let excludes = reader.strings(), let follow = reader.bool(),
-            let shard = reader.optionalString(), let filesFrom = reader.optionalString(), reader.isAtEnd,
+            let shard = reader.optionalString(), let filesFrom = reader.optionalString(),
             let selection = try? FileSelection(includes: includes, excludes: excludes, followSymlinks: follow)
         else { return nil }
         var options = SyncOptions()
@@ -360,6 +379,11 @@ struct SyncSettings {
         options.selection = selection
         options.shard = shard.flatMap { try? SyncShard(parsing: $0) }
         options.filesFrom = filesFrom
+        // Written only when set, so the settings of a plan made without one read as before.
+        if !reader.isAtEnd {
+            guard let backup = reader.optionalString(), reader.isAtEnd else { return nil }
+            options.backupDirectory = backup
+        }
         return options
     }
 
@@ -373,6 +397,7 @@ struct SyncSettings {
         writer.bool(options.selection.followSymlinks)
         writer.optionalString(options.shard?.description)
         writer.optionalString(options.filesFrom)
+        if let backup = options.backupDirectory { writer.optionalString(backup) }
         return writer.bytes
     }
 }
