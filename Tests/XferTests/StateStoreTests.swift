@@ -71,6 +71,37 @@ final class StateStoreTests: XCTestCase {
 
     // MARK: Round trips
 
+    /// A prefix's keys deleted through a cursor: every one of them (across many pages), none of
+    /// its neighbours', an empty prefix all.
+    func testDeleteAllRemovesExactlyThePrefixsKeys() throws {
+        let dir = TemporaryDirectory()
+        let env = try rawEnvironment(dir.path)
+        let db = try env.database(named: "d", checksummed: true)
+        func key(_ prefix: String, _ index: Int) -> [UInt8] { Array("\(prefix)\(String(format: "%06d", index))".utf8) }
+        try env.write { txn in
+            for index in 0..<20_000 { try txn.put(db, key("job1/", index), Array(repeating: 7, count: 40)) }
+            try txn.put(db, Array("job0/z".utf8), [1])
+            try txn.put(db, Array("job1".utf8), [2])
+            try txn.put(db, Array("job2/a".utf8), [3])
+        }
+        func keys() throws -> [String] {
+            try env.read { txn in
+                var found: [String] = []
+                try txn.forEach(db, prefix: []) { key, _ in
+                    found.append(String(decoding: key, as: UTF8.self))
+                    return true
+                }
+                return found
+            }
+        }
+        try env.write { txn in try txn.deleteAll(db, prefix: Array("job1/".utf8)) }
+        XCTAssertEqual(try keys(), ["job0/z", "job1", "job2/a"])
+        try env.write { txn in try txn.deleteAll(db, prefix: Array("nothing/".utf8)) }
+        XCTAssertEqual(try keys().count, 3)
+        try env.write { txn in try txn.deleteAll(db, prefix: []) }
+        XCTAssertEqual(try keys(), [])
+    }
+
     func testJobRoundTripsAndDeletes() async throws {
         let dir = TemporaryDirectory()
         let store = try StateStore(directory: dir.path)

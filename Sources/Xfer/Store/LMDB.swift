@@ -272,14 +272,28 @@ struct LMDBTransaction {
         if code != MDB_NOTFOUND { try check(code, "mdb_cursor_get") }
     }
 
-    /// Deletes every key that starts with `prefix`.
+    /// Deletes every key that starts with `prefix`, through a cursor: no key
+    /// is held in memory (a sync's job may hold millions).
     func deleteAll(_ db: LMDBDatabase, prefix: [UInt8]) throws {
-        var keys: [[UInt8]] = []
-        try forEach(db, prefix: prefix) { key, _ in
-            keys.append(key)
-            return true
+        var cursor: OpaquePointer?
+        try check(mdb_cursor_open(txn, db.handle, &cursor), "mdb_cursor_open")
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val()
+        var value = MDB_val()
+        while true {
+            // Sought again after each delete: where a deleting cursor stands is LMDB's detail.
+            let code: Int32 = prefix.withUnsafeBytes { raw in
+                key = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
+                if raw.count == 0 { return mdb_cursor_get(cursor, &key, &value, MDB_FIRST) }
+                return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+            }
+            if code == MDB_NOTFOUND { return }
+            try check(code, "mdb_cursor_get")
+            let matches = key.mv_size >= prefix.count
+                && prefix.withUnsafeBytes { raw in raw.count == 0 || memcmp(key.mv_data, raw.baseAddress!, raw.count) == 0 }
+            guard matches else { return }
+            try check(mdb_cursor_del(cursor, 0), "mdb_cursor_del")
         }
-        for key in keys { try delete(db, key) }
     }
 
     private static func checksum(_ key: [UInt8], _ value: ArraySlice<UInt8>) -> UInt32 {
