@@ -182,6 +182,9 @@ final class CephSyncTests: CephBucketTestCase {
 
         let resumed = try sync(["--delete"], expecting: 1)
         XCTAssertTrue(resumed.result.stderr.contains("changed on the destination since the sync listed it"), resumed.result.stderr)
+        let failed = resumed.result.events.filter { $0["event"] as? String == "fileFailed" }
+        XCTAssertEqual(failed.count, 1, "the conflict is reported once, after the sync checked it was not its own write")
+        XCTAssertTrue((failed.first?["path"] as? String ?? "").hasSuffix("zz.bin"), "\(failed)")
         XCTAssertEqual(try keys()["zz.bin"], 1234, "the other writer's object stays")
         XCTAssertNotNil(try keys()[names[0]], "no delete after a failed copy")
 

@@ -1,5 +1,6 @@
 import FoundationEssentials
 import Glibc
+import Synchronization
 import XferPrimitives
 
 /// A sync's end that is not the local directory, and what speaks to it.
@@ -599,20 +600,24 @@ final class SyncRun: Sendable {
             }
             return await StoreCopier(run: self, backend: copying, events: events).run()
         }
-        var result = await runCopies(record, resumed: resumed, events)
-        if case .failure(let error) = result, error != .interrupted, ends.source == nil {
-            // A write whose condition failed may be this sync's own, whose answer
-            // was lost and whose retry then found the object it had made.
-            if (try? await settleOwnWrites()) == true {
-                result = await runCopies((try? store.job(id)) ?? record, resumed: true, events)
-            }
+        // A push's failed write may be this sync's own, whose answer was lost and
+        // whose retry then found the object it had made (a 412): its failures are
+        // held until that is settled, so none is reported that was not one.
+        let settles = ends.source == nil
+        let held = HeldFailures(holding: settles)
+        var result = await runCopies(record, resumed: resumed, events, held: held)
+        if case .failure(let error) = result, error != .interrupted, settles, (try? await settleOwnWrites()) == true {
+            // Settled: the second run reports what still fails, itself.
+            result = await runCopies((try? store.job(id)) ?? record, resumed: true, events, held: HeldFailures(holding: false))
+        } else {
+            for event in held.release() { events.yield(.transfer(event)) }
         }
         return result
     }
 
-    private func runCopies(_ record: JobRecord, resumed: Bool, _ events: AsyncStream<SyncEvent>.Continuation) async -> Result<
-        JobReport, XferError
-    > {
+    private func runCopies(
+        _ record: JobRecord, resumed: Bool, _ events: AsyncStream<SyncEvent>.Continuation, held: HeldFailures
+    ) async -> Result<JobReport, XferError> {
         let direction: JobRunner.Direction
         switch (ends.source, ends.destination) {
         case (.listing(_, let steps, _)?, nil): direction = .pull(steps, replacesExisting: true)
@@ -624,7 +629,7 @@ final class SyncRun: Sendable {
             transport: transport, lock: lock, resumed: resumed, completesJob: false)
         let (stream, continuation) = AsyncStream.makeStream(of: TransferEvent.self, bufferingPolicy: .bufferingNewest(4096))
         let forward = Task {
-            for await event in stream { events.yield(.transfer(event)) }
+            for await event in stream where !held.holds(event) { events.yield(.transfer(event)) }
         }
         let result = await runner.run(events: continuation)
         continuation.finish()
@@ -876,6 +881,38 @@ final class SyncRun: Sendable {
         tally.deletes = deletes
         tally.kept = kept
         return tally
+    }
+}
+
+/// The failure events of a sync's copies held back until its own writes are
+/// settled (`SyncRun.copy`): at most `limit` (memory bounded whatever the
+/// number of files); past it, failures are reported as they come.
+final class HeldFailures: Sendable {
+    private let held: Mutex<[TransferEvent]?>
+    static let limit = 4096
+
+    init(holding: Bool) { held = Mutex(holding ? [] : nil) }
+
+    /// Takes `event` if it is one to hold (a file's failure, the copies' failure) and there is room.
+    func holds(_ event: TransferEvent) -> Bool {
+        switch event {
+        case .fileFailed, .failed:
+            return held.withLock { events in
+                guard events != nil, events!.count < Self.limit else { return false }
+                events!.append(event)
+                return true
+            }
+        default:
+            return false
+        }
+    }
+
+    /// What was held, in order; nothing is held after.
+    func release() -> [TransferEvent] {
+        held.withLock { events in
+            defer { events = nil }
+            return events ?? []
+        }
     }
 }
 
