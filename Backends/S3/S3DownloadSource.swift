@@ -29,7 +29,7 @@ import XferPrimitives
 /// Sans-IO like `S3Backend`: every method describes a request or reads an
 /// answer; the engine sends, retries and signs (`sign(_:in:)`) after adding
 /// the user's headers.
-public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSigning, ObjectPartListing {
+public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSigning, ObjectPartListing, ModificationTimeReading {
     public let name = "s3"
 
     public let traits = DownloadTraits(
@@ -174,6 +174,11 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
     ///   those ETags as not being the MD5 of the object's bytes.
     public func digests(in response: HTTPResponse) -> [ObjectDigest] {
         Self.digests(in: response.headers)
+    }
+
+    /// `x-amz-meta-mtime` (rclone's form, `xfer sync`'s), which S3 answers with every range.
+    public func keptModificationTime(in response: HTTPResponse) -> Int64? {
+        response.headers[S3ObjectMetadata.userPrefix + S3Backend.modificationTimeMetadata].flatMap(ModificationTimeText.nanoseconds)
     }
 
     /// The last segment of the key `location` names, as it is: S3 keys are

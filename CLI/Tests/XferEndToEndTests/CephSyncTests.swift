@@ -319,6 +319,35 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: into + "/keep.log"))
     }
 
+    /// Files pulled by a sync get the modification time their objects keep (`x-amz-meta-mtime`,
+    /// read from the answer to their GET, not asked for first), to the nanosecond: a sync back
+    /// from that directory, with state of its own, finds every file unchanged.
+    func testAPulledFileGetsTheTimeItsObjectKeeps() throws {
+        let names = try makeTree(files: 8)
+        try setModificationTime(tree + "/" + names[0], Date(timeIntervalSince1970: 1_500_000_000.123456789))
+        _ = try sync()
+        let into = work.file("into")
+        let down = try xfer(["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"])
+        XCTAssertEqual(down.status, 0, down.stderr)
+        XCTAssertEqual(int(down.events.first { $0["event"] as? String == "planned" }?["described"]), 0, "no object asked for first")
+        for name in names {
+            var pulled = stat()
+            var original = stat()
+            XCTAssertEqual(stat(into + "/" + name, &pulled), 0)
+            XCTAssertEqual(stat(tree + "/" + name, &original), 0)
+            XCTAssertEqual(pulled.st_mtim.tv_sec, original.st_mtim.tv_sec, name)
+            XCTAssertEqual(pulled.st_mtim.tv_nsec, original.st_mtim.tv_nsec, name)
+        }
+        let back = try xfer(["sync", into, "s3://\(bucket!)/p", "--endpoint", ceph.url, "--state", work.file("back-state"), "--json", "--progress", "none"])
+        XCTAssertEqual(back.status, 0, back.stderr)
+        XCTAssertEqual(int(back.events.first { $0["event"] as? String == "planned" }?["copies"]), 0, back.stdout.joined(separator: "\n"))
+        // And the pulling side knows the times it gave: its re-run copies and asks nothing.
+        let again = try xfer(["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"])
+        let planned = again.events.first { $0["event"] as? String == "planned" }
+        XCTAssertEqual(int(planned?["copies"]), 0)
+        XCTAssertEqual(int(planned?["described"]), 0)
+    }
+
     // MARK: From one prefix to another
 
     /// `xfer sync s3://B/P s3://B/Q`: copied inside the store (no byte through this machine),

@@ -95,6 +95,16 @@ public protocol ObjectListing: DownloadSource {
     func listObjects(under location: String, after cursor: String?, in job: JobContext) throws(BackendError) -> Exchange<ObjectListingPage>
 }
 
+/// A source whose objects keep their file's modification time in metadata
+/// (S3: `x-amz-meta-mtime`, as rclone and `xfer sync` write it) that every
+/// answer to a range carries: a sync into a directory gives each file that
+/// time without asking for it first. Resolved once, when a pull starts.
+public protocol ModificationTimeReading: DownloadSource {
+    /// The modification time (nanoseconds since 1970) `response`, an answer
+    /// to a range of an object, says the object keeps; nil when none.
+    func keptModificationTime(in response: HTTPResponse) -> Int64?
+}
+
 /// A source that can list the parts an object was uploaded in, with each
 /// part's checksum (S3's `GetObjectAttributes`): what a composite checksum
 /// (`ObjectDigest.composite`) is checked through, a part at a time, when the

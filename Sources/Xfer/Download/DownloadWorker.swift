@@ -108,6 +108,8 @@ struct DownloadWorker: Sendable {
         let hashes = whole ? Self.hashes(checking: object.digests, listed: listed) : []
         // A listed object's answer may carry one (S3 keeps a CRC64NVME of every new object).
         let crc64 = object.digests.contains { if case .crc64nvme = $0 { true } else { false } } || (whole && listed)
+        // A sync's file gets the time its object keeps (`finishFile`).
+        let keepsTime = record.handles[SyncHandles.modificationTime.name] != nil
         do {
             let (writer, answer) = try await retrying(operation) { () async throws -> (RangeWriter, [ObjectDigest]) in
                 var request =
@@ -120,7 +122,9 @@ struct DownloadWorker: Sendable {
                     acceptsWholeObject: offset == 0 && Int64(length) == object.size, hashes: hashes, computesCRC64NVME: crc64)
                 let response = try await send(request, into: writer)
                 bytesReceived.add(Int(writer.written))
-                return (writer, try interpretRange(response, writer: writer, object: object, operation: operation, job: job))
+                let digests = try interpretRange(response, writer: writer, object: object, operation: operation, job: job)
+                if keepsTime, let time = steps.modificationTimes?.keptModificationTime(in: response) { partial.keptModificationTime = time }
+                return (writer, digests)
             }
             if whole {
                 let offered = Self.merged(object.digests, answer)
@@ -207,8 +211,14 @@ struct DownloadWorker: Sendable {
                 // A sync's file replaces only what its walk saw there.
                 return .fileFailed(file: index, work: work, reason: conflict)
             }
-            if let time = record.handles[SyncHandles.modificationTime.name].flatMap({ Int64($0) }) {
+            var record = record
+            // The time the object keeps, as an answer to one of its ranges in this run said
+            // (else the one planned: the kept time described, or the store's own); the record
+            // says which, so the sync remembers the time the file has.
+            if let planned = record.handles[SyncHandles.modificationTime.name].flatMap({ Int64($0) }) {
+                let time = partial.keptModificationTime ?? planned
                 try partial.setModificationTime(nanoseconds: time)
+                if time != planned { record.handles.set(SyncHandles.modificationTime, String(time)) }
             }
             let completed = StepRecords.fileCompleted(job: jobID, file: index, record: record, url: record.path)
             // The completion is committed before the rename: a run killed between finds

@@ -103,7 +103,7 @@ enum DownloadHandles {
 /// closed when the runner lets go of it.
 final class PartialFile: Sendable {
     let destination: String
-    private let state = Mutex<(descriptor: Int32, wholeObjectDigests: [ObjectDigest]?)>((-1, nil))
+    private let state = Mutex<(descriptor: Int32, wholeObjectDigests: [ObjectDigest]?, keptModificationTime: Int64?)>((-1, nil, nil))
 
     static let suffix = ".xfer-partial"
 
@@ -123,6 +123,13 @@ final class PartialFile: Sendable {
     var wholeObjectDigests: [ObjectDigest]? {
         get { state.withLock { $0.wholeObjectDigests } }
         set { state.withLock { $0.wholeObjectDigests = newValue } }
+    }
+
+    /// The modification time an answer to one of the file's ranges said its
+    /// object keeps (`ModificationTimeReading`; set by a chunk, read by the finish).
+    var keptModificationTime: Int64? {
+        get { state.withLock { $0.keptModificationTime } }
+        set { state.withLock { $0.keptModificationTime = newValue } }
     }
 
     /// Opens the partial file a previous run left; nil when it is gone or

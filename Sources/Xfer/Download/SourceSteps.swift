@@ -9,12 +9,15 @@ struct SourceSteps: Sendable {
     let requestSigning: (any DownloadRequestSigning)?
     /// Lists an object's parts, for a composite checksum (S3's GetObjectAttributes).
     let partListing: (any ObjectPartListing)?
+    /// Reads the modification time an object keeps from an answer to a range (a sync into a directory).
+    let modificationTimes: (any ModificationTimeReading)?
 
     init(_ source: any DownloadSource) {
         self.source = source
         listing = source as? any ObjectListing
         requestSigning = source as? any DownloadRequestSigning
         partListing = source as? any ObjectPartListing
+        modificationTimes = source as? any ModificationTimeReading
     }
 
     /// The scheduler's view of a source: a download file has no empty chunk.
