@@ -134,6 +134,63 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(int(checkedAgain.planned["described"]), 0)
     }
 
+    // MARK: Listing as key ranges
+
+    /// A re-run lists each remote side as key ranges at once, split at every 960th key it knows
+    /// there (`SyncKeyRanges.stride`; S3's `start-after`; 2,100 keys: three ranges). Whatever changed since — keys another
+    /// tool added inside a range, just after a split key, before the first and after the last, split
+    /// keys deleted — every key is listed once and decided right, both ways.
+    func testARerunListsKeyRangesEachKeyOnce() throws {
+        let names = try makeTree(files: 2100, size: 10)
+        XCTAssertEqual(try sync().decisions.count, names.count)
+        let sorted = names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        let splits = [sorted[959], sorted[1919]]
+
+        // Another tool: keys added, the split keys deleted.
+        let added = splits.map { $0 + "0" } + [sorted[500] + "x", sorted.last! + "z", "0first"]
+        let staging = work.file("staging")
+        func make(_ path: String, size: Int, seed: UInt64) throws {
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try makeTestFile(at: path, size: size, seed: seed)
+        }
+        for key in added { try make(staging + "/" + key, size: 3, seed: 5) }
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+        for key in splits { try ceph.aws(["s3", "rm", "s3://\(bucket!)/p/\(key)", "--only-show-errors"]) }
+        // New files, one just after a split key.
+        let fresh = [splits[1] + "n", "d9/new.txt"]
+        for name in fresh { try make(tree + "/" + name, size: 4, seed: 6) }
+
+        let again = try sync(["--delete"])
+        let decided = again.result.events.filter { $0["event"] as? String == "decision" }
+        XCTAssertEqual(decided.count, names.count + added.count + fresh.count, "a key decided twice, or one not at all")
+        XCTAssertEqual(again.decisions.count, names.count + added.count + fresh.count)
+        for key in added { XCTAssertEqual(again.decisions[key]?.action, "delete", key) }
+        for key in splits + fresh { XCTAssertEqual(again.decisions[key]?.action, "copy", key) }
+        XCTAssertEqual(again.decisions.values.filter { $0.action == "skip" }.count, names.count - splits.count)
+        XCTAssertEqual(Set(try keys().keys), Set(names + fresh))
+
+        // The other way: a prefix into a directory, listed as ranges on its re-run.
+        let into = work.file("into")
+        let down = ["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"]
+        XCTAssertEqual(try xfer(down).status, 0)
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+        try ceph.aws(["s3", "rm", "s3://\(bucket!)/p/\(sorted[960])", "--only-show-errors"])
+        try makeTestFile(at: into + "/" + splits[0] + "local", size: 3, seed: 7)
+        let down2 = try xfer(down + ["--delete"])
+        XCTAssertEqual(down2.status, 0, down2.stderr)
+        let downDecided = down2.events.filter { $0["event"] as? String == "decision" }
+        var expected = Set(names + fresh + added)
+        expected.remove(sorted[960])
+        XCTAssertEqual(downDecided.count, expected.count + 2, "a key decided twice, or one not at all")
+        let changed = downDecided.filter { $0["action"] as? String != "skip" }.map { "\($0["action"] as? String ?? ""):\($0["key"] as? String ?? "")" }
+        XCTAssertEqual(Set(changed), Set(added.map { "copy:" + $0 } + ["delete:" + sorted[960], "delete:" + splits[0] + "local"]))
+        let local = Set(((FileManager.default.enumerator(atPath: into)?.allObjects as? [String]) ?? []).filter {
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: into + "/" + $0, isDirectory: &isDirectory) && !isDirectory.boolValue
+        })
+        XCTAssertEqual(local, expected)
+    }
+
     // MARK: Deletes
 
     /// --delete runs after the copies; --max-delete refuses a plan that deletes more, before
