@@ -191,6 +191,61 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(local, expected)
     }
 
+    /// Killed while listing its ranges, a re-run goes on with each range from its own cursor. Through
+    /// the store-fault proxy (its log says what was listed): 1,000 keys known, so two ranges; 50 keys
+    /// another tool added to the first make it two pages. The second page's request proves the first
+    /// committed; it and the second range's only request are held, and the sync is killed then.
+    func testAKilledRangedListingGoesOnFromEachRangesCursor() throws {
+        let proxy = try StoreFaultProxy(upstream: ceph.url)
+        let names = try makeTree(files: 1000, size: 10)
+        let arguments = [
+            "sync", tree, "s3://\(bucket!)/p", "--endpoint", proxy.url, "--state", state, "--json", "--progress", "none", "--delete",
+        ]
+        XCTAssertEqual(try xfer(arguments).status, 0)
+        let sorted = names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        let split = sorted[959]
+        let staging = work.file("staging")
+        let added = (0..<50).map { sorted[10] + "-\($0)" }
+        for key in added {
+            try FileManager.default.createDirectory(atPath: staging + "/" + (key as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try makeTestFile(at: staging + "/" + key, size: 3, seed: 5)
+        }
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+
+        try proxy.reset()
+        let startAfterSplit = "start-after=" + NSRegularExpression.escapedPattern(for: ("p/" + split).replacingOccurrences(of: "/", with: "%2F"))
+        try proxy.add(["method": "GET", "path": startAfterSplit, "action": "delay", "delay": 60])
+        try proxy.add(["method": "GET", "path": "continuation-token=", "action": "delay", "delay": 60])
+        let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: CephGateway.environment)
+        func listed(_ log: [[String: Any]], _ pattern: String) -> [[String: Any]] {
+            log.filter { ($0["target"] as? String ?? "").range(of: pattern, options: .regularExpression) != nil }
+        }
+        let deadline = Date(timeIntervalSinceNow: 60)
+        var log: [[String: Any]] = []
+        repeat {
+            log = try proxy.log()
+            if !listed(log, startAfterSplit).isEmpty && !listed(log, "continuation-token=").isEmpty { break }
+            usleep(20_000)  // polling the proxy's log, not waiting for a moment
+        } while Date() < deadline
+        XCTAssertEqual(listed(log, "list-type=2").count, 3, "\(log)")
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL, child.standardError)
+
+        try proxy.reset()
+        let again = try xfer(arguments)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let relisted = listed(try proxy.log(), "list-type=2")
+        // The first range goes on from its stored token, the second from its split; nothing from the start.
+        XCTAssertEqual(relisted.count, 2, "\(relisted)")
+        XCTAssertEqual(listed(relisted, "continuation-token=").count, 1, "\(relisted)")
+        XCTAssertEqual(listed(relisted, startAfterSplit).count, 1, "\(relisted)")
+        let decided = again.events.filter { $0["event"] as? String == "decision" }
+        XCTAssertEqual(decided.count, names.count + added.count, "a key decided twice, or one not at all")
+        let deleted = decided.filter { $0["action"] as? String == "delete" }.map { $0["key"] as? String ?? "" }
+        XCTAssertEqual(Set(deleted), Set(added))
+        XCTAssertEqual(Set(try keys().keys), Set(names))
+    }
+
     // MARK: Deletes
 
     /// --delete runs after the copies; --max-delete refuses a plan that deletes more, before

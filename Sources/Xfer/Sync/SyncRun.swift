@@ -232,12 +232,11 @@ final class SyncRun: Sendable {
             let whole = ListedRange(cursorName: "cursor.\(name)", start: nil, end: nil)
             return try await list(whole, of: end, keyed: nil, into: side, counting: listed, events, job: job)
         }
+        // A sliding window: each range listed starts the next one.
         let failure: XferError? = await withTaskGroup(of: XferError?.self) { group in
-            var next = 0
-            func startNext() {
-                let range = ListedRange(cursorName: "cursor.\(name).\(next)", start: ranges.start(of: next), end: ranges.end(of: next))
-                next += 1
-                group.addTask {
+            func listing(_ index: Int) -> @Sendable () async -> XferError? {
+                let range = ListedRange(cursorName: "cursor.\(name).\(index)", start: ranges.start(of: index), end: ranges.end(of: index))
+                return {
                     do throws(XferError) {
                         try await self.list(range, of: end, keyed: keyed, into: side, counting: listed, events, job: job)
                         return nil
@@ -246,14 +245,18 @@ final class SyncRun: Sendable {
                     }
                 }
             }
-            while next < min(Self.rangesInFlight, ranges.count) { startNext() }
+            var next = min(Self.rangesInFlight, ranges.count)
+            for index in 0..<next { group.addTask(operation: listing(index)) }
             var failure: XferError?
-            for await outcome in group {
+            while let outcome = await group.next() {
                 if failure == nil, let outcome {
                     failure = outcome
                     group.cancelAll()
                 }
-                if failure == nil, next < ranges.count { startNext() }
+                if failure == nil, next < ranges.count {
+                    group.addTask(operation: listing(next))
+                    next += 1
+                }
             }
             return failure
         }
