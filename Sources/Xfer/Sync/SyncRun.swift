@@ -638,29 +638,37 @@ final class SyncRun: Sendable {
     /// sliding window: each answer starts the next request); nil for a key
     /// that holds nothing now.
     private func describe(_ entries: [SyncEntry], at end: RemoteEnd, job: JobContext) async throws(XferError) -> [StoredObject?] {
-        let results = await withTaskGroup(of: (Int, Result<StoredObject?, XferError>).self) { group in
-            var results = [Result<StoredObject?, XferError>?](repeating: nil, count: entries.count)
-            var next = 0
-            func start() {
-                let index = next
+        // Answers as plain fields, not an array of `Result<StoredObject?, XferError>?`: the
+        // release build of that form trapped (SIGILL) on every plan that described a key.
+        typealias Answer = (index: Int, object: StoredObject?, failure: XferError?)
+        let (objects, failure) = await withTaskGroup(of: Answer.self) { group in
+            func describing(_ index: Int) -> @Sendable () async -> Answer {
                 let entry = entries[index]
-                next += 1
-                group.addTask {
+                return {
                     do throws(XferError) {
-                        return (index, .success(try await self.describe(entry, at: end, job: job)))
+                        return (index, try await self.describe(entry, at: end, job: job), nil)
                     } catch {
-                        return (index, .failure(error))
+                        return (index, nil, error)
                     }
                 }
             }
-            while next < min(entries.count, Self.requestsInFlight) { start() }
-            for await (index, result) in group {
-                results[index] = result
-                if next < entries.count { start() }
+            var objects = [StoredObject?](repeating: nil, count: entries.count)
+            // The first failure in the entries' order, once every answer is in.
+            var failure: (index: Int, error: XferError)?
+            var next = min(entries.count, Self.requestsInFlight)
+            for index in 0..<next { group.addTask(operation: describing(index)) }
+            while let answer = await group.next() {
+                objects[answer.index] = answer.object
+                if let error = answer.failure, answer.index < failure?.index ?? Int.max { failure = (answer.index, error) }
+                if next < entries.count {
+                    group.addTask(operation: describing(next))
+                    next += 1
+                }
             }
-            return results
+            return (objects, failure?.error)
         }
-        return try results.map { result throws(XferError) in try result!.get() }
+        if let failure { throw failure }
+        return objects
     }
 
     private func describe(_ entry: SyncEntry, at end: RemoteEnd, job: JobContext) async throws(XferError) -> StoredObject? {
