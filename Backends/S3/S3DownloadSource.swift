@@ -29,7 +29,7 @@ import XferPrimitives
 /// Sans-IO like `S3Backend`: every method describes a request or reads an
 /// answer; the engine sends, retries and signs (`sign(_:in:)`) after adding
 /// the user's headers.
-public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSigning, ObjectPartListing, ModificationTimeReading {
+public struct S3DownloadSource: DownloadSource, ObjectListing, KeyRangeListing, DownloadRequestSigning, ObjectPartListing, ModificationTimeReading {
     public let name = "s3"
 
     public let traits = DownloadTraits(
@@ -212,6 +212,20 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
     public func listObjects(
         under location: String, after cursor: String?, in job: JobContext
     ) throws(BackendError) -> Exchange<ObjectListingPage> {
+        try listObjects(under: location, after: cursor, startingAfter: nil, in: job)
+    }
+
+    /// S3's `start-after` (`KeyRangeListing`): a sync from this prefix lists it as key ranges at once.
+    public func listObjects(
+        under location: String, startingAfter relativePath: String, in job: JobContext
+    ) throws(BackendError) -> Exchange<ObjectListingPage> {
+        try listObjects(under: location, after: nil, startingAfter: relativePath, in: job)
+    }
+
+    /// A page from after a continuation token (`cursor`) or after a path below the prefix (`relativePath`).
+    private func listObjects(
+        under location: String, after cursor: String?, startingAfter relativePath: String?, in job: JobContext
+    ) throws(BackendError) -> Exchange<ObjectListingPage> {
         let (bare, named) = S3Backend.splitTarget(location)
         let (parsed, _) = try Self.parse(bare)
         let store = Store(self, job: job, endpoint: named)
@@ -219,7 +233,8 @@ public struct S3DownloadSource: DownloadSource, ObjectListing, DownloadRequestSi
         // does not cover `dir2/`.
         let prefix = parsed.prefix.isEmpty ? "" : parsed.prefix + "/"
         let query = S3ObjectRequests.listQuery(
-            prefix: prefix, delimiter: nil, continuationToken: cursor, maxKeys: listPageSize, urlEncodedKeys: true)
+            prefix: prefix, delimiter: nil, continuationToken: cursor, maxKeys: listPageSize, urlEncodedKeys: true,
+            startAfter: relativePath.map { prefix + $0 })
         let request = HTTPRequest(method: .get, url: store.endpoint.url(bucket: parsed.bucket, key: "", query: query))
         let listed = "s3://\(parsed.bucket)/\(prefix)"
         let operation = "list \(listed)"

@@ -26,9 +26,16 @@ extension S3Backend: ObjectSyncing {
     static let crc32cMetadata = "xfer-crc32c"
 
     public func listObjects(after cursor: String?, in job: JobContext) throws(BackendError) -> Exchange<StoredObjectPage> {
+        listObjects(after: cursor, startingAfter: nil, in: job)
+    }
+
+    /// A page from after a continuation token (`cursor`) or after a key below the prefix (`relativePath`).
+    private func listObjects(after cursor: String?, startingAfter relativePath: String?, in job: JobContext) -> Exchange<StoredObjectPage> {
         let session = Session(self, job)
         let prefix = session.location.prefix.isEmpty ? "" : session.location.prefix + "/"
-        let query = S3ObjectRequests.listQuery(prefix: prefix, delimiter: nil, continuationToken: cursor, maxKeys: 1000, urlEncodedKeys: true)
+        let query = S3ObjectRequests.listQuery(
+            prefix: prefix, delimiter: nil, continuationToken: cursor, maxKeys: 1000, urlEncodedKeys: true,
+            startAfter: relativePath.map { prefix + $0 })
         let request = HTTPRequest(method: .get, url: session.endpoint.url(bucket: session.location.bucket, key: "", query: query))
         let operation = "list s3://\(session.location.bucket)/\(prefix)"
         return Exchange(request) { response throws(BackendError) in
@@ -142,5 +149,12 @@ extension S3Backend: ObjectSyncing {
 
     static func nanoseconds(_ date: Date) -> Int64 {
         Int64((date.timeIntervalSince1970 * 1000).rounded()) * 1_000_000
+    }
+}
+
+/// S3's `start-after`: a re-run lists its destination as key ranges at once.
+extension S3Backend: KeyRangeSyncing {
+    public func listObjects(startingAfter relativePath: String, in job: JobContext) throws(BackendError) -> Exchange<StoredObjectPage> {
+        listObjects(after: nil, startingAfter: relativePath, in: job)
     }
 }

@@ -237,14 +237,18 @@ public struct S3ObjectRequests: Sendable {
     /// with the `s3` download source, which signs its requests later.
     /// `urlEncodedKeys`: ask S3 to URL-encode the keys of its answer
     /// (`encoding-type=url`; `S3Answer.objectPage` decodes them).
+    /// `startAfter`: list the keys after this one (`start-after`, which S3
+    /// ignores beside a continuation token), whether or not it is a key.
     package static func listQuery(
-        prefix: String, delimiter: String?, continuationToken: String?, maxKeys: Int, urlEncodedKeys: Bool = false
+        prefix: String, delimiter: String?, continuationToken: String?, maxKeys: Int, urlEncodedKeys: Bool = false,
+        startAfter: String? = nil
     ) -> String {
         var query = "list-type=2&max-keys=\(max(1, min(1000, maxKeys)))"
         if urlEncodedKeys { query += "&encoding-type=url" }
         if !prefix.isEmpty { query += "&prefix=\(encoded(prefix))" }
         if let delimiter { query += "&delimiter=\(encoded(delimiter))" }
         if let continuationToken { query += "&continuation-token=\(encoded(continuationToken))" }
+        if let startAfter { query += "&start-after=\(encoded(startAfter))" }
         return query
     }
 

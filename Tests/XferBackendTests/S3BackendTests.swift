@@ -746,6 +746,18 @@ final class S3BackendTests: XCTestCase {
         </ListMultipartUploadsResult>
         """
 
+    /// A sync's destination listing: from a continuation token, or (`KeyRangeSyncing`) after a path below the prefix.
+    func testSyncListingGoesOnFromATokenOrStartsAfterAKey() throws {
+        let job = job()
+        XCTAssertEqual(
+            try backend.listObjects(after: "t/1=", in: job).request.url,
+            "http://127.0.0.1:9000/bkt?list-type=2&max-keys=1000&encoding-type=url&prefix=in%2F&continuation-token=t%2F1%3D")
+        let ranged: any KeyRangeSyncing = backend
+        XCTAssertEqual(
+            try ranged.listObjects(startingAfter: "d/a+b", in: job).request.url,
+            "http://127.0.0.1:9000/bkt?list-type=2&max-keys=1000&encoding-type=url&prefix=in%2F&start-after=in%2Fd%2Fa%2Bb")
+    }
+
     func testUploadListingAsksForAPageAfterItsMarkerSigned() throws {
         let listing = try listingBackend.uploads(under: "s3://bkt/in dir/", pageSize: 5000)
         XCTAssertEqual(listing.prefix, "in dir/", "the prefix as written: 'in dir' would also cover 'in dirt/'")

@@ -273,6 +273,15 @@ final class S3DownloadSourceTests: XCTestCase {
             "http://127.0.0.1:9000/bkt?list-type=2&max-keys=1000&encoding-type=url")
     }
 
+    /// `KeyRangeListing`: a sync's key range starts after a path below the prefix (S3's `start-after`, the full key).
+    func testAListingStartsAfterAPathBelowThePrefix() throws {
+        let location = try source.normalizedLocation("s3://bkt/dir/")
+        let ranged: any KeyRangeListing = source
+        let request = try ranged.listObjects(under: location, startingAfter: "a b/c+d", in: job).request
+        XCTAssertEqual(
+            request.url, "http://127.0.0.1:9000/bkt?list-type=2&max-keys=1000&encoding-type=url&prefix=dir%2F&start-after=dir%2Fa%20b%2Fc%2Bd")
+    }
+
     func testListingGivesPathsBelowThePrefixSkipsFolderMarkersAndGoesOn() throws {
         let exchange = try source.listObjects(under: "s3://bkt/dir/" + at, after: nil, in: job)
         let page = try exchange.interpret(

@@ -134,6 +134,118 @@ final class CephSyncTests: CephBucketTestCase {
         XCTAssertEqual(int(checkedAgain.planned["described"]), 0)
     }
 
+    // MARK: Listing as key ranges
+
+    /// A re-run lists each remote side as key ranges at once, split at every 960th key it knows
+    /// there (`SyncKeyRanges.stride`; S3's `start-after`; 2,100 keys: three ranges). Whatever changed since — keys another
+    /// tool added inside a range, just after a split key, before the first and after the last, split
+    /// keys deleted — every key is listed once and decided right, both ways.
+    func testARerunListsKeyRangesEachKeyOnce() throws {
+        let names = try makeTree(files: 2100, size: 10)
+        XCTAssertEqual(try sync().decisions.count, names.count)
+        let sorted = names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        let splits = [sorted[959], sorted[1919]]
+
+        // Another tool: keys added, the split keys deleted.
+        let added = splits.map { $0 + "0" } + [sorted[500] + "x", sorted.last! + "z", "0first"]
+        let staging = work.file("staging")
+        func make(_ path: String, size: Int, seed: UInt64) throws {
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try makeTestFile(at: path, size: size, seed: seed)
+        }
+        for key in added { try make(staging + "/" + key, size: 3, seed: 5) }
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+        for key in splits { try ceph.aws(["s3", "rm", "s3://\(bucket!)/p/\(key)", "--only-show-errors"]) }
+        // New files, one just after a split key.
+        let fresh = [splits[1] + "n", "d9/new.txt"]
+        for name in fresh { try make(tree + "/" + name, size: 4, seed: 6) }
+
+        let again = try sync(["--delete"])
+        let decided = again.result.events.filter { $0["event"] as? String == "decision" }
+        XCTAssertEqual(decided.count, names.count + added.count + fresh.count, "a key decided twice, or one not at all")
+        XCTAssertEqual(again.decisions.count, names.count + added.count + fresh.count)
+        for key in added { XCTAssertEqual(again.decisions[key]?.action, "delete", key) }
+        for key in splits + fresh { XCTAssertEqual(again.decisions[key]?.action, "copy", key) }
+        XCTAssertEqual(again.decisions.values.filter { $0.action == "skip" }.count, names.count - splits.count)
+        XCTAssertEqual(Set(try keys().keys), Set(names + fresh))
+
+        // The other way: a prefix into a directory, listed as ranges on its re-run.
+        let into = work.file("into")
+        let down = ["sync", "s3://\(bucket!)/p", into, "--endpoint", ceph.url, "--state", work.file("down-state"), "--json", "--progress", "none"]
+        XCTAssertEqual(try xfer(down).status, 0)
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+        try ceph.aws(["s3", "rm", "s3://\(bucket!)/p/\(sorted[960])", "--only-show-errors"])
+        try makeTestFile(at: into + "/" + splits[0] + "local", size: 3, seed: 7)
+        let down2 = try xfer(down + ["--delete"])
+        XCTAssertEqual(down2.status, 0, down2.stderr)
+        let downDecided = down2.events.filter { $0["event"] as? String == "decision" }
+        var expected = Set(names + fresh + added)
+        expected.remove(sorted[960])
+        XCTAssertEqual(downDecided.count, expected.count + 2, "a key decided twice, or one not at all")
+        let changed = downDecided.filter { $0["action"] as? String != "skip" }.map { "\($0["action"] as? String ?? ""):\($0["key"] as? String ?? "")" }
+        XCTAssertEqual(Set(changed), Set(added.map { "copy:" + $0 } + ["delete:" + sorted[960], "delete:" + splits[0] + "local"]))
+        let local = Set(((FileManager.default.enumerator(atPath: into)?.allObjects as? [String]) ?? []).filter {
+            var isDirectory: ObjCBool = false
+            return FileManager.default.fileExists(atPath: into + "/" + $0, isDirectory: &isDirectory) && !isDirectory.boolValue
+        })
+        XCTAssertEqual(local, expected)
+    }
+
+    /// Killed while listing its ranges, a re-run goes on with each range from its own cursor. Through
+    /// the store-fault proxy (its log says what was listed): 1,000 keys known, so two ranges; 50 keys
+    /// another tool added to the first make it two pages. The second page's request proves the first
+    /// committed; it and the second range's only request are held, and the sync is killed then.
+    func testAKilledRangedListingGoesOnFromEachRangesCursor() throws {
+        let proxy = try StoreFaultProxy(upstream: ceph.url)
+        let names = try makeTree(files: 1000, size: 10)
+        let arguments = [
+            "sync", tree, "s3://\(bucket!)/p", "--endpoint", proxy.url, "--state", state, "--json", "--progress", "none", "--delete",
+        ]
+        XCTAssertEqual(try xfer(arguments).status, 0)
+        let sorted = names.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        let split = sorted[959]
+        let staging = work.file("staging")
+        let added = (0..<50).map { sorted[10] + "-\($0)" }
+        for key in added {
+            try FileManager.default.createDirectory(atPath: staging + "/" + (key as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try makeTestFile(at: staging + "/" + key, size: 3, seed: 5)
+        }
+        try ceph.aws(["s3", "cp", staging, "s3://\(bucket!)/p", "--recursive", "--only-show-errors"])
+
+        try proxy.reset()
+        let startAfterSplit = "start-after=" + NSRegularExpression.escapedPattern(for: ("p/" + split).replacingOccurrences(of: "/", with: "%2F"))
+        try proxy.add(["method": "GET", "path": startAfterSplit, "action": "delay", "delay": 60])
+        try proxy.add(["method": "GET", "path": "continuation-token=", "action": "delay", "delay": 60])
+        let child = try ChildProcess(executable: xferExecutable, arguments: arguments, environment: CephGateway.environment)
+        func listed(_ log: [[String: Any]], _ pattern: String) -> [[String: Any]] {
+            log.filter { ($0["target"] as? String ?? "").range(of: pattern, options: .regularExpression) != nil }
+        }
+        let deadline = Date(timeIntervalSinceNow: 60)
+        var log: [[String: Any]] = []
+        repeat {
+            log = try proxy.log()
+            if !listed(log, startAfterSplit).isEmpty && !listed(log, "continuation-token=").isEmpty { break }
+            usleep(20_000)  // polling the proxy's log, not waiting for a moment
+        } while Date() < deadline
+        XCTAssertEqual(listed(log, "list-type=2").count, 3, "\(log)")
+        child.kill(SIGKILL)
+        XCTAssertEqual(child.wait(), 128 + SIGKILL, child.standardError)
+
+        try proxy.reset()
+        let again = try xfer(arguments)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        let relisted = listed(try proxy.log(), "list-type=2")
+        // The first range goes on from its stored token, the second from its split; nothing from the start.
+        XCTAssertEqual(relisted.count, 2, "\(relisted)")
+        XCTAssertEqual(listed(relisted, "continuation-token=").count, 1, "\(relisted)")
+        XCTAssertEqual(listed(relisted, startAfterSplit).count, 1, "\(relisted)")
+        let decided = again.events.filter { $0["event"] as? String == "decision" }
+        XCTAssertEqual(decided.count, names.count + added.count, "a key decided twice, or one not at all")
+        let deleted = decided.filter { $0["action"] as? String == "delete" }.map { $0["key"] as? String ?? "" }
+        XCTAssertEqual(Set(deleted), Set(added))
+        XCTAssertEqual(Set(try keys().keys), Set(names))
+    }
+
     // MARK: Deletes
 
     /// --delete runs after the copies; --max-delete refuses a plan that deletes more, before

@@ -105,6 +105,18 @@ public protocol ModificationTimeReading: DownloadSource {
     func keptModificationTime(in response: HTTPResponse) -> Int64?
 }
 
+/// A listing that can also start after a key, not only go on from a page's
+/// continuation token (S3's `start-after`): what lets a sync from this
+/// source list its prefix as key ranges at once. Optional: a source without
+/// it is listed a page after the other.
+public protocol KeyRangeListing: ObjectListing {
+    /// One page of the objects under `location` whose path below it sorts
+    /// after `relativePath` (in the listing's order), whether or not an
+    /// object is there; its `next` goes on with `listObjects(under:after:in:)`.
+    func listObjects(under location: String, startingAfter relativePath: String, in job: JobContext) throws(BackendError)
+        -> Exchange<ObjectListingPage>
+}
+
 /// A source that can list the parts an object was uploaded in, with each
 /// part's checksum (S3's `GetObjectAttributes`): what a composite checksum
 /// (`ObjectDigest.composite`) is checked through, a part at a time, when the

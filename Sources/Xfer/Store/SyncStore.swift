@@ -9,8 +9,9 @@ import XferPrimitives
 /// - `sync.entries`: job ‖ side (1 source, 2 destination) ‖ key → `SyncEntry`.
 ///   Both listings, sorted by LMDB as they arrive: the plan is a merge of two
 ///   cursors, never a listing held in memory.
-/// - `sync.state`: job ‖ name → value: the stage, the destination listing's
-///   cursor, the options planned with, the plan's tally.
+/// - `sync.state`: job ‖ name → value: the stage, each remote listing's
+///   cursor (or, listed as key ranges, its split keys and each range's
+///   cursor), the options planned with, the plan's tally.
 /// - `sync.deletes`: job ‖ key → `SyncEntry`: what the plan deletes once
 ///   every copy succeeded; each goes when it is deleted.
 /// - `sync.objects`: place ‖ key → `KnownObject`: what xfer knows of an
@@ -320,6 +321,21 @@ extension StateStore {
     func knownObject(place: [UInt8], key: String) throws(XferError) -> KnownObject? {
         try reading { txn in
             try txn.get(syncDBs.objects, place + Self.syncKey(key)).flatMap(KnownObject.init(decoding:))
+        }
+    }
+
+    /// Where a re-run splits its listing of `place` (`SyncKeyRanges`): keys
+    /// xfer knows there, read in order, keys only. A key too long to be its
+    /// own LMDB key (see `syncKey`; only those hold a 0) is passed over.
+    func syncKeyRanges(place: [UInt8]) throws(XferError) -> SyncKeyRanges? {
+        try reading { txn in
+            var splitter = SyncKeyRanges.Splitter()
+            try txn.forEach(syncDBs.objects, prefix: place) { key, _ in
+                let bytes = key[place.count...]
+                if !bytes.contains(0), let text = String(validating: bytes, as: UTF8.self) { splitter.add(text) }
+                return true
+            }
+            return splitter.ranges
         }
     }
 

@@ -325,6 +325,19 @@ public protocol ObjectSyncing: UploadBackend {
     func deleteObject(_ object: StoredObject, in job: JobContext) throws(BackendError) -> Exchange<DeletionOutcome>
 }
 
+/// A sync destination whose listing can also start after a key, not only
+/// go on from a page's continuation token (S3's `start-after`): what lets a
+/// re-run list its destination as key ranges at once, split at the keys it
+/// saw last time. Optional: a backend without it is listed a page after the
+/// other. Resolved once, when a listing starts.
+public protocol KeyRangeSyncing: ObjectSyncing {
+    /// One page of the keys under the job's target that sort after
+    /// `relativePath` (in the store's key order, as `listObjects(after:in:)`
+    /// lists), whether or not a key is there; its `next` goes on with
+    /// `listObjects(after:in:)`.
+    func listObjects(startingAfter relativePath: String, in job: JobContext) throws(BackendError) -> Exchange<StoredObjectPage>
+}
+
 /// A backend that copies objects of its own store server-side, for a sync
 /// from one prefix to another (`xfer sync s3://A s3://B`): the bytes never
 /// pass through this machine. An object up to `singleCopyLimit` is one

@@ -229,38 +229,148 @@ final class SyncRun: Sendable {
 
     /// Lists the remote side into the store, a page a transaction with the
     /// cursor that follows it: a killed listing goes on from its last page.
+    /// A re-run that knows keys there lists it as key ranges at once
+    /// (`SyncKeyRanges`); a first sync, or an end that cannot list from
+    /// after a key, a page after the other.
     private func listRemote(_ end: RemoteEnd, into side: SyncSide, _ events: AsyncStream<SyncEvent>.Continuation) async throws(XferError) {
         let job = try job
+        let name = side == .source ? "source" : "destination"
+        let listed = TransferByteCounter()
+        let keyed = KeyedListing(end)
+        guard let keyed, let ranges = try keyRanges(of: end, named: name) else {
+            let whole = ListedRange(cursorName: "cursor.\(name)", start: nil, end: nil)
+            return try await list(whole, of: end, keyed: nil, into: side, counting: listed, events, job: job)
+        }
+        // A sliding window: each range listed starts the next one.
+        let failure: XferError? = await withTaskGroup(of: XferError?.self) { group in
+            func listing(_ index: Int) -> @Sendable () async -> XferError? {
+                let range = ListedRange(cursorName: "cursor.\(name).\(index)", start: ranges.start(of: index), end: ranges.end(of: index))
+                return {
+                    do throws(XferError) {
+                        try await self.list(range, of: end, keyed: keyed, into: side, counting: listed, events, job: job)
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+            }
+            var next = min(Self.rangesInFlight, ranges.count)
+            for index in 0..<next { group.addTask(operation: listing(index)) }
+            var failure: XferError?
+            while let outcome = await group.next() {
+                if failure == nil, let outcome {
+                    failure = outcome
+                    group.cancelAll()
+                }
+                if failure == nil, next < ranges.count {
+                    group.addTask(operation: listing(next))
+                    next += 1
+                }
+            }
+            return failure
+        }
+        if let failure { throw failure }
+    }
+
+    /// Key ranges listed at once, at most: each holds a page in memory.
+    static let rangesInFlight = 16
+
+    /// The ranges a side is listed as: those a killed run stored, else on a
+    /// re-run split at the keys known at its place, stored before any is
+    /// listed (a resumed listing lists the same ones); nil: a page after the
+    /// other (nothing known there, or a killed run began so).
+    private func keyRanges(of end: RemoteEnd, named name: String) throws(XferError) -> SyncKeyRanges? {
+        let stateName = "ranges.\(name)"
+        if let stored = try store.syncValue(id, stateName) {
+            guard let ranges = SyncKeyRanges(decoding: stored) else {
+                throw .stateUnavailable("the key ranges of sync \(id)'s \(name) listing are unreadable")
+            }
+            return ranges
+        }
+        guard try store.syncValue(id, "cursor.\(name)") == nil, let ranges = try store.syncKeyRanges(place: try place(end)) else {
+            return nil
+        }
+        try store.setSyncValues(id, [(stateName, ranges.encoded)])
+        return ranges
+    }
+
+    /// A part of a side's listing with its own cursor in the sync's state
+    /// (absent: not begun; empty: listed; else the continuation token).
+    private struct ListedRange: Sendable {
+        var cursorName: String
+        /// Listed from after this key; nil: from the start.
+        var start: String?
+        /// Its last key; nil: to the end.
+        var end: String?
+    }
+
+    /// Lists `range` into the store, a page a transaction with its cursor; a
+    /// page that goes past the range's end ends it, the rest of that page left
+    /// to the next range.
+    private func list(
+        _ range: ListedRange, of end: RemoteEnd, keyed: KeyedListing?, into side: SyncSide, counting listed: TransferByteCounter,
+        _ events: AsyncStream<SyncEvent>.Continuation, job: JobContext
+    ) async throws(XferError) {
         var cursor: String?
-        let cursorName = side == .source ? "cursor.source" : "cursor.destination"
-        if let stored = try store.syncValue(id, cursorName) {
+        if let stored = try store.syncValue(id, range.cursorName) {
             if stored.isEmpty { return }  // listed to its end
             cursor = String(decoding: stored, as: UTF8.self)
         }
-        var listed = 0
         var pages = 0
         repeat {
-            let after = cursor
-            let page = try await remotePage(end, after: after, job: job)
-            let entries = page.entries.filter {
+            if Task.isCancelled { throw .interrupted }
+            let start: PageStart
+            if cursor == nil, let key = range.start, let keyed { start = .after(key: key, keyed) } else { start = .continuing(cursor) }
+            let page = try await remotePage(end, from: start, job: job)
+            let (inRange, ended) = SyncKeyRanges.cut(page.entries, endingAt: range.end) { $0.key }
+            let entries = inRange.filter {
                 sync.selection.takesKey($0.key) && (sync.shard?.contains($0.key) ?? true)
             }
-            try store.putSyncEntries(id, side: side, entries, cursor: (cursorName, page.next))
-            listed += entries.count
-            events.yield(.listing(.init(sourceKeys: side == .source ? listed : 0, destinationKeys: side == .destination ? listed : 0)))
+            let next = ended ? nil : page.next
+            try store.putSyncEntries(id, side: side, entries, cursor: (range.cursorName, next))
+            listed.add(entries.count)
+            events.yield(.listing(.init(sourceKeys: side == .source ? listed.value : 0, destinationKeys: side == .destination ? listed.value : 0)))
             pages += 1
             guard pages < 10_000_000 else { throw .transferFailed("the listing never ends") }
-            cursor = page.next
+            cursor = next
         } while cursor != nil
     }
 
-    private func remotePage(_ end: RemoteEnd, after cursor: String?, job: JobContext) async throws(XferError) -> (
+    /// A remote end's listing from after a key (`KeyRangeSyncing`,
+    /// `KeyRangeListing`), resolved once a listing: nil when it has none.
+    private enum KeyedListing: Sendable {
+        case backend(any KeyRangeSyncing)
+        case listing(any KeyRangeListing)
+
+        init?(_ end: RemoteEnd) {
+            switch end {
+            case .backend(let backend, _):
+                guard let keyed = backend as? any KeyRangeSyncing else { return nil }
+                self = .backend(keyed)
+            case .listing(let listing, _, _):
+                guard let keyed = listing as? any KeyRangeListing else { return nil }
+                self = .listing(keyed)
+            }
+        }
+    }
+
+    /// Where a page starts: after a continuation token (nil: the first page), or after a key.
+    private enum PageStart {
+        case continuing(String?)
+        case after(key: String, KeyedListing)
+    }
+
+    private func remotePage(_ end: RemoteEnd, from start: PageStart, job: JobContext) async throws(XferError) -> (
         entries: [SyncEntry], next: String?
     ) {
         switch end {
         case .backend(let backend, _):
             let page: StoredObjectPage = try await send("list \(job.target)", via: end, in: job) { () throws(BackendError) in
-                try backend.listObjects(after: cursor, in: job)
+                switch start {
+                case .continuing(let cursor): return try backend.listObjects(after: cursor, in: job)
+                case .after(let key, .backend(let keyed)): return try keyed.listObjects(startingAfter: key, in: job)
+                case .after(_, .listing): preconditionFailure("a key listing resolved from another end")
+                }
             }
             return (
                 page.objects.map {
@@ -269,7 +379,11 @@ final class SyncRun: Sendable {
             )
         case .listing(let listing, _, let location):
             let page: ObjectListingPage = try await send("list \(location)", via: end, in: job) { () throws(BackendError) in
-                try listing.listObjects(under: location, after: cursor, in: job)
+                switch start {
+                case .continuing(let cursor): return try listing.listObjects(under: location, after: cursor, in: job)
+                case .after(let key, .listing(let keyed)): return try keyed.listObjects(under: location, startingAfter: key, in: job)
+                case .after(_, .backend): preconditionFailure("a key listing resolved from another end")
+                }
             }
             var entries: [SyncEntry] = []
             for listed in page.objects {
@@ -533,29 +647,37 @@ final class SyncRun: Sendable {
     /// sliding window: each answer starts the next request); nil for a key
     /// that holds nothing now.
     private func describe(_ entries: [SyncEntry], at end: RemoteEnd, job: JobContext) async throws(XferError) -> [StoredObject?] {
-        let results = await withTaskGroup(of: (Int, Result<StoredObject?, XferError>).self) { group in
-            var results = [Result<StoredObject?, XferError>?](repeating: nil, count: entries.count)
-            var next = 0
-            func start() {
-                let index = next
+        // Answers as plain fields, not an array of `Result<StoredObject?, XferError>?`: the
+        // release build of that form trapped (SIGILL) on every plan that described a key.
+        typealias Answer = (index: Int, object: StoredObject?, failure: XferError?)
+        let (objects, failure) = await withTaskGroup(of: Answer.self) { group in
+            func describing(_ index: Int) -> @Sendable () async -> Answer {
                 let entry = entries[index]
-                next += 1
-                group.addTask {
+                return {
                     do throws(XferError) {
-                        return (index, .success(try await self.describe(entry, at: end, job: job)))
+                        return (index, try await self.describe(entry, at: end, job: job), nil)
                     } catch {
-                        return (index, .failure(error))
+                        return (index, nil, error)
                     }
                 }
             }
-            while next < min(entries.count, Self.requestsInFlight) { start() }
-            for await (index, result) in group {
-                results[index] = result
-                if next < entries.count { start() }
+            var objects = [StoredObject?](repeating: nil, count: entries.count)
+            // The first failure in the entries' order, once every answer is in.
+            var failure: (index: Int, error: XferError)?
+            var next = min(entries.count, Self.requestsInFlight)
+            for index in 0..<next { group.addTask(operation: describing(index)) }
+            while let answer = await group.next() {
+                objects[answer.index] = answer.object
+                if let error = answer.failure, answer.index < failure?.index ?? Int.max { failure = (answer.index, error) }
+                if next < entries.count {
+                    group.addTask(operation: describing(next))
+                    next += 1
+                }
             }
-            return results
+            return (objects, failure?.error)
         }
-        return try results.map { result throws(XferError) in try result!.get() }
+        if let failure { throw failure }
+        return objects
     }
 
     private func describe(_ entry: SyncEntry, at end: RemoteEnd, job: JobContext) async throws(XferError) -> StoredObject? {
