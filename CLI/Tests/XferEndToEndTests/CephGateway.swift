@@ -149,6 +149,21 @@ final class CephGateway: @unchecked Sendable {
     }
 
     /// HEAD of the object: its ETag (quoted) and length.
+    /// Key (less `prefix`) → ETag, unquoted, of every object under `prefix`.
+    func etags(bucket: String, prefix: String) throws -> [String: String] {
+        var stored: [String: String] = [:]
+        var token: String?
+        repeat {
+            let page = try awsJSON(["list-objects-v2", "--bucket", bucket, "--prefix", prefix] + (token.map { ["--continuation-token", $0] } ?? []))
+            for object in page["Contents"] as? [[String: Any]] ?? [] {
+                stored[String((object["Key"] as? String ?? "").dropFirst(prefix.count))] = (object["ETag"] as? String ?? "")
+                    .replacingOccurrences(of: "\"", with: "")
+            }
+            token = page["NextContinuationToken"] as? String
+        } while token != nil
+        return stored
+    }
+
     func head(bucket: String, key: String) throws -> (etag: String, length: Int) {
         let answer = try awsJSON(["head-object", "--bucket", bucket, "--key", key])
         return (answer["ETag"] as? String ?? "", int(answer["ContentLength"]))

@@ -72,14 +72,9 @@ final class StoreFaultProxy {
     }
 }
 
-/// The receiver's object storage when the store fails (Docs/reliability.md, "The store
-/// failing"): writes the store applied but whose answers were lost or were errors, a completion
-/// failing for a while, concurrent reads of a state being written, thousands of tiny appends,
-/// and a receiver killed after each store request of an upload's life in turn. In every case the
-/// client's push ends byte-identical, every answer a client saw agrees with what the store holds,
-/// and nothing is left in the bucket but completed uploads.
-final class StoreFaultTests: CephBucketTestCase {
-    private var proxy: StoreFaultProxy!
+/// A bucket of the Ceph gateway and the store-fault proxy in front of it.
+class CephProxiedBucketTestCase: CephBucketTestCase {
+    var proxy: StoreFaultProxy!
 
     override func setUpWithError() throws {
         try super.setUpWithError()
@@ -90,6 +85,15 @@ final class StoreFaultTests: CephBucketTestCase {
         proxy = nil
         try super.tearDownWithError()
     }
+}
+
+/// The receiver's object storage when the store fails (Docs/reliability.md, "The store
+/// failing"): writes the store applied but whose answers were lost or were errors, a completion
+/// failing for a while, concurrent reads of a state being written, thousands of tiny appends,
+/// and a receiver killed after each store request of an upload's life in turn. In every case the
+/// client's push ends byte-identical, every answer a client saw agrees with what the store holds,
+/// and nothing is left in the bucket but completed uploads.
+final class StoreFaultTests: CephProxiedBucketTestCase {
 
     /// A receiver on `s3://BUCKET/prefix`, reaching the store through the proxy unless `direct`.
     private func serve(prefix: String, direct: Bool = false, port: Int = 0, extra: [String] = []) throws -> ServeProcess {

@@ -9,18 +9,7 @@ import XferTestSupport
 /// killed after each store request of its run in turn: every time the destination ends equal to
 /// the directory, nothing is reported as a conflict that was the sync's own write, and every
 /// object replaced or deleted is in the backup with the bytes it had.
-final class SyncStoreFaultTests: CephBucketTestCase {
-    private var proxy: StoreFaultProxy!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        proxy = try StoreFaultProxy(upstream: ceph.url)
-    }
-
-    override func tearDownWithError() throws {
-        proxy = nil
-        try super.tearDownWithError()
-    }
+final class SyncStoreFaultTests: CephProxiedBucketTestCase {
 
     private func arguments(_ tree: String, _ prefix: String, state: String, viaProxy: Bool = true, _ extra: [String] = []) -> [String] {
         ["sync", tree, "s3://\(bucket!)/\(prefix)", "--endpoint", viaProxy ? proxy.url : ceph.url, "--state", state, "--json", "--progress", "none"]
@@ -28,20 +17,7 @@ final class SyncStoreFaultTests: CephBucketTestCase {
     }
 
     /// Key → ETag (each object one PutObject or CopyObject here: its ETag is its MD5).
-    private func listing(_ prefix: String) throws -> [String: String] {
-        var stored: [String: String] = [:]
-        var token: String?
-        repeat {
-            let page = try ceph.awsJSON(
-                ["list-objects-v2", "--bucket", bucket, "--prefix", prefix] + (token.map { ["--continuation-token", $0] } ?? []))
-            for object in page["Contents"] as? [[String: Any]] ?? [] {
-                stored[String((object["Key"] as? String ?? "").dropFirst(prefix.count))] = (object["ETag"] as? String ?? "")
-                    .replacingOccurrences(of: "\"", with: "")
-            }
-            token = page["NextContinuationToken"] as? String
-        } while token != nil
-        return stored
-    }
+    private func listing(_ prefix: String) throws -> [String: String] { try ceph.etags(bucket: bucket, prefix: prefix) }
 
     /// Relative path → MD5 of every file under `tree`.
     private func digests(_ tree: String) throws -> [String: String] {

@@ -43,19 +43,7 @@ final class SyncTortureTests: CephBucketTestCase {
         ]
         var report: [String] = []
         var previous: [String: String] = [:]  // key → ETag, as the last run left the bucket
-        func listing(_ prefix: String) throws -> [String: String] {
-            var stored: [String: String] = [:]
-            var token: String?
-            repeat {
-                let page = try ceph.awsJSON(
-                    ["list-objects-v2", "--bucket", bucket, "--prefix", prefix] + (token.map { ["--continuation-token", $0] } ?? []))
-                for object in page["Contents"] as? [[String: Any]] ?? [] {
-                    stored[String((object["Key"] as? String ?? "").dropFirst(prefix.count))] = (object["ETag"] as? String ?? "").replacingOccurrences(of: "\"", with: "")
-                }
-                token = page["NextContinuationToken"] as? String
-            } while token != nil
-            return stored
-        }
+        func listing(_ prefix: String) throws -> [String: String] { try ceph.etags(bucket: bucket, prefix: prefix) }
         for run in 1...runs {
             if run > 1 {
                 // Between runs: ~4 % rewritten (another size), ~2 % renamed, ~2 % deleted, ~2 % added.
