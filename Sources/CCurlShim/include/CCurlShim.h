@@ -30,4 +30,34 @@ CURLMcode xfer_multi_setopt_long(CURLM *multi, CURLMoption option, long value);
 /// anonymous union from Swift.
 int xfer_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result);
 
+/// The multi handle driven by events (`curl_multi_socket_action`) rather
+/// than by `curl_multi_perform`, which walks every transfer on each call:
+/// an epoll set holds the sockets curl asks to watch (its socket callback),
+/// an eventfd wakes the wait from other threads, and curl's one timer (its
+/// timer callback) is kept as a deadline. Used by one thread; only
+/// `xfer_events_wake` may be called from others.
+typedef struct xfer_events xfer_events;
+
+/// Makes the epoll set and the eventfd and hands curl the two callbacks.
+/// NULL on failure (errno set).
+xfer_events *xfer_events_open(CURLM *multi);
+
+/// Closes the epoll set and the eventfd. After `curl_multi_cleanup`.
+void xfer_events_close(xfer_events *events);
+
+/// Wakes a thread in (or about to enter) `xfer_events_wait`. Any thread.
+void xfer_events_wake(xfer_events *events);
+
+/// Waits up to `timeout_ms` (0: only looks), less when curl's timer is due
+/// sooner, for sockets curl watches or a wake; keeps what was ready for
+/// `xfer_events_act`. Returns the number of sockets ready.
+int xfer_events_wait(xfer_events *events, int timeout_ms);
+
+/// Lets curl act on each socket `xfer_events_wait` found ready, then on
+/// its timer if due: transfers progress, callbacks run, in here.
+void xfer_events_act(xfer_events *events);
+
+/// Milliseconds until curl's timer is due: -1 when none, 0 when due.
+long xfer_events_timer_ms(xfer_events *events);
+
 #endif

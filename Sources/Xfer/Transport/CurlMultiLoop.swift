@@ -7,14 +7,19 @@ import Glibc
 import Musl
 #endif
 
-/// Owner of a `CURLM *` (a `void *` in this libcurl, hence a raw pointer).
+/// Owner of a `CURLM *` (a `void *` in this libcurl, hence a raw pointer),
+/// driven by events: curl tells which sockets to watch and when its timer
+/// is due (`xfer_events`, in CCurlShim), and each wake-up hands it only the
+/// sockets that are ready (`curl_multi_socket_action`), where
+/// `curl_multi_perform` would check every transfer in flight.
 ///
 /// `@unchecked Sendable` because other threads hold it only to call
-/// `wakeup()`, which libcurl documents as callable from any thread;
-/// `CurlMultiLoop` calls it only under its lock and only before the loop
-/// thread has called `close()`. Every other method runs on the loop thread.
+/// `wakeup()` (a write to an eventfd); `CurlMultiLoop` calls it only under
+/// its lock and only before the loop thread has called `close()`. Every
+/// other method runs on the loop thread.
 final class CurlMultiHandle: @unchecked Sendable {
     private let raw: UnsafeMutableRawPointer
+    private let events: OpaquePointer
 
     init(maximumConnectionsPerHost: Int) throws(TransportError) {
         guard let raw = curl_multi_init() else {
@@ -26,6 +31,12 @@ final class CurlMultiHandle: @unchecked Sendable {
             curl_multi_cleanup(raw)
             throw .network("could not configure the curl multi handle: \(String(cString: curl_multi_strerror(code)))")
         }
+        guard let events = xfer_events_open(raw) else {
+            let reason = String(cString: strerror(errno))
+            curl_multi_cleanup(raw)
+            throw .network("could not watch the transport's sockets: \(reason)")
+        }
+        self.events = events
     }
 
     func add(_ easy: CurlEasyHandle) -> Bool {
@@ -36,10 +47,13 @@ final class CurlMultiHandle: @unchecked Sendable {
         curl_multi_remove_handle(raw, easy.raw)
     }
 
-    /// Lets curl make progress on every transfer; callbacks run in here.
-    func perform() {
-        var running: Int32 = 0
-        _ = curl_multi_perform(raw, &running)
+    /// Lets curl act on the sockets found ready and on its timer if due
+    /// (a transfer just added is due at once); callbacks run in here.
+    /// With `looking`, first looks (without waiting) for sockets that became
+    /// ready since the last wait.
+    func perform(looking: Bool) {
+        if looking { _ = xfer_events_wait(events, 0) }
+        xfer_events_act(events)
     }
 
     /// The next finished transfer's handle and result, if any.
@@ -50,20 +64,22 @@ final class CurlMultiHandle: @unchecked Sendable {
         return (easy, code)
     }
 
-    /// Blocks until socket activity, curl's next internal timeout, a
-    /// `wakeup()`, or `timeoutMilliseconds`, whichever comes first.
-    func poll(timeoutMilliseconds: Int32) {
-        _ = curl_multi_poll(raw, nil, 0, timeoutMilliseconds, nil)
+    /// Blocks until a watched socket is ready, curl's timer is due, a
+    /// `wakeup()`, or `timeoutMilliseconds`, whichever comes first; what was
+    /// ready is acted on by the next `perform(looking: false)`.
+    func wait(timeoutMilliseconds: Int32) {
+        _ = xfer_events_wait(events, timeoutMilliseconds)
     }
 
     func wakeup() {
-        _ = curl_multi_wakeup(raw)
+        xfer_events_wake(events)
     }
 
     /// Closes cached connections and frees the handle. Call once, after
     /// every easy handle was removed.
     func close() {
         curl_multi_cleanup(raw)
+        xfer_events_close(events)
     }
 }
 
@@ -84,11 +100,13 @@ struct TransferSubmission: Sendable {
 /// One curl multi handle driven by one dedicated thread, which is also a task
 /// executor for the tasks that mostly wait for its transfers.
 ///
-/// `curl_multi_poll` blocks, so the loop cannot live on Swift's cooperative
-/// pool. Other threads talk to it only through `SharedState` (under a
-/// mutex) followed by `curl_multi_wakeup`; everything curl-related, including
-/// every callback, happens on the loop thread. Tasks enqueued on it run
-/// between rounds of `curl_multi_perform`, so they must not block long.
+/// Its wait (`epoll_wait`) blocks, so the loop cannot live on Swift's
+/// cooperative pool. Other threads talk to it only through `SharedState`
+/// (under a mutex) followed by a wakeup; everything curl-related, including
+/// every callback, happens on the loop thread. A round: the tasks enqueued
+/// on it run, new requests are added, curl acts on the sockets that were
+/// ready and on its timer, finished transfers complete; then it waits. Tasks
+/// must not block long.
 final class CurlMultiLoop: TaskExecutor {
     private struct SharedState: Sendable {
         var submissions: [TransferSubmission] = []
@@ -99,7 +117,7 @@ final class CurlMultiLoop: TaskExecutor {
         /// Set by the loop thread as it leaves; after that nobody may touch
         /// the multi handle, not even to wake it.
         var isStopped = false
-        /// The loop thread is in (or about to enter) `curl_multi_poll`, having
+        /// The loop thread is in (or about to enter) its wait, having
         /// found nothing queued: only then does news need a wakeup.
         var isWaiting = false
         /// A wakeup was sent during this wait: one is enough.
@@ -110,7 +128,7 @@ final class CurlMultiLoop: TaskExecutor {
 
         /// Whether the caller must wake the loop (with `wake(if:)`, after the lock):
         /// only if it waits and nobody woke it yet. A wakeup is a write to
-        /// curl's socket pair and a read back: sent for every request, it was
+        /// an eventfd and a read back: sent for every request, it was
         /// a third of the client's sends. It is sent outside the lock, which
         /// the loop thread otherwise spun on for the length of a syscall.
         mutating func needsWake() -> Bool {
@@ -231,6 +249,8 @@ final class CurlMultiLoop: TaskExecutor {
     private func run() {
         EventLoopThread.markCurrent()
         let transfers = TransferTable(multi: multi, options: options, bodyBytesSent: bodyBytesSent)
+        // Whether the last round ended in a wait, whose ready sockets are still to be acted on.
+        var waited = false
         while true {
             let work = state.withLock { state -> Work in
                 if state.isShutdownRequested {
@@ -278,7 +298,7 @@ final class CurlMultiLoop: TaskExecutor {
                 for id in cancellations {
                     transfers.abandon(id)
                 }
-                multi.perform()
+                multi.perform(looking: !waited)
                 transfers.collectFinished()
                 transfers.grantSendAllowances()
                 // Decided under the lock: what was queued since the top of the
@@ -290,13 +310,16 @@ final class CurlMultiLoop: TaskExecutor {
                     return true
                 }
                 if waits {
-                    multi.poll(timeoutMilliseconds: transfers.nextGrantMilliseconds.map { min($0, Self.pollTimeoutMilliseconds) }
+                    multi.wait(timeoutMilliseconds: transfers.nextGrantMilliseconds.map { min($0, Self.pollTimeoutMilliseconds) }
                         ?? Self.pollTimeoutMilliseconds)
+                    // No longer waiting before curl acts (next round): what its callbacks
+                    // enqueue on this thread needs no wake-up.
                     state.withLock { state in
                         state.isWaiting = false
                         state.isWoken = false
                     }
                 }
+                waited = waits
             }
         }
     }
