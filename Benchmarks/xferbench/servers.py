@@ -213,6 +213,15 @@ class Ceph:
         subprocess.run([CEPH_SCRIPT, "stop", self.dir], capture_output=True)
 
 
+def rclone_on_ceph(env, url):
+    """Points rclone's `:s3:` remote at the Ceph gateway `url` through `env` (no config file)."""
+    env.update(RCLONE_CONFIG="/nonexistent", RCLONE_S3_PROVIDER="Ceph", RCLONE_S3_ENDPOINT=url,
+               RCLONE_S3_ACCESS_KEY_ID=CEPH_ENV["AWS_ACCESS_KEY_ID"],
+               RCLONE_S3_SECRET_ACCESS_KEY=CEPH_ENV["AWS_SECRET_ACCESS_KEY"], RCLONE_S3_REGION="us-east-1",
+               RCLONE_S3_FORCE_PATH_STYLE="true")
+    env.pop("AWS_CA_BUNDLE", None)
+
+
 def s3_clients(kind, source, bucket, key, url, work, part_mib=8, tree=False):
     """The command line and environment each S3 client is measured with, at its defaults
     except the part size (8 MiB for all, so the same requests reach the gateway)."""
@@ -233,11 +242,7 @@ def s3_clients(kind, source, bucket, key, url, work, part_mib=8, tree=False):
         args = [S3_PYTHON, "-m", "awscli", "s3", "cp", source, f"s3://{bucket}/{key}" + ("/" if tree else ""),
                 "--endpoint-url", url, "--only-show-errors"] + (["--recursive"] if tree else [])
     else:
-        env.update(RCLONE_CONFIG="/nonexistent", RCLONE_S3_PROVIDER="Ceph", RCLONE_S3_ENDPOINT=url,
-                   RCLONE_S3_ACCESS_KEY_ID=CEPH_ENV["AWS_ACCESS_KEY_ID"],
-                   RCLONE_S3_SECRET_ACCESS_KEY=CEPH_ENV["AWS_SECRET_ACCESS_KEY"], RCLONE_S3_REGION="us-east-1",
-                   RCLONE_S3_FORCE_PATH_STYLE="true")
-        env.pop("AWS_CA_BUNDLE", None)
+        rclone_on_ceph(env, url)
         verb = "copy" if tree else "copyto"
         args = ["rclone", verb, source, f":s3:{bucket}/{key}", "--s3-chunk-size", f"{part_mib}M",
                 "--s3-upload-cutoff", f"{part_mib}M"]

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 from ..common import MiB, QUICK, ROUNDS, SIZES, log, median, XFER, make_tree, tree_files, parse_time_v, parse_cpu_v, RESULTS
-from ..servers import S3_PYTHON, CEPH_ENV, S5CMD, Ceph
+from ..servers import S3_PYTHON, CEPH_ENV, S5CMD, Ceph, rclone_on_ceph
 from ..system import sh
 
 # The configurations measured, in the order of a round (rotated by one each round): each tool at its defaults, and
@@ -67,11 +67,7 @@ def sync_args(kind, tree, bucket, url, work, state, checksum=False):
         args = [S5CMD, "--endpoint-url", url] + (["--numworkers", "64"] if wide else []) + [
             "sync", tree.rstrip("/") + "/", f"s3://{bucket}/{PREFIX}/"]
     else:
-        env.update(RCLONE_CONFIG="/nonexistent", RCLONE_S3_PROVIDER="Ceph", RCLONE_S3_ENDPOINT=url,
-                   RCLONE_S3_ACCESS_KEY_ID=CEPH_ENV["AWS_ACCESS_KEY_ID"],
-                   RCLONE_S3_SECRET_ACCESS_KEY=CEPH_ENV["AWS_SECRET_ACCESS_KEY"], RCLONE_S3_REGION="us-east-1",
-                   RCLONE_S3_FORCE_PATH_STYLE="true")
-        env.pop("AWS_CA_BUNDLE", None)
+        rclone_on_ceph(env, url)
         args = ["rclone", "sync", tree, f":s3:{bucket}/{PREFIX}"]
         args += ["--transfers", "64", "--checkers", "64", "--fast-list"] if wide else []
         args += ["--checksum"] if checksum else []
