@@ -240,6 +240,24 @@ import XferTestSupport
         #expect(first.clientPort == second.clientPort)
     }
 
+    /// A kept connection the server closes while it waits (parked in the transport's epoll set)
+    /// leaves the set and is not used again: every next request gets a connection of its own.
+    @Test func aKeptConnectionTheServerClosedIsNotUsedAgain() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport()
+        defer { transport.shutdown() }
+
+        var ports: Set<String> = []
+        for _ in 0..<20 {
+            let response = try await transport.send(HTTPRequest(method: .get, url: server.url("/close-after")))
+            #expect(response.status == 200)
+            ports.insert(String(decoding: response.body, as: UTF8.self))
+        }
+        #expect(ports.count == 20)
+        // And the transport goes on: a request to a connection that stays open.
+        _ = try Echo(try await transport.send(HTTPRequest(method: .get, url: server.url("/echo"))))
+    }
+
     @Test func fiftyConcurrentRequestsAllComplete() async throws {
         let server = try Fixtures.http.get()
         let transport = try makeTransport()
@@ -973,6 +991,11 @@ class Handler(BaseHTTPRequestHandler):
             self.reply(200, b"final", [("X-Final", "yes")])
         elif route == "/folded":
             self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Folded: first\r\n   second\r\nX-Spaced: \t padded value  \r\nContent-Length: 2\r\n\r\nok")
+        elif route == "/close-after":
+            # Answers as if the connection stayed open (no `Connection: close`), then closes it:
+            # the client keeps a connection the server has dropped.
+            self.reply(200, str(self.client_address[1]).encode())
+            self.close_connection = True
         elif route == "/redirect":
             self.reply(302, b"", [("Location", "/echo")])
         elif route == "/stall":
