@@ -20,6 +20,9 @@ struct OffsetUploadInfo: Codable, Sendable, Equatable {
     var concat: String?
     /// A final upload's partial uploads, in order.
     var partials: [String]
+
+    /// An ordinary upload with no metadata: the IETF draft's, unless a hook gives it some.
+    static let defaultSingle = OffsetUploadInfo(role: .single, metadata: nil, concat: nil, partials: [])
 }
 
 /// What became of one request body (a PATCH, or the data of a creation-with-upload POST).

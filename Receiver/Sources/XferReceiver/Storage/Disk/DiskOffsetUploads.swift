@@ -51,6 +51,9 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     /// answer); nil when unknown.
     private var crc: UInt32?
     private var terminated = false
+    /// Completed by its creation's body (`writeWhole`) and not yet reported: the next `finish`
+    /// is the one that completed it.
+    private var completedByItsCreation = false
     /// Every byte in: a partial upload is then final as it is (a concatenation reads it).
     private nonisolated let ended = Atomic<Bool>(false)
     var turns = KeyedTurns<WholeUpload>()
@@ -127,6 +130,60 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
     }
 
+    /// A creation's body that brings the whole upload (`DiskOffsetUploads.create` with a body),
+    /// streamed into the data file with nothing synced yet, neither the creation nor the bytes.
+    /// When it is whole, the upload completes with its creation in one sync round
+    /// (`DiskUpload.completeInItsCreationRound`). Otherwise the creation and what arrived are
+    /// made durable as the longer way would have left them: `writeInfo` first (the info file,
+    /// when the creation left it out), then one round, then the offset's record.
+    nonisolated func writeWhole<Body: AsyncSequence>(
+        _ body: Body, check: BodyWriter.Check?, bootID: String?, writeInfo: @escaping @Sendable () throws -> Void
+    ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
+        let writer = BodyWriter(
+            limit: length, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .byCaller,
+            counted: { count in
+                self.upload.bytesReceived.add(count, ordering: .relaxed)
+                self.statistics.received(count)
+            })
+        let failure: OffsetWriteFailure
+        let written: BodyWriter.Written
+        do {
+            written = try await writer.write(body, to: .path(upload.layout.data), at: 0)
+            if written.count == length, written.cutBy == nil, let digest = written.digest {
+                let crc = StreamingDigest.crc32(bytes: digest)
+                _ = try await upload.completeInItsCreationRound(crc32c: crc, bootID: bootID)
+                await completedWhole(crc: crc)
+                return .stored(offset: length)
+            }
+        } catch let refused as BodyWriter.Failure {
+            switch refused {
+            case .tooLarge(let limit): failure = .tooLarge(limit: limit)
+            case .digestMismatch: failure = .checksumMismatch
+            case .interrupted: failure = .interrupted(offset: 0)
+            case .tooShort: preconditionFailure("a body of an offset upload has no length to fall short of")
+            }
+            try await durable(writeInfo)
+            return .failed(failure)
+        }
+        try await durable(writeInfo)
+        let reached = written.count
+        try await record(reached, extending: written.digest.map(StreamingDigest.crc32(bytes:)))
+        return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
+    }
+
+    /// The creation (its info file written by `writeInfo` first) and every byte written so far, durable.
+    private nonisolated func durable(_ writeInfo: @escaping @Sendable () throws -> Void) async throws {
+        try writeInfo()
+        try await durability.sync()
+    }
+
+    private func completedWhole(crc: UInt32) {
+        offset = length
+        self.crc = crc
+        ended.store(true, ordering: .releasing)
+        completedByItsCreation = true
+    }
+
     /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded
     /// buffers; durable and recorded before it returns. `crc`: the partials' CRC-32Cs combined,
     /// when every one is known.
@@ -191,6 +248,10 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         guard !terminated else { throw UploadError.deleted }
         guard offset == length else { throw UploadError.corrupt("finish called at offset \(offset) of \(length)") }
         guard info.role != .partial else { return false }
+        if completedByItsCreation {
+            completedByItsCreation = false
+            return true
+        }
         let wasComplete = try await upload.completionRecord() != nil
         _ = try await upload.completeWritten(crc32c: crc)
         return !wasComplete
@@ -249,6 +310,64 @@ actor DiskOffsetUploads: OffsetUploadStore {
         return tusUpload
     }
 
+    /// The most a creation's body may hold to be stored whole with its creation in one sync round:
+    /// what a load after a crash of the machine reads back to check (`DiskUpload.completeInItsCreationRound`).
+    static let storedWholeLimit = DiskUpload.inlineFinishLimit
+
+    /// A creation whose body is the whole upload (a small file, typically) is made and completed
+    /// in one sync round with its bytes (`DiskOffsetUpload.writeWhole`): three files and a rename
+    /// (two, when the info is the default), where the longer way writes six and waits for five
+    /// rounds. Any other takes the longer way (`createThenWrite`).
+    ///
+    /// The client may learn the upload's URL (`announce`, the IETF draft's 104) before the round:
+    /// after a crash of the machine before it ended, the URL is unknown and a resumption starts
+    /// over, as it would for an upload that expired. Nothing it was told of bytes is lost.
+    nonisolated func create<Body: AsyncSequence>(
+        path: RelativePath, length: Int, info: OffsetUploadInfo, body: Body, limit: Int, declaredLength: Int?,
+        check: BodyWriter.Check?, announce: (any OffsetUpload) async throws -> Void
+    ) async throws -> (upload: any OffsetUpload, result: OffsetWriteResult) where Body.Element == ByteBuffer {
+        guard info.role == .single, length > 0, length <= min(limit, Self.storedWholeLimit), declaredLength == length else {
+            return try await createThenWrite(
+                path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check,
+                announce: announce)
+        }
+        let (upload, writeInfo) = try await createUnsynced(path: path, length: length, info: info)
+        let bootID = store.bootID
+        do {
+            let result = try await upload.exclusively {
+                try await announce(upload)
+                return try await upload.writeWhole(body, check: check, bootID: bootID, writeInfo: writeInfo)
+            }
+            return (upload, result)
+        } catch {
+            throw OffsetCreationFailure(upload: upload, error: error)
+        }
+    }
+
+    /// An upload at offset 0 whose files are written and not synced. Its info file is left for
+    /// `writeInfo` when the info is the default (a completed upload without one reads as having
+    /// the default: `read`).
+    private func createUnsynced(
+        path: RelativePath, length: Int, info: OffsetUploadInfo
+    ) async throws -> (DiskOffsetUpload, writeInfo: @Sendable () throws -> Void) {
+        let encoded = try JSONEncoder().encode(info)
+        let deferred = info == .defaultSingle
+        let upload = try await store.create(protocolName: protocolName, path: path, size: length, chunkSize: length, durable: false) {
+            [protocolName] layout in
+            if !deferred { try FileSystemOps.writeNew(Array(encoded), to: OffsetUploadFiles(layout, protocolName: protocolName).info) }
+        }
+        let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
+        let offsetUpload = DiskOffsetUpload(
+            upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: 0, crc: 0)
+        uploads.insert(offsetUpload, for: upload.meta.uploadId)
+        let writeInfo: @Sendable () throws -> Void = {
+            guard deferred, !FileSystemOps.exists(files.info) else { return }
+            try FileSystemOps.writeNew(Array(encoded), to: files.info)
+        }
+        return (offsetUpload, writeInfo)
+    }
+
     /// Nil for ids that are malformed, unknown, terminated or of another protocol.
     func upload(id: String) async throws -> (any OffsetUpload)? {
         try await diskUpload(id: id)
@@ -287,11 +406,22 @@ actor DiskOffsetUploads: OffsetUploadStore {
         guard let upload = try await store.upload(id: id), upload.meta.protocolName == protocolName else { return nil }
         let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let size = upload.meta.size
+        let completion = try await upload.completionRecord()
         let loaded: (OffsetUploadInfo, Int, UInt32?)? = try await store.io.run {
-            // A creation that died before the info file was synced (missing, or torn) never handed out its URL.
-            guard let infoBytes = try FileSystemOps.readAll(files.info) ?? FileSystemOps.readAll(files.infoOfEarlierReceivers),
-                let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes))
-            else { return nil }
+            guard let infoBytes = try FileSystemOps.readAll(files.info) ?? FileSystemOps.readAll(files.infoOfEarlierReceivers) else {
+                // Completed with its creation, of the default info (`createUnsynced`): its offset is its length.
+                if let completion, !FileSystemOps.exists(files.offsets) {
+                    return (.defaultSingle, size, completion.crc32c.flatMap { UInt32($0, radix: 16) })
+                }
+                // A creation that died before the info file was synced never handed out its URL.
+                return nil
+            }
+            // Torn: as above.
+            guard let info = try? JSONDecoder().decode(OffsetUploadInfo.self, from: Data(infoBytes)) else { return nil }
+            if let completion, !FileSystemOps.exists(files.offsets) {
+                // Completed with its creation (`DiskOffsetUpload.writeWhole`): no offset record.
+                return (info, size, completion.crc32c.flatMap { UInt32($0, radix: 16) })
+            }
             var offset = 0
             var crc: UInt32? = 0
             for record in try DurableLog.readRecords(path: files.offsets) {

@@ -33,11 +33,14 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
     /// One store per protocol name, made on first use: each keeps the uploads it loaded.
     let offsetStores = Mutex<[String: DiskOffsetUploads]>([:])
 
-    /// Opens (or creates) the store under `root`, emptying the trash a crash left.
+    /// Opens (or creates) the store under `root`, emptying the trash a crash left. `bootID`: the
+    /// machine's (`BootID`); tests give another to stand for a reboot.
     static func open(
-        root: String, threadPool: NIOThreadPool, memory: UploadsInMemory, expireAfter: Duration?, logger: Logger
+        root: String, threadPool: NIOThreadPool, memory: UploadsInMemory, expireAfter: Duration?, bootID: String? = BootID.current,
+        logger: Logger
     ) async throws -> DiskStorage {
-        let uploads = try await DiskUploads.open(root: root, io: BlockingIO(pool: threadPool), memory: memory, logger: logger)
+        let uploads = try await DiskUploads.open(
+            root: root, io: BlockingIO(pool: threadPool), memory: memory, bootID: bootID, logger: logger)
         let storage = DiskStorage(uploads: uploads, fileIO: FileIO(threadPool: threadPool), expireAfter: expireAfter, logger: logger)
         // A full count of uploads in memory can be full of uploads that only the protocols' idle
         // entries hold: those let go first, then the count is asked again.

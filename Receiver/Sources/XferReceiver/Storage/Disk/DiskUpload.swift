@@ -264,6 +264,37 @@ actor DiskUpload {
         }
     }
 
+    /// Completes an upload whose every byte a creation's body wrote into the data file just now,
+    /// with nothing of it synced yet — not the creation, not the bytes (`DiskOffsetUploads`: a
+    /// file created whole). The completion and its `*<boot id>` mark are recorded and the file
+    /// published, and one sync round makes all of it durable at once, where the longer way
+    /// takes five (creation, bytes, offset, chunk record, completion).
+    ///
+    /// The mark says the record was written in the round of its bytes. A crash of the process
+    /// cannot part them (the page cache keeps every write that returned); a crash of the machine
+    /// during the round can, and the next boot has another id: a load that finds a mark of
+    /// another boot checks the file against the record's CRC-32C (at most `inlineFinishLimit`
+    /// bytes) and, when they differ, drops the upload, which nobody was told of
+    /// (`DiskUploads.load`).
+    func completeInItsCreationRound(crc32c: UInt32, bootID: String?) async throws -> CompletionRecord {
+        try checkWritable()
+        precondition(meta.chunkCount == 1 && meta.size <= Self.inlineFinishLimit && layout.format == .flat, "a small flat upload")
+        let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c))
+        try POSIXFile.appendRecords([Self.sameRoundMark(bootID: bootID), record.logRecord], to: layout.log, creating: false)
+        try Self.publish(layout)
+        try await durability.sync()
+        if deleted { throw UploadError.deleted }
+        received.insert(1, crc: crc32c)
+        completion = record
+        completed.store(true, ordering: .releasing)
+        return record
+    }
+
+    /// `*<boot id>`: the completion record that follows was written in the same sync round as
+    /// the file's bytes, while the machine ran boot `bootID` (see `completeInItsCreationRound`;
+    /// `*0` where the boot is not known: always checked).
+    nonisolated static func sameRoundMark(bootID: String?) -> String { "*" + (bootID ?? "0") }
+
     /// Hashes the data, records the completion and publishes the file, then waits for one sync
     /// round to make both durable.
     ///
@@ -322,6 +353,22 @@ actor DiskUpload {
         defer { data.close() }
         let size = try data.size()
         guard size == meta.size else { throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)") }
+    }
+
+    /// The CRC-32C of the upload's bytes in `file`, which must hold the meta's size and at most
+    /// `inlineFinishLimit` bytes (read in one piece). Blocking.
+    static func crc32c(meta: UploadMeta, file: String) throws -> UInt32 {
+        guard meta.size <= inlineFinishLimit else { throw UploadError.corrupt("a file checked whole must be small") }
+        let data = try POSIXFile.open(file, O_RDONLY)
+        defer { data.close() }
+        let size = try data.size()
+        guard size == meta.size else { throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)") }
+        var buffer = [UInt8](repeating: 0, count: max(1, size))
+        let n = try buffer.withUnsafeMutableBytes { try data.preadFully(into: $0, at: 0) }
+        guard n == size else { throw UploadError.corrupt("data file ended early") }
+        var crc = CRC32C()
+        buffer.withUnsafeBytes { crc.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        return crc.value
     }
 
     /// SHA-256 and size of the upload's bytes in `file`, checked against the meta. Blocking.

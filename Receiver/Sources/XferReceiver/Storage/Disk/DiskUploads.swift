@@ -99,9 +99,13 @@ actor DiskUploads {
     nonisolated let memory: UploadsInMemory
     private let logger: Logger
 
+    /// The machine's boot (`BootID`), written with and compared to the marks of completions
+    /// recorded in the round of their bytes.
+    nonisolated let bootID: String?
     private let uploads: KeyedLoads<String, DiskUpload>
 
-    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, memory: UploadsInMemory, logger: Logger) {
+    private init(layout: StoreLayout, io: BlockingIO, durability: Durability, memory: UploadsInMemory, bootID: String?, logger: Logger) {
+        self.bootID = bootID
         self.layout = layout
         self.io = io
         self.durability = durability
@@ -111,7 +115,10 @@ actor DiskUploads {
     }
 
     /// Creates the root's directories and empties the trash left by deletes a crash interrupted.
-    static func open(root: String, io: BlockingIO, memory: UploadsInMemory, logger: Logger) async throws -> DiskUploads {
+    /// `bootID`: the machine's (`BootID.current`); tests give another to stand for a reboot.
+    static func open(
+        root: String, io: BlockingIO, memory: UploadsInMemory, bootID: String? = BootID.current, logger: Logger
+    ) async throws -> DiskUploads {
         let layout = StoreLayout(root: root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root)
         let durability = try await io.run {
             try FileManager.default.createDirectory(atPath: layout.root, withIntermediateDirectories: true)
@@ -130,7 +137,7 @@ actor DiskUploads {
             // downloads/ elsewhere).
             return try Durability(directories: [layout.root, layout.uploads, layout.downloads, layout.trash], pool: io.pool)
         }
-        return DiskUploads(layout: layout, io: io, durability: durability, memory: memory, logger: logger)
+        return DiskUploads(layout: layout, io: io, durability: durability, memory: memory, bootID: bootID, logger: logger)
     }
 
     /// `size`/`chunkSize` must already be validated by the protocol. Returns once the creation is
@@ -138,8 +145,12 @@ actor DiskUploads {
     ///
     /// `format` is `.flat` but for protocols whose files something outside the receiver reads in
     /// layout 1's places (sequence: its end-to-end tests read `uploads/<id>/blocks.log`).
+    ///
+    /// `durable: false` returns before any sync: for a creation whose caller makes it durable
+    /// with what follows in one round (`DiskOffsetUploads`, a file created whole), and tells
+    /// nobody of the id before that round but a client whose resumption may then find it unknown.
     func create(
-        protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat,
+        protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat, durable: Bool = true,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
     ) async throws -> DiskUpload {
         await relieveIfFull()
@@ -167,7 +178,7 @@ actor DiskUploads {
             }
         }
         let (meta, uploadLayout) = format == .flat ? try make() : try await io.run(make)
-        try await durability.sync()
+        if durable { try await durability.sync() }
         let upload = DiskUpload(
             meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, memory: memory,
             completion: nil)
@@ -182,10 +193,11 @@ actor DiskUploads {
     /// share one load-or-create, so they all get the same upload. `id` must be a valid `UploadID`.
     func upload(id: String, creatingIfAbsent protocolName: String, path: RelativePath, size: Int, chunkSize: Int) async throws -> DiskUpload {
         precondition(UploadID.isValid(id), "upload ids name directories")
-        let loadOrCreate: @Sendable () async throws -> DiskUpload = { [layout, io, durability, statistics, memory, logger] in
+        let loadOrCreate: @Sendable () async throws -> DiskUpload = { [layout, io, durability, statistics, memory, bootID, logger] in
             let (upload, created) = try await io.run { () throws -> (DiskUpload, Bool) in
                 if let existing = try Self.load(
-                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, logger: logger)
+                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, bootID: bootID,
+                    logger: logger)
                 {
                     return (existing, false)
                 }
@@ -220,9 +232,11 @@ actor DiskUploads {
     func upload(id: String) async throws -> DiskUpload? {
         guard UploadID.isValid(id) else { return nil }
         await relieveIfFull(for: id)
-        return try await uploads.value(for: id) { [layout, io, durability, statistics, memory, logger] in
+        return try await uploads.value(for: id) { [layout, io, durability, statistics, memory, bootID, logger] in
             try await io.run {
-                try Self.load(id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, logger: logger)
+                try Self.load(
+                    id: id, layout: layout, io: io, durability: durability, statistics: statistics, memory: memory, bootID: bootID,
+                    logger: logger)
             }
         }
     }
@@ -412,7 +426,7 @@ actor DiskUploads {
     /// Blocking.
     private static func load(
         id: String, layout: StoreLayout, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        memory: UploadsInMemory, logger: Logger
+        memory: UploadsInMemory, bootID: String?, logger: Logger
     ) throws -> DiskUpload? {
         let directory = layout.uploads + "/" + id
         let meta: UploadMeta
@@ -453,7 +467,13 @@ actor DiskUploads {
         // checked against the data below.
         var digest: String?
         var malformed = 0
+        // The boot of a `*<boot id>` mark: the completion was recorded in the round of its bytes.
+        var sameRoundBoot: ArraySlice<UInt8>?
         DurableLog.forEachRecord(in: records) { record in
+            if record.first == UInt8(ascii: "*"), format == .flat {
+                sameRoundBoot = record.dropFirst()
+                return
+            }
             if record.first == UInt8(ascii: "="), format == .flat {
                 guard let parsed = CompletionRecord(logRecord: Substring(decoding: record, as: UTF8.self)) else {
                     logger.warning("Ignoring malformed completion record in the upload's log", metadata: ["upload": "\(id)"])
@@ -482,6 +502,24 @@ actor DiskUploads {
             logger.warning("Ignoring malformed records in the upload's log", metadata: ["upload": "\(id)", "records": "\(malformed)"])
         }
 
+        if let recorded = completion, let boot = sameRoundBoot, !(bootID.map { boot.elementsEqual($0.utf8) } ?? false) {
+            // Recorded in the round of its bytes, and the machine went down since: that round may
+            // have kept the record and lost bytes. Nobody heard of a completion whose bytes do not
+            // match (its round never ended), nor of the upload (created in the same round): it goes.
+            let file = FileSystemOps.exists(uploadLayout.data) ? uploadLayout.data : uploadLayout.downloadFile
+            guard let crc = recorded.crc32c, (try? DiskUpload.crc32c(meta: meta, file: file)).map(CRC32.hex) == crc else {
+                logger.warning("Dropping an upload whose creation a crash of the machine cut short", metadata: ["upload": "\(id)"])
+                var trashed = try moveToTrash(id: id, layout: layout, suffix: ".torn")
+                if FileSystemOps.exists(uploadLayout.downloadDirectory) {
+                    let target = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".torn-download"
+                    try FileSystemOps.rename(uploadLayout.downloadDirectory, to: target)
+                    trashed.append(target)
+                }
+                try durability.syncNow()
+                for path in trashed where FileSystemOps.exists(path) { try? FileManager.default.removeItem(atPath: path) }
+                return nil
+            }
+        }
         if completion != nil {
             // Killed between recording completion and publishing: finish the publication now.
             if FileSystemOps.exists(uploadLayout.data) && !FileSystemOps.exists(uploadLayout.downloadFile) {
