@@ -42,3 +42,33 @@ private let syncFileRange: (@convention(c) (Int32, Int64, Int64, UInt32) -> Int3
     #endif
     return nil
 }()
+
+/// `copy_file_range(2)`: copies up to `count` bytes from `source` at `sourceOffset` to
+/// `destination` at `destinationOffset` inside the kernel — no pass through user space, and on a
+/// filesystem that shares blocks (XFS, Btrfs) no second write at all. Advances both offsets by
+/// what it copied and returns that (0: `source` ended); -1 with `errno` set. Looked up by name as
+/// `syncfs` is; nil where it is missing, and `errno` then says what the caller falls back from
+/// (`EXDEV`, `EINVAL`, `EOPNOTSUPP`, `ENOSYS` where a filesystem or kernel cannot).
+public func copyFileRange(
+    from source: Int32, at sourceOffset: inout Int, to destination: Int32, at destinationOffset: inout Int, count: Int
+) -> Int? {
+    guard let copyFileRangeCall else { return nil }
+    var from = Int64(sourceOffset)
+    var to = Int64(destinationOffset)
+    let copied = copyFileRangeCall(source, &from, destination, &to, count, 0)
+    if copied > 0 {
+        sourceOffset = Int(from)
+        destinationOffset = Int(to)
+    }
+    return copied
+}
+
+private let copyFileRangeCall: (@convention(c) (Int32, UnsafeMutablePointer<Int64>?, Int32, UnsafeMutablePointer<Int64>?, Int, UInt32) -> Int)? = {
+    #if os(Linux)
+    if let symbol = dlsym(nil, "copy_file_range") {
+        return unsafeBitCast(
+            symbol, to: (@convention(c) (Int32, UnsafeMutablePointer<Int64>?, Int32, UnsafeMutablePointer<Int64>?, Int, UInt32) -> Int).self)
+    }
+    #endif
+    return nil
+}()

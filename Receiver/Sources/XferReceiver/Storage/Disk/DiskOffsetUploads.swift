@@ -184,9 +184,9 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         completedByItsCreation = true
     }
 
-    /// Builds a final upload's data from its partials' files (`finishedFile`), in order, in bounded
-    /// buffers; durable and recorded before it returns. `crc`: the partials' CRC-32Cs combined,
-    /// when every one is known.
+    /// Builds a final upload's data from its partials' files (`finishedFile`), in order, copied in
+    /// the kernel (else in bounded buffers); durable and recorded before it returns. `crc`: the
+    /// partials' CRC-32Cs combined, when every one is known.
     func concatenate(_ partials: [any OffsetUpload], crc: UInt32?) async throws {
         let sources = try partials.map { partial in
             guard let partial = partial as? DiskOffsetUpload else { throw UploadError.corrupt("a partial upload of another storage") }
@@ -197,20 +197,16 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         try await io.run {
             let output = try POSIXFile.open(destination, O_WRONLY)
             defer { output.close() }
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
             var at = 0
             for source in sources {
                 let input = try POSIXFile.open(source, O_RDONLY)
                 defer { input.close() }
-                var from = 0
-                while true {
-                    let n = try buffer.withUnsafeMutableBytes { try input.preadFully(into: $0, at: from) }
-                    if n == 0 { break }
-                    guard n <= total - at else { throw UploadError.corrupt("partial uploads hold more than \(total) bytes") }
-                    try buffer.withUnsafeBytes { try output.pwriteAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: at) }
-                    from += n
-                    at += n
-                }
+                let size = try input.size()
+                guard size <= total - at else { throw UploadError.corrupt("partial uploads hold more than \(total) bytes") }
+                // In the kernel (`copy_file_range`): the bytes do not pass through this process,
+                // and where the filesystem shares blocks they are not written a second time.
+                try output.copyAll(from: input, count: size, at: at)
+                at += size
             }
             guard at == total else { throw UploadError.corrupt("partial uploads hold \(at) bytes, expected \(total)") }
         }

@@ -128,6 +128,37 @@ struct POSIXFile: Sendable {
         XferPrimitives.startWriteback(descriptor: descriptor, offset: offset, count: count)
     }
 
+    /// Copies `count` bytes of `source`, from its start, into this file at `offset`: inside the
+    /// kernel where it can (`copyFileRange`: no pass through user space; on a filesystem that
+    /// shares blocks, no second write), else through a buffer of at most 1 MiB. Throws when
+    /// `source` holds fewer bytes. Blocking.
+    func copyAll(from source: POSIXFile, count: Int, at offset: Int) throws {
+        var from = 0
+        var to = offset
+        while from < count {
+            guard let copied = XferPrimitives.copyFileRange(from: source.descriptor, at: &from, to: descriptor, at: &to, count: count - from)
+            else { break }
+            if copied < 0 {
+                if errno == EINTR { continue }
+                // Not between these two files (another filesystem, a kind that cannot): the buffer's way.
+                if [EXDEV, EINVAL, EOPNOTSUPP, ENOSYS].contains(errno) { break }
+                throw IOError(operation: "copy_file_range", path: path, code: errno)
+            }
+            if copied == 0 { throw IOError(operation: "copy_file_range", path: source.path, code: ENODATA) }
+        }
+        guard from < count else { return }
+        var buffer = [UInt8](repeating: 0, count: min(count - from, 1 << 20))
+        while from < count {
+            let n = try buffer.withUnsafeMutableBytes {
+                try source.preadFully(into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<min($0.count, count - from)]), at: from)
+            }
+            if n == 0 { throw IOError(operation: "pread", path: source.path, code: ENODATA) }
+            try buffer.withUnsafeBytes { try pwriteAll(UnsafeRawBufferPointer(rebasing: $0[0..<n]), at: to) }
+            from += n
+            to += n
+        }
+    }
+
     func size() throws -> Int {
         var info = stat()
         if fstat(descriptor, &info) != 0 { throw IOError(operation: "fstat", path: path, code: errno) }
