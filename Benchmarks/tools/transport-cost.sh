@@ -9,19 +9,10 @@
 #
 #   Benchmarks/tools/transport-cost.sh OLD_XFER NEW_XFER [ROUNDS] [WORKDIR]
 set -euo pipefail
+tools=$(cd "$(dirname "$0")" && pwd)
 old=$1 new=$2 rounds=${3:-3} work=${4:-$(mktemp -d -t xfer-transport-cost.XXXXXX)}
 mkdir -p "$work" && cd "$work"
-if [ ! -d tree ]; then
-  python3 - <<'PY'
-import os
-for d in range(20):
-    os.makedirs(f"tree/d{d:02}", exist_ok=True)
-    for f in range(100):
-        open(f"tree/d{d:02}/f{f:03}", "wb").write(os.urandom(4096))
-os.makedirs("big", exist_ok=True)
-open("big/file", "wb").write(os.urandom(256 << 20))
-PY
-fi
+[ -d tree ] || python3 "$tools/cost-files.py" big/file 256
 rm -rf recv && mkdir recv
 "$old" serve --root recv --port 0 >serve.out 2>/dev/null &
 serve=$!
