@@ -73,6 +73,18 @@ final class StateStoreTests: XCTestCase {
 
     /// A prefix's keys deleted through a cursor: every one of them (across many pages), none of
     /// its neighbours', an empty prefix all.
+    /// Keys start with the job id's 16 hex digits as 8 bytes; any other id, by the first 8 bytes
+    /// of its SHA-256. File and chunk keys append big-endian numbers.
+    func testKeysOfWellFormedAndOtherJobIDs() throws {
+        XCTAssertEqual(StateStore.jobPrefix(JobID(rawValue: "0123456789abcdef")), [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef])
+        for other in ["0123456789ABCDEF", "0123456789abcde", "0123456789abcdeg", "", "é123456789abcdef"] {
+            XCTAssertEqual(StateStore.jobPrefix(JobID(rawValue: other)), Array(SHA256Digest.of(Array(other.utf8)).prefix(8)), other)
+        }
+        let job = JobID(rawValue: "ffffffffffffffff")
+        XCTAssertEqual(StateStore.fileKey(job, 0x0102_0304), Array(repeating: 0xff, count: 8) + [1, 2, 3, 4])
+        XCTAssertEqual(StateStore.chunkKey(job, 7, 0x0a0b_0c0d), Array(repeating: 0xff, count: 8) + [0, 0, 0, 7, 10, 11, 12, 13])
+    }
+
     func testDeleteAllRemovesExactlyThePrefixsKeys() throws {
         let dir = TemporaryDirectory()
         let env = try rawEnvironment(dir.path)
