@@ -154,6 +154,54 @@ final class FaultTests: XCTestCase {
         }
     }
 
+    /// Small files created whole by tus and the IETF draft (one sync round each on the receiver)
+    /// through a receiver SIGKILLed once 80 of them were acknowledged, then restarted on the same
+    /// root: the push ends, and every file is published whole, those acknowledged before the
+    /// kill (which the push does not send again) included.
+    func testReceiverKilledDuringSmallFilesCreatedWhole() throws {
+        let tree = work.file("tree")
+        var paths: [String] = []
+        for index in 0..<240 {
+            try FileManager.default.createDirectory(atPath: tree + "/d\(index % 6)", withIntermediateDirectories: true)
+            let path = "d\(index % 6)/f\(index)"
+            try makeTestFile(at: tree + "/" + path, size: 1 + index * 997 % 9_000, seed: UInt64(index + 1))
+            paths.append(path)
+        }
+        for (backend, endpoint) in [("ietf", "/resumable/"), ("tus", "/files/")] {
+            let root = work.file("server-\(backend)")
+            var server = try ServeProcess(root: root)
+            let port = server.port
+            let push = try ChildProcess(
+                executable: xferExecutable,
+                arguments: ["push", tree, "--backend", backend, "--to", server.url + endpoint, "--state", work.file("state-\(backend)"),
+                            "--json", "--max-attempts", "12"])
+            var acknowledged = 0
+            XCTAssertNotNil(push.readLine { line in
+                if line.contains("\"event\":\"fileCompleted\"") { acknowledged += 1 }
+                return acknowledged >= 80
+            }, "\(backend): \(push.standardError)")
+            server.child.kill(SIGKILL)
+            server.child.wait()
+            server = try ServeProcess(root: root, port: port)
+            let rest = push.readRemaining()
+            XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError)")
+            for path in paths {
+                let served = try servedFile(root: root, path)
+                XCTAssertEqual(FileManager.default.contents(atPath: served), FileManager.default.contents(atPath: tree + "/" + path), "\(backend) \(path)")
+            }
+            // And the restarted receiver knows each as complete: its download URL serves it.
+            let completed = rest.last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            let files = try XCTUnwrap(completed?["files"] as? [[String: Any]], "\(backend): \(rest.suffix(2))")
+            XCTAssertEqual(files.count, paths.count, backend)
+            for file in files.prefix(30) {
+                // `path`: the file pushed, as the push named it (absolute here).
+                let path = try XCTUnwrap(file["path"] as? String), url = try XCTUnwrap(file["url"] as? String)
+                XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(path), "\(backend) \(path)")
+            }
+            server.stop()
+        }
+    }
+
     func testBadTimeoutsAndAuthTokensAreRefused() throws {
         let file = work.file("a.bin")
         try makeTestFile(at: file, size: 10)
