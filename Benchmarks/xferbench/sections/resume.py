@@ -59,7 +59,8 @@ def bench_resume(work):
     # 3. Spawn the same push; stop the clock when the first chunk request reaches the receiver.
     stalls = []
     for n in range(half + 1, half + 1 + concurrency):
-        stalls += ["--stall", f"/uploads/{upload}/chunks/{n}@1"]
+        # The upload's handle is its id and a signature (`*`: any characters within the segment).
+        stalls += ["--stall", f"/uploads/{upload}*/chunks/{n}@1"]
     times, phases = [], []
     # Each run costs about as long as hashing the acknowledged half takes (see Docs/benchmarks.md).
     for rep in range(env_int("RESUME_REPEATS", 3)):  # 5 would push `make bench` past ~15 min

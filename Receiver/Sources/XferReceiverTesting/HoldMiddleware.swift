@@ -13,7 +13,9 @@ import Synchronization
 struct HoldRule: Sendable, Hashable {
     /// The request path, e.g. `/fileSection/isFinish.do`; ending in `*`,
     /// every path it begins (`/files/*`: tus uploads, whose ids are not
-    /// known in advance), counted together.
+    /// known in advance), counted together. A `*` elsewhere (one at most)
+    /// stands for any characters within one segment: `/uploads/ID*/chunks/3`,
+    /// whatever the signature the upload's handle carries after its id.
     var path: String
     /// Which request to that path to hold, 1-based.
     var occurrence: Int
@@ -27,7 +29,7 @@ struct HoldRule: Sendable, Hashable {
         let parts = text.split(separator: "@", maxSplits: 1).map(String.init)
         guard let path = parts.first, path.hasPrefix("/") else { return nil }
         self.path = path
-        if path.dropLast().contains("*") { return nil }
+        if path.filter({ $0 == "*" }).count > 1 { return nil }
         if parts.count == 2 {
             guard let n = Int(parts[1]), n >= 1 else { return nil }
             occurrence = n
@@ -37,7 +39,11 @@ struct HoldRule: Sendable, Hashable {
     }
 
     func matches(_ requestPath: String) -> Bool {
-        path.hasSuffix("*") ? requestPath.hasPrefix(path.dropLast()) : requestPath == path
+        if path.hasSuffix("*") { return requestPath.hasPrefix(path.dropLast()) }
+        guard let star = path.firstIndex(of: "*") else { return requestPath == path }
+        let head = path[..<star], tail = path[path.index(after: star)...]
+        guard requestPath.count >= head.count + tail.count, requestPath.hasPrefix(head), requestPath.hasSuffix(tail) else { return false }
+        return !requestPath.dropFirst(head.count).dropLast(tail.count).contains("/")
     }
 }
 

@@ -1,6 +1,6 @@
 import XCTest
 import XferReceiver
-import XferReceiverTesting
+@testable import XferReceiverTesting
 
 /// The test switches live in XferReceiverTesting and are checked when a receiver is made from them.
 final class TestSwitchesTests: XCTestCase {
@@ -17,6 +17,18 @@ final class TestSwitchesTests: XCTestCase {
         }
         switches.stalls = ["/uploads/*@2"]
         XCTAssertNoThrow(try Receiver(configuration: ReceiverConfiguration(root: "/tmp/unused"), testing: switches))
+    }
+
+    /// A `*` at the end matches every path it begins; elsewhere, any characters within one segment.
+    func testAStarMatchesARestOrPartOfOneSegment() throws {
+        let chunk = try XCTUnwrap(HoldRule("/uploads/ab*/chunks/3@1"))
+        XCTAssertTrue(chunk.matches("/uploads/ab/chunks/3"))
+        XCTAssertTrue(chunk.matches("/uploads/ab0123456789/chunks/3"))
+        XCTAssertFalse(chunk.matches("/uploads/abc/x/chunks/3"))
+        XCTAssertFalse(chunk.matches("/uploads/abc/chunks/33"))
+        XCTAssertFalse(chunk.matches("/uploads/xb/chunks/3"))
+        XCTAssertTrue(try XCTUnwrap(HoldRule("/files/*")).matches("/files/x/y"))
+        XCTAssertNil(HoldRule("/a*/b*"))
     }
 
     /// Runs repeat: the decisions are a function of seed and request number.

@@ -367,22 +367,6 @@ actor DiskUpload {
         guard size == meta.size else { throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)") }
     }
 
-    /// The CRC-32C of the upload's bytes in `file`, which must hold the meta's size and at most
-    /// `inlineFinishLimit` bytes (read in one piece). Blocking.
-    static func crc32c(meta: UploadMeta, file: String) throws -> UInt32 {
-        guard meta.size <= inlineFinishLimit else { throw UploadError.corrupt("a file checked whole must be small") }
-        let data = try POSIXFile.open(file, O_RDONLY)
-        defer { data.close() }
-        let size = try data.size()
-        guard size == meta.size else { throw UploadError.corrupt("data file has \(size) bytes, expected \(meta.size)") }
-        var buffer = [UInt8](repeating: 0, count: max(1, size))
-        let n = try buffer.withUnsafeMutableBytes { try data.preadFully(into: $0, at: 0) }
-        guard n == size else { throw UploadError.corrupt("data file ended early") }
-        var crc = CRC32C()
-        buffer.withUnsafeBytes { crc.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-        return crc.value
-    }
-
     /// SHA-256 and size of the upload's bytes in `file`, checked against the meta. Blocking.
     static func hash(meta: UploadMeta, layout: UploadLayout, file: String) throws -> CompletionRecord {
         let data = try POSIXFile.open(file, O_RDONLY)

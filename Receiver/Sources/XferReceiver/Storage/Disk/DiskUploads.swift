@@ -507,7 +507,8 @@ actor DiskUploads {
             // have kept the record and lost bytes. Nobody heard of a completion whose bytes do not
             // match (its round never ended), nor of the upload (created in the same round): it goes.
             let file = FileSystemOps.exists(uploadLayout.data) ? uploadLayout.data : uploadLayout.downloadFile
-            guard let crc = recorded.crc32c, (try? DiskUpload.crc32c(meta: meta, file: file)).map(CRC32.hex) == crc else {
+            let read = try? FileChecksums(ofFileAt: file, crc64nvme: false)
+            guard let read, read.size == Int64(meta.size), let crc = read.crc32c, recorded.crc32c == CRC32.hex(crc) else {
                 logger.warning("Dropping an upload whose creation a crash of the machine cut short", metadata: ["upload": "\(id)"])
                 var trashed = try moveToTrash(id: id, layout: layout, suffix: ".torn")
                 if FileSystemOps.exists(uploadLayout.downloadDirectory) {
