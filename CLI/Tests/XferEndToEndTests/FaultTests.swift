@@ -21,6 +21,13 @@ final class FaultTests: XCTestCase {
         work = nil
     }
 
+    /// SIGKILLs `server`, then starts another on the same root and port.
+    private func killedAndRestarted(_ server: ServeProcess, root: String, port: Int) throws -> ServeProcess {
+        server.child.kill(SIGKILL)
+        server.child.wait()
+        return try ServeProcess(root: root, port: port)
+    }
+
     private func arguments(_ file: String, backend: String, server: ServeProcess, state: String, _ extra: [String] = []) -> [String] {
         ["push", file, "--backend", backend, "--to", server.url, "--state", state,
          "--chunk-size", String(Self.chunk), "--json"] + extra
@@ -142,9 +149,7 @@ final class FaultTests: XCTestCase {
                 line.contains("\"event\":\"chunk\"")
                     && int((try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["doneBytes"]) >= size / 4
             }, "\(backend): the push must make progress first: \(push.standardError)")
-            server.child.kill(SIGKILL)
-            server.child.wait()
-            server = try ServeProcess(root: root, port: port)
+            server = try killedAndRestarted(server, root: root, port: port)
             let rest = push.readRemaining()
             XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError)")
             let completed = rest.last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
@@ -180,9 +185,7 @@ final class FaultTests: XCTestCase {
                 if line.contains("\"event\":\"fileCompleted\"") { acknowledged += 1 }
                 return acknowledged >= 80
             }, "\(backend): \(push.standardError)")
-            server.child.kill(SIGKILL)
-            server.child.wait()
-            server = try ServeProcess(root: root, port: port)
+            server = try killedAndRestarted(server, root: root, port: port)
             let rest = push.readRemaining()
             XCTAssertEqual(push.wait(), 0, "\(backend): \(push.standardError)")
             for path in paths {
