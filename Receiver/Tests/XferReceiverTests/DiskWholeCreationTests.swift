@@ -122,6 +122,9 @@ final class DiskWholeCreationTests: XCTestCase {
         let kept = try await XCTUnwrapAsync(try await storage.offsetUploads(protocolName: "ietf").upload(id: whole))
         let offset = await kept.currentOffset
         XCTAssertEqual(offset, 5)
+        // Checked once: the log now holds a mark of this boot, so later loads need no check.
+        let log = try String(contentsOfFile: root + "/uploads/\(whole).log", encoding: .utf8)
+        XCTAssertTrue(log.hasSuffix("\n*ffffffffffffffffffffffffffffffff;"), log)
     }
 
     /// A body that is not the whole upload (cut, or shorter than the length) leaves what the

@@ -520,6 +520,13 @@ actor DiskUploads {
                 for path in trashed where FileSystemOps.exists(path) { try? FileManager.default.removeItem(atPath: path) }
                 return nil
             }
+            // The bytes were read from the disk (nothing of an earlier boot is in the page cache):
+            // a mark of this boot spares every later load of it the check, which a small file's
+            // every download would otherwise pay once the receiver has been rebooted. Not synced:
+            // a crash that loses it only costs the next boot the check again.
+            if let bootID {
+                try POSIXFile.appendRecords([DiskUpload.sameRoundMark(bootID: bootID)], to: uploadLayout.log, creating: false)
+            }
         }
         if completion != nil {
             // Killed between recording completion and publishing: finish the publication now.
