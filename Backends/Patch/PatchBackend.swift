@@ -13,7 +13,13 @@ import XferWire
 /// CRC-32C is checked against one combined from the chunks' CRCs, with no
 /// second pass over the file. A server that asks for nothing gets
 /// `Content-MD5`, and its completion's SHA-256 is checked, as always.
-public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256Reporting, UploadCancelling, FileUploadCancelling {
+///
+/// A job with a file of one chunk (or none) first asks the server with
+/// `OPTIONS /uploads` whether it takes a file whole with its creation
+/// (`PatchWholeCreation`, as `xfer serve` does): then each such file is one
+/// request, where create, chunk and complete are three. A server that does
+/// not say so (no such answer, another `Accept-Post`) gets the three.
+public struct PatchBackend: UploadBackend, JobStarting, FileOpening, FileReconciling, SHA256Reporting, UploadCancelling, FileUploadCancelling {
     public let name = "patch"
 
     public let traits = BackendTraits(
@@ -30,10 +36,72 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     public static let uploadID = HandleKey("uploadId")
     /// The `Content-Digest` algorithm agreed for the file; absent: `Content-MD5`.
     public static let digestAlgorithm = HandleKey("digest")
+    /// The job's: the largest file the server takes whole with its creation (its answer to
+    /// `OPTIONS /uploads`); absent: it takes none, every file is created with JSON.
+    static let wholeLimitKey = HandleKey("patch.whole")
+    /// The job's: the `Content-Digest` algorithm the server wants (`Want-Content-Digest` of
+    /// that answer), for the files sent whole (a file created with JSON agrees its own).
+    static let jobDigestKey = HandleKey("patch.digest")
+    /// A file created whole: the URL its creation answered (its upload is complete).
+    static let completedURLKey = HandleKey("patch.url")
 
     public init() {}
 
+    // MARK: Discovery
+
+    /// `OPTIONS /uploads`, for a job with a file that could go whole (of one chunk or none):
+    /// whether the server takes such a file with its creation, how large, and the digest it
+    /// wants. A job of larger files only asks nothing.
+    public func startJob(_ job: JobContext) -> Step<JobStart> {
+        guard job.files.contains(where: { $0.chunkCount <= 1 }) else { return .skip }
+        let request = HTTPRequest(method: .options, url: job.url("/uploads"))
+        return .send(request) { response throws(BackendError) in
+            let operation = "ask the server how it creates uploads"
+            // Refused credentials or a failing server say nothing of the protocol: the job stops
+            // or waits here. Any other answer from a server without discovery means JSON.
+            if [401, 403].contains(response.status) || response.status >= 500 || response.isTransientStatus {
+                throw response.unexpectedStatus(operation)
+            }
+            guard response.isSuccess, PatchWholeCreation.accepts(response.headers["Accept-Post"]) else { return JobStart() }
+            let limits = IETFField.limits(response.headers[IETFField.uploadLimit])
+            guard let limit = limits["max-append-size"] ?? limits["max-size"], limit >= 0 else { return JobStart() }
+            var handles: ServerHandles = [Self.wholeLimitKey: String(limit)]
+            if let wanted = response.headers["Want-Content-Digest"],
+                let algorithm = ContentDigest.preferred(in: wanted).flatMap({ ChunkDigest(rawValue: $0.rawValue) })
+            {
+                handles.set(Self.jobDigestKey, algorithm.rawValue)
+            }
+            return JobStart(handles: handles)
+        }
+    }
+
+    /// Whether `file` goes whole with its creation: of one chunk or none, within the server's
+    /// limit, and not already created with JSON by an earlier run.
+    static func goesWhole(_ file: FileContext, in job: JobContext) -> Bool {
+        guard file.chunkCount <= 1, file.handles[uploadID] == nil,
+            let limit = job.handles[wholeLimitKey].flatMap({ Int64($0) })
+        else { return false }
+        return file.size <= limit
+    }
+
+    /// The digest of `file`'s chunks: the one its creation agreed, or for a file sent whole the job's.
+    static func digest(of file: FileContext, in job: JobContext) -> ChunkDigest? {
+        let agreed = file.handles[uploadID] == nil ? job.handles[jobDigestKey] : file.handles[digestAlgorithm]
+        return agreed.flatMap(ChunkDigest.init(rawValue:))
+    }
+
+    // MARK: Files
+
+    /// A file that goes whole is created by its one chunk (`uploadChunk`), or, empty, here: one
+    /// request either way. Any other is created with JSON, its chunks sent after.
     public func openFile(_ file: FileContext, in job: JobContext) -> Step<OpenedFile> {
+        if Self.goesWhole(file, in: job) {
+            guard file.chunkCount == 0 else { return .skip }
+            return .send(Self.wholeCreation(of: file, body: .empty, digest: nil, in: job)) { response throws(BackendError) in
+                let created = try Self.createdWhole(response, file, crc32c: nil, for: "create the upload of \(file.name)")
+                return OpenedFile(handles: [Self.completedURLKey: created.completed.url])
+            }
+        }
         let create = PatchCreateRequest(fileName: file.relativePath, size: Int(file.size), chunkSize: file.chunkSize)
         var request = HTTPRequest(method: .post, url: job.url("/uploads"), body: .json(create.json))
         request.headers.set("Content-Type", "application/json")
@@ -73,6 +141,8 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     }
 
     public func reconcileFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<Reconciliation<Never>> {
+        // A file sent whole has no upload until its one request is answered: it is sent again.
+        if Self.goesWhole(file, in: job) { return .skip }
         let request = HTTPRequest(method: .get, url: try uploadURL(job, file))
         let operation = "ask what the server holds of \(file.name)"
         return .send(request) { response throws(BackendError) in
@@ -106,24 +176,16 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
     }
 
     public func uploadChunk(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) throws(BackendError) -> Exchange<ChunkOutcome> {
+        if Self.goesWhole(file, in: job) { return createWhole(chunk, of: file, in: job) }
         var request = HTTPRequest(
             method: .patch, url: try uploadURL(job, file) + "/chunks/\(chunk.number)", body: RequestBody(chunk: chunk))
         request.headers.set("Content-Type", "application/octet-stream")
         request.headers.set("Content-Range", ContentRange(offset: chunk.offset, count: Int64(chunk.count), size: file.size).header)
         let digest = file.handles[Self.digestAlgorithm].flatMap(ChunkDigest.init(rawValue:))
-        var receipt: String?
-        switch digest {
-        case .crc32c?:
-            let crc = chunk.crc32c
-            request.headers.set("Content-Digest", ContentDigest.crc32c.header(for: chunk))
-            // Kept with the chunk, so the completion's CRC-32C is checked
-            // against the chunks' combined, without reading the file again.
-            receipt = ChunkDigest.receipt(crc32c: crc, length: chunk.count)
-        case .sha256?:
-            request.headers.set("Content-Digest", ContentDigest.sha256.header(for: chunk))
-        case nil:
-            request.headers.set(ContentMD5.name, ContentMD5.header(chunk.md5))
-        }
+        Self.setDigest(&request, digest, chunk)
+        // Kept with the chunk, so the completion's CRC-32C is checked
+        // against the chunks' combined, without reading the file again.
+        let receipt = digest == .crc32c ? ChunkDigest.receipt(crc32c: chunk.crc32c, length: chunk.count) : nil
         let operation = "send chunk \(chunk.number) of \(file.name)"
         let stored = ChunkOutcome.stored(receipt: receipt)
         return Exchange(request) { response throws(BackendError) in
@@ -135,13 +197,69 @@ public struct PatchBackend: UploadBackend, FileOpening, FileReconciling, SHA256R
         }
     }
 
+    /// The file's one request: `POST /uploads?fileName=…` with all its bytes and their digest.
+    /// Its answer completes the file, checked against the chunk's CRC-32C when the server
+    /// reports one. Sent again after a kill (it created nothing the client knows of).
+    private func createWhole(_ chunk: ChunkPayload, of file: FileContext, in job: JobContext) -> Exchange<ChunkOutcome> {
+        let digest = Self.digest(of: file, in: job)
+        let request = Self.wholeCreation(of: file, body: RequestBody(chunk: chunk), digest: (digest, chunk), in: job)
+        let operation = "send \(file.name)"
+        let crc = digest == .crc32c ? chunk.crc32c : nil
+        return Exchange(request) { response throws(BackendError) in
+            let created = try Self.createdWhole(response, file, crc32c: crc, for: operation)
+            return .stored(fileURL: created.completed.url)
+        }
+    }
+
+    private static func wholeCreation(
+        of file: FileContext, body: RequestBody, digest: (ChunkDigest?, ChunkPayload)?, in job: JobContext
+    ) -> HTTPRequest {
+        var request = HTTPRequest(method: .post, url: job.url(PatchWholeCreation.path(fileName: file.relativePath)), body: body)
+        request.headers.set("Content-Type", PatchWholeCreation.mediaType)
+        if let (algorithm, chunk) = digest { setDigest(&request, algorithm, chunk) }
+        return request
+    }
+
+    /// A chunk's digest header: `Content-Digest` in the algorithm agreed, else `Content-MD5`.
+    private static func setDigest(_ request: inout HTTPRequest, _ digest: ChunkDigest?, _ chunk: ChunkPayload) {
+        switch digest {
+        case .crc32c?: request.headers.set("Content-Digest", ContentDigest.crc32c.header(for: chunk))
+        case .sha256?: request.headers.set("Content-Digest", ContentDigest.sha256.header(for: chunk))
+        case nil: request.headers.set(ContentMD5.name, ContentMD5.header(chunk.md5))
+        }
+    }
+
+    /// The answer to a creation that brought the file: 201 and where it is, its CRC-32C (when
+    /// reported) the one `crc32c` the bytes sent make.
+    private static func createdWhole(
+        _ response: HTTPResponse, _ file: FileContext, crc32c: UInt32?, for operation: String
+    ) throws(BackendError) -> PatchCreatedWhole {
+        // The bytes arrived other than they left: send them again.
+        if response.status == 422 { throw .transient("\(operation): the server received other bytes than were sent (422)") }
+        try response.require(201, 200, for: operation)
+        let created: PatchCreatedWhole
+        do {
+            created = try PatchCreatedWhole(parsing: try response.json(for: operation))
+        } catch {
+            throw .transient("\(operation): \(error)")
+        }
+        if let crc32c, let reported = created.completed.crc32cValue, reported != crc32c {
+            throw .mismatch(
+                "the server's CRC-32C of \(file.name) is \(CRC32.hex(reported)), the bytes sent make \(CRC32.hex(crc32c)); the server holds different bytes",
+                remedy: .startOver)
+        }
+        return created
+    }
+
     /// The engine hashes a file for the server's SHA-256 only when no
     /// CRC-32C was agreed for it.
     public func reportsSHA256(of file: FileContext, in job: JobContext) -> Bool {
-        file.handles[Self.digestAlgorithm] != ChunkDigest.crc32c.rawValue
+        Self.digest(of: file, in: job) != .crc32c
     }
 
     public func finishFile(_ file: FileContext, in job: JobContext) throws(BackendError) -> Step<FileFinish> {
+        // An empty file created whole: its creation completed it.
+        if let url = file.handles[Self.completedURLKey] { return .answer(.completed(url: url)) }
         let request = HTTPRequest(method: .post, url: try uploadURL(job, file) + "/complete")
         let operation = "complete the upload of \(file.name)"
         let combined = file.handles[Self.digestAlgorithm] == ChunkDigest.crc32c.rawValue ? ChunkDigest.combinedCRC32C(file) : nil

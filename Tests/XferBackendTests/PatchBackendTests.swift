@@ -232,4 +232,105 @@ final class PatchBackendTests: XCTestCase {
             .completed(url: "http://x/d", sha256: "ab"))
         XCTAssertTrue(backend.reportsSHA256(of: BackendTesting.file(size: 10, chunkSize: 4, handles: opened), in: job))
     }
+
+    // MARK: A small file in one request
+
+    /// A job whose server answered discovery: whole files up to `limit`, digests in `digest`.
+    private func wholeJob(_ files: [FileContext], limit: Int = 1 << 20, digest: String? = "crc32c") -> JobContext {
+        var handles: ServerHandles = [HandleKey("patch.whole"): String(limit)]
+        if let digest { handles.set(HandleKey("patch.digest"), digest) }
+        return BackendTesting.job(handles: handles, files: files)
+    }
+
+    func testAJobWithASmallFileAsksWhetherTheServerTakesItWhole() throws {
+        let small = BackendTesting.file(name: "s.bin", size: 10, chunkSize: 4)
+        let one = BackendTesting.file(index: 1, name: "one.bin", size: 4, chunkSize: 4)
+        XCTAssertTrue(backend.startJob(BackendTesting.job(files: [small])).isSkipped, "a job of larger files asks nothing")
+        let step = backend.startJob(BackendTesting.job(files: [small, one]))
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.method, .options)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/uploads")
+
+        let takes = HTTPResponse(status: 204, headers: [
+            "Accept-Post": "application/json, application/octet-stream", "Upload-Limit": "max-size=100, max-append-size=64",
+            "Want-Content-Digest": "crc32c=10, sha-256=5",
+        ])
+        let started = try step.outcome(for: takes)
+        XCTAssertEqual(started.handles[HandleKey("patch.whole")], "64")
+        XCTAssertEqual(started.handles[HandleKey("patch.digest")], "crc32c")
+        // Servers that do not say so (no such route, no discovery, JSON only) get JSON creations.
+        for answer in [
+            HTTPResponse(status: 404), HTTPResponse(status: 405), HTTPResponse(status: 200),
+            HTTPResponse(status: 204, headers: ["Accept-Post": "application/json", "Upload-Limit": "max-append-size=64"]),
+        ] {
+            XCTAssertEqual(try step.outcome(for: answer).handles, ServerHandles(), "\(answer)")
+        }
+        XCTAssertThrowsError(try step.outcome(for: HTTPResponse(status: 503))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try step.outcome(for: HTTPResponse(status: 401))) { error in
+            guard case BackendError.rejected = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testAFileOfOneChunkIsCreatedWithItsBytesAndCompletedByTheAnswer() throws {
+        let file = BackendTesting.file(name: "a b.bin", relativePath: "dir/a b.bin", size: 4, chunkSize: 4)
+        let job = wholeJob([file])
+        XCTAssertTrue(backend.openFile(file, in: job).isSkipped, "its chunk creates it")
+        XCTAssertTrue(try backend.reconcileFile(file, in: job).isSkipped, "nothing to ask after a kill: it is sent again")
+        XCTAssertFalse(backend.reportsSHA256(of: file, in: job), "its CRC-32C is checked, no SHA-256")
+        let bytes: [UInt8] = [1, 2, 3, 4]
+        let exchange = try backend.uploadChunk(BackendTesting.chunk(0, of: file, bytes: bytes), of: file, in: job)
+        XCTAssertEqual(exchange.request.method, .post)
+        XCTAssertEqual(exchange.request.url, "http://127.0.0.1:9/uploads?fileName=dir%2Fa%20b.bin")
+        XCTAssertEqual(exchange.request.headers["Content-Type"], "application/octet-stream")
+        XCTAssertEqual(exchange.request.headers["Content-Digest"], "crc32c=:\(Checksums.base64(CRC32.bigEndianBytes(CRC32C.of(bytes)))):")
+        XCTAssertNil(exchange.request.headers["Content-Range"])
+        XCTAssertEqual(exchange.request.bodyBytes, bytes)
+
+        let crc = CRC32.hex(CRC32C.of(bytes))
+        XCTAssertEqual(
+            try exchange.interpret(.json(201, #"{"crc32c":"\#(crc)","uploadId":"u9","url":"http://x/d/a"}"#)),
+            .stored(fileURL: "http://x/d/a"))
+        XCTAssertThrowsError(try exchange.interpret(.json(201, #"{"crc32c":"00000000","uploadId":"u9","url":"http://x/d/a"}"#))) { error in
+            guard case BackendError.mismatch = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try exchange.interpret(.json(422, #"{"error":"the body does not match its digest"}"#))) { error in
+            guard case BackendError.transient = error else { return XCTFail("\(error)") }
+        }
+        XCTAssertThrowsError(try exchange.interpret(.json(201, #"{"uploadId":"u9"}"#)), "an answer without the file's URL")
+
+        // Without a digest the server asked for, the bytes carry their MD5, as a chunk's.
+        let md5Job = wholeJob([file], digest: nil)
+        let md5 = try backend.uploadChunk(BackendTesting.chunk(0, of: file, bytes: bytes), of: file, in: md5Job)
+        XCTAssertNotNil(md5.request.headers["Content-MD5"])
+        XCTAssertTrue(backend.reportsSHA256(of: file, in: md5Job))
+    }
+
+    func testAnEmptyFileIsOneCreationThatCompletesIt() throws {
+        let file = BackendTesting.file(name: "e.bin", size: 0, chunkSize: 4)
+        let job = wholeJob([file])
+        let step = backend.openFile(file, in: job)
+        let request = try XCTUnwrap(step.request)
+        XCTAssertEqual(request.url, "http://127.0.0.1:9/uploads?fileName=e.bin")
+        XCTAssertEqual(request.bodyBytes, [])
+        let opened = try step.outcome(for: .json(201, #"{"crc32c":"00000000","uploadId":"u9","url":"http://x/d/e"}"#))
+        let created = BackendTesting.file(name: "e.bin", size: 0, chunkSize: 4, handles: opened.handles)
+        XCTAssertEqual(try backend.finishFile(created, in: job).immediateAnswer, .completed(url: "http://x/d/e"), "no request to complete it")
+    }
+
+    func testLargerFilesAndFilesAnEarlierRunCreatedGoAsBefore() throws {
+        let large = BackendTesting.file(name: "l.bin", size: 10, chunkSize: 4)
+        let pastLimit = BackendTesting.file(name: "p.bin", size: 4, chunkSize: 4)
+        let created = BackendTesting.file(name: "c.bin", size: 4, chunkSize: 4, handles: opened)
+        let job = wholeJob([large, pastLimit, created], limit: 3)
+        for file in [large, pastLimit] {
+            let request = try XCTUnwrap(backend.openFile(file, in: job).request, file.name)
+            XCTAssertEqual(request.url, "http://127.0.0.1:9/uploads", file.name)
+            XCTAssertEqual(try JSONValue.parse(request.bodyBytes)["fileName"]?.stringValue, file.name)
+        }
+        let chunk = try backend.uploadChunk(BackendTesting.chunk(0, of: created, bytes: [1, 2, 3, 4]), of: created, in: job)
+        XCTAssertEqual(chunk.request.url, "http://127.0.0.1:9/uploads/u1/chunks/1", "a file an earlier run created with JSON")
+        XCTAssertEqual(try backend.reconcileFile(created, in: job).request?.method, .get)
+    }
 }

@@ -76,4 +76,42 @@ final class PatchWireTests: XCTestCase {
         XCTAssertNil(PatchCompleted(url: "/", crc32c: "beef", sha256: nil).crc32cValue)
         XCTAssertThrowsError(try PatchCompleted(parsing: ["crc32c": "deadbeef"]), "no url")
     }
+
+    func testTheWholeCreationNamesItsFileInTheQuery() {
+        let names = ["a.bin", "dir/视频 \"01\".mp4", "a&b=c?d#e%f+g", ""]
+        for name in names {
+            let path = PatchWholeCreation.path(fileName: name)
+            XCTAssertTrue(path.hasPrefix("/uploads?fileName="), path)
+            XCTAssertEqual(PatchWholeCreation.fileName(inQuery: path.dropFirst("/uploads?".count)), name, path)
+        }
+        XCTAssertEqual(PatchWholeCreation.fileName(inQuery: "x=1&fileName=a%2Fb&y"), "a/b", "among other parameters")
+        XCTAssertEqual(PatchWholeCreation.fileName(inQuery: "fileName=a+b"), "a+b", "no form decoding: + is +")
+        for query in ["", "filename=a", "fileName", "fileNames=a", "fileName=%zz", "fileName=%C3", "fileName=%"] {
+            XCTAssertNil(PatchWholeCreation.fileName(inQuery: query), query)
+        }
+    }
+
+    func testAServerThatTakesWholeFilesNamesTheirMediaType() {
+        XCTAssertTrue(PatchWholeCreation.accepts(PatchWholeCreation.acceptPost))
+        XCTAssertTrue(PatchWholeCreation.accepts("Application/Octet-Stream; q=1"))
+        for header in [nil, "", "application/json", "application/octet-streamx", "text/plain, application/*"] {
+            XCTAssertFalse(PatchWholeCreation.accepts(header), "\(header ?? "nil")")
+        }
+        XCTAssertEqual(
+            IETFField.limits(PatchWholeCreation.limit(maximumSize: 1 << 40, maximumBody: 64 << 20)),
+            ["max-size": 1 << 40, "max-append-size": 64 << 20])
+    }
+
+    func testTheWholeCreationsAnswerRoundTrips() throws {
+        for created in [
+            PatchCreatedWhole(uploadId: "u1", completed: PatchCompleted(url: "http://h/downloads/i/a%20b", crc32c: "deadbeef", sha256: nil)),
+            PatchCreatedWhole(uploadId: "u2", completed: PatchCompleted(url: "/d/x", crc32c: nil, sha256: String(repeating: "a", count: 64))),
+            PatchCreatedWhole(uploadId: "u3", completed: PatchCompleted(url: "/d/y", crc32c: nil, sha256: nil)),
+        ] {
+            XCTAssertEqual(try PatchCreatedWhole(parsing: JSONValue.parse(created.body)), created)
+            XCTAssertEqual(try PatchCreated(parsing: JSONValue.parse(created.body)).uploadId, created.uploadId, "also read as a creation")
+        }
+        XCTAssertThrowsError(try PatchCreatedWhole(parsing: ["url": "/d/x"]), "no uploadId")
+        XCTAssertThrowsError(try PatchCreatedWhole(parsing: ["uploadId": "u"]), "no url")
+    }
 }

@@ -19,6 +19,10 @@ struct ServeTestSwitches: ParsableArguments {
     @Option(help: ArgumentHelp("Answer this chunk size to patch clients instead of theirs.", visibility: .private))
     var patchChunkSize: ByteSize?
 
+    @Flag(name: .customLong("patch-json-only"), help: ArgumentHelp(
+        "Patch: create uploads from JSON only (no file whole with its creation), as receivers before it.", visibility: .private))
+    var patchJSONOnly = false
+
     @Option(name: .customLong("hold"), help: ArgumentHelp(
         "Process the Nth request to PATH (PATH or PATH@N; PATH ending in * matches every path it begins), then withhold its answer; prints 'held ...'.",
         visibility: .private))
@@ -50,6 +54,7 @@ struct ServeTestSwitches: ParsableArguments {
         var flags: [String] = []
         if claimLifetime != nil { flags.append("--claim-lifetime") }
         if patchChunkSize != nil { flags.append("--patch-chunk-size") }
+        if patchJSONOnly { flags.append("--patch-json-only") }
         if !holds.isEmpty { flags.append("--hold") }
         if !stalls.isEmpty { flags.append("--stall") }
         if failMerge != nil { flags.append("--fail-merge") }
@@ -70,6 +75,7 @@ struct ServeTestSwitches: ParsableArguments {
             guard patchChunkSize.bytes > 0 else { throw .invalidInput("--patch-chunk-size must be positive") }
             switches.patchChunkSize = patchChunkSize.bytes
         }
+        switches.patchJSONOnly = patchJSONOnly
         switches.holds = holds
         switches.stalls = stalls
         switches.onHold = { line in

@@ -76,13 +76,16 @@ final class LatencyTests: XCTestCase {
     }
 
     /// Pushes the tree with `backend` at its defaults through the proxy; what the proxy saw.
-    private func pushFar(_ backend: String, path: String = "") throws -> DelayProxy.Seen {
+    /// `checkingArrival`: every file is also looked for in the receiver's published files.
+    private func pushFar(_ backend: String, path: String = "", serving: [String] = [], checkingArrival: Bool = false) throws -> DelayProxy.Seen {
         // The receiver's links name the proxy (--public-url), as a receiver behind one is told.
         let port = try freeTCPPort()
         let proxy = try DelayProxy(to: "http://127.0.0.1:\(port)", delayMilliseconds: 10)
-        let server = try ServeProcess(root: work.file("served-" + backend), port: port, extraArguments: ["--public-url", proxy.url])
+        let served = work.file("served-" + backend)
+        let server = try ServeProcess(root: served, port: port, extraArguments: ["--public-url", proxy.url] + serving)
         defer { withExtendedLifetime(server) {} }
         let tree = try makeTree()
+        defer { if checkingArrival { assertArrivedWhole(tree, in: served) } }
         let result = try runXfer([
             "push", tree, "--backend", backend, "--to", proxy.url + path, "--state", work.file("state-" + backend), "--json",
         ])
@@ -99,11 +102,28 @@ final class LatencyTests: XCTestCase {
         XCTAssertLessThanOrEqual(seen.connections, 64 + 8, "\(backend): a new connection per request: \(seen)", file: file, line: line)
     }
 
-    func testPatchSendsThreeRequestsPerFileWideOverKeptConnections() throws {
-        // create, the one chunk, complete: what the protocol orders, nothing more.
-        let seen = try pushFar("patch")
-        XCTAssertEqual(seen.exchanges, 3 * files, "\(seen)")
+    func testPatchSendsEachSmallFileInTheRequestThatCreatesIt() throws {
+        // The server's word once (OPTIONS /uploads), then one creation bringing each file.
+        let seen = try pushFar("patch", checkingArrival: true)
+        XCTAssertEqual(seen.exchanges, files + 1, "\(seen)")
         assertWideAndReused(seen, "patch")
+    }
+
+    func testPatchSendsThreeRequestsPerFileToAReceiverThatCreatesFromJSONOnly() throws {
+        // create, the one chunk, complete: what the protocol orders there, nothing more.
+        let seen = try pushFar("patch", serving: ["--patch-json-only"], checkingArrival: true)
+        XCTAssertEqual(seen.exchanges, 3 * files + 1, "\(seen)")
+        assertWideAndReused(seen, "patch")
+    }
+
+    /// Every file of `tree` is published whole under `served`'s downloads.
+    private func assertArrivedWhole(_ tree: String, in served: String, file: StaticString = #filePath, line: UInt = #line) {
+        for index in 0..<files {
+            let name = "d\(index / 32)/f\(index).bin"
+            let published = (try? FileManager.default.contentsOfDirectory(atPath: served + "/downloads")) ?? []
+            let copies = published.filter { FileManager.default.contentsEqual(atPath: served + "/downloads/\($0)/" + name, andPath: tree + "/" + name) }
+            XCTAssertEqual(copies.count, 1, "\(name) published \(copies.count) times", file: file, line: line)
+        }
     }
 
     func testMultipartSendsOneRequestPerFileBetweenTheJobsTwo() throws {

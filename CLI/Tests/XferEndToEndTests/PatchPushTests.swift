@@ -169,8 +169,9 @@ final class PatchPushTests: XCTestCase {
     /// there, and sends nothing again.
     func testAKillBetweenTheLastChunkAndTheCompletionSendsNothingAgain() throws {
         server = nil
-        // One chunk per file: PATCH is the 1st request under /uploads/, the completion the 2nd.
-        server = try ServeProcess(root: work.file("server-stall"), extraArguments: ["--stall", "/uploads/*@2"])
+        // One chunk per file: PATCH is the 1st request under /uploads/, the completion the 2nd
+        // (from a receiver that takes no file whole with its creation: then there is no completion).
+        server = try ServeProcess(root: work.file("server-stall"), extraArguments: ["--stall", "/uploads/*@2", "--patch-json-only"])
         let file = work.file("one.bin")
         try makeTestFile(at: file, size: 300_000, seed: 11)
         let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--json"]
@@ -196,6 +197,37 @@ final class PatchPushTests: XCTestCase {
         XCTAssertEqual(int(last["bytesResumed"]), 300_000)
         let url = try XCTUnwrap((last["files"] as? [[String: Any]])?.first?["url"] as? String)
         XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+    }
+
+    /// A small file goes in one request that creates and completes its upload. Killed while its
+    /// answer is withheld (the file stored, complete), the next run knows of no upload and sends
+    /// the file again, once: what was in flight, as the invariant allows. The first copy stays
+    /// published, complete; the job's URL is the second's.
+    func testAKillBeforeASmallFilesOneAnswerSendsItAgainOnce() throws {
+        server = nil
+        // OPTIONS /uploads is the 1st request to /uploads, the file's creation the 2nd.
+        let root = work.file("server-hold")
+        server = try ServeProcess(root: root, extraArguments: ["--hold", "/uploads@2"])
+        let file = work.file("small.bin")
+        try makeTestFile(at: file, size: 300_000, seed: 12)
+        let arguments = ["push", file, "--backend", "patch", "--to", server.url, "--state", state, "--json"]
+        let first = try ChildProcess(executable: xferExecutable, arguments: arguments)
+        let held = server.child.readLine { $0.hasPrefix("held ") }
+        XCTAssertEqual(held?.contains("POST /uploads"), true, held ?? "server ended")
+        first.kill(SIGKILL)
+        XCTAssertEqual(first.wait(), 128 + SIGKILL, first.standardError)
+
+        let second = try runXfer(arguments)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let last = try XCTUnwrap(second.lastEvent)
+        XCTAssertEqual(int(last["bytesSent"]), 300_000, "the file again, once")
+        let url = try XCTUnwrap((last["files"] as? [[String: Any]])?.first?["url"] as? String)
+        XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(file))
+        XCTAssertEqual(int(try getJSON(server.url + "/stats")["payloadBytesReceived"]), 2 * 300_000, "two requests brought it")
+        if !SuiteStorage.isObjectStore {
+            let published = try FileManager.default.contentsOfDirectory(atPath: root + "/downloads")
+            XCTAssertEqual(published.count, 2, "the first copy is complete too: \(published)")
+        }
     }
 
     func testASecondProcessOnTheSameJobFailsAtOnce() throws {

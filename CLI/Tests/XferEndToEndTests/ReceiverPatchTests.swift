@@ -593,6 +593,73 @@ struct ReceiverPatchTests {
         try await server.stop()
     }
 
+    @Test("discovery offers a file whole with its creation; such a file is complete at once, its CRC-32C reported, and a restart keeps it")
+    func wholeCreation() async throws {
+        let root = try makeTemporaryRoot()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let data = testBytes(5000, seed: 31)
+        let created: WholeBody
+        do {
+            let server = try await RunningReceiver.start(root: root) { $0.maximumChunkSize = 64 << 10 }
+            let client = PatchTestClient(base: server.baseURL)
+            let discovery = try await curl("OPTIONS", server.baseURL + "/uploads")
+            #expect(discovery.status == 204)
+            #expect(discovery.headers["accept-post"] == "application/json, application/octet-stream")
+            #expect(discovery.headers["upload-limit"] == "max-size=\(ReceiverConfiguration(root: root).maximumUploadSize), max-append-size=\(64 << 10)")
+            #expect(discovery.headers["want-content-digest"] == "crc32c=10, sha-256=5")
+
+            let reply = try await client.createWhole(fileName: "photos/été 1.jpg", body: data, headers: ["Content-Digest: crc32c=:\(crc32cBase64(data)):"])
+            #expect(reply.status == 201, "\(reply.text)")
+            created = try reply.decode(WholeBody.self)
+            #expect(created.crc32c == CRC32.hex(CRC32C.of(Array(data))))
+            #expect(created.url == server.baseURL + "/downloads/\(storedID(created.uploadId))/photos/%C3%A9t%C3%A9%201.jpg")
+            #expect(reply.headers["location"] == server.baseURL + "/uploads/" + created.uploadId)
+            #expect(try await curl("GET", created.url).body == data)
+            // Complete already: its status and completion answer as a finished upload's.
+            #expect(try await client.complete(id: created.uploadId).reply.status == 200)
+
+            // An empty file, and one whose bytes carry their MD5.
+            let empty = try await client.createWhole(fileName: "empty", body: Data())
+            #expect(empty.status == 201, "\(empty.text)")
+            #expect(try await curl("GET", try empty.decode(WholeBody.self).url).body.isEmpty)
+            let md5 = try await client.createWhole(fileName: "m.bin", body: data, headers: ["Content-MD5: " + md5Base64(data)])
+            #expect(md5.status == 201, "\(md5.text)")
+            try await server.stop()
+        }
+        do {
+            let server = try await RunningReceiver.start(root: root)
+            #expect(try await curl("GET", server.baseURL + "/downloads/\(storedID(created.uploadId))/photos/%C3%A9t%C3%A9%201.jpg").body == data)
+            try await server.stop()
+        }
+    }
+
+    @Test("a file brought with its creation is refused whole, leaving nothing, when its digest, name, length or size is wrong")
+    func wholeCreationRefusals() async throws {
+        try await withReceiver(configure: { $0.maximumChunkSize = 4096 }) { server in
+            let client = PatchTestClient(base: server.baseURL)
+            let data = testBytes(3000, seed: 32)
+            let uploads = server.root + "/uploads"
+            let before = try FileManager.default.contentsOfDirectory(atPath: uploads)
+            let wrong = try await client.createWhole(fileName: "a.bin", body: data, headers: ["Content-Digest: crc32c=:\(crc32cBase64(Data(data.reversed()))):"])
+            #expect(wrong.status == 422, "\(wrong.text)")
+            let badMD5 = try await client.createWhole(fileName: "a.bin", body: data, headers: ["Content-MD5: " + md5Base64(Data(data.reversed()))])
+            #expect(badMD5.status == 422, "\(badMD5.text)")
+            #expect(try await client.createWhole(fileName: nil, body: data).status == 400)
+            #expect(try await client.createWhole(fileName: "../escape", body: data).status == 400)
+            #expect(try await client.createWhole(fileName: "big.bin", body: testBytes(5000, seed: 33)).status == 413)
+            let unencoded = try await curl(
+                "POST", server.baseURL + "/uploads?fileName=%zz", headers: ["Content-Type: application/octet-stream"], body: data)
+            #expect(unencoded.status == 400)
+            // A body cut short of its Content-Length.
+            let head = "POST /uploads?fileName=cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                + "Content-Type: application/octet-stream\r\nContent-Length: 3000\r\n\r\n"
+            let answer = try await sendAndHalfClose(port: server.port, bytes: Array(head.utf8) + Array(data[0..<1000]))
+            #expect(answer.hasPrefix("HTTP/1.1 400"), "\(answer)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: uploads).sorted() == before.sorted(), "nothing left behind")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: server.root + "/downloads").isEmpty)
+        }
+    }
+
     @Test("Expect: 100-continue is answered")
     func expectContinue() async throws {
         try await withReceiver { server in
@@ -700,6 +767,9 @@ private struct StatusBody: Decodable { var uploadId: String; var fileName: Strin
 private struct CompleteBody: Decodable { var url: String; var sha256: String?; var crc32c: String? }
 private struct MissingBody: Decodable { var missing: [Int] }
 private struct ErrorBody: Decodable { var error: String }
+private struct WholeBody: Decodable { var uploadId: String; var url: String; var crc32c: String? }
+
+private func crc32cBase64(_ bytes: Data) -> String { Data(CRC32.bigEndianBytes(CRC32C.of(Array(bytes)))).base64EncodedString() }
 
 private struct PatchTestClient: Sendable {
     let base: String
@@ -709,6 +779,13 @@ private struct PatchTestClient: Sendable {
         let reply = try await curl("POST", base + "/uploads", headers: ["Content-Type: application/json"], body: json)
         let answer = reply.status == 201 ? try reply.decode(CreateBody.self) : CreateBody(uploadId: "", chunkSize: 0)
         return (reply, answer)
+    }
+
+    /// `POST /uploads?fileName=…` with the whole file (no name: no query).
+    func createWhole(fileName: String?, body: Data, headers: [String] = []) async throws -> HTTPReply {
+        let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+        let query = fileName.map { "?fileName=" + ($0.addingPercentEncoding(withAllowedCharacters: unreserved) ?? $0) } ?? ""
+        return try await curl("POST", base + "/uploads" + query, headers: ["Content-Type: application/octet-stream", "Expect:"] + headers, body: body)
     }
 
     /// Sends chunk `chunk` of `data` with correct headers.

@@ -186,6 +186,9 @@ public struct ObjectStoreLocation: Sendable {
     /// When set, `POST /uploads` answers this chunk size instead of the client's (lets tests
     /// exercise "the server picks the chunk size").
     public var patchChunkSize: Int? = nil
+    /// When set, `patch` creates uploads from JSON only, as receivers before whole creations did
+    /// (its discovery says so), so tests drive the three requests a small file costs there.
+    public var patchJSONOnly = false
     /// Asked before a complete multipart file (its upload id, its index in its source) is merged:
     /// true fails the merge and discards the file's fragments, as a real failed merge leaves them.
     public var failsMerge: (@Sendable (_ uploadID: String, _ fileIndex: Int) async -> Bool)? = nil
@@ -372,7 +375,7 @@ public struct Receiver: Sendable {
         if let token = configuration.authToken {
             router.add(middleware: AuthMiddleware(
                 token: token, checkedByRoute: SequenceRoutes.carriesItsOwnCredential,
-                open: { TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) || HealthRoutes.isProbe($0) || UploadPageRoutes.isPage($0) }))
+                open: { PatchRoutes.isDiscovery($0) || TusRoutes.isDiscovery($0) || IETFRoutes.isDiscovery($0) || HealthRoutes.isProbe($0) || UploadPageRoutes.isPage($0) }))
         }
         for middleware in testHooks.middleware {
             router.add(middleware: middleware)

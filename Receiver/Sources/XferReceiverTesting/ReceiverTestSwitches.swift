@@ -20,6 +20,8 @@ public struct ReceiverTestSwitches: Sendable {
     public var failMerge: MergeFailurePlan? = nil
     /// patch: the chunk size every creation is answered, whatever the client asked.
     public var patchChunkSize: Int? = nil
+    /// patch: no file whole with its creation (JSON creations only, as receivers before them).
+    public var patchJSONOnly = false
 
     public init() {}
 
@@ -54,6 +56,7 @@ public struct ReceiverTestSwitches: Sendable {
             hooks.failsMerge = { id, index in await failures.fails(id, index: index) }
         }
         hooks.patchChunkSize = patchChunkSize
+        hooks.patchJSONOnly = patchJSONOnly
         return hooks
     }
 }

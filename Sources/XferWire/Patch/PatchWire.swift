@@ -1,3 +1,5 @@
+import XferPrimitives
+
 // The `patch` protocol's bodies and answers (Docs/protocols.md), written once: the client
 // backend (Backends/Patch) writes the requests and reads the answers with these types, the
 // receiver's routes (Receiver/.../Protocols/Patch) read the requests and write the answers.
@@ -172,7 +174,14 @@ public struct PatchCompleted: Sendable, Equatable {
 
     public var body: [UInt8] {
         var answer = JSONWriter()
-        var separator = "{"
+        writeMembers(into: &answer, opening: "{")
+        answer.raw("}")
+        return answer.bytes
+    }
+
+    /// `"crc32c":…,"sha256":…,"url":…`, after `opening` (what comes before the first).
+    func writeMembers(into answer: inout JSONWriter, opening: String) {
+        var separator = opening
         if let crc32c {
             answer.raw(separator + "\"crc32c\":")
             answer.string(crc32c)
@@ -185,8 +194,6 @@ public struct PatchCompleted: Sendable, Equatable {
         }
         answer.raw(separator + "\"url\":")
         answer.string(url)
-        answer.raw("}")
-        return answer.bytes
     }
 
     public init(parsing json: JSONValue) throws(PatchWireError) {
@@ -197,5 +204,76 @@ public struct PatchCompleted: Sendable, Equatable {
     /// `crc32c` as a number, when it is 8 hex digits.
     public var crc32cValue: UInt32? {
         crc32c.flatMap { $0.utf8.count == 8 ? UInt32($0, radix: 16) : nil }
+    }
+}
+
+/// A small file in one request: `POST /uploads?fileName=PATH` whose body is the whole file
+/// (`Content-Type: application/octet-stream`, its `Content-Length` the file's size, a digest as a
+/// chunk's), answered `201` with what a creation and a completion answer together
+/// (`PatchCreatedWhole`). A server says it takes them in its answer to `OPTIONS /uploads`
+/// (`Accept-Post` naming `application/octet-stream`; `Upload-Limit`'s `max-append-size`, the
+/// most bytes such a body may hold); a client that was not told so creates with JSON.
+public enum PatchWholeCreation {
+    /// The body's media type, and what `Accept-Post` names for it.
+    public static let mediaType = "application/octet-stream"
+    /// `Accept-Post` of a server that takes both forms of creation.
+    public static let acceptPost = "application/json, application/octet-stream"
+    /// The query parameter naming the file (percent-encoded, as `PercentEncoding.encode`).
+    public static let fileNameParameter = "fileName"
+
+    /// `/uploads?fileName=…` for `fileName`.
+    public static func path(fileName: String) -> String {
+        "/uploads?" + fileNameParameter + "=" + PercentEncoding.encode(fileName)
+    }
+
+    /// The file's name in a request's query (`a=b&fileName=…`), decoded; nil when it names none
+    /// or its escapes are malformed.
+    public static func fileName(inQuery query: some StringProtocol) -> String? {
+        for member in query.split(separator: "&") {
+            let parts = member.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, parts[0] == fileNameParameter else { continue }
+            return PercentEncoding.decode(parts[1])
+        }
+        return nil
+    }
+
+    /// Whether an `Accept-Post` header names `application/octet-stream` (parameters and case aside).
+    public static func accepts(_ acceptPost: String?) -> Bool {
+        guard let acceptPost else { return false }
+        return acceptPost.split(separator: ",").contains { member in
+            HTTPNumber.trimmed(member.split(separator: ";").first ?? "").lowercased() == mediaType
+        }
+    }
+
+    /// `Upload-Limit` of such a server: `max-size` (the largest upload) and `max-append-size`
+    /// (the largest body of one request, so the largest file it takes in one).
+    public static func limit(maximumSize: Int, maximumBody: Int) -> String {
+        "max-size=\(maximumSize), max-append-size=\(maximumBody)"
+    }
+}
+
+/// The 201 of a creation that brought the whole file: `{"uploadId","crc32c","sha256","url"}`
+/// (`crc32c` and `sha256` when the receiver has them), with `Location`: the upload is complete.
+public struct PatchCreatedWhole: Sendable, Equatable {
+    public var uploadId: String
+    public var completed: PatchCompleted
+
+    public init(uploadId: String, completed: PatchCompleted) {
+        self.uploadId = uploadId
+        self.completed = completed
+    }
+
+    public var body: [UInt8] {
+        var answer = JSONWriter()
+        answer.raw("{\"uploadId\":")
+        answer.string(uploadId)
+        completed.writeMembers(into: &answer, opening: ",")
+        answer.raw("}")
+        return answer.bytes
+    }
+
+    public init(parsing json: JSONValue) throws(PatchWireError) {
+        guard let id = json["uploadId"]?.stringValue, !id.isEmpty else { throw PatchWireError("the answer has no uploadId") }
+        self.init(uploadId: id, completed: try PatchCompleted(parsing: json))
     }
 }

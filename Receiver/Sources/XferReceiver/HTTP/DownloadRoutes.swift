@@ -21,7 +21,11 @@ struct DownloadRoutes: ProtocolRoutes {
 
     /// `/downloads/<id>/` and the upload's relative path, each component percent-encoded.
     static func url(base: String, upload: any ChunkedUpload) -> String {
-        base + "/downloads/" + upload.meta.uploadId + "/" + upload.path.encoded
+        url(base: base, id: upload.meta.uploadId, path: upload.path)
+    }
+
+    static func url(base: String, id: String, path: RelativePath) -> String {
+        base + "/downloads/" + id + "/" + path.encoded
     }
 
     /// A finished offset upload (tus's, the IETF's) at the URL its client already has: not part of

@@ -1,12 +1,16 @@
 import FoundationEssentials
 import Hummingbird
 import XferWire
+import XferPrimitives
 import Logging
 
 /// The `patch` protocol: create an upload, PATCH raw chunks at agreed offsets, reconcile, complete.
 ///
+///     OPTIONS /uploads                     -> 204 Accept-Post, Upload-Limit, Want-Content-Digest
 ///     POST   /uploads                      {"fileName","size","chunkSize"} -> 201 {"uploadId","chunkSize"} + Location
 ///                                          (fileName: a relative path, `RelativePath`; 400 when unsafe)
+///     POST   /uploads?fileName=PATH        the whole file (application/octet-stream), Content-Digest|Content-MD5
+///                                          -> 201 {"uploadId","url","crc32c"} + Location: created complete
 ///     PATCH  /uploads/{id}/chunks/{n}      raw bytes, Content-Range, Content-MD5 -> 204
 ///     GET    /uploads/{id}                 -> 200 {"uploadId","fileName","size","chunkSize","received","receivedRanges"}
 ///     POST   /uploads/{id}/complete        -> 200 {"url","sha256"} | 409 {"missing","missingRanges","missingCount"}
@@ -19,14 +23,29 @@ struct PatchRoutes: ProtocolRoutes {
     static let maximumChunkCount = 1 << 24
 
     let environment: RouteEnvironment
+    /// Where a file that comes whole with its creation goes: the storage's offset uploads (under
+    /// this protocol's name), which store such a body with its creation in one step — one sync
+    /// round on disk, one `PutObject` in an object store. Nil for a storage without them: its
+    /// clients create with JSON, as discovery tells them.
+    let wholeUploads: (any OffsetUploadStore)?
 
     init(_ environment: RouteEnvironment) {
         self.environment = environment
+        wholeUploads = environment.testHooks.patchJSONOnly ? nil : environment.storage.offsetUploads?.offsetUploads(protocolName: Self.protocolName)
+    }
+
+    /// Discovery (OPTIONS) reveals only the limits, as tus's and the IETF draft's: no `--auth-token`.
+    static let isDiscovery: @Sendable (Request) -> Bool = { request in
+        request.method == .options && request.uri.path == "/uploads"
     }
 
     func register<Context: ReceiverRequestContext>(on router: some RouterMethods<Context>) {
         let routes = router.group().add(middleware: RefusalMiddleware(form: .error, logger: logger))
-        routes.post("uploads") { request, _ in try await self.create(request) }
+        routes.on("uploads", method: .options) { _, _ in self.discovery() }
+        routes.post("uploads") { request, context in
+            if PatchAnswer.bringsTheFile(request) { return try await self.createWhole(request, context: context) }
+            return try await self.create(request)
+        }
         routes.patch("uploads/:id/chunks/:chunk") { request, context in
             try await self.writeChunk(request, id: context.parameters.get("id"), chunk: context.parameters.get("chunk"))
         }
@@ -60,6 +79,88 @@ struct PatchRoutes: ProtocolRoutes {
         return PatchAnswer.created(uploadId: handle, chunkSize: chunkSize, location: baseURL.links + "/uploads/" + handle)
     }
 
+    /// The most a file brought whole may hold: one chunk's bytes (the chunk size a test forces
+    /// on every creation, when it does).
+    private var wholeLimit: Int {
+        min(configuration.maximumUploadSize, configuration.maximumChunkSize, testHooks.patchChunkSize ?? .max)
+    }
+
+    /// What a client needs to know before its first creation: whether a file may come whole with
+    /// it, and how large such a body may be.
+    private func discovery() -> Response {
+        var headers: HTTPFields = [.wantContentDigest: ContentDigest.wanted]
+        if wholeUploads != nil {
+            headers[.acceptPost] = PatchWholeCreation.acceptPost
+            headers[.uploadLimit] = PatchWholeCreation.limit(maximumSize: configuration.maximumUploadSize, maximumBody: wholeLimit)
+        } else {
+            headers[.acceptPost] = "application/json"
+        }
+        return Response(status: .noContent, headers: headers)
+    }
+
+    /// A file in the request that creates its upload: created, stored and completed in one step,
+    /// answered as a creation and a completion would be together. Its bounds are a chunk's (the
+    /// body is one), its digest checked as a chunk's, its hooks a JSON creation's and completion's.
+    /// A body that fails leaves nothing behind: the client never learned the upload.
+    private func createWhole(_ request: Request, context: some ReceiverRequestContext) async throws -> Response {
+        guard let uploads = wholeUploads else {
+            throw Refusal.error(.unsupportedMediaType, "this receiver creates patch uploads from JSON only: \(PatchCreateRequest.shape)")
+        }
+        guard let name = request.uri.query.flatMap({ PatchWholeCreation.fileName(inQuery: $0) }) else {
+            throw Refusal.error(.badRequest, "a creation that brings the file names it: POST /uploads?fileName=PATH (percent-encoded)")
+        }
+        let path = try RelativePath.parse(name, field: "fileName") { .error(.badRequest, $0) }
+        guard let size = try TusHeaders.contentLength(request) else {
+            throw Refusal.error(.lengthRequired, "a creation that brings the file needs its Content-Length: the file's size")
+        }
+        guard size <= configuration.maximumUploadSize else {
+            throw Refusal.error(.contentTooLarge, "size \(size) is larger than this receiver accepts (\(configuration.maximumUploadSize) bytes)")
+        }
+        guard size <= wholeLimit else {
+            throw Refusal.error(
+                .contentTooLarge, "a file of \(size) bytes is more than one request may bring (\(wholeLimit)): create it with JSON and send chunks")
+        }
+        let check = try Self.digestCheck(request)
+
+        try await hooks.preCreate(Self.protocolName, path: path.text, size: size, form: .error)
+        let inFlight = BodyInFlight(arrivingOn: context.channel)
+        let upload: any OffsetUpload
+        let result: OffsetWriteResult
+        do {
+            (upload, result) = try await uploads.create(
+                path: path, length: size, info: .defaultSingle, body: inFlight.watching(request.body), limit: size, declaredLength: size,
+                check: check
+            ) { upload in await upload.receiveInTurn(inFlight) }
+        } catch let failure as OffsetCreationFailure {
+            _ = try? await uploads.delete(id: failure.upload.id)
+            throw failure.error
+        }
+        guard case .stored(let offset) = result, offset == size else {
+            _ = try? await uploads.delete(id: upload.id)
+            if case .failed(let failure) = result { throw Refusal.patchWhole(failure, size: size) }
+            throw Refusal.error(.badRequest, "the body ended before the file's \(size) bytes")
+        }
+        hooks.created(Self.protocolName)
+        // Nobody else knows the upload yet (its handle is in this answer): no turn to wait for.
+        if try await upload.finish() {
+            try await hooks.finish(Self.protocolName, id: upload.id, path: upload.path.text, size: size, form: .error) {
+                try await uploads.delete(id: upload.id)
+            }
+        }
+        // The digest the body was checked against is the file's; else what the storage kept.
+        var crc32c: String?
+        var sha256: String?
+        switch check.map({ ($0.algorithm, $0.expected) }) {
+        case (.crc32c, let expected)?: crc32c = Hex.lowercase(expected)
+        case (.sha256, let expected)?: sha256 = Hex.lowercase(expected)
+        default: crc32c = await upload.currentCRC.map(CRC32.hex)
+        }
+        let handle = handles.handle(for: upload.id)
+        return PatchAnswer.createdWhole(
+            uploadId: handle, completed: PatchCompleted(url: DownloadRoutes.url(base: baseURL.links, id: upload.id, path: upload.path), crc32c: crc32c, sha256: sha256),
+            location: baseURL.links + "/uploads/" + handle)
+    }
+
     private func writeChunk(_ request: Request, id: String?, chunk chunkText: String?) async throws -> Response {
         let upload = try await patchUpload(id)
         let meta = upload.meta
@@ -75,18 +176,7 @@ struct PatchRoutes: ProtocolRoutes {
         guard contentRange == expected else {
             throw Refusal.error(.badRequest, "Content-Range of chunk \(chunk) must be \"\(expected.header)\"")
         }
-        // A digest is optional so a plain curl can drive the protocol; when present it is enforced:
-        // Content-Digest (negotiated by the create answer's Want-Content-Digest) or Content-MD5.
-        var check: BodyWriter.Check?
-        if let header = request.headers[.contentDigest] {
-            check = try ContentDigest.check(header)
-        }
-        if check == nil, let header = request.headers[.contentMD5] {
-            guard let digest = ContentMD5.parse(header) else {
-                throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
-            }
-            check = BodyWriter.Check(algorithm: .md5, expected: digest)
-        }
+        let check = try Self.digestCheck(request)
         // Refusing on the declared length avoids touching the chunk's bytes at all.
         if let declared = request.headers[.contentLength] {
             guard let length = Int(declared) else { throw Refusal.error(.badRequest, "Content-Length is not a number") }
@@ -150,6 +240,20 @@ struct PatchRoutes: ProtocolRoutes {
         guard try await store.delete(id: upload.meta.uploadId) else { throw Refusal.unknownUpload }
         hooks.terminated(Self.protocolName, id: upload.meta.uploadId)
         return Response(status: .noContent)
+    }
+
+    /// A chunk's (or a whole file's) digest check. A digest is optional so a plain curl can drive
+    /// the protocol; when present it is enforced: Content-Digest (negotiated by the create
+    /// answer's Want-Content-Digest) or Content-MD5.
+    private static func digestCheck(_ request: Request) throws(Refusal) -> BodyWriter.Check? {
+        if let header = request.headers[.contentDigest], let check = try ContentDigest.check(header) {
+            return check
+        }
+        guard let header = request.headers[.contentMD5] else { return nil }
+        guard let digest = ContentMD5.parse(header) else {
+            throw Refusal.error(.badRequest, "Content-MD5 must be the base64 of a 16-byte MD5 digest")
+        }
+        return BodyWriter.Check(algorithm: .md5, expected: digest)
     }
 
     /// Uploads created by another protocol are unknown here: their chunk rules may differ. So is

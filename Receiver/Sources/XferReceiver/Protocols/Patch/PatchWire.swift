@@ -27,6 +27,17 @@ extension PatchCreateRequest {
 
 /// The answers that carry something: the wire's bodies, as responses.
 enum PatchAnswer {
+    /// Whether a `POST /uploads` brings the file itself (`PatchWholeCreation`) rather than JSON.
+    static func bringsTheFile(_ request: Request) -> Bool {
+        guard let type = request.headers[.contentType]?.split(separator: ";").first else { return false }
+        return type.trimmingSpacesAndTabs().lowercased() == PatchWholeCreation.mediaType
+    }
+
+    /// 201 `{"crc32c","sha256","uploadId","url"}` (see `PatchCreatedWhole`).
+    static func createdWhole(uploadId: String, completed: PatchCompleted, location: String) -> Response {
+        JSONResponse.make(.created, body: PatchCreatedWhole(uploadId: uploadId, completed: completed).body, headers: [.location: location])
+    }
+
     /// 201 `{"chunkSize","uploadId"}`.
     static func created(uploadId: String, chunkSize: Int, location: String) -> Response {
         JSONResponse.make(
@@ -72,7 +83,22 @@ extension Refusal {
     }
 }
 
+extension Refusal {
+    /// A file brought with its creation that was not stored: nothing of it is kept.
+    static func patchWhole(_ failure: OffsetWriteFailure, size: Int) -> Refusal {
+        switch failure {
+        case .interrupted: .error(.badRequest, "request body was cut; nothing of it was kept")
+        // 422, as a chunk's: its bytes were damaged on the way, and the client sends them again.
+        case .checksumMismatch: .error(.unprocessableContent, "the body does not match its digest")
+        case .tooLarge: .error(.contentTooLarge, "body is larger than the file's \(size) bytes")
+        case .offsetMoved: .error(.conflict, "the upload was written by another request")
+        case .lengthRequired: .error(.lengthRequired, "this receiver needs the body's Content-Length")
+        }
+    }
+}
+
 extension HTTPField.Name {
+    static let acceptPost = HTTPField.Name("Accept-Post")!
     static let contentMD5 = HTTPField.Name(ContentMD5.name)!
     static let contentDigest = HTTPField.Name("Content-Digest")!
     static let wantContentDigest = HTTPField.Name("Want-Content-Digest")!
