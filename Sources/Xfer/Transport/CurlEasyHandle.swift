@@ -34,6 +34,10 @@ final class CurlEasyHandle {
     private var target: TransportURL?
     /// The proxy of the current transfer, to name it when it cannot be reached.
     private var proxy: TransportOptions.Proxy = .environment
+    /// Whether a body was streamed through curl's upload buffer (up to
+    /// `uploadBufferSize`), which curl keeps until the handle is cleaned up
+    /// or its size is set again: a handle kept idle holds it.
+    private(set) var hasStreamedBody = false
 
     /// Bigger than curl's 64 KiB default so loopback and LAN uploads are not
     /// limited by read-callback round trips. curl's maximum is 2 MiB.
@@ -187,6 +191,7 @@ final class CurlEasyHandle {
         // transfer, and 512 KiB is a mapping of its own (mapped, faulted in
         // and unmapped per request) where a 64 KiB chunk's buffer is reused heap.
         try set(CURLOPT_UPLOAD_BUFFERSIZE, min(Self.uploadBufferSize, max(Self.minimumUploadBufferSize, size)))
+        hasStreamedBody = true
         try check(xfer_easy_setopt_read_callback(raw, transferReadCallback))
         try check(xfer_easy_setopt_pointer(raw, CURLOPT_READDATA, userdata))
         try check(xfer_easy_setopt_seek_callback(raw, transferSeekCallback))

@@ -343,8 +343,15 @@ private final class TransferTable {
     private var transfersByHandle: [UnsafeMutableRawPointer: Transfer] = [:]
     private var handlesByID: [UInt64: UnsafeMutableRawPointer] = [:]
     private var idleHandles: [CurlEasyHandle] = []
-    /// Idle handles kept for reuse; more would only hold memory.
-    private let maximumIdleHandles = 16
+    /// Idle handles kept for reuse: as many as small requests go in flight
+    /// (`BackendTraits.wideSmallRequests`), so a tree of small files makes no
+    /// handle per request (each made and cleaned up cost ~1.5 % of a small
+    /// file's client CPU, with 16 kept). Those that streamed a body hold
+    /// curl's upload buffer (up to 512 KiB): at most `maximumIdleStreamers`
+    /// of them, which bounds the memory idle handles hold.
+    private let maximumIdleHandles = 64
+    private let maximumIdleStreamers = 16
+    private var idleStreamers = 0
 
     init(multi: CurlMultiHandle, options: TransportOptions, bodyBytesSent: TransferByteCounter) {
         self.multi = multi
@@ -356,7 +363,7 @@ private final class TransferTable {
     func start(_ submission: TransferSubmission) {
         // Cancelled while queued: its caller is already resumed.
         guard !submission.slot.isCompleted else { return }
-        guard let easy = idleHandles.popLast() ?? CurlEasyHandle() else {
+        guard let easy = takeIdleHandle() ?? CurlEasyHandle() else {
             submission.slot.resume(with: .failure(.network("could not create a curl easy handle")))
             return
         }
@@ -418,6 +425,7 @@ private final class TransferTable {
         transfersByHandle = [:]
         handlesByID = [:]
         idleHandles = []
+        idleStreamers = 0
     }
 
     /// Hands out the send budget's grants that are due and unpauses the
@@ -452,8 +460,17 @@ private final class TransferTable {
         // Resetting drops the context, releasing the request body and the
         // response buffer now rather than when the handle is next used.
         easy.reset()
-        if idleHandles.count < maximumIdleHandles {
-            idleHandles.append(easy)
+        guard idleHandles.count < maximumIdleHandles else { return }
+        if easy.hasStreamedBody {
+            guard idleStreamers < maximumIdleStreamers else { return }
+            idleStreamers += 1
         }
+        idleHandles.append(easy)
+    }
+
+    private func takeIdleHandle() -> CurlEasyHandle? {
+        guard let easy = idleHandles.popLast() else { return nil }
+        if easy.hasStreamedBody { idleStreamers -= 1 }
+        return easy
     }
 }
