@@ -64,7 +64,8 @@ public struct PatchBackend: UploadBackend, JobStarting, FileOpening, FileReconci
             }
             guard response.isSuccess, PatchWholeCreation.accepts(response.headers["Accept-Post"]) else { return JobStart() }
             let limits = IETFField.limits(response.headers[IETFField.uploadLimit])
-            guard let limit = limits["max-append-size"] ?? limits["max-size"], limit >= 0 else { return JobStart() }
+            // The most one request may bring; a server that names none has promised nothing.
+            guard let limit = limits["max-append-size"] else { return JobStart() }
             var handles: ServerHandles = [Self.wholeLimitKey: String(limit)]
             if let wanted = response.headers["Want-Content-Digest"],
                 let algorithm = ContentDigest.preferred(in: wanted).flatMap({ ChunkDigest(rawValue: $0.rawValue) })

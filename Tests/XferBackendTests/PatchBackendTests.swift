@@ -262,6 +262,7 @@ final class PatchBackendTests: XCTestCase {
         for answer in [
             HTTPResponse(status: 404), HTTPResponse(status: 405), HTTPResponse(status: 200),
             HTTPResponse(status: 204, headers: ["Accept-Post": "application/json", "Upload-Limit": "max-append-size=64"]),
+            HTTPResponse(status: 204, headers: ["Accept-Post": "application/octet-stream", "Upload-Limit": "max-size=64"]),
         ] {
             XCTAssertEqual(try step.outcome(for: answer).handles, ServerHandles(), "\(answer)")
         }
