@@ -139,8 +139,7 @@ struct SequenceRoutes: ProtocolRoutes {
         return try await upload.exclusively {
             let accepted = await upload.acceptedCount
             if sequenceNo == accepted + 1 {
-                try await write(sequenceNo, crc: crc, of: upload, form: form)
-                try await upload.recordAccepted(sequenceNo, crc: crc)
+                try await writeAccepted(sequenceNo, crc: crc, of: upload, form: form)
                 let reply = try await answer(sequenceNo, of: upload, base: base)
                 // Counted here, not in a replayed answer: the last block accepted once completes it.
                 let meta = upload.upload.meta
@@ -179,15 +178,21 @@ struct SequenceRoutes: ProtocolRoutes {
         return Envelope.sequenceAccepted(SequencePayload(nextSequenceNo: sequenceNo + 1, fileUrl: url))
     }
 
-    /// Streams block `sequenceNo` to its place in the data file and syncs it. Refused when the
-    /// block is not what its fields say, or not the body's last part; nothing is recorded then.
-    private func write(_ sequenceNo: Int, crc: UInt32, of upload: any SequenceUpload, form: StreamingFormReader<RequestBody>) async throws {
+    /// Streams block `sequenceNo` to its place in the data file and records it accepted, both
+    /// durable. Refused when the block is not what its fields say, or not the body's last part;
+    /// nothing is recorded then.
+    private func writeAccepted(
+        _ sequenceNo: Int, crc: UInt32, of upload: any SequenceUpload, form: StreamingFormReader<RequestBody>
+    ) async throws {
         let meta = upload.upload.meta
         // A zero-byte file is one empty block: there is nothing to write, only to check.
-        guard meta.size > 0 else { return try await checkEmptyBlock(form, sequenceNo: sequenceNo, crc: crc) }
+        guard meta.size > 0 else {
+            try await checkEmptyBlock(form, sequenceNo: sequenceNo, crc: crc)
+            return try await upload.recordAccepted(sequenceNo, crc: crc)
+        }
         let length = meta.byteRange(ofChunk: sequenceNo).count
         do {
-            try await upload.upload.writeChunk(sequenceNo, body: form.content, check: .crc32(crc), trailer: { try await form.finish() })
+            try await upload.writeAccepted(sequenceNo, crc: crc, body: form.content, trailer: { try await form.finish() })
         } catch let failure as BodyWriter.Failure {
             throw Refusal.block(failure, sequenceNo: sequenceNo, expectedLength: length)
         }

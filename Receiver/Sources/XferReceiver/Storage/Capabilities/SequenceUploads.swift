@@ -1,5 +1,7 @@
 // Capability: sequence's ordered blocks and their secret token (`StorageComposer.sequences`).
 
+import NIOCore
+
 /// sequence's uploads: blocks in order, each recorded once accepted, found by a secret token.
 protocol SequenceUploadStoring: AnyObject, Sendable {
     var sequenceUploads: any SequenceUploadStore { get }
@@ -27,4 +29,19 @@ protocol SequenceUpload: AnyObject, Sendable {
     func acceptedCRC(of sequenceNo: Int) async -> UInt32?
     /// Records the next block as accepted, durably; its bytes are already durable.
     func recordAccepted(_ sequenceNo: Int, crc: UInt32) async throws
+    /// Writes the next block, `sequenceNo`, from `body` and records it accepted: returns once
+    /// both are durable. Throws as `ChunkedUpload.writeChunk`, the block then not accepted.
+    func writeAccepted<Body: AsyncSequence>(
+        _ sequenceNo: Int, crc: UInt32, body: Body, trailer: (() async throws -> Void)?
+    ) async throws where Body.Element == ByteBuffer
+}
+
+extension SequenceUpload {
+    /// The block's bytes, then its record: two steps, for a storage that cannot join them.
+    func writeAccepted<Body: AsyncSequence>(
+        _ sequenceNo: Int, crc: UInt32, body: Body, trailer: (() async throws -> Void)?
+    ) async throws where Body.Element == ByteBuffer {
+        try await upload.writeChunk(sequenceNo, body: body, check: .crc32(crc), trailer: trailer)
+        try await recordAccepted(sequenceNo, crc: crc)
+    }
 }

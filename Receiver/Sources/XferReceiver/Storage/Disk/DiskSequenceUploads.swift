@@ -2,6 +2,7 @@ import XferPrimitives
 import Crypto
 import FoundationEssentials
 import Logging
+import NIOCore
 
 /// What the `sequence` protocol keeps per upload beyond the shared `Upload` (which holds the
 /// data, its `received.log` and the completion):
@@ -12,8 +13,13 @@ import Logging
 ///                                       order (DurableLog)
 ///
 /// `blocks.log` is the protocol's truth: a block counts as accepted once its record is synced,
-/// and that happens only after `Upload` synced its bytes. A crash between the two leaves the
-/// block unaccepted; the client sends it again and it is written over the same bytes.
+/// and that happens only after `Upload` synced its bytes. The record is written with the
+/// upload's own `+k` (`DiskUpload.writeChunk(alsoRecord:)`) and made durable by the same round,
+/// so a block costs two rounds (its bytes, then both records), not three. A crash before that
+/// round ends may keep either record without the other: a block counts as accepted only where
+/// both are kept (`read`), and a block sent again is recorded again, its later record replacing
+/// the earlier (`Blocks.parse`). A crash before the records leaves the block unaccepted; the
+/// client sends it again and it is written over the same bytes.
 ///
 /// One `sequence` upload: the shared `Upload` plus the ordered record of accepted blocks.
 ///
@@ -51,6 +57,48 @@ actor DiskSequenceUpload: SequenceUpload, TakesTurns {
         precondition(sequenceNo == crcs.count + 1, "blocks are recorded in order")
         try await log.append(SequenceBlockRecord(sequenceNo: sequenceNo, crc: crc).text)
         crcs.append(crc)
+    }
+
+    /// The block's bytes, then its record in `blocks.log` beside the upload's `+k`, in one round.
+    nonisolated func writeAccepted<Body: AsyncSequence>(
+        _ sequenceNo: Int, crc: UInt32, body: Body, trailer: (() async throws -> Void)?
+    ) async throws where Body.Element == ByteBuffer {
+        let log = self.log
+        let record = SequenceBlockRecord(sequenceNo: sequenceNo, crc: crc).text
+        try await diskUpload.writeChunk(
+            sequenceNo, body: body, check: .crc32(crc), trailer: trailer,
+            alsoRecord: { try log.appendUnsynced([record], creating: false) })
+        await accepted(sequenceNo, crc: crc)
+    }
+
+    private func accepted(_ sequenceNo: Int, crc: UInt32) {
+        // Requests take turns (`exclusively`): the next block is the only one written.
+        precondition(sequenceNo == crcs.count + 1, "blocks are recorded in order")
+        crcs.append(crc)
+    }
+}
+
+/// Reading `blocks.log`.
+enum SequenceBlocks {
+    /// The accepted blocks' CRC-32s from `blocks.log`'s records, in order. A record for block k
+    /// replaces what followed k - 1 (a block recorded again after a crash kept its record but not
+    /// the upload's `+k`); one that skips ahead, or cannot be read, ends the reading: only
+    /// tampering writes one.
+    static func parse(_ records: [Substring]) -> (crcs: [UInt32], unreadable: Bool) {
+        var crcs: [UInt32] = []
+        for text in records {
+            guard let record = SequenceBlockRecord(text), record.sequenceNo <= crcs.count + 1 else { return (crcs, true) }
+            crcs.removeSubrange((record.sequenceNo - 1)...)
+            crcs.append(record.crc)
+        }
+        return (crcs, false)
+    }
+
+    /// How many of `crcs` count: the blocks from 1 whose `+k` the upload kept too.
+    static func accepted(_ crcs: [UInt32], received: ChunkRanges) -> Int {
+        var count = 0
+        while count < crcs.count, received.contains(count + 1) { count += 1 }
+        return count
     }
 }
 
@@ -121,18 +169,15 @@ actor DiskSequenceUploads: SequenceUploadStore {
             guard let metaBytes = try FileSystemOps.readAll(files.meta),
                 let meta = try? JSONDecoder().decode(SequenceMeta.self, from: Data(metaBytes))
             else { return nil }
-            var crcs: [UInt32] = []
-            for text in try DurableLog.readRecords(path: files.blocks) {
-                guard let record = SequenceBlockRecord(text), record.sequenceNo == crcs.count + 1 else {
-                    // Only tampering gets here; what follows an unreadable record cannot be trusted.
-                    logger.warning("Ignoring blocks.log from an unreadable record on", metadata: ["upload": "\(id)"])
-                    break
-                }
-                crcs.append(record.crc)
+            let (crcs, unreadable) = SequenceBlocks.parse(try DurableLog.readRecords(path: files.blocks))
+            if unreadable {
+                // What follows an unreadable record cannot be trusted.
+                logger.warning("Ignoring blocks.log from an unreadable record on", metadata: ["upload": "\(id)"])
             }
             return (meta, crcs)
         }
-        guard case let (meta, crcs)? = loaded else { return nil }
+        guard case let (meta, recorded)? = loaded else { return nil }
+        let crcs = Array(recorded.prefix(SequenceBlocks.accepted(recorded, received: try await upload.receivedChunks())))
         return DiskSequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: crcs)
     }
 }

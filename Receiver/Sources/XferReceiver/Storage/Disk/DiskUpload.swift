@@ -97,6 +97,20 @@ actor DiskUpload {
         check: BodyWriter.Check?,
         trailer: (() async throws -> Void)? = nil
     ) async throws where Body.Element == ByteBuffer {
+        try await writeChunk(chunk, body: body, check: check, trailer: trailer, alsoRecord: nil)
+    }
+
+    /// `writeChunk`, and with `alsoRecord`: a protocol's own record of the chunk (sequence's
+    /// `blocks.log`), written with `+chunk` once the bytes are durable and made durable by the
+    /// same round, so the protocol pays no round of its own. A crash can keep one of the two records without the
+    /// other: the protocol's load must trust its record only where `+chunk` is kept too.
+    nonisolated func writeChunk<Body: AsyncSequence>(
+        _ chunk: Int,
+        body: Body,
+        check: BodyWriter.Check?,
+        trailer: (() async throws -> Void)?,
+        alsoRecord: (@Sendable () throws -> Void)?
+    ) async throws where Body.Element == ByteBuffer {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         try await beginWrite(chunk)
         let range = meta.byteRange(ofChunk: chunk)
@@ -127,7 +141,7 @@ actor DiskUpload {
         // completion to combine.
         let checked = check.flatMap { $0.algorithm == .crc32c ? StreamingDigest.crc32(bytes: $0.expected) : nil }
         let crc = checked ?? (keepsCRC ? digest.map(StreamingDigest.crc32(bytes:)) : nil)
-        try await commitWrite(chunk, sha256: single ? digest.map(Hex.lowercase) : nil, crc32c: crc)
+        try await commitWrite(chunk, sha256: single ? digest.map(Hex.lowercase) : nil, crc32c: crc, alsoRecord: alsoRecord)
     }
 
     /// Whether a chunk checked by another digest (multipart's MD5, sequence's CRC-32) keeps its
@@ -174,19 +188,24 @@ actor DiskUpload {
     /// are not there. Chunks that finish together share both rounds. A single small chunk
     /// (`sha256` given, see `isSingleSmallChunk`) writes its digest record at once and waits
     /// for one round.
-    private func commitWrite(_ chunk: Int, sha256: String?, crc32c: UInt32?) async throws {
+    private func commitWrite(
+        _ chunk: Int, sha256: String?, crc32c: UInt32?, alsoRecord: (@Sendable () throws -> Void)?
+    ) async throws {
         defer { endWrite(chunk) }
         guard !deleted else { throw UploadError.deleted }
         let log = self.log
         do {
             if let sha256 {
                 try log.appendUnsynced([Self.digestRecord(chunk: chunk, sha256: sha256)], creating: false)
-                try await durability.sync()
+                try await durability.sync(then: alsoRecord)
             } else {
                 // The record is appended by the sync thread right after the round that made the
                 // bytes durable, and made durable by the next round.
                 let record = crc32c.map { ReceivedChunks.record(chunk: chunk, crc: $0) } ?? "+\(chunk)"
-                try await durability.sync(then: { try log.appendUnsynced([record], creating: false) })
+                try await durability.sync(then: {
+                    try log.appendUnsynced([record], creating: false)
+                    try alsoRecord?()
+                })
             }
         } catch let error as IOError where error.code == ENOENT && deleted {
             // A delete during the round moved the log away; the record had nowhere to go.
