@@ -23,14 +23,23 @@ import Darwin
 ///                                        and concatenation role), written before the upload's
 ///                                        URL is handed out
 ///     root/uploads/<id>/offset.log       the acknowledged offset, one record per advance (DurableLog):
-///                                        `OFFSET~CRC32C`, the CRC-32C of the bytes below it
-///                                        computed as they were written (plain `OFFSET` when it
-///                                        is not known: after a concatenation)
+///                                        `OFFSET~CRC32C*BOOT`, the CRC-32C of the bytes below it
+///                                        computed as they were written, and the boot in whose
+///                                        round the record and those bytes were written together;
+///                                        `OFFSET~CRC32C` when the bytes were synced before the
+///                                        record; plain `OFFSET` when the CRC is not known (after
+///                                        a concatenation); `!` voids the record before it (its
+///                                        round failed)
 ///
-/// `offset.log` is the protocol's truth: an offset counts once its record is synced, and that
-/// happens only after the bytes below it were fdatasync'd. Bytes past the recorded offset (a
-/// body refused by its checksum, or a crash before the record) are never served nor counted;
-/// the next PATCH simply writes over them.
+/// `offset.log` is the protocol's truth: an offset counts once its record is synced. A PATCH
+/// writes its bytes and its record, then waits for one sync round that makes both durable
+/// (`writeInItsRound`). A killed process leaves both in the page cache; a crash of the machine
+/// during the round can keep the record and lose bytes, so a load that finds the last record
+/// marked with another boot reads back the bytes that record added (one PATCH's worth, not the
+/// file) and drops the record when their CRC-32C differs. Only the last can be torn: the next
+/// PATCH's record is written after the round of the one before ended. Bytes past the recorded
+/// offset (a body refused by its checksum, or a crash before the record) are never served nor
+/// counted; the next PATCH simply writes over them.
 /// One offset upload: the shared `Upload` plus its offset.
 ///
 /// Requests that write take turns (`exclusively`): checking `Upload-Offset`, writing and
@@ -45,6 +54,9 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     private let durability: Durability
     private let statistics: ReceiverStatistics
     private let fileIO: FileIO
+    /// The machine's boot, marked on a record written in the round of its bytes (nil: not known;
+    /// then every PATCH syncs its bytes before its record).
+    private nonisolated let bootID: String?
     private var offset: Int
     /// The CRC-32C of the bytes below `offset`, kept as they are written, so that completion
     /// need not read the file back to hash it (a second pass over the whole file before the last
@@ -60,9 +72,10 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
 
     init(
         upload: DiskUpload, info: OffsetUploadInfo, log: DurableLog, io: BlockingIO, durability: Durability, statistics: ReceiverStatistics,
-        fileIO: FileIO, offset: Int, crc: UInt32?
+        fileIO: FileIO, bootID: String?, offset: Int, crc: UInt32?
     ) {
         self.fileIO = fileIO
+        self.bootID = bootID
         self.upload = upload
         self.info = info
         self.log = log
@@ -106,7 +119,7 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
         let room = min(limit, length - start)
         let writer = BodyWriter(
-            limit: room, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .round(durability),
+            limit: room, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .byCaller,
             counted: { count in
                 self.upload.bytesReceived.add(count, ordering: .relaxed)
                 self.statistics.received(count)
@@ -126,9 +139,44 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         }
         let reached = start + written.count
         let part = written.digest.map(StreamingDigest.crc32(bytes:))
-        try await record(reached, extending: part)
+        try await recordInItsRound(reached, extending: part)
         return written.cutBy == nil ? .stored(offset: reached) : .failed(.interrupted(offset: reached))
     }
+
+    /// Makes the bytes up to `newOffset` (written, not synced) and their record durable in one
+    /// sync round: the record carries this boot's mark, which tells a load after a crash of the
+    /// machine to read those bytes back (`DiskOffsetUploads.read`). Without a CRC to check them
+    /// by, or a boot to mark, the bytes are synced first and the record in the next round.
+    ///
+    /// A round that fails leaves the record in the page cache, where a later round would make it
+    /// durable without its bytes: a `!` after it voids it, for a load of this boot (another
+    /// boot's load checks it anyway).
+    private func recordInItsRound(_ newOffset: Int, extending part: UInt32?) async throws {
+        guard !terminated else { throw UploadError.deleted }
+        guard newOffset > offset else { return }
+        let newCRC = crc.flatMap { crc in part.map { CRC32C.combine(crc, $0, lengthOfSecond: Int64(newOffset - offset)) } }
+        guard let bootID, let newCRC else {
+            try await durability.sync()
+            try await record(newOffset, crc: newCRC)
+            return
+        }
+        try log.appendUnsynced([Self.offsetRecord(newOffset, crc: newCRC, bootID: bootID)])
+        do {
+            try await durability.sync()
+        } catch {
+            try? log.appendUnsynced([Self.voidingRecord])
+            throw error
+        }
+        advance(to: newOffset, crc: newCRC)
+    }
+
+    /// `OFFSET~CRC32C*BOOT`: see the layout above.
+    nonisolated static func offsetRecord(_ offset: Int, crc: UInt32, bootID: String) -> String {
+        String(offset) + "~" + CRC32.hex(crc) + "*" + bootID
+    }
+
+    /// Voids the record before it.
+    nonisolated static let voidingRecord = "!"
 
     /// A creation's body that brings the whole upload (`DiskOffsetUploads.create` with a body),
     /// streamed into the data file with nothing synced yet, neither the creation nor the bytes.
@@ -228,6 +276,10 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         precondition(newOffset >= offset && newOffset <= length, "offsets only move forward, within the upload")
         guard newOffset > offset else { return }
         try await log.append(String(newOffset) + (newCRC.map { "~" + CRC32.hex($0) } ?? ""))
+        advance(to: newOffset, crc: newCRC)
+    }
+
+    private func advance(to newOffset: Int, crc newCRC: UInt32?) {
         offset = newOffset
         if newOffset == length { ended.store(true, ordering: .releasing) }
         crc = newCRC
@@ -301,7 +353,7 @@ actor DiskOffsetUploads: OffsetUploadStore {
         let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let tusUpload = DiskOffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
-            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: 0, crc: 0)
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, bootID: store.bootID, offset: 0, crc: 0)
         uploads.insert(tusUpload, for: upload.meta.uploadId)
         return tusUpload
     }
@@ -355,7 +407,7 @@ actor DiskOffsetUploads: OffsetUploadStore {
         let files = OffsetUploadFiles(upload.layout, protocolName: protocolName)
         let offsetUpload = DiskOffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
-            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: 0, crc: 0)
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, bootID: store.bootID, offset: 0, crc: 0)
         uploads.insert(offsetUpload, for: upload.meta.uploadId)
         let writeInfo: @Sendable () throws -> Void = {
             guard deferred, !FileSystemOps.exists(files.info) else { return }
@@ -418,25 +470,112 @@ actor DiskOffsetUploads: OffsetUploadStore {
                 // Completed with its creation (`DiskOffsetUpload.writeWhole`): no offset record.
                 return (info, size, completion.crc32c.flatMap { UInt32($0, radix: 16) })
             }
-            var offset = 0
-            var crc: UInt32? = 0
-            for record in try DurableLog.readRecords(path: files.offsets) {
-                let fields = record.split(separator: "~", maxSplits: 1)
-                guard let first = fields.first, let value = Int(first), value >= offset, value <= size else {
-                    // Only tampering gets here; what follows an unreadable record cannot be trusted.
-                    logger.warning("Ignoring offset.log from an unreadable record on", metadata: ["upload": "\(id)"])
-                    break
-                }
-                offset = value
-                // Records of receivers before the CRC was kept have none: then it is not known.
-                crc = fields.count == 2 ? UInt32(fields[1], radix: 16) : nil
+            var records = OffsetRecords(size: size)
+            for record in try DurableLog.readRecords(path: files.offsets) where !records.read(record) {
+                // Only tampering gets here; what follows an unreadable record cannot be trusted.
+                logger.warning("Ignoring offset.log from an unreadable record on", metadata: ["upload": "\(id)"])
+                break
             }
-            return (info, offset, crc)
+            if completion == nil, let check = records.unconfirmed(thisBoot: store.bootID),
+                !Self.holds(upload.layout.data, check)
+            {
+                // Written in the round of its bytes, and the machine went down since: that round
+                // kept the record and lost some of them. Nobody was told of that offset (its round
+                // never ended); the client resumes from the one before. Voided for good, durably:
+                // the next record may be lower than this one.
+                logger.warning("Dropping the last offset of an upload whose round a crash of the machine cut short", metadata: ["upload": "\(id)"])
+                try POSIXFile.appendRecords([DiskOffsetUpload.voidingRecord], to: files.offsets, creating: false)
+                try store.durability.syncNow()
+                records.voidLast()
+            }
+            return (info, records.offset, records.crc)
         }
         guard case let (info, offset, crc)? = loaded else { return nil }
         return DiskOffsetUpload(
             upload: upload, info: info, log: DurableLog(path: files.offsets, durability: store.durability), io: store.io,
-            durability: store.durability, statistics: store.statistics, fileIO: fileIO, offset: offset, crc: crc)
+            durability: store.durability, statistics: store.statistics, fileIO: fileIO, bootID: store.bootID, offset: offset, crc: crc)
+    }
+}
+
+extension DiskOffsetUploads {
+    /// Whether the data file at `path` holds the bytes an unconfirmed record added: their CRC-32C
+    /// joined to the one before gives the record's. Reads one record's bytes, in 1 MiB pieces.
+    fileprivate static func holds(_ path: String, _ check: OffsetRecords.Check) -> Bool {
+        guard let file = try? POSIXFile.open(path, O_RDONLY) else { return false }
+        defer { file.close() }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var part = CRC32C()
+        var at = check.from
+        while at < check.to {
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[..<min(buffer.count, check.to - at)])
+            guard let read = try? file.preadFully(into: piece, at: at), read == piece.count else { return false }
+            part.update(UnsafeRawBufferPointer(piece))
+            at += read
+        }
+        return CRC32C.combine(check.crcBefore, part.value, lengthOfSecond: Int64(check.to - check.from)) == check.crc
+    }
+}
+
+/// What `offset.log`'s records say, read in order (the layout is in `DiskOffsetUpload`'s
+/// comment): the offset, its CRC-32C, and what a load must check of the last record.
+struct OffsetRecords {
+    /// The bytes between `from` and `to` that a record written in their round added, and the CRCs
+    /// before and after them.
+    struct Check: Equatable {
+        var from: Int
+        var to: Int
+        var crcBefore: UInt32
+        var crc: UInt32
+    }
+
+    let size: Int
+    private(set) var offset = 0
+    /// Nil when not known (a concatenation, or records of receivers before the CRC was kept).
+    private(set) var crc: UInt32? = 0
+    /// The boot marked on the last record, when it was written in the round of its bytes.
+    private var boot: Substring?
+    /// Offset and CRC before the last record, which `!` restores.
+    private var before: (offset: Int, crc: UInt32?)?
+
+    init(size: Int) { self.size = size }
+
+    /// Takes the next record; false for one that cannot be read (only tampering makes one).
+    mutating func read(_ record: Substring) -> Bool {
+        if record == Substring(DiskOffsetUpload.voidingRecord) {
+            guard let before else { return false }
+            voidLast(restoring: before)
+            return true
+        }
+        let marked = record.split(separator: "*", maxSplits: 1, omittingEmptySubsequences: false)
+        let fields = marked[0].split(separator: "~", maxSplits: 1)
+        guard let first = fields.first, let value = Int(first), value >= offset, value <= size else { return false }
+        let newCRC = fields.count == 2 ? UInt32(fields[1], radix: 16) : nil
+        guard marked.count == 1 || (newCRC != nil && !marked[1].isEmpty) else { return false }
+        before = (offset, crc)
+        offset = value
+        crc = newCRC
+        boot = marked.count == 2 ? marked[1] : nil
+        return true
+    }
+
+    /// The last record's bytes to read back, when it was written in their round during another
+    /// boot than `thisBoot` (or the boot is not known).
+    func unconfirmed(thisBoot: String?) -> Check? {
+        guard let boot, let crc, let before, let crcBefore = before.crc, before.offset < offset else { return nil }
+        if let thisBoot, boot == Substring(thisBoot) { return nil }
+        return Check(from: before.offset, to: offset, crcBefore: crcBefore, crc: crc)
+    }
+
+    /// Drops the last record (its bytes were not all kept).
+    mutating func voidLast() {
+        if let before { voidLast(restoring: before) }
+    }
+
+    private mutating func voidLast(restoring earlier: (offset: Int, crc: UInt32?)) {
+        (offset, crc) = earlier
+        before = nil
+        boot = nil
     }
 }
 
