@@ -4,7 +4,8 @@ build, the client of the new one: what a change of the receiver alone does):
 
     Benchmarks/tools/large-file-ab.py OLD_XFER NEW_XFER [ROUNDS] [BACKENDS] [WORKDIR]
 
-BACKENDS: comma-separated, of ietf, tus, patch, sequence, multipart (default ietf,tus); every round
+BACKENDS: comma-separated, of ietf, tus, patch, sequence, multipart, each at its defaults or with
+`:SIZE` a chunk size (`sequence:8MiB`) (default ietf,tus); every round
 also runs `curl -T` to PUT /raw on the new build's receiver, the bar. Each run gets a fresh root
 (deleted after it) and a `sync` before it, so no run pays for the writeback of the one before.
 Every run is checked: xfer's exit code, curl's status (201), and the stored file of the file's
@@ -58,9 +59,9 @@ for number in range(rounds):
         if kind == "curl":
             args = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", source, url + "/raw/one.bin"]
         else:
-            backend = kind.split()[0]
+            backend, _, chunk = kind.split()[0].partition(":")
             args = [new, "push", source, "--backend", backend, "--to", url + paths.get(backend, ""), "--state", state,
-                    "--progress", "none"]
+                    "--progress", "none"] + (["--chunk-size", chunk] if chunk else [])
         before = cpu(proc.pid)
         start = time.monotonic()
         run = subprocess.run(args, capture_output=True, text=True)

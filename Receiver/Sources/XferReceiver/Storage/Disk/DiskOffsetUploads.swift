@@ -499,21 +499,10 @@ actor DiskOffsetUploads: OffsetUploadStore {
 
 extension DiskOffsetUploads {
     /// Whether the data file at `path` holds the bytes an unconfirmed record added: their CRC-32C
-    /// joined to the one before gives the record's. Reads one record's bytes, in 1 MiB pieces.
+    /// joined to the one before gives the record's. Reads one record's bytes. Blocking.
     fileprivate static func holds(_ path: String, _ check: OffsetRecords.Check) -> Bool {
-        guard let file = try? POSIXFile.open(path, O_RDONLY) else { return false }
-        defer { file.close() }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        var part = CRC32C()
-        var at = check.from
-        while at < check.to {
-            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[..<min(buffer.count, check.to - at)])
-            guard let read = try? file.preadFully(into: piece, at: at), read == piece.count else { return false }
-            part.update(UnsafeRawBufferPointer(piece))
-            at += read
-        }
-        return CRC32C.combine(check.crcBefore, part.value, lengthOfSecond: Int64(check.to - check.from)) == check.crc
+        guard let part = DiskUpload.crc32c(ofFileAt: path, range: check.from..<check.to) else { return false }
+        return CRC32C.combine(check.crcBefore, part, lengthOfSecond: Int64(check.to - check.from)) == check.crc
     }
 }
 

@@ -12,14 +12,16 @@ import NIOCore
 ///     root/uploads/<id>/blocks.log      one `<sequenceNo>.<crc>` record per accepted block, in
 ///                                       order (DurableLog)
 ///
-/// `blocks.log` is the protocol's truth: a block counts as accepted once its record is synced,
-/// and that happens only after `Upload` synced its bytes. The record is written with the
-/// upload's own `+k` (`DiskUpload.writeChunk(alsoRecord:)`) and made durable by the same round,
-/// so a block costs two rounds (its bytes, then both records), not three. A crash before that
-/// round ends may keep either record without the other: a block counts as accepted only where
-/// both are kept (`read`), and a block sent again is recorded again, its later record replacing
-/// the earlier (`Blocks.parse`). A crash before the records leaves the block unaccepted; the
-/// client sends it again and it is written over the same bytes.
+/// `blocks.log` is the protocol's truth: a block counts as accepted once its record is synced.
+/// The block's bytes, its record and the upload's own `+k~CRC*<boot id>`
+/// (`DiskUpload.writeChunk(alsoRecord:inOrderUnder:)`) are written and one round makes all three
+/// durable. A killed receiver leaves them all in the page cache. A crash of the machine during
+/// that round may keep either record without the other, or both without all the bytes: a block
+/// counts as accepted only where both records are kept (`read`); a load under another boot reads
+/// the last block back and voids its `+k` when its CRC-32C differs (only the last can be torn:
+/// blocks are written one at a time, in order); and a block sent again is recorded again, its
+/// later record replacing the earlier (`Blocks.parse`). A crash before the records leaves the
+/// block unaccepted; the client sends it again and it is written over the same bytes.
 ///
 /// One `sequence` upload: the shared `Upload` plus the ordered record of accepted blocks.
 ///
@@ -33,9 +35,12 @@ actor DiskSequenceUpload: SequenceUpload, TakesTurns {
     private let log: DurableLog
     /// `crcs[k - 1]` is accepted block k's CRC-32. Four bytes a block.
     private var crcs: [UInt32]
+    /// The machine's boot: blocks are written in order, each in one round (`writeChunk(inOrderUnder:)`).
+    private nonisolated let bootID: String?
     var turns = KeyedTurns<WholeUpload>()
 
-    init(upload: DiskUpload, meta: SequenceMeta, log: DurableLog, crcs: [UInt32]) {
+    init(upload: DiskUpload, meta: SequenceMeta, log: DurableLog, crcs: [UInt32], bootID: String?) {
+        self.bootID = bootID
         self.diskUpload = upload
         self.meta = meta
         self.log = log
@@ -67,7 +72,7 @@ actor DiskSequenceUpload: SequenceUpload, TakesTurns {
         let record = SequenceBlockRecord(sequenceNo: sequenceNo, crc: crc).text
         try await diskUpload.writeChunk(
             sequenceNo, body: body, check: .crc32(crc), trailer: trailer,
-            alsoRecord: { try log.appendUnsynced([record], creating: false) })
+            alsoRecord: { try log.appendUnsynced([record], creating: false) }, inOrderUnder: bootID)
         await accepted(sequenceNo, crc: crc)
     }
 
@@ -134,7 +139,7 @@ actor DiskSequenceUploads: SequenceUploadStore {
         }
         let files = SequenceFiles(upload.layout)
         let sequenceUpload = DiskSequenceUpload(
-            upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: [])
+            upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: [], bootID: store.bootID)
         uploads.insert(sequenceUpload, for: upload.meta.uploadId)
         return (sequenceUpload, UpToken.make(uploadId: upload.meta.uploadId, secret: secret))
     }
@@ -178,7 +183,7 @@ actor DiskSequenceUploads: SequenceUploadStore {
         }
         guard case let (meta, recorded)? = loaded else { return nil }
         let crcs = Array(recorded.prefix(SequenceBlocks.accepted(recorded, received: try await upload.receivedChunks())))
-        return DiskSequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: crcs)
+        return DiskSequenceUpload(upload: upload, meta: meta, log: DurableLog(path: files.blocks, durability: store.durability), crcs: crcs, bootID: store.bootID)
     }
 }
 

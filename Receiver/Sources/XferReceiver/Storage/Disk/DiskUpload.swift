@@ -104,12 +104,19 @@ actor DiskUpload {
     /// `blocks.log`), written with `+chunk` once the bytes are durable and made durable by the
     /// same round, so the protocol pays no round of its own. A crash can keep one of the two records without the
     /// other: the protocol's load must trust its record only where `+chunk` is kept too.
+    ///
+    /// `inOrderUnder`: the machine's boot, for a protocol whose chunks are written one at a time
+    /// and in order (sequence): the bytes and both records are then written and one round makes
+    /// them durable, `+chunk~CRC*<boot id>` saying so. Only the last chunk record of such an
+    /// upload can be torn by a crash of the machine (the next one is written after this round
+    /// ended), and a load under another boot reads that chunk back (`DiskUploads.load`).
     nonisolated func writeChunk<Body: AsyncSequence>(
         _ chunk: Int,
         body: Body,
         check: BodyWriter.Check?,
         trailer: (() async throws -> Void)?,
-        alsoRecord: (@Sendable () throws -> Void)?
+        alsoRecord: (@Sendable () throws -> Void)?,
+        inOrderUnder bootID: String? = nil
     ) async throws where Body.Element == ByteBuffer {
         precondition(chunk >= 1 && chunk <= meta.chunkCount, "chunk out of range")
         try await beginWrite(chunk)
@@ -141,7 +148,9 @@ actor DiskUpload {
         // completion to combine.
         let checked = check.flatMap { $0.algorithm == .crc32c ? StreamingDigest.crc32(bytes: $0.expected) : nil }
         let crc = checked ?? (keepsCRC ? digest.map(StreamingDigest.crc32(bytes:)) : nil)
-        try await commitWrite(chunk, sha256: single ? digest.map(Hex.lowercase) : nil, crc32c: crc, alsoRecord: alsoRecord)
+        try await commitWrite(
+            chunk, sha256: single ? digest.map(Hex.lowercase) : nil, crc32c: crc, alsoRecord: alsoRecord,
+            inOrderUnder: bootID)
     }
 
     /// Whether a chunk checked by another digest (multipart's MD5, sequence's CRC-32) keeps its
@@ -189,7 +198,7 @@ actor DiskUpload {
     /// (`sha256` given, see `isSingleSmallChunk`) writes its digest record at once and waits
     /// for one round.
     private func commitWrite(
-        _ chunk: Int, sha256: String?, crc32c: UInt32?, alsoRecord: (@Sendable () throws -> Void)?
+        _ chunk: Int, sha256: String?, crc32c: UInt32?, alsoRecord: (@Sendable () throws -> Void)?, inOrderUnder bootID: String?
     ) async throws {
         defer { endWrite(chunk) }
         guard !deleted else { throw UploadError.deleted }
@@ -198,6 +207,17 @@ actor DiskUpload {
             if let sha256 {
                 try log.appendUnsynced([Self.digestRecord(chunk: chunk, sha256: sha256)], creating: false)
                 try await durability.sync(then: alsoRecord)
+            } else if let bootID, let crc32c {
+                try log.appendUnsynced([Self.inOrderRecord(chunk: chunk, crc: crc32c, bootID: bootID)], creating: false)
+                try alsoRecord?()
+                do {
+                    try await durability.sync()
+                } catch {
+                    // The records stay in the page cache, where a later round would make them
+                    // durable without the bytes: `-chunk` voids this one.
+                    try? log.appendUnsynced(["-\(chunk)"], creating: false)
+                    throw error
+                }
             } else {
                 // The record is appended by the sync thread right after the round that made the
                 // bytes durable, and made durable by the next round.
@@ -214,6 +234,35 @@ actor DiskUpload {
         guard !deleted else { throw UploadError.deleted }
         received.insert(chunk, crc: sha256 == nil ? crc32c : nil)
         digest = sha256
+    }
+
+    /// Whether the file at `path` holds bytes whose CRC-32C is `crc32c` in `range` (a chunk's,
+    /// read back after a crash of the machine). Blocking.
+    nonisolated static func holds(_ path: String, range: Range<Int>, crc32c: UInt32) -> Bool {
+        Self.crc32c(ofFileAt: path, range: range) == crc32c
+    }
+
+    /// The CRC-32C of the bytes of the file at `path` in `range`, read 1 MiB at a time; nil when
+    /// they cannot all be read. Blocking.
+    nonisolated static func crc32c(ofFileAt path: String, range: Range<Int>) -> UInt32? {
+        guard let file = try? POSIXFile.open(path, O_RDONLY) else { return nil }
+        defer { file.close() }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var crc = CRC32C()
+        var at = range.lowerBound
+        while at < range.upperBound {
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[..<min(buffer.count, range.upperBound - at)])
+            guard let read = try? file.preadFully(into: piece, at: at), read == piece.count else { return nil }
+            crc.update(UnsafeRawBufferPointer(piece))
+            at += read
+        }
+        return crc.value
+    }
+
+    /// `+chunk~CRC*<boot id>`: a chunk written in order, its record in the round of its bytes.
+    nonisolated static func inOrderRecord(chunk: Int, crc: UInt32, bootID: String) -> String {
+        ReceivedChunks.record(chunk: chunk, crc: crc) + "*" + bootID
     }
 
     private func endWrite(_ chunk: Int) {

@@ -469,6 +469,10 @@ actor DiskUploads {
         var malformed = 0
         // The boot of a `*<boot id>` mark: the completion was recorded in the round of its bytes.
         var sameRoundBoot: ArraySlice<UInt8>?
+        // The last chunk record, when it was written in the round of its bytes
+        // (`DiskUpload.writeChunk(inOrderUnder:)`): any later chunk record was written after
+        // that round ended.
+        var lastInOrder: ChunkRecord?
         DurableLog.forEachRecord(in: records) { record in
             if record.first == UInt8(ascii: "*"), format == .flat {
                 sameRoundBoot = record.dropFirst()
@@ -489,6 +493,7 @@ actor DiskUploads {
                 return
             }
             let chunk = chunkRecord.number
+            lastInOrder = chunkRecord.sameRoundBoot == nil ? nil : chunkRecord
             if chunkRecord.received {
                 // A record written again over an older one of the same chunk: the newest wins.
                 received.remove(chunk)
@@ -528,6 +533,18 @@ actor DiskUploads {
                 try POSIXFile.appendRecords([DiskUpload.sameRoundMark(bootID: bootID)], to: uploadLayout.log, creating: false)
             }
         }
+        if completion == nil, let last = lastInOrder, let crc = last.crc, let boot = last.sameRoundBoot,
+            !(bootID.map { boot.elementsEqual($0.utf8) } ?? false), received.contains(last.number),
+            !DiskUpload.holds(uploadLayout.data, range: meta.byteRange(ofChunk: last.number), crc32c: crc)
+        {
+            // Written in the round of its bytes, and the machine went down since: that round kept
+            // the record and lost some of them. Nobody was told of the chunk (its round never
+            // ended): voided, durably, and the client sends it again.
+            logger.warning("Dropping the last chunk of an upload whose round a crash of the machine cut short", metadata: ["upload": "\(id)", "chunk": "\(last.number)"])
+            try POSIXFile.appendRecords(["-\(last.number)"], to: uploadLayout.log, creating: false)
+            try durability.syncNow()
+            received.remove(last.number)
+        }
         if completion != nil {
             // Killed between recording completion and publishing: finish the publication now.
             if FileSystemOps.exists(uploadLayout.data) && !FileSystemOps.exists(uploadLayout.downloadFile) {
@@ -566,13 +583,16 @@ actor DiskUploads {
 }
 
 /// One chunk record of an upload's log, read from its bytes: `+n` or `-n` (chunk n received or
-/// rolled back), `+n.<sha256 hex>` (a single small chunk's digest) or `+n~<crc32c hex>`.
+/// rolled back), `+n.<sha256 hex>` (a single small chunk's digest), `+n~<crc32c hex>`, or
+/// `+n~<crc32c hex>*<boot id>` (written in the round of its bytes).
 /// Bytes, not Strings: a log holds a record per chunk, a million for a large file.
 struct ChunkRecord: Equatable {
     var received: Bool
     var number: Int
     var digest: String?
     var crc: UInt32?
+    /// The boot of a `*<boot id>` mark after the CRC: written in the round of its bytes.
+    var sameRoundBoot: ArraySlice<UInt8>?
 
     init(received: Bool, number: Int, digest: String? = nil, crc: UInt32? = nil) {
         self.received = received
@@ -598,8 +618,15 @@ struct ChunkRecord: Equatable {
         let rest = bytes[(index + 1)...]
         switch bytes[index] {
         case UInt8(ascii: "~"):
-            guard rest.count == 8, let crc = Self.lowercaseHex(rest) else { return nil }
+            // `~CRC`, or `~CRC*<boot id>` (written in the round of its bytes).
+            let star = rest.firstIndex(of: UInt8(ascii: "*"))
+            let hex = rest[..<(star ?? rest.endIndex)]
+            guard hex.count == 8, let crc = Self.lowercaseHex(hex) else { return nil }
             self.crc = UInt32(crc)
+            if let star {
+                guard star + 1 < rest.endIndex else { return nil }
+                sameRoundBoot = rest[(star + 1)...]
+            }
         case UInt8(ascii: "."):
             guard rest.count == 64, rest.allSatisfy(Hex.isLowercaseDigit) else { return nil }
             digest = String(decoding: rest, as: UTF8.self)
