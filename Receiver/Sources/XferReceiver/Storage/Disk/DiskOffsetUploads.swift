@@ -33,7 +33,7 @@ import Darwin
 ///
 /// `offset.log` is the protocol's truth: an offset counts once its record is synced. A PATCH
 /// writes its bytes and its record, then waits for one sync round that makes both durable
-/// (`writeInItsRound`). A killed process leaves both in the page cache; a crash of the machine
+/// (`recordInItsRound`). A killed process leaves both in the page cache; a crash of the machine
 /// during the round can keep the record and lose bytes, so a load that finds the last record
 /// marked with another boot reads back the bytes that record added (one PATCH's worth, not the
 /// file) and drops the record when their CRC-32C differs. Only the last can be torn: the next
