@@ -12,13 +12,14 @@ import XferWire
 /// The job starts with `OPTIONS` on the creation URL and keeps what the
 /// server offers. A file of one chunk is one `POST` that creates its upload
 /// with all its bytes, where the server offers `creation-with-upload`: one
-/// round trip per small file. A larger file, when the server also offers
-/// `concatenation` and the job sends more than one request at a time, goes
-/// as partial uploads, one per chunk, created with their bytes up to
-/// `--concurrency` at once, and a final upload concatenates them. Otherwise
-/// each file is one upload, PATCHed chunk after chunk at the server's
-/// `Upload-Offset`; a resume asks that offset with `HEAD` and goes on from
-/// there, mid-chunk if need be. See Docs/protocols.md.
+/// round trip per small file. A larger file is one upload, PATCHed chunk
+/// after chunk at the server's `Upload-Offset` (64 MiB appends from 512 MiB
+/// up, as the IETF's); a resume asks that offset with `HEAD` and goes on from
+/// there, mid-chunk if need be. Made with `partialUploads`, when the server
+/// also offers `concatenation` and the job sends more than one request at a
+/// time, a larger file goes as partial uploads instead, one per chunk,
+/// created with their bytes up to the job's concurrency at once, and a final
+/// upload concatenates them. See Docs/protocols.md.
 public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobStarting, FileOpening, FileReconciling,
     FileFinishing, UploadCancelling, FileUploadCancelling, StreamUploading
 {
@@ -29,14 +30,36 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         defaultConcurrency: 4,
         authentication: .authorizationHeader,
         emptyFileHasOneChunk: false,
-        smallRequestConcurrency: BackendTraits.wideSmallRequests)
+        smallRequestConcurrency: BackendTraits.wideSmallRequests,
+        // One PATCH at a time per file, as the IETF's appends: long enough to keep the link busy
+        // through each round trip (Docs/cli.md, "Far from the server").
+        largeFileChunkSize: 64 << 20)
 
     static let version = TusField.version
 
     /// A file's upload URL (absent when its chunks go as partial uploads).
     public static let uploadURL = HandleKey("url")
 
-    public init() {}
+    /// Whether a file of more than one chunk goes as parallel partial uploads, concatenated by a
+    /// final upload, where the server offers `concatenation` and `creation-with-upload` and the
+    /// job sends more than one request at a time; false: one upload per file, PATCHed in order.
+    ///
+    /// Off unless asked, as in tus-js-client (`parallelUploads: 1`): a server concatenates by
+    /// copying the partials (tusd's file store, and `xfer serve` on a filesystem that shares no
+    /// blocks), so every byte is written twice and the last answer waits for the copy — 0.39x
+    /// `curl -T` into `xfer serve` against 0.95x in order (Docs/benchmarks.md, "tus in order").
+    /// Worth it where one connection cannot fill the link (a server or proxy that caps each one).
+    public let partialUploads: Bool
+
+    /// In order: one upload per file, PATCHed chunk after chunk.
+    public init() {
+        self.init(partialUploads: false)
+    }
+
+    /// `partialUploads`: see the property.
+    public init(partialUploads: Bool) {
+        self.partialUploads = partialUploads
+    }
 
     // MARK: Discovery
 
@@ -56,7 +79,7 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
     public func startJob(_ job: JobContext) -> Step<JobStart> {
         let request = HTTPRequest(method: .options, url: job.target)
         let sizes = job.files.map { ($0.name, $0.size) }
-        let parallelWanted = job.concurrency > 1
+        let parallelWanted = partialUploads && job.concurrency > 1
         return .send(request) { response throws(BackendError) in
             let operation = "ask the tus server what it supports"
             if response.status == 404 || response.status == 405 {

@@ -32,7 +32,8 @@ final class TusBackendTests: XCTestCase {
     }
 
     func testDiscoveryKeepsWhatTheServerOffersAndPicksTheOrder() throws {
-        let start = backend.startJob(job())
+        let parallel = TusBackend(partialUploads: true)
+        let start = parallel.startJob(job())
         let oneAtATime = BackendTesting.job(target: target)
         XCTAssertEqual(start.request?.method, .options)
         XCTAssertEqual(start.request?.url, target)
@@ -52,9 +53,14 @@ final class TusBackendTests: XCTestCase {
         XCTAssertEqual(backend.chunkOrder(for: started), .any)
         XCTAssertEqual(backend.chunkOrder(for: job(extensions: "creation,checksum")), .sequentialWithinFile)
         // One request at a time: partial uploads would only add the server's concatenation.
-        let single = try backend.startJob(oneAtATime).outcome(for: answer).handles
+        let single = try parallel.startJob(oneAtATime).outcome(for: answer).handles
         XCTAssertEqual(single[Features.modeKey], "in order")
         XCTAssertEqual(backend.chunkOrder(for: BackendTesting.job(target: target, handles: single)), .sequentialWithinFile)
+        // Not asked for partial uploads (the default): in order at any concurrency, so the server
+        // never copies the file to concatenate it.
+        let inOrder = try backend.startJob(job()).outcome(for: answer).handles
+        XCTAssertEqual(inOrder[Features.modeKey], "in order")
+        XCTAssertEqual(backend.chunkOrder(for: BackendTesting.job(target: target, handles: inOrder)), .sequentialWithinFile)
 
         XCTAssertThrowsError(try start.outcome(for: HTTPResponse(status: 204, headers: ["Tus-Version": "0.2.2", "Tus-Extension": "creation"])))
         XCTAssertThrowsError(try start.outcome(for: HTTPResponse(status: 204, headers: ["Tus-Version": "1.0.0", "Tus-Extension": "checksum"])))

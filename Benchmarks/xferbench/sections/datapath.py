@@ -132,7 +132,7 @@ def bench_datapath(work):
             "multipart": "8 MiB x 4, fragmentMd5 per chunk",
             "sequence": f"no flags: {block // MiB} MiB blocks in order, CRC-32 per block",
             "multipart defaults": "no flags",
-            "tus defaults": "no flags: partial uploads, Upload-Checksum crc32c, concatenated",
+            "tus defaults": "no flags: one upload a file, PATCHes in order (64 MiB from 512 MiB up), Upload-Checksum crc32c",
             "ietf defaults": "no flags: PATCHes in order, Content-Digest crc32c",
         }
         rows = []

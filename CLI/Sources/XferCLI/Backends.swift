@@ -24,7 +24,7 @@ struct BuiltInBackend: Hashable, Sendable, ExpressibleByArgument, CustomStringCo
             { _ in MultipartBackend() },
             { _ in SequenceBackend() },
             { settings in try settings.s3Backend() },
-            { _ in TusBackend() },
+            { settings in TusBackend(partialUploads: settings.tusPartialUploads) },
             { settings in IETFBackend(interopVersion: settings.interopVersion) },
         ]
     }
@@ -107,6 +107,10 @@ struct BackendSettings {
     var profile = AWSProfileArgument()
     var transport = TransportOptions()
     var interopVersion: IETFBackend.InteropVersion?
+    /// tus: a large file's chunks as parallel partial uploads, concatenated by the server. A push
+    /// that names `--concurrency` above 1 asks for requests in parallel, which tus gives one file
+    /// only this way; at the defaults each file is one upload PATCHed in order (`TusBackend.partialUploads`).
+    var tusPartialUploads = false
 
     static var describing: BackendSettings { BackendSettings(s3: .none) }
 

@@ -49,7 +49,7 @@ struct PushCommand: AsyncParsableCommand {
     @Option(help: "Chunk size, e.g. 512KiB, 8MiB or bytes (default: the backend's).")
     var chunkSize: ByteSize?
 
-    @Option(help: "Requests in flight at once (default: the backend's).")
+    @Option(help: "Requests in flight at once (default: the backend's); tus: named above 1, a file's chunks go as parallel partial uploads the server concatenates.")
     var concurrency: Int?
 
     @Option(help: "Attempts per request before the job fails (the first included).")
@@ -137,7 +137,8 @@ struct PushCommand: AsyncParsableCommand {
         let backend = try builtIn.make(
             BackendSettings(
                 s3: .push(s3, s3Object), profile: aws, transport: transport,
-                interopVersion: interopVersion.flatMap(IETFBackend.InteropVersion.init(rawValue:))))
+                interopVersion: interopVersion.flatMap(IETFBackend.InteropVersion.init(rawValue:)),
+                tusPartialUploads: (concurrency ?? 1) > 1))
 
         let engine = try TransferEngine(
             stateDirectory: state.directory, transport: transport, finishedJobRetention: try DurationArgument.retention(keepFinished))

@@ -86,6 +86,20 @@ final class TusPushTests: XCTestCase {
         XCTAssertTrue(try concatHeader(result.stdout[2])?.contains("final") == true)
     }
 
+    /// Partial uploads only when asked (a named --concurrency above 1): at its defaults a file of
+    /// many chunks is one upload PATCHed in order, so the server never copies it to concatenate.
+    func testAtItsDefaultsALargeFileIsOneUploadPatchedInOrder() throws {
+        let server = try TusServer(directory: work.file("server"))
+        let large = work.file("large.bin")
+        try makeTestFile(at: large, size: 5 * chunk + 333, seed: 12)
+
+        let result = try runXfer(["push", large, "--backend", "tus", "--to", server.url, "--state", state, "--chunk-size", "1MiB"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let url = try XCTUnwrap(result.stdout.first)
+        XCTAssertNil(try concatHeader(url), "a final upload of partial ones, which the defaults should not make")
+        try assertServed(url, equals: large)
+    }
+
     func testKilledParallelPushResendsOnlyWhatWasInFlight() throws {
         let server = try TusServer(directory: work.file("server"))
         let file = work.file("p.bin")
