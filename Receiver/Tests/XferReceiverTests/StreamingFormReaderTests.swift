@@ -56,6 +56,26 @@ final class SequenceStreamingFormReaderTests: XCTestCase {
         }
     }
 
+    /// Content is handed on as it was read, whole, unless its end could begin a delimiter: a held
+    /// tail would make the next read a copy behind it (every byte of a large part copied once more).
+    func testAReadThatCannotEndInADelimiterIsHandedOnWhole() async throws {
+        let head = Array("--XyZ\r\nContent-Disposition: form-data; name=\"block\"; filename=\"b\"\r\n\r\n".utf8)
+        let plain = [UInt8](repeating: 0x78, count: 1000)
+        let endsInCR = [UInt8](repeating: 0x79, count: 999) + [13]
+        let rest = Array("\nzz\r\n--XyZ--\r\n".utf8)
+        let reader = StreamingFormReader(body: Pieces(pieces: [head, plain, endsInCR, rest]), boundary: "XyZ")
+        let part = try await reader.nextPart()
+        XCTAssertEqual(part?.name, "block")
+        var slices: [[UInt8]] = []
+        while let piece = try await reader.nextContent() { slices.append(Array(piece.readableBytesView)) }
+        // The first read whole; the second but its CR, which might have begun the delimiter (it
+        // did not: the next read shows it is content, handed on with what followed it).
+        XCTAssertEqual(slices.map(\.count), [1000, 999, 4])
+        XCTAssertEqual(Array(slices.joined()), plain + endsInCR.dropLast() + Array("\r\nzz".utf8))
+        let after = try await reader.nextPart()
+        XCTAssertNil(after)
+    }
+
     func testLimitsAndTruncationAreReported() async throws {
         let long = Array("--B\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n\(String(repeating: "x", count: 100))\r\n--B--".utf8)
         let reader = StreamingFormReader(body: Pieces(pieces: [long]), boundary: "B")

@@ -144,8 +144,11 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
                 state = .boundaryLine
                 return nil
             }
-            // Everything but a possible start of the delimiter is content.
-            let safe = buffer.readableBytes - (delimiter.count - 1)
+            // Everything but a possible start of the delimiter is content. Only bytes that begin
+            // it (a CR, then what follows it in the delimiter) are held back: usually none, so the
+            // next read becomes the buffer as it is instead of being copied behind a held tail
+            // (that copy was every byte of a file part once more).
+            let safe = buffer.readableBytes - heldBack()
             if safe > 0 { return buffer.readSlice(length: safe) }
             guard try await readMore() else { throw .malformed("the body ended inside a part") }
         }
@@ -283,6 +286,19 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             buffer = combined
         }
         return true
+    }
+
+    /// How many bytes at the end of the buffer could start a delimiter the next read completes:
+    /// the longest end of it that is a proper prefix of the delimiter (none holds it whole).
+    private func heldBack() -> Int {
+        buffer.withUnsafeReadableBytes { raw -> Int in
+            let count = raw.count
+            for start in max(0, count - (delimiter.count - 1))..<count where raw[start] == delimiter[0] {
+                let tail = count - start
+                if delimiter.withUnsafeBytes({ memcmp(raw.baseAddress! + start, $0.baseAddress!, tail) == 0 }) { return tail }
+            }
+            return 0
+        }
     }
 
     private func firstDelimiter() -> Int? {
