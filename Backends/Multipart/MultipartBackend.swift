@@ -32,7 +32,7 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
         filesFixedAtStart: true,
         smallRequestConcurrency: BackendTraits.wideSmallRequests,
         // The write-up's 512 KiB fragments cost each side a request's work per 512 KiB beside
-        // the MD5 the protocol asks for: 1 GiB went at 0.63x the MD5 bound, and at 0.85x in
+        // the MD5 the protocol asks for: 1 GiB went at 0.63x the MD5 bound, and at 0.80-0.82x in
         // fragments of 8 MiB (Docs/benchmarks.md, "Multipart in 8 MiB fragments"). Every fragment
         // says its size and offset (`file_block`), so the server needs no agreement on it.
         largeFileChunkSize: 8 << 20)
