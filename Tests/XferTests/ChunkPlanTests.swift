@@ -155,6 +155,16 @@ final class RetryPolicyTests: XCTestCase {
         XCTAssertEqual(kind(204), "rejected", "only the statuses listed")
     }
 
+    /// A 413 names what was too large (the body: its chunk), besides the server's words.
+    func testATooLargeBodyIsNamed() {
+        let refusal = HTTPResponse(status: 413, headers: ["Content-Type": "text/plain"], body: Array("Request Entity Too Large".utf8))
+            .unexpectedStatus("send chunk 1/3 of a.bin")
+        guard case .rejected(let message, _) = refusal else { return XCTFail("\(refusal)") }
+        XCTAssertEqual(
+            message,
+            "send chunk 1/3 of a.bin: HTTP 413, the server refuses a request body this large: Request Entity Too Large")
+    }
+
     /// `require` looks at the status alone: a 204 with no body passes when 204 is listed.
     func testRequireAcceptsAListedStatusWhateverTheBody() throws {
         XCTAssertNoThrow(try HTTPResponse(status: 204, body: []).require(200, 204, for: "x"))

@@ -21,6 +21,11 @@ extension HTTPResponse {
         if isTransientStatus {
             return .transient("\(operation): HTTP \(status)\(detail)", retryAfter: retryAfter)
         }
+        if status == 413 {
+            // Often a proxy's body limit (nginx's default is 1 MiB) below the chunks of a large
+            // file (8 MiB and more by default): name the body, the thing the user can change.
+            return .rejected("\(operation): HTTP 413, the server refuses a request body this large\(detail)")
+        }
         return .rejected("\(operation): HTTP \(status)\(detail)")
     }
 
