@@ -78,7 +78,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     public func startJob(_ job: JobContext) -> Step<JobStart> {
         let request = HTTPRequest(method: .options, url: job.target)
-        let sizes = job.files.map { ($0.name, $0.size) }
+        // Read one at a time if the server names a maximum, never gathered (100,000 files).
+        let files = job.files
         let parallelWanted = partialUploads && job.concurrency > 1
         return .send(request) { response throws(BackendError) in
             let operation = "ask the tus server what it supports"
@@ -100,8 +101,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
             // is offered (xfer serve offers it first), else SHA-1, the one tus names.
             let checksum = extensions.contains("checksum") ? Self.checksums.first(where: algorithms.contains) : nil
             let maximum = response.headers[TusField.tusMaxSize].flatMap(Self.number)
-            if let maximum, let (name, size) = sizes.first(where: { $0.1 > maximum }) {
-                throw .rejected("\(name) is \(size) bytes; the tus server accepts at most \(maximum) (Tus-Max-Size)")
+            if let maximum, let file = files.first(where: { $0.size > maximum }) {
+                throw .rejected("\(file.name) is \(file.size) bytes; the tus server accepts at most \(maximum) (Tus-Max-Size)")
             }
             // Partial uploads cost the server a copy when it concatenates them:
             // worth it only with more than one in flight. Decided once, kept with the job.
