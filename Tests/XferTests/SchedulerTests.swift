@@ -148,6 +148,75 @@ final class SchedulerTests: XCTestCase {
             })
     }
 
+    /// A chunk the server acknowledged frees its request's slot at once, but
+    /// counts as done only when its records come back committed: meanwhile it
+    /// is neither sent again nor lets its file finish, and no more chunks
+    /// wait uncommitted than the job has requests.
+    func testAnAnsweredChunkFreesItsSlotButIsDoneOnlyOnceCommitted() throws {
+        var s = scheduler(files: 1, size: 40, concurrency: 1)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0, size: 40))))
+        XCTAssertEqual(s.next(), .openFile(0))
+        var record = s.file(0)!.record
+        record.isOpen = true
+        _ = try s.apply(.opened(file: 0, record))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertNil(s.next(), "one request at a time")
+        let change = StateChange.putJob(s.record)
+        let stored0 = WorkResult.chunkStored(file: 0, chunk: 0, bytes: 10)
+        let effects = try s.apply(.chunkAnswered(file: 0, chunk: 0, changes: [change], stored: stored0))
+        XCTAssertEqual(effects.answers.count, 1, "the runner is handed the records to commit")
+        XCTAssertTrue(effects.events.isEmpty, "nothing is reported before the commit")
+        XCTAssertEqual(s.doneBytes, 0)
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1), "the answered request's slot goes to the next chunk")
+        XCTAssertNil(s.next(), "a request and an answer awaiting its commit: twice the limit of one")
+        // Chunk 1 is answered too while chunk 0's commit is written: neither is done, neither is sent again.
+        _ = try s.apply(.chunkAnswered(file: 0, chunk: 1, changes: [change], stored: .chunkStored(file: 0, chunk: 1, bytes: 10)))
+        XCTAssertNil(s.next(), "requests and uncommitted answers stay within twice the limit")
+        _ = try s.apply(stored0)
+        XCTAssertEqual(s.doneBytes, 10)
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 1, bytes: 10))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 3))
+        _ = try s.apply(.chunkAnswered(file: 0, chunk: 3, changes: [change], stored: .chunkStored(file: 0, chunk: 3, bytes: 10)))
+        XCTAssertNil(s.next(), "the file is not finished while its last chunk's commit is written")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 3, bytes: 10))
+        XCTAssertEqual(s.next(), .finishFile(0))
+        _ = try s.apply(.fileFinished(file: 0, .completed(url: "u0")))
+        XCTAssertEqual(s.next(), .finishJob)
+        _ = try s.apply(.jobFinished(nil))
+        XCTAssertTrue(s.isFinished)
+        XCTAssertEqual(s.doneBytes, 40)
+        XCTAssertEqual(s.answered, 0)
+    }
+
+    /// A file that fails while one of its chunks waits for its commit leaves
+    /// no answered chunk counted: the job's room is whole again.
+    func testAFileThatFailsGivesBackItsAnsweredChunks() throws {
+        var s = scheduler(files: 2, size: 20, concurrency: 2)
+        var handed: [Work] = []
+        while let work = s.next() {
+            switch work {
+            case .loadFile(let index): _ = try s.apply(.loaded(file: index, loaded(fileRecord(index, size: 20))))
+            case .openFile(let index):
+                var record = s.file(index)!.record
+                record.isOpen = true
+                _ = try s.apply(.opened(file: index, record))
+            default: handed.append(work)
+            }
+            if handed.count == 2 { break }
+        }
+        XCTAssertEqual(handed, [.chunk(file: 0, chunk: 0), .chunk(file: 0, chunk: 1)])
+        _ = try s.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertEqual(s.answered, 1)
+        _ = try s.apply(.fileFailed(file: 0, work: .chunk(file: 0, chunk: 1), reason: "changed"))
+        XCTAssertEqual(s.failedFiles, 0, "the file waits for its chunk in flight")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 0, bytes: 10))
+        XCTAssertEqual(s.failedFiles, 1)
+        XCTAssertEqual(s.answered, 0)
+    }
+
     func testFreshJobRunsEveryStepInOrderAndEnds() throws {
         var s = scheduler(files: 2, started: false)
         var held = 0

@@ -57,6 +57,10 @@ enum WorkResult: Sendable {
     case chunkStored(file: Int, chunk: Int, bytes: Int)
     /// Committed, with the file's URL.
     case chunkStoredCompletingFile(file: Int, chunk: Int, bytes: Int, url: String)
+    /// The server acknowledged the chunk; its records (`changes`) are not
+    /// committed yet. `stored` (`.chunkStored` or `.chunkStoredCompletingFile`)
+    /// is taken in once they are (`AnsweredChunk`).
+    indirect case chunkAnswered(file: Int, chunk: Int, changes: [StateChange], stored: WorkResult)
     case chunkResync(file: Int, chunk: Int, next: Int)
     /// `.completed` is committed.
     case fileFinished(file: Int, FileFinish?)
@@ -93,6 +97,17 @@ struct Effects: Sendable {
     var sync = false
     var events: [TransferEvent] = []
     var released: [Int] = []
+    /// Answered chunks whose records the runner commits when it can, many in
+    /// one transaction, and then feeds back their `stored` results. Unlike
+    /// `changes`, nothing waits for them but the chunks themselves.
+    var answers: [AnsweredChunk] = []
+}
+
+/// A chunk the server acknowledged, waiting for its records to be committed
+/// before it counts as done (`Scheduler.apply(.chunkAnswered)`).
+struct AnsweredChunk: Sendable {
+    var changes: [StateChange]
+    var stored: WorkResult
 }
 
 /// The scheduling logic of one run of a job, as a state machine: fed the
@@ -139,6 +154,9 @@ struct Scheduler {
         var smallInFlight: [Int: Int] = [:]
         /// Waiting for room: a large chunk's slot, or bytes of small ones (in `waitingForRoom`).
         var waitsForRoom = false
+        /// Chunks in flight the server has acknowledged, whose records are
+        /// being committed (see `Scheduler.answered`).
+        var answered: Set<Int> = []
         var failure: String?
         /// Why the file is being reset (`reopen`), as the resend event says it.
         var resetReason: String?
@@ -203,8 +221,17 @@ struct Scheduler {
     private(set) var record: JobRecord
     private(set) var chunkOrder: ChunkOrder
     private(set) var fileCount: Int
-    /// Network work in flight (loading is not counted).
+    /// Network work in flight (loading is not counted), including `answered`.
     private(set) var inFlight = 0
+    /// Chunks the server acknowledged whose records are being committed: their
+    /// requests are over, so they no longer count against `requestLimit`, but
+    /// they are not done (nor sent again) until the commit lands. While one
+    /// transaction is written, the requests it frees go on, and the next one
+    /// takes all of their answers: requests held until their own commit ended
+    /// made a transaction (and an fdatasync) of about one 64 KiB chunk each.
+    /// Requests and these together stay within twice `requestLimit`, so a
+    /// kill sends again at most twice what the requests in flight carry.
+    private(set) var answered = 0
     /// Chunks in flight above `Configuration.smallRequestSize`: at most `concurrency`.
     private(set) var largeInFlight = 0
     /// Bytes of the small chunks in flight: at most `Configuration.smallRequestBytes`,
@@ -258,7 +285,9 @@ struct Scheduler {
     /// The next work to start, or nil when nothing can start until a result
     /// comes in. `.loadFile` is for the runner to do at once.
     mutating func next() -> Work? {
-        guard !loading, inFlight < configuration.requestLimit else { return nil }
+        // Requests within the limit; with the answers awaiting their commit, within twice it.
+        let limit = configuration.requestLimit
+        guard !loading, inFlight - answered < limit, inFlight < 2 * limit else { return nil }
         switch jobStart {
         case .needed:
             jobStart = .running
@@ -442,13 +471,25 @@ struct Scheduler {
             files[index] = file
             try reconcile(index, reconciliation, effects: &effects)
 
+        case .chunkAnswered(let index, let chunk, let changes, let stored):
+            // The request is over: its slot and its room go to the next work. The
+            // chunk stays in flight for its file until `stored` comes back.
+            if files[index]?.inFlight.contains(chunk) == true, files[index]!.answered.insert(chunk).inserted {
+                answered += 1
+                releaseRoom(index, chunk)
+                enqueue(index)
+            }
+            effects.answers.append(AnsweredChunk(changes: changes, stored: stored))
+
         case .chunkStored(let index, let chunk, let bytes):
             inFlight -= 1
+            committed(index, chunk)
             acknowledge(index, chunk, bytes, effects: &effects)
             try afterDrain(index, effects: &effects)
 
         case .chunkStoredCompletingFile(let index, let chunk, let bytes, let url):
             inFlight -= 1
+            committed(index, chunk)
             files[index]?.record.url = url
             acknowledge(index, chunk, bytes, effects: &effects)
             try afterDrain(index, effects: &effects)
@@ -749,6 +790,17 @@ struct Scheduler {
         guard files[index] != nil else { return }
         // In place, as in `nextWork`: this runs once per chunk.
         guard files[index]!.inFlight.remove(chunk) != nil else { return }
+        releaseRoom(index, chunk)
+    }
+
+    /// An answered chunk's records were committed: it no longer counts as answered.
+    private mutating func committed(_ index: Int, _ chunk: Int) {
+        if files[index]?.answered.remove(chunk) != nil { answered -= 1 }
+    }
+
+    /// The room a chunk's request took (a large chunk's slot, or its bytes
+    /// among the small ones) goes back, once: at its answer or as it settles.
+    private mutating func releaseRoom(_ index: Int, _ chunk: Int) {
         if files[index]!.largeInFlight.remove(chunk) != nil {
             largeInFlight -= 1
         } else if let length = files[index]!.smallInFlight.removeValue(forKey: chunk) {
@@ -797,6 +849,7 @@ struct Scheduler {
             // Its chunks still in flight will find no file: they stop counting now.
             largeInFlight -= removed.largeInFlight.count
             smallBytesInFlight -= removed.smallInFlight.values.reduce(0, +)
+            answered -= removed.answered.count
         }
         settledFiles += 1
         failedFiles += 1

@@ -41,6 +41,14 @@ extension Scheduler {
 }
 
 enum SchedulerDriver {
+    /// What a task of the run hands back: a piece of work's result, or the
+    /// commit of answered chunks' records (their results, now to be taken in).
+    private enum Finished: Sendable {
+        case work(WorkResult)
+        case committed([WorkResult])
+        case commitFailed(XferError)
+    }
+
     /// Feeds `scheduler` the results of work, starts what it hands out (up
     /// to its limits), and commits what it says to commit before asking it
     /// for more. Returns the error that stopped the run, if one did.
@@ -57,8 +65,28 @@ enum SchedulerDriver {
         var held: [Int: Steps.Held] = [:]
         var context = steps.context(scheduler)
         await withTaskExecutorPreference(transport.executor) {
-            await withTaskGroup(of: WorkResult.self) { group in
+            await withTaskGroup(of: Finished.self) { group in
                 var inFlight = 0
+                // Answered chunks whose records wait for a transaction; one is written
+                // at a time, and the next takes every answer that came meanwhile.
+                var answers: [AnsweredChunk] = []
+                var isCommitting = false
+                func commitAnswers() {
+                    guard failure == nil, !isCommitting, !answers.isEmpty else { return }
+                    let batch = answers
+                    answers.removeAll(keepingCapacity: true)
+                    isCommitting = true
+                    inFlight += 1
+                    // Also once the run is cancelled: the server has these chunks.
+                    group.addTask(executorPreference: transport.executor) {
+                        do throws(XferError) {
+                            try await store.commit(batch.flatMap(\.changes))
+                            return .committed(batch.map(\.stored))
+                        } catch {
+                            return .commitFailed(error)
+                        }
+                    }
+                }
                 func take(_ result: WorkResult) async {
                     if failure != nil {
                         _ = try? scheduler.apply(result)  // draining after a failure: only the counts matter
@@ -71,6 +99,7 @@ enum SchedulerDriver {
                         if effects.sync { try store.sync() }
                         for event in effects.events { events.yield(event) }
                         for index in effects.released { held[index] = nil }
+                        answers.append(contentsOf: effects.answers)
                     } catch {
                         failure = error
                         group.cancelAll()
@@ -86,13 +115,26 @@ enum SchedulerDriver {
                         }
                         let task = steps.task(for: work, scheduler: scheduler, held: held, context: context)
                         let executor = scheduler.isLight(work) ? transport.executor : globalConcurrentExecutor
-                        group.addTask(executorPreference: executor) { await task() }
+                        group.addTask(executorPreference: executor) { .work(await task()) }
                         inFlight += 1
                     }
+                    commitAnswers()
                     if inFlight == 0 { break }
-                    guard let result = await group.next() else { break }
+                    guard let finished = await group.next() else { break }
                     inFlight -= 1
-                    await take(result)
+                    switch finished {
+                    case .work(let result):
+                        await take(result)
+                    case .committed(let results):
+                        isCommitting = false
+                        for result in results { await take(result) }
+                    case .commitFailed(let error):
+                        isCommitting = false
+                        if failure == nil {
+                            failure = error
+                            group.cancelAll()
+                        }
+                    }
                 }
             }
         }

@@ -128,7 +128,7 @@ struct UploadSteps: ScheduledSteps {
                 return {
                     await worker.uploadChunk(
                         chunk, of: file, record: record, content: opened, from: terms.start, feedingHash: feedsHash, job: job,
-                        commitsAcknowledgement: terms.commitsAcknowledgement)
+                        commitsAcknowledgement: terms.commitsAcknowledgement, defersCommit: true)
                 }
             default:
                 preconditionFailure("unreachable")

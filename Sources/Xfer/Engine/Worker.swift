@@ -121,10 +121,12 @@ struct Worker: Sendable {
     /// The acknowledgement (and a URL or receipt the answer carries) is
     /// committed before the result is reported, as `StepRecords.chunkStored`
     /// says; without `commitsAcknowledgement` a bare acknowledgement is left
-    /// to the file's completion (see `Scheduler.ChunkTerms`).
+    /// to the file's completion (see `Scheduler.ChunkTerms`). With
+    /// `defersCommit` the records are handed back uncommitted
+    /// (`.chunkAnswered`), for the run to commit with other chunks' records.
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, content: some StepContent, from start: Int64? = nil,
-        feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true
+        feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true, defersCommit: Bool = false
     ) async -> WorkResult {
         let index = file.index
         let plan = file.plan
@@ -151,11 +153,16 @@ struct Worker: Sendable {
                 let changes = StepRecords.chunkStored(
                     job: jobID, file: index, chunk: chunk, plan: plan, record: record, receipt: receipt, url: url,
                     version: stored.version, commitsAcknowledgement: commitsAcknowledgement)
-                if !changes.isEmpty { try await store.commit(changes) }
-                if let url {
-                    return .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: plan.length(of: chunk), url: url)
-                }
-                return .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
+                let result: WorkResult =
+                    if let url {
+                        .chunkStoredCompletingFile(file: index, chunk: chunk, bytes: plan.length(of: chunk), url: url)
+                    } else {
+                        .chunkStored(file: index, chunk: chunk, bytes: plan.length(of: chunk))
+                    }
+                if changes.isEmpty { return result }
+                if defersCommit { return .chunkAnswered(file: index, chunk: chunk, changes: changes, stored: result) }
+                try await store.commit(changes)
+                return result
             case .resync(let next):
                 return .chunkResync(file: index, chunk: chunk, next: next)
             }

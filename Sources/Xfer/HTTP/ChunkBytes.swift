@@ -113,7 +113,9 @@ package final class ChunkBytes: Sendable, Hashable {
             try body(bytes)
         case .file(let file):
             var position = 0
-            var block = [UInt8](repeating: 0, count: min(Self.passBlock, max(length, 1)))
+            // Not zeroed first (that was 2 % of a 64 KiB chunk's CPU): only bytes a read filled are used.
+            let size = min(Self.passBlock, max(length, 1))
+            var block = [UInt8](unsafeUninitializedCapacity: size) { _, count in count = size }
             while position < length {
                 let want = min(block.count, length - position)
                 var got = 0
