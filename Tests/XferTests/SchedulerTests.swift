@@ -191,6 +191,25 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(s.answered, 0)
     }
 
+    /// Where the next run could not find an answered chunk on the server (a
+    /// backend that does not reconcile, or a file not opened: created whole in
+    /// one request), its request keeps its slot until the commit, so a kill
+    /// sends again no more than the requests in flight.
+    func testAnAnsweredChunkTheServerCannotBeAskedAboutKeepsItsSlot() throws {
+        var s = scheduler(files: 1, size: 40, concurrency: 1, pull: false)
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0, size: 40))))
+        XCTAssertEqual(s.next(), .openFile(0))
+        _ = try s.apply(.opened(file: 0, s.file(0)!.record))  // opened, but no upload to ask about
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        let effects = try s.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertEqual(effects.answers.count, 1, "committed with the others all the same")
+        XCTAssertEqual(s.answered, 0)
+        XCTAssertNil(s.next(), "the slot is held until the commit")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 0, bytes: 10))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+    }
+
     /// A file that fails while one of its chunks waits for its commit leaves
     /// no answered chunk counted: the job's room is whole again.
     func testAFileThatFailsGivesBackItsAnsweredChunks() throws {

@@ -229,8 +229,10 @@ struct Scheduler {
     /// transaction is written, the requests it frees go on, and the next one
     /// takes all of their answers: requests held until their own commit ended
     /// made a transaction (and an fdatasync) of about one 64 KiB chunk each.
-    /// Requests and these together stay within twice `requestLimit`, so a
-    /// kill sends again at most twice what the requests in flight carry.
+    /// Requests and these together stay within twice `requestLimit`. Only
+    /// chunks the next run would find on the server count here (see
+    /// `apply(.chunkAnswered)`), so a kill still sends again at most what the
+    /// requests in flight carry.
     private(set) var answered = 0
     /// Chunks in flight above `Configuration.smallRequestSize`: at most `concurrency`.
     private(set) var largeInFlight = 0
@@ -473,8 +475,16 @@ struct Scheduler {
 
         case .chunkAnswered(let index, let chunk, let changes, let stored):
             // The request is over: its slot and its room go to the next work. The
-            // chunk stays in flight for its file until `stored` comes back.
-            if files[index]?.inFlight.contains(chunk) == true, files[index]!.answered.insert(chunk).inserted {
+            // chunk stays in flight for its file until `stored` comes back. Only
+            // where a kill before the commit loses nothing: the next run asks the
+            // server what it holds of the file (open, and a backend that reconciles)
+            // and finds the chunk there. Elsewhere (multipart, sequence, a file
+            // created whole in one request) it would be sent again: its request
+            // keeps its slot until the commit, so a kill re-sends at most what the
+            // requests in flight carry.
+            if configuration.reconcilesFiles, files[index]?.record.isOpen == true,
+                files[index]!.inFlight.contains(chunk), files[index]!.answered.insert(chunk).inserted
+            {
                 answered += 1
                 releaseRoom(index, chunk)
                 enqueue(index)
