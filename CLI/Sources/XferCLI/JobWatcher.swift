@@ -20,7 +20,8 @@ enum JobWatcher {
             // A failed file gets a line of its own only among several: alone, the
             // job's one-line error already names it.
             var files = 0
-            for await event in job.events {
+            var batches = EventBatches(job.events)
+            while let event = await batches.next() {
                 if case .started(let started) = event { files = started.files }
                 if json {
                     if case .completed(let report) = event {
@@ -96,5 +97,38 @@ struct ProgressOutput: Sendable {
         await ticker?.value
         bar?.finish()
         lines?.finish()
+    }
+}
+
+/// A job's events, read in batches: when the reader had to wait for an
+/// event (none was buffered), it pauses `pause` before taking it, so the ones
+/// that come meanwhile are read at once, without a wait each. An event a
+/// reader waits for wakes its thread, and on two cores that thread took the
+/// transport's (a wake-up, often a preemption, per 64 KiB chunk or small
+/// file: about a tenth of the client's context switches); now two per pause
+/// at most. Nothing is dropped (the stream keeps 4,096 events; in 10 ms a
+/// push makes a few dozen), and the job's last event is not held back.
+struct EventBatches {
+    private var iterator: AsyncStream<TransferEvent>.Iterator
+    private let pause: Duration
+
+    init(_ events: AsyncStream<TransferEvent>, pause: Duration = .milliseconds(10)) {
+        iterator = events.makeAsyncIterator()
+        self.pause = pause
+    }
+
+    /// A read that took this long waited for the event (a buffered one takes ~1 µs).
+    private static let waited = Duration.microseconds(20)
+
+    mutating func next() async -> TransferEvent? {
+        let start = ContinuousClock.now
+        guard let event = await iterator.next() else { return nil }
+        switch event {
+        case .completed, .failed:
+            return event
+        default:
+            if ContinuousClock.now - start > Self.waited { try? await Task.sleep(for: pause) }
+            return event
+        }
     }
 }
