@@ -106,13 +106,15 @@ struct ProgressOutput: Sendable {
 /// reader waits for wakes its thread, and on two cores that thread took the
 /// transport's (a wake-up, often a preemption, per 64 KiB chunk or small
 /// file: about a tenth of the client's context switches); now two per pause
-/// at most. Nothing is dropped (the stream keeps 4,096 events; in 10 ms a
-/// push makes a few dozen), and the job's last event is not held back.
+/// at most. Nothing is dropped (the stream keeps 4,096 events; in 2 ms a
+/// push makes a dozen or so), and the job's last event is not held back.
+/// The pause is short because `--json` readers act on events as they come
+/// (a script, or a test, that kills a push after its tenth chunk).
 struct EventBatches {
     private var iterator: AsyncStream<TransferEvent>.Iterator
     private let pause: Duration
 
-    init(_ events: AsyncStream<TransferEvent>, pause: Duration = .milliseconds(10)) {
+    init(_ events: AsyncStream<TransferEvent>, pause: Duration = .milliseconds(2)) {
         iterator = events.makeAsyncIterator()
         self.pause = pause
     }
