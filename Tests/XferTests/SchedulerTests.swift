@@ -7,6 +7,8 @@ import XCTest
 /// effects out, no network, no store, no files.
 final class SchedulerTests: XCTestCase {
     private let id = JobID(rawValue: "00000000000000ab")
+    /// What an open step names for a file the server can be asked about.
+    private let upload: ServerHandles = [HandleKey("url"): "http://127.0.0.1:1/uploads/1"]
 
     private func identity(_ size: Int64, time: Int64 = 1) -> FileIdentity {
         FileIdentity(size: size, modificationTimeNanoseconds: time, inode: 7, device: 1)
@@ -41,6 +43,17 @@ final class SchedulerTests: XCTestCase {
                 completesFilesAndReconciles: completesFilesAndReconciles,
                 // A pull's terms, as `DownloadSteps.configuration` gives them.
                 isDownload: pull, startsJob: !pull, finishesJob: !pull, reconcilesFiles: !pull))
+    }
+
+    /// Loads and opens file 0 of `s`, its open step naming an upload the server can be asked about.
+    private func openWithAnUpload(_ s: inout Scheduler, size: Int64) throws {
+        XCTAssertEqual(s.next(), .loadFile(0))
+        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0, size: size))))
+        XCTAssertEqual(s.next(), .openFile(0))
+        var record = s.file(0)!.record
+        record.isOpen = true
+        record.handles = upload
+        _ = try s.apply(.opened(file: 0, record))
     }
 
     private func loaded(_ record: FileRecord, done: [Int] = [], now: FileIdentity? = nil, capacity: Int? = nil) -> LoadedFile {
@@ -154,12 +167,7 @@ final class SchedulerTests: XCTestCase {
     /// wait uncommitted than the job has requests.
     func testAnAnsweredChunkFreesItsSlotButIsDoneOnlyOnceCommitted() throws {
         var s = scheduler(files: 1, size: 40, concurrency: 1)
-        XCTAssertEqual(s.next(), .loadFile(0))
-        _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0, size: 40))))
-        XCTAssertEqual(s.next(), .openFile(0))
-        var record = s.file(0)!.record
-        record.isOpen = true
-        _ = try s.apply(.opened(file: 0, record))
+        try openWithAnUpload(&s, size: 40)
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
         XCTAssertNil(s.next(), "one request at a time")
         let change = StateChange.putJob(s.record)
@@ -191,6 +199,67 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(s.answered, 0)
     }
 
+    /// Answers nothing else waits for are written together: a transaction
+    /// waits for as many answers as requests may be in flight, or for all
+    /// the requests still out, never for an answer that cannot come. An
+    /// answer something waits for (its request's slot, or its file's next
+    /// chunk in a sequential order), or a large chunk's, is written at once.
+    func testAnswersWaitForOthersOnlyWhileMoreCanCome() throws {
+        var s = scheduler(files: 1, size: 100, concurrency: 4)
+        try openWithAnUpload(&s, size: 100)
+        for chunk in 0..<4 { XCTAssertEqual(s.next(), .chunk(file: 0, chunk: chunk)) }
+        XCTAssertEqual(s.answerBatch, 4)
+        var waiting: [AnsweredChunk] = []
+        for chunk in 0..<3 {
+            let effects = try s.apply(
+                .chunkAnswered(file: 0, chunk: chunk, changes: [], stored: .chunkStored(file: 0, chunk: chunk, bytes: 10)))
+            XCTAssertEqual(effects.answers.map(\.mayWait), [true])
+            waiting += effects.answers
+            // As the runner asks: once the freed slot has gone to the next work.
+            XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 4 + chunk), "the answer's slot goes on")
+            XCTAssertFalse(s.commitsAnswers(waiting: waiting.count, someAwaited: false, waited: .zero), "\(waiting.count) answers, 4 requests out")
+        }
+        waiting += try s.apply(.chunkAnswered(file: 0, chunk: 3, changes: [], stored: .chunkStored(file: 0, chunk: 3, bytes: 10))).answers
+        XCTAssertTrue(s.commitsAnswers(waiting: waiting.count, someAwaited: false, waited: .zero), "a batch of the request limit")
+        XCTAssertFalse(s.commitsAnswers(waiting: 0, someAwaited: false, waited: .zero), "nothing to write")
+        XCTAssertTrue(s.commitsAnswers(waiting: 1, someAwaited: true, waited: .zero), "something waits for it")
+        XCTAssertTrue(s.commitsAnswers(waiting: 1, someAwaited: false, waited: Scheduler.answerWait), "answers come slowly")
+        // The batch is written (its chunks stored); the last requests come back: with none left out, one answer is written alone.
+        for chunk in 0..<4 { _ = try s.apply(.chunkStored(file: 0, chunk: chunk, bytes: 10)) }
+        for chunk in 4..<7 { _ = try s.apply(.chunkStored(file: 0, chunk: chunk, bytes: 10)) }
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 7))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 8))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 9))
+        XCTAssertNil(s.next())
+        _ = try s.apply(.chunkStored(file: 0, chunk: 8, bytes: 10))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 9, bytes: 10))
+        let last = try s.apply(.chunkAnswered(file: 0, chunk: 7, changes: [], stored: .chunkStored(file: 0, chunk: 7, bytes: 10)))
+        XCTAssertTrue(s.commitsAnswers(waiting: last.answers.count, someAwaited: false, waited: .zero), "no request left to bring another answer")
+
+        // In a sequential order the file's next chunk waits for the commit: it is not held back.
+        var ordered = scheduler(files: 1, size: 100, concurrency: 4, order: .sequentialWithinFile)
+        XCTAssertEqual(ordered.next(), .loadFile(0))
+        _ = try ordered.apply(.loaded(file: 0, loaded({ var r = fileRecord(0, size: 100); r.isOpen = true; r.handles = upload; return r }())))
+        XCTAssertEqual(ordered.next(), .reconcileFile(0))
+        _ = try ordered.apply(.reconciled(file: 0, nil))
+        XCTAssertEqual(ordered.next(), .chunk(file: 0, chunk: 0))
+        let answer = try ordered.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertEqual(answer.answers.map(\.mayWait), [false])
+
+        // A large chunk's answer is written at once: its request took far longer than the transaction.
+        let mib = 1 << 20
+        var large = scheduler(files: 1, size: Int64(4 * mib), concurrency: 4)
+        XCTAssertEqual(large.next(), .loadFile(0))
+        _ = try large.apply(
+            .loaded(file: 0, loaded({ var r = fileRecord(0, size: Int64(4 * mib), chunkSize: 2 * mib); r.isOpen = true; r.handles = upload; return r }())))
+        XCTAssertEqual(large.next(), .reconcileFile(0))
+        _ = try large.apply(.reconciled(file: 0, nil))
+        XCTAssertEqual(large.next(), .chunk(file: 0, chunk: 0))
+        let big = try large.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 2 * mib)))
+        XCTAssertEqual(big.answers.map(\.mayWait), [false])
+        XCTAssertEqual(large.answered, 1, "its slot went on all the same")
+    }
+
     /// Where the next run could not find an answered chunk on the server (a
     /// backend that does not reconcile, or a file not opened: created whole in
     /// one request), its request keeps its slot until the commit, so a kill
@@ -204,10 +273,27 @@ final class SchedulerTests: XCTestCase {
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
         let effects = try s.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
         XCTAssertEqual(effects.answers.count, 1, "committed with the others all the same")
+        XCTAssertEqual(effects.answers.map(\.mayWait), [false], "and at once: its slot waits for it")
         XCTAssertEqual(s.answered, 0)
         XCTAssertNil(s.next(), "the slot is held until the commit")
         _ = try s.apply(.chunkStored(file: 0, chunk: 0, bytes: 10))
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1))
+
+        // Opened, but its open step named no upload (it was skipped: a file created
+        // by its one request, tus's partial uploads): nothing to ask the server about.
+        var skipped = scheduler(files: 1, size: 40, concurrency: 1)
+        XCTAssertEqual(skipped.next(), .loadFile(0))
+        _ = try skipped.apply(.loaded(file: 0, loaded(fileRecord(0, size: 40))))
+        XCTAssertEqual(skipped.next(), .openFile(0))
+        var record = skipped.file(0)!.record
+        record.isOpen = true
+        _ = try skipped.apply(.opened(file: 0, record))
+        XCTAssertEqual(skipped.next(), .chunk(file: 0, chunk: 0))
+        let answer = try skipped.apply(
+            .chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertEqual(answer.answers.map(\.mayWait), [false])
+        XCTAssertEqual(skipped.answered, 0)
+        XCTAssertNil(skipped.next(), "the slot is held until the commit")
     }
 
     /// A file that fails while one of its chunks waits for its commit leaves
@@ -221,6 +307,7 @@ final class SchedulerTests: XCTestCase {
             case .openFile(let index):
                 var record = s.file(index)!.record
                 record.isOpen = true
+                record.handles = upload
                 _ = try s.apply(.opened(file: index, record))
             default: handed.append(work)
             }

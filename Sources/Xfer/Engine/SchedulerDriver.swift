@@ -47,6 +47,8 @@ enum SchedulerDriver {
         case work(WorkResult)
         case committed([WorkResult])
         case commitFailed(XferError)
+        /// Answers have waited `Scheduler.answerWait`: ask again.
+        case answerWaitOver
     }
 
     /// Feeds `scheduler` the results of work, starts what it hands out (up
@@ -68,13 +70,33 @@ enum SchedulerDriver {
             await withTaskGroup(of: Finished.self) { group in
                 var inFlight = 0
                 // Answered chunks whose records wait for a transaction; one is written
-                // at a time, and the next takes every answer that came meanwhile.
+                // at a time, and the next takes every answer that came meanwhile, once
+                // the scheduler says there are enough (`Scheduler.commitsAnswers`).
                 var answers: [AnsweredChunk] = []
+                var someAnswerAwaited = false
+                var firstAnswerCame = ContinuousClock.now
                 var isCommitting = false
+                var isAnswerTimerSet = false
                 func commitAnswers() {
                     guard failure == nil, !isCommitting, !answers.isEmpty else { return }
+                    let waited = ContinuousClock.now - firstAnswerCame
+                    guard scheduler.commitsAnswers(waiting: answers.count, someAwaited: someAnswerAwaited, waited: waited) else {
+                        // No result may come for a while (every request slowed by a rate
+                        // limit once its burst is spent, or stalled): a timer asks again.
+                        if !isAnswerTimerSet {
+                            isAnswerTimerSet = true
+                            inFlight += 1
+                            let left = Scheduler.answerWait - waited
+                            group.addTask(executorPreference: transport.executor) {
+                                try? await Task.sleep(for: left)
+                                return .answerWaitOver
+                            }
+                        }
+                        return
+                    }
                     let batch = answers
                     answers.removeAll(keepingCapacity: true)
+                    someAnswerAwaited = false
                     isCommitting = true
                     inFlight += 1
                     // Also once the run is cancelled: the server has these chunks.
@@ -99,7 +121,11 @@ enum SchedulerDriver {
                         if effects.sync { try store.sync() }
                         for event in effects.events { events.yield(event) }
                         for index in effects.released { held[index] = nil }
-                        answers.append(contentsOf: effects.answers)
+                        for answer in effects.answers {
+                            if answers.isEmpty { firstAnswerCame = .now }
+                            answers.append(answer)
+                            if !answer.mayWait { someAnswerAwaited = true }
+                        }
                     } catch {
                         failure = error
                         group.cancelAll()
@@ -128,6 +154,8 @@ enum SchedulerDriver {
                     case .committed(let results):
                         isCommitting = false
                         for result in results { await take(result) }
+                    case .answerWaitOver:
+                        isAnswerTimerSet = false
                     case .commitFailed(let error):
                         isCommitting = false
                         if failure == nil {
