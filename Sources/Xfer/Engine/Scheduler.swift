@@ -316,8 +316,9 @@ struct Scheduler {
     static let answerWait = Duration.milliseconds(10)
 
     /// The answers a transaction waits for (see `commitsAnswers`): as many
-    /// as requests may be in flight (half as many saved a quarter less of
-    /// the client's CPU, 64 KiB chunks at 8 in flight: Docs/benchmarks.md).
+    /// as requests may be in flight (half as many saved three quarters as
+    /// much of the client's CPU, 64 KiB chunks at 8 in flight:
+    /// Docs/benchmarks.md).
     /// A batch being written and the next one's answers stay within the
     /// `2 × requestLimit` that `next()` allows.
     var answerBatch: Int { configuration.requestLimit }
