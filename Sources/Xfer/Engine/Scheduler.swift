@@ -318,9 +318,8 @@ struct Scheduler {
     /// The answers a transaction waits for (see `commitsAnswers`): as many
     /// as requests may be in flight (half as many saved three quarters as
     /// much of the client's CPU, 64 KiB chunks at 8 in flight:
-    /// Docs/benchmarks.md).
-    /// A batch being written and the next one's answers stay within the
-    /// `2 × requestLimit` that `next()` allows.
+    /// Docs/benchmarks.md). A batch being written and the next one's
+    /// answers stay within the `2 × requestLimit` that `next()` allows.
     var answerBatch: Int { configuration.requestLimit }
 
     // MARK: Choosing work
