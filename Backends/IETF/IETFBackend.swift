@@ -275,8 +275,20 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
         if job.handles[namedFileKey] == file.relativePath, job.files.count <= 1 { return job.target }
         let (url, query) = splitQuery(job.target)
         let base = url.hasSuffix("/") ? url : url + "/"
-        let path = file.relativePath.split(separator: "/").map { String($0).percentEncodedPathSegment }.joined(separator: "/")
-        return base + path + query
+        return base + encodedPath(file.relativePath) + query
+    }
+
+    /// `relativePath` with each segment percent-encoded (empty ones dropped). Most paths need
+    /// nothing (letters, digits, `-._~`, single slashes between segments) and are taken as
+    /// they are: this runs once per file, and a tree's files are many.
+    static func encodedPath(_ relativePath: String) -> String {
+        var previous = UInt8(ascii: "/")
+        let plain = relativePath.utf8.allSatisfy { byte in
+            defer { previous = byte }
+            return byte == UInt8(ascii: "/") ? previous != UInt8(ascii: "/") : PercentEncoding.isUnreserved(byte)
+        }
+        if plain, previous != UInt8(ascii: "/") { return relativePath }
+        return relativePath.split(separator: "/").map { String($0).percentEncodedPathSegment }.joined(separator: "/")
     }
 
     /// `target` cut before its query (`?...`, kept whole in `query`).

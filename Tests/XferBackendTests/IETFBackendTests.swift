@@ -62,6 +62,15 @@ final class IETFBackendTests: XCTestCase {
         XCTAssertTrue(backend.makeJobHandles(for: BackendTesting.job(target: target, files: [one], namedFile: "ä b.bin")).isEmpty)
     }
 
+    /// A plain path is taken as it is; anything else is encoded a segment at a time, as before.
+    func testCreationPathsAreEncodedASegmentAtATime() {
+        XCTAssertEqual(IETFBackend.encodedPath("d00/f-0001.bin_~"), "d00/f-0001.bin_~")
+        XCTAssertEqual(IETFBackend.encodedPath("a b/c%d?#.bin"), "a%20b/c%25d%3F%23.bin")
+        XCTAssertEqual(IETFBackend.encodedPath("a//b"), "a/b")
+        XCTAssertEqual(IETFBackend.encodedPath("/a/"), "a")
+        XCTAssertEqual(IETFBackend.encodedPath("x.bin"), "x.bin")
+    }
+
     func testAFileOfOneChunkGoesInOneRequestOthersAreCreatedEmptyThenAppended() throws {
         let small = file(size: 3)
         XCTAssertTrue(backend.openFile(small, in: job([small])).isSkipped)

@@ -28,6 +28,7 @@ def bench_trees(work):
 
     recv = fresh_receiver()
     tree = work.path("tree")
+    small_tree, large_tree = tree, work.path("tree-large")
     make_tree(tree, count)
     curl_config = work.path("curl.cfg")
     with open(curl_config, "w") as h:
@@ -102,10 +103,10 @@ def bench_trees(work):
             "rows": rows,
         }
         # The large tree: linear wall time, bounded memory and state, fast list/status, fast resume.
-        shutil.rmtree(tree, ignore_errors=True)
+        # Nothing is deleted just before it either (see the roots above): the small runs' roots
+        # and tree go at the end of the section, with its own.
         recv.stop()
-        for old in roots:
-            shutil.rmtree(old, ignore_errors=True)
+        tree = large_tree
         make_tree(tree, large)
         recv = fresh_receiver()
         os.sync()
@@ -177,6 +178,7 @@ def bench_trees(work):
         }
     finally:
         recv.stop()
-        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(small_tree, ignore_errors=True)
+        shutil.rmtree(large_tree, ignore_errors=True)
         for old in roots:
             shutil.rmtree(old, ignore_errors=True)

@@ -36,7 +36,9 @@ package final class ChunkBytes: Sendable, Hashable {
     private let state = Mutex(State())
 
     private struct State {
-        var digests: [Digest: [UInt8]] = [:]
+        // Not `[:]`: an empty literal builds its (empty) array of pairs, whose type
+        // the runtime looks up on every chunk.
+        var digests = [Digest: [UInt8]]()
         var observed = false
         var failure: XferError?
         /// A chunk of one block, as its first digest pass read (and checked)

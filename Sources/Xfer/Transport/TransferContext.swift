@@ -255,10 +255,17 @@ final class TransferContext {
     /// Consumes one header line as curl delivers it (always a complete line,
     /// CRLF included). A status line starts a new response, so headers of
     /// interim 1xx responses and of proxy CONNECT replies are forgotten and
-    /// only the final response's remain.
+    /// only the final response's remain; an interim response's are not even
+    /// read (the IETF draft's 104 brings five of them to every creation).
+    /// Read in place: the line is curl's buffer, and only a field kept
+    /// becomes a `String`.
     func receiveHeaderLine(_ bytes: UnsafeRawBufferPointer) {
-        let line = Self.trimmingLineEnd(bytes)
-        guard let first = line.first else { return }
+        var end = bytes.count
+        while end > 0, bytes[end - 1] == UInt8(ascii: "\n") || bytes[end - 1] == UInt8(ascii: "\r") {
+            end -= 1
+        }
+        guard end > 0 else { return }
+        let line = bytes[0..<end]
         if line.starts(with: "HTTP/".utf8) {
             headerFields.removeAll(keepingCapacity: true)
             responseBody.removeAll(keepingCapacity: true)
@@ -266,10 +273,12 @@ final class TransferContext {
             status = Self.statusCode(of: line)
             return
         }
+        if (100..<200).contains(status) { return }
+        let first = line[line.startIndex]
         if first == UInt8(ascii: " ") || first == UInt8(ascii: "\t") {
             // Obsolete line folding: a continuation of the previous value.
             guard var last = headerFields.popLast() else { return }
-            let continuation = Self.trimmingWhitespace(line[...])
+            let continuation = Self.trimmingWhitespace(line)
             if !continuation.isEmpty {
                 last.value += (last.value.isEmpty ? "" : " ") + String(decoding: continuation, as: UTF8.self)
             }
@@ -287,7 +296,7 @@ final class TransferContext {
     }
 
     /// The code of a status line (`HTTP/1.1 206 Partial Content`, `HTTP/2 200`); 0 when unreadable.
-    private static func statusCode(of line: [UInt8]) -> Int {
+    private static func statusCode(of line: Slice<UnsafeRawBufferPointer>) -> Int {
         guard let space = line.firstIndex(of: UInt8(ascii: " ")) else { return 0 }
         var code = 0
         var digits = 0
@@ -299,19 +308,11 @@ final class TransferContext {
         return digits == 3 ? code : 0
     }
 
-    private static func trimmingLineEnd(_ bytes: UnsafeRawBufferPointer) -> [UInt8] {
-        var end = bytes.count
-        while end > 0, bytes[end - 1] == UInt8(ascii: "\n") || bytes[end - 1] == UInt8(ascii: "\r") {
-            end -= 1
-        }
-        return Array(bytes[0..<end])
-    }
-
-    private static func trimmingWhitespace(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-        let isWhitespace = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        guard let start = bytes.firstIndex(where: { !isWhitespace($0) }),
-              let end = bytes.lastIndex(where: { !isWhitespace($0) })
-        else { return [] }
-        return bytes[start...end]
+    private static func trimmingWhitespace(_ bytes: Slice<UnsafeRawBufferPointer>) -> Slice<UnsafeRawBufferPointer> {
+        var start = bytes.startIndex
+        var end = bytes.endIndex
+        while start < end, bytes[start] == UInt8(ascii: " ") || bytes[start] == UInt8(ascii: "\t") { start += 1 }
+        while end > start, bytes[end - 1] == UInt8(ascii: " ") || bytes[end - 1] == UInt8(ascii: "\t") { end -= 1 }
+        return bytes[start..<end]
     }
 }

@@ -84,6 +84,18 @@ struct UploadLayout: Sendable {
     var downloadFile: String { downloadDirectory + "/" + path.text }
 }
 
+/// A new flat upload's log (open for appending, after its meta line) and data file, as its
+/// creation left them open (`DiskUploads.createOpen`). The holder closes them.
+struct OpenUploadFiles: Sendable {
+    let log: POSIXFile
+    let data: POSIXFile
+
+    func close() {
+        data.close()
+        log.close()
+    }
+}
+
 /// The registry of uploads: creates them, finds them (loading from disk on first access, which is
 /// how a restarted receiver, even one killed with SIGKILL, picks up where it left off) and deletes them.
 ///
@@ -153,12 +165,35 @@ actor DiskUploads {
         protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format = .flat, durable: Bool = true,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
     ) async throws -> DiskUpload {
+        let (upload, _) = try await create(
+            protocolName: protocolName, path: path, size: size, chunkSize: chunkSize, format: format, durable: durable, keepingOpen: false,
+            alsoWrite: alsoWrite)
+        return upload
+    }
+
+    /// A flat upload, not synced (as `durable: false` above), with its log and data file still
+    /// open for the caller, who writes the whole file through them and closes them: a small
+    /// file's creation opens each of its files once.
+    func createOpen(
+        protocolName: String, path: RelativePath, size: Int, chunkSize: Int,
+        alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
+    ) async throws -> (DiskUpload, OpenUploadFiles) {
+        let (upload, files) = try await create(
+            protocolName: protocolName, path: path, size: size, chunkSize: chunkSize, format: .flat, durable: false, keepingOpen: true,
+            alsoWrite: alsoWrite)
+        return (upload, files!)
+    }
+
+    private func create(
+        protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format, durable: Bool, keepingOpen: Bool,
+        alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void
+    ) async throws -> (DiskUpload, OpenUploadFiles?) {
         await relieveIfFull()
         try uploads.makeRoom()
         let layout = self.layout
         // Inline, not on the blocking pool: creating two small files costs less than the two
         // thread switches a hop there and back takes. Layout 1 makes a directory: that one hops.
-        let make: @Sendable () throws -> (UploadMeta, UploadLayout) = {
+        let make: @Sendable () throws -> (UploadMeta, UploadLayout, OpenUploadFiles?) = {
             while true {
                 let id = UploadID.generate()
                 let uploadLayout = layout.upload(id, path: path, format: format)
@@ -172,18 +207,23 @@ actor DiskUploads {
                 )
                 // The log claims the id; another upload holding it (never, with 128 random bits)
                 // would only make this draw again.
-                guard try Self.initialize(meta, in: uploadLayout) else { continue }
-                try alsoWrite(uploadLayout)
-                return (meta, uploadLayout)
+                guard case .created(let files) = try Self.initialize(meta, in: uploadLayout, keepingOpen: keepingOpen) else { continue }
+                do {
+                    try alsoWrite(uploadLayout)
+                } catch {
+                    files?.close()
+                    throw error
+                }
+                return (meta, uploadLayout, files)
             }
         }
-        let (meta, uploadLayout) = format == .flat ? try make() : try await io.run(make)
+        let (meta, uploadLayout, files) = format == .flat ? try make() : try await io.run(make)
         if durable { try await durability.sync() }
         let upload = DiskUpload(
             meta: meta, layout: uploadLayout, io: io, durability: durability, statistics: statistics, memory: memory,
             completion: nil)
         uploads.insert(upload, for: meta.uploadId)
-        return upload
+        return (upload, files)
     }
 
     /// DiskUpload `id`, created as described when it does not exist yet.
@@ -208,7 +248,7 @@ actor DiskUploads {
                 // Files that do not load are a creation a crash cut short: nothing in them
                 // was ever acknowledged, and their names are needed again.
                 try Self.moveToTrash(id: id, layout: layout, suffix: ".partial")
-                guard try Self.initialize(meta, in: uploadLayout) else {
+                guard case .created = try Self.initialize(meta, in: uploadLayout, keepingOpen: false) else {
                     throw UploadError.corrupt("upload \(id) reappeared during its creation")
                 }
                 let upload = DiskUpload(
@@ -379,28 +419,46 @@ actor DiskUploads {
         return true
     }
 
-    /// Creates a flat upload's log, holding the meta line, then its empty data file; false when the
-    /// log exists. (Layout 1: its directory, `meta.json` and the data file; false when the
+    enum Initialized {
+        /// The files are made; open when asked (flat only).
+        case created(OpenUploadFiles?)
+        /// Another upload holds the id.
+        case taken
+    }
+
+    /// Creates a flat upload's log, holding the meta line, then its empty data file; `.taken` when
+    /// the log exists. (Layout 1: its directory, `meta.json` and the data file; `.taken` when the
     /// directory exists.) Not synced: the caller waits for a sync round before anyone learns the
     /// id. Blocking.
-    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout) throws -> Bool {
+    private static func initialize(_ meta: UploadMeta, in uploadLayout: UploadLayout, keepingOpen: Bool) throws -> Initialized {
         if uploadLayout.format == .directory {
-            guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { return false }
+            precondition(!keepingOpen, "only a flat upload's files are kept open")
+            guard try FileSystemOps.makeNewDirectory(uploadLayout.directory) else { return .taken }
             try FileSystemOps.writeNew(meta.jsonLine(), to: uploadLayout.file("meta.json"))
             try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_EXCL).close()
             try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL).close()
-            return true
+            return .created(nil)
         }
         let log: POSIXFile
         do {
-            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL)
+            // O_APPEND: records the holder appends land after the meta line (`OpenUploadFiles`).
+            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL | (keepingOpen ? O_APPEND : 0))
         } catch let error as IOError where error.code == EEXIST {
-            return false
+            return .taken
         }
-        defer { log.close() }
-        try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
-        try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC).close()
-        return true
+        do {
+            try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
+            let data = try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC)
+            guard keepingOpen else {
+                data.close()
+                log.close()
+                return .created(nil)
+            }
+            return .created(OpenUploadFiles(log: log, data: data))
+        } catch {
+            log.close()
+            throw error
+        }
     }
 
     /// Renames whatever files upload `id` has in `uploads/` (flat: its log first; layout 1: its

@@ -259,8 +259,25 @@ enum FileSystemOps {
     /// in with `renameat` relative to the last, so a symbolic link (or a file) where a directory
     /// is expected fails the move instead of leading out of `base`. The components must be
     /// checked names (`RelativePath`): no '/', no `.`/`..`, not empty.
+    ///
+    /// Where this call creates the first directory itself (a new upload's `downloads/<id>`, the
+    /// usual case), it holds nothing this call did not put there, so the rest is done by name:
+    /// one `mkdir` a directory and one `rename`, against four calls a directory (open, `mkdirat`,
+    /// open, close) the walk takes. Where it exists already (a load repairing a publication a
+    /// crash cut short), the walk above.
     static func place(_ source: String, under base: String, at components: [String]) throws {
         precondition(!components.isEmpty, "a place needs a name")
+        if components.count > 1 {
+            var path = base + "/" + components[0]
+            if mkdir(path, 0o755) == 0 {
+                for component in components.dropFirst().dropLast() {
+                    path += "/" + component
+                    guard mkdir(path, 0o755) == 0 else { throw IOError(operation: "mkdir", path: path, code: errno) }
+                }
+                try rename(source, to: path + "/" + components[components.count - 1])
+                return
+            }
+        }
         var directory = try POSIXFile.open(base, O_RDONLY | O_DIRECTORY)
         defer { directory.close() }
         for component in components.dropLast() {
