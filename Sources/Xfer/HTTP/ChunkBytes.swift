@@ -104,8 +104,12 @@ package final class ChunkBytes: Sendable, Hashable {
     }
 
     /// Throws when the chunk's file is no longer the one the job recorded.
+    /// A chunk sent from the bytes its digest pass read (`held`) asks
+    /// nothing: the pass checked the file once it had read them, and what
+    /// the file holds since is not what was sent (one `fstat` a small file).
     package func checkUnchanged() throws(XferError) {
-        if case .file(let file) = source { try file.checkUnchanged() }
+        guard case .file(let file) = source, state.withLock({ $0.held == nil }) else { return }
+        try file.checkUnchanged()
     }
 
     /// Calls `body` with the chunk's bytes in order, a block at a time.
