@@ -45,14 +45,16 @@ final class SchedulerTests: XCTestCase {
                 isDownload: pull, startsJob: !pull, finishesJob: !pull, reconcilesFiles: !pull))
     }
 
-    /// Loads and opens file 0 of `s`, its open step naming an upload the server can be asked about.
-    private func openWithAnUpload(_ s: inout Scheduler, size: Int64) throws {
+    /// Loads and opens file 0 of `s`. `withAnUpload`: its open step names an upload the server can
+    /// be asked about; else it names none (skipped: a file created by its one request, tus's
+    /// partial uploads, a sequence's blocks).
+    private func open(_ s: inout Scheduler, size: Int64, withAnUpload: Bool = true) throws {
         XCTAssertEqual(s.next(), .loadFile(0))
         _ = try s.apply(.loaded(file: 0, loaded(fileRecord(0, size: size))))
         XCTAssertEqual(s.next(), .openFile(0))
         var record = s.file(0)!.record
         record.isOpen = true
-        record.handles = upload
+        if withAnUpload { record.handles = upload }
         _ = try s.apply(.opened(file: 0, record))
     }
 
@@ -167,7 +169,7 @@ final class SchedulerTests: XCTestCase {
     /// wait uncommitted than the job has requests.
     func testAnAnsweredChunkFreesItsSlotButIsDoneOnlyOnceCommitted() throws {
         var s = scheduler(files: 1, size: 40, concurrency: 1)
-        try openWithAnUpload(&s, size: 40)
+        try open(&s, size: 40)
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
         XCTAssertNil(s.next(), "one request at a time")
         let change = StateChange.putJob(s.record)
@@ -206,7 +208,7 @@ final class SchedulerTests: XCTestCase {
     /// chunk in a sequential order), or a large chunk's, is written at once.
     func testAnswersWaitForOthersOnlyWhileMoreCanCome() throws {
         var s = scheduler(files: 1, size: 100, concurrency: 4)
-        try openWithAnUpload(&s, size: 100)
+        try open(&s, size: 100)
         for chunk in 0..<4 { XCTAssertEqual(s.next(), .chunk(file: 0, chunk: chunk)) }
         XCTAssertEqual(s.answerBatch, 4)
         var waiting: [AnsweredChunk] = []
@@ -282,12 +284,7 @@ final class SchedulerTests: XCTestCase {
         // Opened, but its open step named no upload (it was skipped: a file created
         // by its one request, tus's partial uploads): nothing to ask the server about.
         var skipped = scheduler(files: 1, size: 40, concurrency: 1)
-        XCTAssertEqual(skipped.next(), .loadFile(0))
-        _ = try skipped.apply(.loaded(file: 0, loaded(fileRecord(0, size: 40))))
-        XCTAssertEqual(skipped.next(), .openFile(0))
-        var record = skipped.file(0)!.record
-        record.isOpen = true
-        _ = try skipped.apply(.opened(file: 0, record))
+        try open(&skipped, size: 40, withAnUpload: false)
         XCTAssertEqual(skipped.next(), .chunk(file: 0, chunk: 0))
         let answer = try skipped.apply(
             .chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
@@ -419,6 +416,37 @@ final class SchedulerTests: XCTestCase {
         XCTAssertNil(s.next(), "the file's next chunk waits for this one")
         _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
         XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 3))
+    }
+
+    /// Where the next run would ask the server about the file's upload, a chunk's answer lets the
+    /// file's next chunk go while its records are committed; elsewhere the next one waits for
+    /// the commit.
+    func testSequentialOrderGoesOnAtAnAnswerOnlyWhereTheServerCanBeAsked() throws {
+        var s = scheduler(files: 1, size: 40, concurrency: 4, order: .sequentialWithinFile)
+        try open(&s, size: 40)
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 0))
+        XCTAssertNil(s.next(), "one request of the file at a time")
+        _ = try s.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 1), "the answer came: the next chunk goes during the commit")
+        XCTAssertNil(s.next(), "and only it")
+        _ = try s.apply(.chunkAnswered(file: 0, chunk: 1, changes: [], stored: .chunkStored(file: 0, chunk: 1, bytes: 10)))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 2), "two commits may be under way")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 0, bytes: 10))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 1, bytes: 10))
+        XCTAssertNil(s.next(), "chunk 2 is still out")
+        _ = try s.apply(.chunkStored(file: 0, chunk: 2, bytes: 10))
+        XCTAssertEqual(s.next(), .chunk(file: 0, chunk: 3))
+        _ = try s.apply(.chunkStored(file: 0, chunk: 3, bytes: 10))
+        XCTAssertEqual(s.next(), .finishFile(0))
+
+        // A file opened without an upload to ask about (a sequence's blocks, say): the commit first.
+        var t = scheduler(files: 1, size: 40, concurrency: 4, order: .sequentialWithinFile)
+        try open(&t, size: 40, withAnUpload: false)
+        XCTAssertEqual(t.next(), .chunk(file: 0, chunk: 0))
+        _ = try t.apply(.chunkAnswered(file: 0, chunk: 0, changes: [], stored: .chunkStored(file: 0, chunk: 0, bytes: 10)))
+        XCTAssertNil(t.next(), "the next chunk waits for the commit")
+        _ = try t.apply(.chunkStored(file: 0, chunk: 0, bytes: 10))
+        XCTAssertEqual(t.next(), .chunk(file: 0, chunk: 1))
     }
 
     func testACompletedFileOfAnEarlierRunIsNotTouched() throws {

@@ -427,8 +427,16 @@ struct Scheduler {
     private func nextChunk(_ file: FileState) -> Int? {
         switch chunkOrder {
         case .sequentialWithinFile:
-            guard file.inFlight.isEmpty else { return nil }
-            return file.done.firstMissing()
+            // One request of the file at a time. A chunk answered and not yet written down
+            // (`answered`: only where the next run would ask the server and find it, see
+            // `.chunkAnswered`) has had its answer: the next request may go while its
+            // records are committed.
+            guard file.inFlight.count == file.answered.count else { return nil }
+            var candidate = file.done.firstMissing()
+            while let chunk = candidate, file.answered.contains(chunk) {
+                candidate = file.done.firstMissing(from: chunk + 1)
+            }
+            return candidate
         case .any:
             // The cursor only moves forward between resets, so the scan is amortized O(1) a chunk.
             var candidate = file.done.firstMissing(from: file.cursor)

@@ -1,4 +1,5 @@
 import Crypto
+import Synchronization
 import XferPrimitives
 
 /// Digests of the bytes sent, to check what a server reports of them
@@ -20,6 +21,15 @@ protocol StepContent: SentDigests, Sendable {
     /// The range as a request body carries it. `feedingHash`: its bytes
     /// also feed the whole-content SHA-256 when a digest pass reads them.
     func chunk(offset: Int64, length: Int, feedingHash: Bool) -> ChunkBytes
+    /// Starts the digest pass of the range a file's next request will send
+    /// (`digests`, those the request before it needed), in the background;
+    /// `chunk` then hands out that range's bytes with whatever the pass
+    /// found. Nothing where nothing would be read.
+    func readAhead(offset: Int64, length: Int, digests: [ChunkBytes.Digest])
+}
+
+extension StepContent {
+    func readAhead(offset: Int64, length: Int, digests: [ChunkBytes.Digest]) {}
 }
 
 /// A file of the job, open, with the SHA-256 its chunks feed when the
@@ -27,6 +37,14 @@ protocol StepContent: SentDigests, Sendable {
 struct FileOnDisk: StepContent {
     let local: LocalFile
     let hash: StreamingFileHash?
+    /// For a file of more than one chunk: the next range, read ahead.
+    let ahead: ChunkReadAhead?
+
+    init(local: LocalFile, hash: StreamingFileHash?, readsAhead: Bool) {
+        self.local = local
+        self.hash = hash
+        ahead = readsAhead ? ChunkReadAhead() : nil
+    }
 
     func checkUnchanged(recorded identity: FileIdentity) throws(XferError) {
         try local.checkUnchanged(against: identity)
@@ -37,9 +55,21 @@ struct FileOnDisk: StepContent {
     }
 
     func chunk(offset: Int64, length: Int, feedingHash: Bool) -> ChunkBytes {
+        if !feedingHash, let ready = ahead?.take(offset: offset, length: length) { return ready }
         guard feedingHash, let hash else { return ChunkBytes(file: local, offset: offset, length: length) }
         return ChunkBytes(file: local, offset: offset, length: length) { (position: Int64, bytes: [UInt8]) throws(XferError) in
             try hash.feed(offset: position, bytes: bytes)
+        }
+    }
+
+    func readAhead(offset: Int64, length: Int, digests: [ChunkBytes.Digest]) {
+        guard let ahead, !digests.isEmpty else { return }
+        let next = ChunkBytes(file: local, offset: offset, length: length)
+        ahead.offer(next)
+        // A thread of the pool, not the transport's: the pass reads the range
+        // while the request before it waits for its answer.
+        Task.detached(priority: .utility) {
+            for digest in digests { _ = next.digest(digest) }
         }
     }
 
@@ -152,5 +182,24 @@ extension FileRecord {
             file.modificationTimeNanoseconds = identity.modificationTimeNanoseconds
         }
         return file
+    }
+}
+
+/// The one range of a file read ahead of its request (`FileOnDisk.readAhead`),
+/// taken by the request that sends exactly that range; any other request
+/// (the server asked for another offset) drops it.
+final class ChunkReadAhead: Sendable {
+    private let ready = Mutex<ChunkBytes?>(nil)
+
+    func offer(_ bytes: ChunkBytes) {
+        ready.withLock { $0 = bytes }
+    }
+
+    func take(offset: Int64, length: Int) -> ChunkBytes? {
+        ready.withLock { ready in
+            defer { ready = nil }
+            guard let bytes = ready, bytes.offset == offset, bytes.length == length else { return nil }
+            return bytes
+        }
     }
 }

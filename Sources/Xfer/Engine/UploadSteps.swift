@@ -68,7 +68,8 @@ struct UploadSteps: ScheduledSteps {
         do {
             let local = try LocalFile(path: record.path)
             let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
-            return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), FileOnDisk(local: local, hash: hash))
+            let opened = FileOnDisk(local: local, hash: hash, readsAhead: record.chunkPlan(backend.traits).count > 1)
+            return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), opened)
         } catch {
             guard error.kind == .fileUnreadable, let why = error.reason else { return (.failed(.loadFile(index), error), nil) }
             return (.loadFailed(file: index, record: record, reason: "cannot be read (\(why))"), nil)
@@ -125,10 +126,14 @@ struct UploadSteps: ScheduledSteps {
             case .chunk(_, let chunk):
                 let terms = scheduler.terms(ofChunk: chunk, file: index)
                 let feedsHash = steps.sha256Reporting?.reportsSHA256(of: file, in: job) == true
+                // One request at a time per file: the next one's digest pass can run while
+                // this one waits for its answer. Not for a pass that feeds the whole-file
+                // hash, which must see the file in order.
+                let readsAhead = scheduler.chunkOrder == .sequentialWithinFile && !feedsHash
                 return {
                     await worker.uploadChunk(
                         chunk, of: file, record: record, content: opened, from: terms.start, feedingHash: feedsHash, job: job,
-                        commitsAcknowledgement: terms.commitsAcknowledgement, defersCommit: true)
+                        commitsAcknowledgement: terms.commitsAcknowledgement, defersCommit: true, readsAhead: readsAhead)
                 }
             default:
                 preconditionFailure("unreachable")

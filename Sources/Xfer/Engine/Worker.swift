@@ -126,7 +126,8 @@ struct Worker: Sendable {
     /// (`.chunkAnswered`), for the run to commit with other chunks' records.
     func uploadChunk(
         _ chunk: Int, of file: FileContext, record: FileRecord, content: some StepContent, from start: Int64? = nil,
-        feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true, defersCommit: Bool = false
+        feedingHash: Bool = false, job: JobContext, commitsAcknowledgement: Bool = true, defersCommit: Bool = false,
+        readsAhead: Bool = false
     ) async -> WorkResult {
         let index = file.index
         let plan = file.plan
@@ -140,6 +141,15 @@ struct Worker: Sendable {
             // and the transport streams the range into the request (from
             // that read, for a chunk of one read block: `ChunkBytes`).
             let source = content.chunk(offset: offset, length: Int(end - offset), feedingHash: feedingHash)
+            if readsAhead, chunk + 1 < plan.count {
+                // Once this request has sent its last byte, the next chunk's digests are
+                // computed while the answer comes (`ChunkBytes.whenSent`).
+                let next = (offset: plan.offset(of: chunk + 1), length: plan.length(of: chunk + 1))
+                source.whenSent { [weak source] in
+                    guard let source else { return }
+                    content.readAhead(offset: next.offset, length: next.length, digests: source.computedDigests)
+                }
+            }
             let payload = ChunkPayload(index: chunk, source: source)
             let exchanged = try await perform(
                 "send chunk \(chunk + 1)/\(plan.count) of \(file.name)", in: job, countBytes: true, chunk: source

@@ -34,6 +34,9 @@ package final class ChunkBytes: Sendable, Hashable {
     /// them (the engine's whole-file hash, fed without a pass of its own).
     private let observer: (@Sendable (Int64, [UInt8]) throws(XferError) -> Void)?
     private let state = Mutex(State())
+    /// Held through a digest pass, so that a pass begun ahead of the chunk's
+    /// request (`whenSent`, `FileOnDisk.readAhead`) is waited for, not repeated.
+    private let pass = Mutex(())
 
     private struct State {
         // Not `[:]`: an empty literal builds its (empty) array of pairs, whose type
@@ -45,6 +48,8 @@ package final class ChunkBytes: Sendable, Hashable {
         /// it: what the request then sends, instead of reading the range a
         /// second time. At most `passBlock` per chunk in flight.
         var held: [UInt8]?
+        /// What to do once the request has taken the chunk's last byte.
+        var whenSent: (@Sendable () -> Void)?
     }
 
     /// The digests a chunk can give.
@@ -160,14 +165,37 @@ package final class ChunkBytes: Sendable, Hashable {
     /// the chunk cannot be read (see `failure`).
     package func digest(_ digest: Digest) -> [UInt8] {
         if let known = state.withLock({ $0.digests[digest] }) { return known }
-        do {
-            let value = try compute(digest)
-            state.withLock { $0.digests[digest] = value }
-            return value
-        } catch {
-            state.withLock { if $0.failure == nil { $0.failure = error } }
-            return []
+        return pass.withLock { _ in
+            if let known = state.withLock({ $0.digests[digest] }) { return known }
+            do throws(XferError) {
+                let value = try compute(digest)
+                state.withLock { $0.digests[digest] = value }
+                return value
+            } catch {
+                state.withLock { if $0.failure == nil { $0.failure = error } }
+                return []
+            }
         }
+    }
+
+    /// The digests computed so far.
+    package var computedDigests: [Digest] { state.withLock { Array($0.digests.keys) } }
+
+    /// `action` runs once, when a request has taken the chunk's last byte
+    /// (`sendingEnded`): the chunk's reads are over, and what is left of the
+    /// request is the server's answer.
+    package func whenSent(_ action: @escaping @Sendable () -> Void) {
+        state.withLock { $0.whenSent = action }
+    }
+
+    /// Called by the transport once the body has taken the chunk's last
+    /// byte (and the file was found unchanged); runs `whenSent`'s action,
+    /// the first time only.
+    package func sendingEnded() {
+        state.withLock { state in
+            defer { state.whenSent = nil }
+            return state.whenSent
+        }?()
     }
 
     /// A digest by any of swift-crypto's hash functions (e.g. SHA-512), not kept.

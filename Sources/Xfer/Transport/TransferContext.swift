@@ -182,6 +182,7 @@ final class TransferContext {
                         if local + copied == chunk.length, !checkedUnchanged {
                             try chunk.checkUnchanged()
                             checkedUnchanged = true
+                            chunk.sendingEnded()
                         }
                     } catch {
                         bodyFailure = error
