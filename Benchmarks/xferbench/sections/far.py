@@ -301,8 +301,10 @@ backend serve
                         # This libcurl's HTTP/2 (7.88) crashed once in 22 such runs: counted, not hidden.
                         if version != "http2":
                             raise
-                        failures[(version, what)].append(str(error)[-200:])
-                        log(f"  far {version} round {rnd + 1} {what}: FAILED {str(error)[-200:]}")
+                        # One line, whatever the process printed last (a crash's message has its own).
+                        said = " ".join(str(error).split())[-200:].replace("|", "/")
+                        failures[(version, what)].append(said)
+                        log(f"  far {version} round {rnd + 1} {what}: FAILED {said}")
                         continue
                 finally:
                     seen = proxy.stop()
@@ -315,14 +317,16 @@ backend serve
     rows = []
     for what in ("tree", "big"):
         base = median([r[0] for r in runs[("http1.1", what)]])
+        job = f"{count} files of 4 KiB" if what == "tree" else f"one file of {big // MiB} MiB, {FAR_RATE_MBIT} Mbit/s cap"
         for version in ("http1.1", "http2"):
+            label = version + (" (the default)" if version == "http1.1" else " (--http2)")
             if not runs[(version, what)]:
-                rows.append([what, version, "every run failed", "; ".join(failures[(version, what)]), "-", "-", "-", "-"])
+                rows.append([job, label, "every run failed: " + "; ".join(failures[(version, what)]), "-", "-", "-", "-",
+                             str(len(failures[(version, what)]))])
                 continue
             wall = median([r[0] for r in runs[(version, what)]])
             value = f"{count / wall:.0f} files/s" if what == "tree" else f"{big / wall / 1e6:.1f} MB/s ({big / wall / link:.2f} of the link)"
-            rows.append([f"{count} files of 4 KiB" if what == "tree" else f"one file of {big // MiB} MiB, {FAR_RATE_MBIT} Mbit/s cap",
-                         version + (" (the default)" if version == "http1.1" else " (--http2)"), value,
+            rows.append([job, label, value,
                          " ".join(f"{r[0]:.2f}" for r in runs[(version, what)]), f"{base / wall:.2f}",
                          f"{median([r[3]['connections'] for r in runs[(version, what)]]):.0f}",
                          f"{median([r[1] for r in runs[(version, what)]]):.2f}", str(len(failures[(version, what)]))])
