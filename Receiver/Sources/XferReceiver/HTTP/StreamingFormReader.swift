@@ -309,7 +309,9 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
         Self.firstIndex(of: [13, 10], in: buffer)
     }
 
-    /// Every needle here starts with CR, rare in most content, so `memchr` skips ahead fast.
+    /// Every needle here starts with CR, rare in most content, so `memchr` skips ahead fast. Its
+    /// second byte (LF) is compared before the rest: in random bytes a CR comes every 256, and
+    /// a `memcmp` for each was 2 % of a sequence block's receiving thread.
     private static func firstIndex(of needle: [UInt8], in buffer: ByteBuffer) -> Int? {
         buffer.withUnsafeReadableBytes { raw -> Int? in
             let count = raw.count
@@ -319,6 +321,10 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             while start <= count - length {
                 guard let found = memchr(base + start, Int32(needle[0]), count - length + 1 - start) else { return nil }
                 let index = base.distance(to: UnsafeRawPointer(found))
+                if length > 1, raw[index + 1] != needle[1] {
+                    start = index + 1
+                    continue
+                }
                 let matches = needle.withUnsafeBytes { memcmp(base + index, $0.baseAddress!, length) == 0 }
                 if matches { return index }
                 start = index + 1
