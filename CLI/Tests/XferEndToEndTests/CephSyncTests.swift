@@ -314,7 +314,11 @@ final class CephSyncTests: CephBucketTestCase {
         let names = try makeTree(files: 300, size: 2000)
         var completed = 0
         for kill in [60, 150] {
-            let child = try ChildProcess(executable: xferExecutable, arguments: syncArguments(), environment: CephGateway.environment)
+            // Paced (~100 files a second): the events this test reads lag behind the sync by what
+            // the pipe holds, and an unpaced sync, faster with every release, had finished the
+            // second run's files before the test had read 150 of them (CI, 2026-12-07).
+            let child = try ChildProcess(
+                executable: xferExecutable, arguments: syncArguments(["--limit-rate", "200KiB"]), environment: CephGateway.environment)
             var seen = 0
             while seen < kill, child.readLine(where: { $0.contains("\"event\":\"fileCompleted\"") }) != nil { seen += 1 }
             child.kill(SIGKILL)
