@@ -42,12 +42,13 @@ struct UploadSteps: ScheduledSteps {
     func load(_ index: Int) -> (WorkResult, FileOnDisk?) {
         let record: FileRecord
         let done: ChunkSet
+        let plan: ChunkPlan
         do {
             guard let stored = try store.file(job: jobID, index: index) else {
                 return (.loadFailed(file: index, record: nil, reason: "it is missing from the job's state"), nil)
             }
             record = stored
-            let plan = record.chunkPlan(backend.traits)
+            plan = record.chunkPlan(backend.traits)
             if record.isComplete {
                 // A complete file keeps no bitmap. Unchanged since (one stat, no
                 // descriptor), it is settled without being opened: a re-run
@@ -68,7 +69,7 @@ struct UploadSteps: ScheduledSteps {
         do {
             let local = try LocalFile(path: record.path)
             let hash = steps.sha256Reporting != nil ? StreamingFileHash(file: local) : nil
-            let opened = FileOnDisk(local: local, hash: hash, readsAhead: record.chunkPlan(backend.traits).count > 1)
+            let opened = FileOnDisk(local: local, hash: hash, readsAhead: plan.count > 1)
             return (.loaded(file: index, LoadedFile(record: record, done: done, identity: local.identity)), opened)
         } catch {
             guard error.kind == .fileUnreadable, let why = error.reason else { return (.failed(.loadFile(index), error), nil) }

@@ -183,10 +183,10 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
     /// When it is whole, the upload completes with its creation in one sync round
     /// (`DiskUpload.completeInItsCreationRound`). Otherwise the creation and what arrived are
     /// made durable as the longer way would have left them: `writeInfo` first (the info file,
-    /// when the creation left it out), then one round, then the offset's record. `files`: the
-    /// upload's log and data file as its creation left them open, written through here.
+    /// when the creation left it out), then one round, then the offset's record. `data`: the
+    /// upload's data file as its creation left it open, written through here.
     nonisolated func writeWhole<Body: AsyncSequence>(
-        _ body: Body, check: BodyWriter.Check?, bootID: String?, files: OpenUploadFiles, writeInfo: @escaping @Sendable () throws -> Void
+        _ body: Body, check: BodyWriter.Check?, bootID: String?, data: POSIXFile, writeInfo: @escaping @Sendable () throws -> Void
     ) async throws -> OffsetWriteResult where Body.Element == ByteBuffer {
         let writer = BodyWriter(
             limit: length, check: check, hashing: .crc32c, keepsCutBody: check == nil, sync: .byCaller,
@@ -197,10 +197,10 @@ actor DiskOffsetUpload: OffsetUpload, TakesTurns {
         let failure: OffsetWriteFailure
         let written: BodyWriter.Written
         do {
-            written = try await writer.write(body, to: .file(files.data), at: 0)
+            written = try await writer.write(body, to: .file(data), at: 0)
             if written.count == length, written.cutBy == nil, let digest = written.digest {
                 let crc = StreamingDigest.crc32(bytes: digest)
-                _ = try await upload.completeInItsCreationRound(crc32c: crc, bootID: bootID, log: files.log)
+                _ = try await upload.completeInItsCreationRound(crc32c: crc, bootID: bootID)
                 await completedWhole(crc: crc)
                 return .stored(offset: length)
             }
@@ -380,13 +380,13 @@ actor DiskOffsetUploads: OffsetUploadStore {
                 path: path, length: length, info: info, body: body, limit: limit, declaredLength: declaredLength, check: check,
                 announce: announce)
         }
-        let (upload, files, writeInfo) = try await createUnsynced(path: path, length: length, info: info)
-        defer { files.close() }
+        let (upload, data, writeInfo) = try await createUnsynced(path: path, length: length, info: info)
+        defer { data.close() }
         let bootID = store.bootID
         do {
             let result = try await upload.exclusively {
                 try await announce(upload)
-                return try await upload.writeWhole(body, check: check, bootID: bootID, files: files, writeInfo: writeInfo)
+                return try await upload.writeWhole(body, check: check, bootID: bootID, data: data, writeInfo: writeInfo)
             }
             return (upload, result)
         } catch {
@@ -394,12 +394,12 @@ actor DiskOffsetUploads: OffsetUploadStore {
         }
     }
 
-    /// An upload at offset 0 whose files are written and not synced, its log and data file left
-    /// open for the caller to close. Its info file is left for `writeInfo` when the info is the
+    /// An upload at offset 0 whose files are written and not synced, its data file left open
+    /// for the caller to close. Its info file is left for `writeInfo` when the info is the
     /// default (a completed upload without one reads as having the default: `read`).
     private func createUnsynced(
         path: RelativePath, length: Int, info: OffsetUploadInfo
-    ) async throws -> (DiskOffsetUpload, OpenUploadFiles, writeInfo: @Sendable () throws -> Void) {
+    ) async throws -> (DiskOffsetUpload, POSIXFile, writeInfo: @Sendable () throws -> Void) {
         let encoded = try JSONEncoder().encode(info)
         let deferred = info == .defaultSingle
         let (upload, open) = try await store.createOpen(protocolName: protocolName, path: path, size: length, chunkSize: length) {

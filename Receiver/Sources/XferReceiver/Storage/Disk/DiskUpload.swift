@@ -355,12 +355,12 @@ actor DiskUpload {
     /// during the round can, and the next boot has another id: a load that finds a mark of
     /// another boot checks the file against the record's CRC-32C (at most `inlineFinishLimit`
     /// bytes) and, when they differ, drops the upload, which nobody was told of
-    /// (`DiskUploads.load`). `log`: the upload's log, open for appending since its creation.
-    func completeInItsCreationRound(crc32c: UInt32, bootID: String?, log: POSIXFile) async throws -> CompletionRecord {
+    /// (`DiskUploads.load`).
+    func completeInItsCreationRound(crc32c: UInt32, bootID: String?) async throws -> CompletionRecord {
         try checkWritable()
         precondition(meta.chunkCount == 1 && meta.size <= Self.inlineFinishLimit && layout.format == .flat, "a small flat upload")
         let record = CompletionRecord(sha256: nil, size: meta.size, crc32c: CRC32.hex(crc32c))
-        try log.appendRecords([Self.sameRoundMark(bootID: bootID), record.logRecord])
+        try POSIXFile.appendRecords([Self.sameRoundMark(bootID: bootID), record.logRecord], to: layout.log, creating: false)
         try Self.publish(layout)
         try await durability.sync()
         if deleted { throw UploadError.deleted }

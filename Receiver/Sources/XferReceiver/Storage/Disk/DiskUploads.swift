@@ -84,18 +84,6 @@ struct UploadLayout: Sendable {
     var downloadFile: String { downloadDirectory + "/" + path.text }
 }
 
-/// A new flat upload's log (open for appending, after its meta line) and data file, as its
-/// creation left them open (`DiskUploads.createOpen`). The holder closes them.
-struct OpenUploadFiles: Sendable {
-    let log: POSIXFile
-    let data: POSIXFile
-
-    func close() {
-        data.close()
-        log.close()
-    }
-}
-
 /// The registry of uploads: creates them, finds them (loading from disk on first access, which is
 /// how a restarted receiver, even one killed with SIGKILL, picks up where it left off) and deletes them.
 ///
@@ -171,13 +159,14 @@ actor DiskUploads {
         return upload
     }
 
-    /// A flat upload, not synced (as `durable: false` above), with its log and data file still
-    /// open for the caller, who writes the whole file through them and closes them: a small
-    /// file's creation opens each of its files once.
+    /// A flat upload, not synced (as `durable: false` above), with its data file still open for
+    /// the caller, who writes the whole file through it and closes it: a small file's creation
+    /// opens its data file once. Only that one: a connection may hold one file while its body
+    /// comes (`ConnectionGuard.defaultMaximum` counts on it), however slowly a client sends.
     func createOpen(
         protocolName: String, path: RelativePath, size: Int, chunkSize: Int,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void = { _ in }
-    ) async throws -> (DiskUpload, OpenUploadFiles) {
+    ) async throws -> (DiskUpload, POSIXFile) {
         let (upload, files) = try await create(
             protocolName: protocolName, path: path, size: size, chunkSize: chunkSize, format: .flat, durable: false, keepingOpen: true,
             alsoWrite: alsoWrite)
@@ -187,13 +176,13 @@ actor DiskUploads {
     private func create(
         protocolName: String, path: RelativePath, size: Int, chunkSize: Int, format: UploadLayout.Format, durable: Bool, keepingOpen: Bool,
         alsoWrite: @escaping @Sendable (UploadLayout) throws -> Void
-    ) async throws -> (DiskUpload, OpenUploadFiles?) {
+    ) async throws -> (DiskUpload, POSIXFile?) {
         await relieveIfFull()
         try uploads.makeRoom()
         let layout = self.layout
         // Inline, not on the blocking pool: creating two small files costs less than the two
         // thread switches a hop there and back takes. Layout 1 makes a directory: that one hops.
-        let make: @Sendable () throws -> (UploadMeta, UploadLayout, OpenUploadFiles?) = {
+        let make: @Sendable () throws -> (UploadMeta, UploadLayout, POSIXFile?) = {
             while true {
                 let id = UploadID.generate()
                 let uploadLayout = layout.upload(id, path: path, format: format)
@@ -420,8 +409,8 @@ actor DiskUploads {
     }
 
     enum Initialized {
-        /// The files are made; open when asked (flat only).
-        case created(OpenUploadFiles?)
+        /// The files are made; the data file open when asked (flat only).
+        case created(POSIXFile?)
         /// Another upload holds the id.
         case taken
     }
@@ -441,24 +430,18 @@ actor DiskUploads {
         }
         let log: POSIXFile
         do {
-            // O_APPEND: records the holder appends land after the meta line (`OpenUploadFiles`).
-            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL | (keepingOpen ? O_APPEND : 0))
+            log = try POSIXFile.open(uploadLayout.log, O_WRONLY | O_CREAT | O_EXCL)
         } catch let error as IOError where error.code == EEXIST {
             return .taken
         }
-        do {
-            try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
-            let data = try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC)
-            guard keepingOpen else {
-                data.close()
-                log.close()
-                return .created(nil)
-            }
-            return .created(OpenUploadFiles(log: log, data: data))
-        } catch {
-            log.close()
-            throw error
+        defer { log.close() }
+        try meta.jsonLine().withUnsafeBytes { try log.writeAll($0) }
+        let data = try POSIXFile.open(uploadLayout.data, O_WRONLY | O_CREAT | O_TRUNC)
+        guard keepingOpen else {
+            data.close()
+            return .created(nil)
         }
+        return .created(data)
     }
 
     /// Renames whatever files upload `id` has in `uploads/` (flat: its log first; layout 1: its

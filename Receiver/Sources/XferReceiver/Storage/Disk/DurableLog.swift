@@ -85,15 +85,6 @@ extension POSIXFile {
     /// `records` in DurableLog's form (`\nrecord;` each), appended in one write, not synced.
     /// Blocking, but only for a small write into the page cache.
     static func appendRecords(_ records: [String], to path: String, creating: Bool = true) throws {
-        // O_APPEND keeps concurrent appends from different chunks from overwriting each other.
-        let file = try POSIXFile.open(path, O_WRONLY | O_APPEND | (creating ? O_CREAT : 0))
-        defer { file.close() }
-        try file.appendRecords(records)
-    }
-
-    /// `records` in DurableLog's form, appended in one write to this file, open for appending
-    /// (`O_APPEND`) by its owner; not synced.
-    func appendRecords(_ records: [String]) throws {
         precondition(records.allSatisfy(DurableLog.isValidRecord), "invalid log record")
         var bytes: [UInt8] = []
         for record in records {
@@ -101,6 +92,9 @@ extension POSIXFile {
             bytes.append(contentsOf: record.utf8)
             bytes.append(UInt8(ascii: ";"))
         }
-        try bytes.withUnsafeBytes { try writeAll($0) }
+        // O_APPEND keeps concurrent appends from different chunks from overwriting each other.
+        let file = try POSIXFile.open(path, O_WRONLY | O_APPEND | (creating ? O_CREAT : 0))
+        defer { file.close() }
+        try bytes.withUnsafeBytes { try file.writeAll($0) }
     }
 }
