@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import XferTestSupport
 @testable import Xfer
@@ -110,10 +111,9 @@ import XferTestSupport
         let server = try Fixtures.http.get()
         let transport = try makeTransport { $0.maximumResponseBodySize = 8 << 20 }
         defer { transport.shutdown() }
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("xfer-midrequest-\(UUID().uuidString)").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
         let size = 3 << 20
-        FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x5A, count: size))
+        let path = temporaryFile("midrequest", size: size)
+        defer { try? FileManager.default.removeItem(atPath: path) }
         let file = MeddledFile(try LocalFile(path: path), mischief: mischief)
         let chunk = ChunkPayload(index: 0, source: ChunkBytes(file: file, offset: 0, length: size))
         let request = HTTPRequest(method: .patch, url: server.url("/mirror"), body: RequestBody(chunk: chunk))
@@ -131,6 +131,27 @@ import XferTestSupport
         }
         #expect(changed == path)
         #expect(transport.bodyBytesSent < size, "the body was not sent whole")
+    }
+
+    /// The next chunk's read-ahead starts at a mark inside this chunk's send
+    /// (`ChunkBytes.whenSent(upTo:)`): once, when the bytes read reach it.
+    @Test func anActionAtAMarkOfTheBodyRunsOnceWhenTheSendReachesIt() async throws {
+        let server = try Fixtures.http.get()
+        let transport = try makeTransport { $0.maximumResponseBodySize = 8 << 20 }
+        defer { transport.shutdown() }
+        let size = 3 << 20
+        let path = temporaryFile("mark", size: size)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let file = CountedFile(try LocalFile(path: path))
+        let bytes = ChunkBytes(file: file, offset: 0, length: size)
+        let seen = Mutex<[Int]>([])
+        bytes.whenSent(upTo: size / 2) { seen.withLock { $0.append(file.bytesRead.load(ordering: .relaxed)) } }
+        let request = HTTPRequest(method: .patch, url: server.url("/mirror"), body: RequestBody(chunk: ChunkPayload(index: 0, source: bytes)))
+        let response = try await transport.send(request)
+        #expect(response.body.count == size)
+        let readAtTheMark = seen.withLock { $0 }
+        #expect(readAtTheMark.count == 1, "the action ran once")
+        #expect(readAtTheMark.allSatisfy { $0 >= size / 2 && $0 < size }, "at the mark, before the last byte: \(readAtTheMark)")
     }
 
     @Test func putWithEmptyBodySendsZeroContentLength() async throws {
@@ -787,6 +808,31 @@ private final class MeddledFile: BodyFile, @unchecked Sendable {
     }
 
     func checkUnchanged() throws(XferError) { try file.checkUnchanged() }
+}
+
+/// A real file that counts the bytes read from it.
+private final class CountedFile: BodyFile, Sendable {
+    private let file: LocalFile
+    let bytesRead = Atomic<Int>(0)
+
+    init(_ file: LocalFile) { self.file = file }
+
+    var path: String { file.path }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws(XferError) -> Int {
+        let count = try file.read(into: buffer, at: offset)
+        bytesRead.add(count, ordering: .relaxed)
+        return count
+    }
+
+    func checkUnchanged() throws(XferError) { try file.checkUnchanged() }
+}
+
+/// A new file of `size` bytes in the temporary directory; the caller removes it.
+private func temporaryFile(_ name: String, size: Int) -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("xfer-\(name)-\(UUID().uuidString)").path
+    FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x5A, count: size))
+    return path
 }
 
 private func makeTransport(_ configure: (inout TransportOptions) -> Void = { _ in }) throws -> HTTPTransport {

@@ -76,6 +76,57 @@ final class SequenceStreamingFormReaderTests: XCTestCase {
         XCTAssertNil(after)
     }
 
+    /// A part of known length (a sequence block, a multipart fragment) is read without a search:
+    /// the same content at every split, the delimiter required right after it.
+    func testAPartOfKnownLengthEndsAtItsLengthWhereverTheBodyIsSplit() async throws {
+        let expectedContent = Array("\r\n--XyZ".utf8.dropLast()) + [0, 13, 10, 45, 45]
+        let splits = (0...body.count).map { [Array(body[..<$0]), Array(body[$0...])] }
+        for (split, pieces) in splits.enumerated() {
+            let reader = StreamingFormReader(body: Pieces(pieces: pieces), boundary: "XyZ")
+            _ = try await reader.nextPart()
+            _ = try await reader.readText(limit: 16)
+            _ = try await reader.nextPart()
+            var content: [UInt8] = []
+            for try await piece in reader.content(length: expectedContent.count) { content += piece.readableBytesView }
+            XCTAssertEqual(content, expectedContent, "split \(split)")
+            let after = try await reader.nextPart()
+            XCTAssertNil(after, "split \(split)")
+        }
+    }
+
+    func testAPartOfKnownLengthTakesItsBytesEvenWhereTheyHoldTheDelimiter() async throws {
+        let head = Array("--B\r\nContent-Disposition: form-data; name=\"block\"; filename=\"b\"\r\n\r\n".utf8)
+        let content = Array("ab\r\n--Bcd".utf8)
+        let body = head + content + Array("\r\n--B--\r\n".utf8)
+
+        func read(length: Int, of body: [UInt8]) async throws(FormFailure) -> [UInt8] {
+            let reader = StreamingFormReader(body: Pieces(pieces: [body]), boundary: "B")
+            _ = try await reader.nextPart()
+            var bytes: [UInt8] = []
+            var iterator = reader.content(length: length).makeAsyncIterator()
+            do {
+                while let piece = try await iterator.next() { bytes += piece.readableBytesView }
+            } catch let failure as FormFailure {
+                throw failure
+            } catch {
+                XCTFail("\(error)")
+            }
+            try await reader.finish()
+            return bytes
+        }
+        let whole = try await read(length: content.count, of: body)
+        XCTAssertEqual(whole, content, "the bytes of the delimiter inside the part are content")
+        // Shorter or longer than the length: the delimiter is not where the length says.
+        for (length, form) in [(content.count + 1, body), (content.count - 1, body), (content.count + 40, body)] {
+            do {
+                _ = try await read(length: length, of: form)
+                XCTFail("length \(length) must be refused")
+            } catch {
+                XCTAssertEqual(error, .partLength, "length \(length)")
+            }
+        }
+    }
+
     func testLimitsAndTruncationAreReported() async throws {
         let long = Array("--B\r\nContent-Disposition: form-data; name=\"f\"\r\n\r\n\(String(repeating: "x", count: 100))\r\n--B--".utf8)
         let reader = StreamingFormReader(body: Pieces(pieces: [long]), boundary: "B")

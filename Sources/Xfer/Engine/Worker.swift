@@ -142,10 +142,14 @@ struct Worker: Sendable {
             // that read, for a chunk of one read block: `ChunkBytes`).
             let source = content.chunk(offset: offset, length: Int(end - offset), feedingHash: feedingHash)
             if readsAhead, chunk + 1 < plan.count {
-                // Once this request has sent its last byte, the next chunk's digests are
-                // computed while the answer comes (`ChunkBytes.whenSent`).
+                // Once this request has sent half its bytes, the next chunk's digests are
+                // computed while the rest goes and the answer comes (`ChunkBytes.whenSent`).
+                // A pass reads several times faster than one stream sends here, so it ends
+                // before the answer; begun at the last byte it was still running when a 64 MiB
+                // chunk's answer came, and begun with the request it competed with the whole
+                // send for the two cores (Docs/benchmarks.md).
                 let next = (offset: plan.offset(of: chunk + 1), length: plan.length(of: chunk + 1))
-                source.whenSent { [weak source] in
+                source.whenSent(upTo: Int(end - offset) / 2) { [weak source] in
                     guard let source else { return }
                     content.readAhead(offset: next.offset, length: next.length, digests: source.computedDigests)
                 }

@@ -48,8 +48,9 @@ package final class ChunkBytes: Sendable, Hashable {
         /// it: what the request then sends, instead of reading the range a
         /// second time. At most `passBlock` per chunk in flight.
         var held: [UInt8]?
-        /// What to do once the request has taken the chunk's last byte.
+        /// What to do once the request has taken the chunk's bytes up to `sentMark`.
         var whenSent: (@Sendable () -> Void)?
+        var sentMark = Int.max
     }
 
     /// The digests a chunk can give.
@@ -181,21 +182,32 @@ package final class ChunkBytes: Sendable, Hashable {
     /// The digests computed so far.
     package var computedDigests: [Digest] { state.withLock { Array($0.digests.keys) } }
 
-    /// `action` runs once, when a request has taken the chunk's last byte
-    /// (`sendingEnded`): the chunk's reads are over, and what is left of the
-    /// request is the server's answer.
-    package func whenSent(_ action: @escaping @Sendable () -> Void) {
-        state.withLock { $0.whenSent = action }
+    /// `action` runs once, when a request has taken the chunk's bytes up to
+    /// `mark` (by default all of them, `sendingEnded`: the chunk's reads are
+    /// over, and what is left of the request is the server's answer). A retry
+    /// that sends the chunk again does not run it again.
+    package func whenSent(upTo mark: Int? = nil, _ action: @escaping @Sendable () -> Void) {
+        state.withLock {
+            $0.whenSent = action
+            $0.sentMark = min(mark ?? length, length)
+        }
+    }
+
+    /// Called by the transport once the body has taken the chunk's bytes
+    /// up to `position`; runs `whenSent`'s action the first time they reach its mark.
+    package func sent(upTo position: Int) {
+        state.withLock { state -> (@Sendable () -> Void)? in
+            guard position >= state.sentMark, let action = state.whenSent else { return nil }
+            state.whenSent = nil
+            return action
+        }?()
     }
 
     /// Called by the transport once the body has taken the chunk's last
     /// byte (and the file was found unchanged); runs `whenSent`'s action,
     /// the first time only.
     package func sendingEnded() {
-        state.withLock { state in
-            defer { state.whenSent = nil }
-            return state.whenSent
-        }?()
+        sent(upTo: length)
     }
 
     /// A digest by any of swift-crypto's hash functions (e.g. SHA-512), not kept.

@@ -179,6 +179,7 @@ final class TransferContext {
                 case .chunk(let chunk):
                     do {
                         copied = try chunk.read(into: UnsafeMutableRawBufferPointer(rebasing: target[0..<want]), at: local)
+                        if local + copied < chunk.length { chunk.sent(upTo: local + copied) }
                         if local + copied == chunk.length, !checkedUnchanged {
                             try chunk.checkUnchanged()
                             checkedUnchanged = true

@@ -16,12 +16,16 @@ enum FormFailure: Error, Equatable, CustomStringConvertible {
     case tooLarge(String)
     /// The body stopped mid-way (the client went away, a cut connection).
     case interrupted
+    /// A part read as `content(length:)` does not end where its length says: the delimiter does
+    /// not follow that many bytes, or the body ends before them.
+    case partLength
 
     var description: String {
         switch self {
         case .malformed(let reason): "malformed multipart/form-data: \(reason)"
         case .tooLarge(let reason): reason
         case .interrupted: "the request body was cut off"
+        case .partLength: "a part does not end where the length its fields give says"
         }
     }
 }
@@ -152,6 +156,33 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
             if safe > 0 { return buffer.readSlice(length: safe) }
             guard try await readMore() else { throw .malformed("the body ended inside a part") }
         }
+    }
+
+    /// The next piece of a part whose length the caller knows, `remaining` bytes of it still to
+    /// come: handed on as it arrives, not searched for the delimiter, which must follow the last
+    /// of them. A protocol whose fields fix a part's length (a sequence block, a multipart
+    /// fragment) so spares the search of every byte for a CR (`memchr`, 7 % of the thread that
+    /// receives a sequence block). The part then ends at its length even where its bytes hold the
+    /// delimiter (a boundary the client's content happens to contain), which the search would
+    /// have taken for its end: those bytes are checked by the protocol's digest like any others.
+    func nextContent(remaining: Int) async throws(FormFailure) -> ByteBuffer? {
+        guard case .content = state else { return nil }
+        if remaining > 0 {
+            if buffer.readableBytes == 0 {
+                guard try await readMore() else { throw .partLength }
+            }
+            return buffer.readSlice(length: min(remaining, buffer.readableBytes))
+        }
+        while buffer.readableBytes < delimiter.count {
+            guard try await readMore() else { throw .partLength }
+        }
+        let delimited = buffer.withUnsafeReadableBytes { raw in
+            delimiter.withUnsafeBytes { memcmp(raw.baseAddress!, $0.baseAddress!, $0.count) == 0 }
+        }
+        guard delimited else { throw .partLength }
+        buffer.moveReaderIndex(forwardBy: delimiter.count)
+        state = .boundaryLine
+        return nil
     }
 
     /// The current part's whole content as UTF-8 text, refused beyond `limit` bytes.
@@ -337,21 +368,30 @@ final class StreamingFormReader<Body: AsyncSequence> where Body.Element == ByteB
 extension StreamingFormReader {
     /// The current part's content as the byte stream `BodyWriter` consumes; its errors are
     /// `FormFailure`s.
-    var content: PartContent { PartContent(reader: self) }
+    var content: PartContent { PartContent(reader: self, length: nil) }
+
+    /// The current part's content, `length` bytes that the delimiter must follow
+    /// (`nextContent(remaining:)`).
+    func content(length: Int) -> PartContent { PartContent(reader: self, length: length) }
 
     struct PartContent: AsyncSequence {
         typealias Element = ByteBuffer
 
         let reader: StreamingFormReader
+        let length: Int?
 
         struct AsyncIterator: AsyncIteratorProtocol {
             let reader: StreamingFormReader
+            var remaining: Int?
 
             mutating func next() async throws -> ByteBuffer? {
-                try await reader.nextContent()
+                guard let left = remaining else { return try await reader.nextContent() }
+                let piece = try await reader.nextContent(remaining: left)
+                remaining = left - (piece?.readableBytes ?? 0)
+                return piece
             }
         }
 
-        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: reader) }
+        func makeAsyncIterator() -> AsyncIterator { AsyncIterator(reader: reader, remaining: length) }
     }
 }

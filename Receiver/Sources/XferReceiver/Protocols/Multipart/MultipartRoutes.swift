@@ -104,7 +104,8 @@ struct MultipartRoutes: ProtocolRoutes {
         guard geometry.size > 0 else { return MultipartAnswer.ok() }
 
         do {
-            try await upload.writeChunk(block.fragmentIndex + 1, body: reader.content, check: check)
+            let length = upload.meta.byteRange(ofChunk: block.fragmentIndex + 1).count
+            try await upload.writeChunk(block.fragmentIndex + 1, body: reader.content(length: length), check: check)
         } catch let failure as BodyWriter.Failure {
             throw Refusal.fragment(failure, size: block.fragmentSize)
         } catch UploadError.completed {

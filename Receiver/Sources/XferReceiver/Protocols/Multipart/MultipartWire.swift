@@ -29,6 +29,7 @@ extension Refusal {
     static func fragment(_ failure: BodyWriter.Failure, size: Int) -> Refusal {
         switch failure {
         case .tooLarge: .envelope(400, "the fragment has more bytes than fragmentSize (\(size))")
+        case .interrupted(FormFailure.partLength): .envelope(400, "the fragment does not have the \(size) bytes fragmentSize says")
         case .tooShort(let received, _): .envelope(400, "the fragment has \(received) bytes, fragmentSize says \(size)")
         case .digestMismatch: .envelope(400, "fragmentMd5 does not match the fragment's bytes")
         case .interrupted: .envelope(400, "the fragment's body was cut short or malformed")

@@ -192,7 +192,7 @@ struct SequenceRoutes: ProtocolRoutes {
         }
         let length = meta.byteRange(ofChunk: sequenceNo).count
         do {
-            try await upload.writeAccepted(sequenceNo, crc: crc, body: form.content, trailer: { try await form.finish() })
+            try await upload.writeAccepted(sequenceNo, crc: crc, body: form.content(length: length), trailer: { try await form.finish() })
         } catch let failure as BodyWriter.Failure {
             throw Refusal.block(failure, sequenceNo: sequenceNo, expectedLength: length)
         }

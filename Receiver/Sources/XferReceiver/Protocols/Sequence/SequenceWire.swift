@@ -14,7 +14,7 @@ extension Refusal {
     /// Block `sequenceNo`, which must hold `expectedLength` bytes, is not what its fields say.
     static func block(_ failure: BodyWriter.Failure, sequenceNo: Int, expectedLength: Int) -> Refusal {
         switch failure {
-        case .tooLarge, .tooShort:
+        case .tooLarge, .tooShort, .interrupted(FormFailure.partLength):
             sequenceNo == 0
                 ? .sequence(.badRequest, "the block of sequenceNo 0 must be empty")
                 : .sequence(.badRequest, "block \(sequenceNo) must have \(expectedLength) bytes")
