@@ -18,6 +18,10 @@ library only, epoll for thousands of sockets.
                                   of body (those at offset FROM of a file whose byte i is i mod 251),
                                   prints {"stalled": ...} once they are sent, then waits (at most
                                   WAIT s) for the receiver to close the connection
+  stall-many PORT COUNT METHOD PATH LENGTH SENT WAIT [HEADER ...]
+                                  `stall`'s request on COUNT connections at once (`{i}` in PATH
+                                  numbered), prints {"stalled": COUNT} once every one sent its SENT
+                                  bytes, then waits (at most WAIT s) for the receiver to close them
   unread PORT PATH LENGTH WAIT    one PUT of LENGTH bytes sent as fast as the receiver reads them
                                   until it stops reading (no progress for 1 s), prints {"blocked":
                                   bytes sent}, then waits (at most WAIT s) for the receiver to close
@@ -227,6 +231,21 @@ def stall(port, method, path, start, length, sent, wait, headers):
     print(json.dumps(summary("stalls", 1, closed)), flush=True)
 
 
+def stall_many(port, count, method, path, length, sent, wait, headers):
+    raise_descriptor_limit()
+    sockets, opened = [], {}
+    for i in range(count):
+        s = connect(port)
+        head = f"{method} {path.replace('{i}', str(i))} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n"
+        head += "".join(h + "\r\n" for h in headers) + "\r\n"
+        s.sendall(head.encode() + bytes(i % 251 for i in range(sent)))
+        opened[s.fileno()] = time.monotonic()
+        sockets.append(s)
+    print(json.dumps({"stalled": count}), flush=True)
+    closed = wait_closed(sockets, opened, wait)
+    print(json.dumps(summary("stalls", count, closed)), flush=True)
+
+
 def unread(port, path, length, wait):
     s = connect(port)
     s.sendall(f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n\r\n".encode())
@@ -373,6 +392,8 @@ def main(argv):
         idle(int(args[0]), int(args[1]), float(args[2]))
     elif command == "stall":
         stall(int(args[0]), args[1], args[2], int(args[3]), int(args[4]), int(args[5]), float(args[6]), args[7:])
+    elif command == "stall-many":
+        stall_many(int(args[0]), int(args[1]), args[2], args[3], int(args[4]), int(args[5]), float(args[6]), args[7:])
     elif command == "unread":
         unread(int(args[0]), args[1], int(args[2]), float(args[3]))
     elif command == "unread-answer":

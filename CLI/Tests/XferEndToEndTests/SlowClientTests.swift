@@ -275,6 +275,46 @@ final class SlowClientTests: XCTestCase {
         XCTAssertEqual(try curlRequest("GET", url, headers: ietf, in: work).body, upload, "the file is what was sent, byte for byte")
     }
 
+    /// Small creations that bring their whole file and stall mid-body (IETF, tus's creation with
+    /// upload): each holds its connection and one file, its data file, not its log too. The
+    /// connection limit's descriptor budget (`ConnectionGuard.defaultMaximum`, half the process's
+    /// descriptors) counts one file a connection; a creation that kept its log open through the
+    /// body held two, and clients stalling many could have run the receiver out of descriptors.
+    func testStalledSmallCreationsHoldOneFileEach() throws {
+        let server = try ServeProcess(root: work.file("server"), extraArguments: ["--body-timeout", "60s"])
+        // Counted once the storage is in use (a first upload), as the other attacks are.
+        let warm = try curlRequest("POST", server.url + "/resumable/warm.bin", headers: ["Upload-Draft-Interop-Version: 8", "Upload-Complete: ?1"],
+            body: Data("warm".utf8), in: work)
+        XCTAssertEqual(warm.status, 201, warm.text)
+        let before = try descriptors(of: server)
+        let count = 40, length = 4096, sent = 1000
+        let kinds: [(path: String, headers: [String])] = [
+            ("/resumable/stalled-{i}.bin", ["Upload-Draft-Interop-Version: 8", "Upload-Complete: ?1"]),
+            ("/files/", ["Tus-Resumable: 1.0.0", "Upload-Length: \(length)", "Content-Type: application/offset+octet-stream"]),
+        ]
+        var stallers: [ChildProcess] = []
+        var received = 0
+        for kind in kinds {
+            let child = try ChildProcess(
+                executable: "/usr/bin/python3",
+                arguments: [Self.tool, "stall-many", String(server.port), String(count), "POST", kind.path, String(length), String(sent), "60"]
+                    + kind.headers)
+            stallers.append(child)
+            XCTAssertEqual(int(try parsed(try XCTUnwrap(child.readLine(), child.standardError))["stalled"]), count)
+            received += count * sent
+            // Every body is being written into its data file.
+            try waitUntilReceived(received + 4, by: server)
+            let held = try descriptors(of: server) - before
+            XCTAssertGreaterThanOrEqual(held, count * (stallers.count), "each stalled creation holds its connection")
+            XCTAssertLessThanOrEqual(held, 2 * count * stallers.count, "a stalled creation holds one file besides its connection")
+        }
+        for child in stallers {
+            child.kill(SIGTERM)
+            _ = child.wait()
+        }
+        try assertNoDescriptorLeft(by: server, before: before)
+    }
+
     /// The body clock runs only while the receiver waits for bytes it asked for: a body it is not
     /// reading (its handler busy or waiting, NIO's backpressure holding reads) is not a stalled
     /// client. `--stall` withholds the request unread; it is still open after twice the timeout.
