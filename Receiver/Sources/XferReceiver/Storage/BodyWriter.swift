@@ -153,8 +153,10 @@ struct BodyWriter {
     /// makes it durable then waits for at most this much, not for the whole body. A protocol
     /// that sends one request at a time per file (sequence, ietf, tus in order) waits for that
     /// sync in every round trip: a 32 MiB block's fdatasync took ~0.15 s here, 1/8 of the
-    /// block's time on a 200 Mbit/s link.
-    static let writebackStep = 4 << 20
+    /// block's time on a 200 Mbit/s link. 1 MiB, not 4: with 4 MiB left to write at each sync,
+    /// 1 GiB in 8 MiB sequence blocks went 12–22 % slower, patch's 8 MiB chunks 10 %
+    /// (Docs/benchmarks.md); a call a MiB costs nothing measurable.
+    static let writebackStep = 1 << 20
 
     /// Streams `body` to `destination` from `offset` and returns once it is checked and, as
     /// `sync` says, durable. `trailer` runs after the last byte passed every check and before the
