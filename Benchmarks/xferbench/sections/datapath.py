@@ -184,17 +184,26 @@ def bench_datapath(work):
         shutil.rmtree(blocks_dir, ignore_errors=True)
 
         # Peak RSS: two chunkings, each on a small and a large file; patch straight to the receiver (crc32c).
-        small, large = SIZES["datapath_mem_small"], SIZES["datapath_mem_large"]
-        files = {"small": work.path("datapath-small.bin"), "large": work.path("datapath-large.bin")}
-        make_random_file(files["small"], small)
-        make_random_file(files["large"], large)
+        # The small file of a chunking fills its window (chunk x in flight) so both files run with as
+        # many chunks in flight and the ratio shows the file's size alone: a 64 MiB file is a single
+        # 64 MiB chunk, which compared one request's curl buffer with eight.
         shapes = [("8MiB", 4), ("64MiB", 8)]
-        peaks = {(c, n, label): [] for c, n in shapes for label in files}
+        sizes = {}
+        for c, n in shapes:
+            small = max(SIZES["datapath_mem_small"], int(c.replace("MiB", "")) * MiB * n)
+            sizes[(c, n)] = {"small": small, "large": max(SIZES["datapath_mem_large"], 2 * small)}
+        files = {}
+        for shape in sizes.values():
+            for label, bytes_ in shape.items():
+                if bytes_ not in files:
+                    files[bytes_] = work.path(f"datapath-mem-{bytes_ // MiB}.bin")
+                    make_random_file(files[bytes_], bytes_)
+        peaks = {(c, n, label): [] for c, n in shapes for label in ("small", "large")}
         for rnd in range(ROUNDS):
             for c, n in shapes:
-                for label, path in files.items():
+                for label, bytes_ in sizes[(c, n)].items():
                     recv.clear()
-                    secs, peak, out = timed(push_args(path, "patch", recv.url, work.fresh("state"), chunk=c, concurrency=n),
+                    secs, peak, out = timed(push_args(files[bytes_], "patch", recv.url, work.fresh("state"), chunk=c, concurrency=n),
                                             work, "datapath-mem")
                     completed_event(out)
                     peaks[(c, n, label)].append(peak)
@@ -205,7 +214,7 @@ def bench_datapath(work):
         rows = []
         for c, n in shapes:
             ms = median(peaks[(c, n, "small")])
-            for label, bytes_ in (("small", small), ("large", large)):
+            for label, bytes_ in sizes[(c, n)].items():
                 m = median(peaks[(c, n, label)])
                 ratio = m / ms
                 flat = label == "small" or abs(ratio - 1) <= 0.10
