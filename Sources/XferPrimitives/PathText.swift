@@ -6,8 +6,19 @@ public enum PathText {
     public static func appending(_ component: String, to path: String) -> String {
         if path.isEmpty { return component }
         if component.isEmpty { return path }
-        let head = path.reversed().drop { $0 == "/" }.reversed()
-        return String(head) + "/" + component.drop { $0 == "/" }
+        // By scalars, not Characters: `xfer list` makes two of these a job, and walking a
+        // reversed view of Characters was a third of its time with 10,000 jobs.
+        let head = path.unicodeScalars
+        var end = head.endIndex
+        while end > head.startIndex {
+            let before = head.index(before: end)
+            guard head[before] == "/" else { break }
+            end = before
+        }
+        let tail = component.unicodeScalars
+        var start = tail.startIndex
+        while start < tail.endIndex, tail[start] == "/" { start = tail.index(after: start) }
+        return String(Substring(head[..<end])) + "/" + String(Substring(tail[start...]))
     }
 
     /// The last component (`/a/b/` → `b`, `/` → `/`, `` → ``).

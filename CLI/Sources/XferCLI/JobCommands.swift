@@ -195,7 +195,7 @@ struct ListCommand: AsyncParsableCommand {
                 job.target,
             ])
         }
-        for line in JobText.table(rows, rightAligned: [3, 5]) { Terminal.out(line) }
+        Terminal.out(lines: JobText.table(rows, rightAligned: [3, 5]))
     }
 }
 
@@ -256,9 +256,11 @@ struct StatusCommand: AsyncParsableCommand {
         ]
         if let error = summary.lastError { rows.append(["last error", error]) }
         if !details.handles.isEmpty { rows.append(["handles", JobText.handles(details.handles)]) }
-        for line in JobText.table(rows, rightAligned: []) { Terminal.out(line) }
+        var output = Terminal.OutputLines()
+        defer { output.flush() }
+        for line in JobText.table(rows, rightAligned: []) { output.append(line) }
         for file in details.files {
-            Terminal.out("file \(file.index + 1): \(file.path)")
+            output.append("file \(file.index + 1): \(file.path)")
             var fileRows: [[String]] = [
                 ["  size", "\(JobText.bytes(file.size)) in \(file.chunkCount) chunk\(file.chunkCount == 1 ? "" : "s") of \(JobText.bytes(Int64(file.chunkSize)))"],
                 ["  done", "\(file.chunksDone)/\(file.chunkCount) chunks, \(JobText.bytes(file.doneBytes))"],
@@ -266,14 +268,14 @@ struct StatusCommand: AsyncParsableCommand {
             if let url = file.url { fileRows.append(["  url", url]) }
             if !file.handles.isEmpty { fileRows.append(["  handles", JobText.handles(file.handles)]) }
             if let failure = file.failure { fileRows.append(["  failed", failure]) }
-            for line in JobText.table(fileRows, rightAligned: []) { Terminal.out(line) }
+            for line in JobText.table(fileRows, rightAligned: []) { output.append(line) }
         }
         if details.files.count < summary.fileCount {
-            Terminal.out("… \(summary.fileCount - details.files.count) more files (--files lists them all)")
+            output.append("… \(summary.fileCount - details.files.count) more files (--files lists them all)")
         }
         let shown = Set(details.files.map(\.index))
         for file in details.failedFiles where !shown.contains(file.index) {
-            Terminal.out("failed file \(file.index + 1): \(file.path): \(file.failure ?? "")")
+            output.append("failed file \(file.index + 1): \(file.path): \(file.failure ?? "")")
         }
     }
 }

@@ -60,7 +60,7 @@ enum JobWatcher {
         await printer.value
         withExtendedLifetime(signals) {}
         if case .success(let report) = result, !json {
-            for file in report.files { Terminal.out(file.url) }
+            Terminal.out(lines: report.files.lazy.map(\.url))
         }
         return result
     }

@@ -397,7 +397,9 @@ struct PagedTable {
         guard !rows.isEmpty else { return }
         let first = widths.isEmpty
         widths = JobText.columnWidths(first ? [header] + rows : rows, atLeast: widths)
-        if first { Terminal.out(JobText.line(header, widths: widths, rightAligned: rightAligned)) }
-        for row in rows { Terminal.out(JobText.line(row, widths: widths, rightAligned: rightAligned)) }
+        var output = Terminal.OutputLines()
+        if first { output.append(JobText.line(header, widths: widths, rightAligned: rightAligned)) }
+        for row in rows { output.append(JobText.line(row, widths: widths, rightAligned: rightAligned)) }
+        output.flush()
     }
 }

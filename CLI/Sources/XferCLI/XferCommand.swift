@@ -86,6 +86,33 @@ enum Terminal {
         write(line + "\n")
     }
 
+    /// Writes `lines` in a few writes of up to `OutputLines.capacity` bytes each: a listing
+    /// (10,000 jobs, a push's URLs) whose reader is a pipe wakes it a few times, not once a line.
+    static func out(lines: some Sequence<String>) {
+        var batch = OutputLines()
+        for line in lines { batch.append(line) }
+        batch.flush()
+    }
+
+    /// Lines gathered into writes of up to `capacity` bytes; `flush` writes what is left. For
+    /// listings, not for what must be out before a kill (events, progress: `out`).
+    struct OutputLines {
+        static let capacity = 64 * 1024
+        private var pending: [UInt8] = []
+
+        mutating func append(_ line: String) {
+            pending.append(contentsOf: line.utf8)
+            pending.append(UInt8(ascii: "\n"))
+            if pending.count >= Self.capacity { flush() }
+        }
+
+        mutating func flush() {
+            guard !pending.isEmpty else { return }
+            pending.withUnsafeBufferPointer { Terminal.writeAll($0, to: STDOUT_FILENO) }
+            pending.removeAll(keepingCapacity: true)
+        }
+    }
+
     /// Writes `text` as it is (part of a line written in pieces).
     static func write(_ text: String) {
         writeAll(text, to: STDOUT_FILENO)
@@ -102,14 +129,16 @@ enum Terminal {
     /// left to report it.
     private static func writeAll(_ text: String, to descriptor: Int32) {
         var text = text
-        text.withUTF8 { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-                if written < 0, errno == EINTR { continue }
-                guard written > 0 else { return }
-                offset += written
-            }
+        text.withUTF8 { writeAll($0, to: descriptor) }
+    }
+
+    private static func writeAll(_ buffer: UnsafeBufferPointer<UInt8>, to descriptor: Int32) {
+        var offset = 0
+        while offset < buffer.count {
+            let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else { return }
+            offset += written
         }
     }
 
