@@ -300,7 +300,9 @@ def _stream(t):
     return ("Streams (from a pipe): 1 GiB into moto, `xfer push -` against `aws s3 cp -`",
             "≥ 1.0× aws-cli (parity: issue 18 set no number)",
             f"{t.get('xfer / uploader', 'aws')}× ({t.get('median MiB/s', 'xfer')} against {t.get('median MiB/s', 'aws')} "
-            f"MiB/s); peak RSS {t.get('median peak RSS MiB', 'xfer')} against {t.get('median peak RSS MiB', 'aws')} MiB",
+            f"MiB/s); peak RSS {t.get('median peak RSS MiB', 'xfer')} against {t.get('median peak RSS MiB', 'aws')} MiB"
+            + (f"; with --part-checksum crc32c {t.get('median MiB/s', 'xfer crc32c')} MiB/s"
+               if "xfer crc32c" in t.column("uploader") else ""),
             t.num("xfer / uploader", "aws") >= 1.0)
 
 
