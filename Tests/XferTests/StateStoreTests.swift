@@ -1082,5 +1082,55 @@ final class StateStoreTests: XCTestCase {
         XCTAssertEqual(decode(body(inTree, "/other"), ["/other"]), inTree)
         // A marker whose root is unknown is unreadable, not a wrong path.
         XCTAssertNil(decode(compact, []))
+        // A path canonically equal to its root and relative path joined, but of other bytes (NFD
+        // against NFC): kept whole, so it decodes to the bytes it had.
+        var decomposed = file(3)
+        decomposed.path = "/data/cafe\u{301}.txt"
+        decomposed.relativePath = "caf\u{E9}.txt"
+        XCTAssertEqual(decomposed.path, FileRecord.join("/data", decomposed.relativePath))
+        XCTAssertFalse(FileRecord.path(decomposed.path, isJoinOf: "/data", decomposed.relativePath))
+        XCTAssertEqual(decode(body(decomposed, "/data"), ["/data"]).map { Array($0.path.utf8) }, Array(decomposed.path.utf8))
+        XCTAssertTrue(FileRecord.path("/data/a/b", isJoinOf: "/data", "a/b"))
+        XCTAssertTrue(FileRecord.path("/a", isJoinOf: "/", "a"))
+        XCTAssertFalse(FileRecord.path("/data/a/bc", isJoinOf: "/data", "a/b"))
+        XCTAssertFalse(FileRecord.path("/datx/a/b", isJoinOf: "/data", "a/b"))
+        XCTAssertFalse(FileRecord.path("/data-a/b", isJoinOf: "/data", "a/b"))
+    }
+
+    /// A file's name is what follows its relative path's last '/' byte.
+    func testAFilesNameIsItsLastComponent() {
+        func name(_ relativePath: String) -> String {
+            var record = file(0)
+            record.relativePath = relativePath
+            return record.name
+        }
+        XCTAssertEqual(name("photos/2024/a b.jpg"), "a b.jpg")
+        XCTAssertEqual(name("one.bin"), "one.bin")
+        XCTAssertEqual(name(""), "")
+        XCTAssertEqual(name("a/b/"), "b")
+        // A combining mark after the slash starts the name, as on disk.
+        XCTAssertEqual(Array(name("a/\u{301}x").utf8), Array("\u{301}x".utf8))
+    }
+
+    /// The check that ends a run: the first file of the job without a URL, other jobs aside.
+    func testFirstFileWithoutURLIsTheFirstGapOfItsJobOnly() async throws {
+        let dir = TemporaryDirectory()
+        let store = try StateStore(directory: dir.path)
+        func withURL(_ index: Int) -> FileRecord {
+            var record = file(index)
+            record.url = "http://127.0.0.1:1/f\(index)"
+            return record
+        }
+        let id = JobID(rawValue: "00000000000000a1")
+        try await createJob(store, header(id.rawValue), files: [withURL(0), withURL(1), file(2), withURL(3), file(4)])
+        // Another job, sorted before and after, with files lacking URLs.
+        try await createJob(store, header("00000000000000a0"), files: [file(0)])
+        try await createJob(store, header("00000000000000a2"), files: [file(0)])
+        XCTAssertEqual(try store.firstFileWithoutURL(job: id), 2)
+        try await store.commit(.putFiles(job: id, files: [(index: 2, record: withURL(2))]))
+        XCTAssertEqual(try store.firstFileWithoutURL(job: id), 4)
+        try await store.commit(.putFiles(job: id, files: [(index: 4, record: withURL(4))]))
+        XCTAssertNil(try store.firstFileWithoutURL(job: id))
+        XCTAssertNil(try store.firstFileWithoutURL(job: JobID(rawValue: "00000000000000ff")))
     }
 }

@@ -202,14 +202,9 @@ extension SchedulerDriver {
         }
         let count: Int
         do {
-            var start = 0
-            while true {
-                let page = try store.files(job: id, from: start, limit: JobReport.Files.pageSize)
-                for (_, file) in page where file.url == nil {
-                    return .failure(.transferFailed("no URL for \(file.path) (\(owner))"))
-                }
-                guard let last = page.last else { break }
-                start = last.index + 1
+            if let index = try store.firstFileWithoutURL(job: id) {
+                let path = try store.file(job: id, index: index)?.path ?? "file \(index + 1)"
+                return .failure(.transferFailed("no URL for \(path) (\(owner))"))
             }
             count = try store.counters(id).fileCount
             let ended = scheduler.endRecord(phase: completesJob ? .completed : .unfinished, error: nil, at: Date())

@@ -103,7 +103,16 @@ package struct FileRecord: Sendable, Hashable {
     }
 
     package var size: Int64 { identity.size }
-    package var name: String { relativePath.split(separator: "/").last.map(String.init) ?? relativePath }
+    package var name: String {
+        // The text after the last '/' byte, found without splitting the whole path into an array
+        // (a backend asks for it on every request of a small file), and cut by scalars: a '/'
+        // followed by a combining mark still ends a component, as it does on disk.
+        let scalars = relativePath.unicodeScalars
+        guard let slash = scalars.lastIndex(of: "/") else { return relativePath }
+        let start = scalars.index(after: slash)
+        if start != scalars.endIndex { return String(Substring(scalars[start...])) }
+        return relativePath.split(separator: "/").last.map(String.init) ?? relativePath
+    }
     package var isComplete: Bool { url != nil }
 }
 
@@ -208,6 +217,17 @@ extension ServerHandles {
 extension FileRecord {
     static func join(_ root: String, _ relativePath: String) -> String {
         root == "/" ? "/" + relativePath : root + "/" + relativePath
+    }
+
+    /// Whether `path` has exactly the bytes of `join(root, relativePath)`, without making it (a
+    /// file's record is encoded on every change of it). Bytes, not `==`'s canonical equivalence:
+    /// a path whose bytes differ from the joined one must be kept as it is.
+    static func path(_ path: String, isJoinOf root: String, _ relativePath: String) -> Bool {
+        let head = root == "/" ? Substring() : Substring(root)
+        let bytes = path.utf8
+        guard bytes.count == head.utf8.count + 1 + relativePath.utf8.count, bytes.starts(with: head.utf8) else { return false }
+        let rest = bytes.dropFirst(head.utf8.count)
+        return rest.first == UInt8(ascii: "/") && rest.dropFirst().elementsEqual(relativePath.utf8)
     }
 }
 

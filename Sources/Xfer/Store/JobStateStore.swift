@@ -30,6 +30,8 @@ package protocol JobStateStore: Sendable {
     func file(job: JobID, index: Int) throws(XferError) -> FileRecord?
     /// Up to `limit` files of job `id` from index `start` on, in index order.
     func files(job: JobID, from start: Int, limit: Int) throws(XferError) -> [(index: Int, record: FileRecord)]
+    /// The first file of job `id` that has no URL, if any (the check that ends a run).
+    func firstFileWithoutURL(job: JobID) throws(XferError) -> Int?
     /// The index of the file found at `relativePath` under root `root`.
     func fileIndex(job: JobID, root: Int, relativePath: String) throws(XferError) -> Int?
     /// Up to `limit` files of job `id` whose last run failed, in index order.
@@ -55,6 +57,17 @@ package protocol JobStateStore: Sendable {
 extension JobStateStore {
     package func commit(_ change: StateChange) async throws(XferError) {
         try await commit([change])
+    }
+
+    /// Reads the records a page at a time: stores that can tell without decoding them do better.
+    package func firstFileWithoutURL(job: JobID) throws(XferError) -> Int? {
+        var start = 0
+        while true {
+            let page = try files(job: job, from: start, limit: 1024)
+            if let missing = page.first(where: { $0.record.url == nil }) { return missing.index }
+            guard let last = page.last else { return nil }
+            start = last.index + 1
+        }
     }
 }
 

@@ -213,6 +213,12 @@ struct LMDBTransaction {
 
     /// The value stored under `key`, copied out of the map.
     func get(_ db: LMDBDatabase, _ key: [UInt8]) throws(LMDBError) -> [UInt8]? {
+        guard let value = try lookup(db, key) else { return nil }
+        return try Self.unsealed(value, key: key, in: db)
+    }
+
+    /// The value at `key` as LMDB holds it (valid until the transaction ends), or nil.
+    private func lookup(_ db: LMDBDatabase, _ key: [UInt8]) throws(LMDBError) -> MDB_val? {
         var value = MDB_val()
         let code = key.withUnsafeBytes { raw in
             var k = MDB_val(mv_size: raw.count, mv_data: UnsafeMutableRawPointer(mutating: raw.baseAddress))
@@ -220,7 +226,7 @@ struct LMDBTransaction {
         }
         if code == MDB_NOTFOUND { return nil }
         try check(code, "mdb_get")
-        return try Self.unsealed(Self.bytes(value), key: key, in: db)
+        return value
     }
 
     func put(_ db: LMDBDatabase, _ key: [UInt8], _ value: [UInt8]) throws(LMDBError) {
@@ -233,6 +239,17 @@ struct LMDBTransaction {
             }
         }
         try check(code, "mdb_put")
+    }
+
+    /// Whether `key` is in `db`, without copying or checking its value.
+    func contains(_ db: LMDBDatabase, _ key: [UInt8]) throws(LMDBError) -> Bool {
+        try lookup(db, key) != nil
+    }
+
+    /// Calls `body` for every key that starts with `prefix`, in key order, until it returns
+    /// false; the values are neither copied nor checked.
+    func forEachKey(_ db: LMDBDatabase, prefix: [UInt8], _ body: (_ key: [UInt8]) throws -> Bool) throws {
+        try walk(db, prefix: prefix, from: nil) { key, _ in try body(key) }
     }
 
     /// Deletes `key`; deleting a missing key is not an error.
@@ -252,6 +269,14 @@ struct LMDBTransaction {
         _ db: LMDBDatabase, prefix: [UInt8], from start: [UInt8]? = nil,
         _ body: (_ key: [UInt8], _ value: [UInt8]) throws -> Bool
     ) throws {
+        try walk(db, prefix: prefix, from: start) { key, value in try body(key, Self.unsealed(value, key: key, in: db)) }
+    }
+
+    /// The cursor under `forEach` and `forEachKey`: each key that starts with `prefix`, with its
+    /// value as LMDB holds it (valid until the transaction ends).
+    private func walk(
+        _ db: LMDBDatabase, prefix: [UInt8], from start: [UInt8]?, _ body: (_ key: [UInt8], _ value: MDB_val) throws -> Bool
+    ) throws {
         var cursor: OpaquePointer?
         try check(mdb_cursor_open(txn, db.handle, &cursor), "mdb_cursor_open")
         defer { mdb_cursor_close(cursor) }
@@ -266,7 +291,7 @@ struct LMDBTransaction {
         while code == 0 {
             let k = Self.bytes(key)
             guard k.starts(with: prefix) else { return }
-            guard try body(k, Self.unsealed(Self.bytes(value), key: k, in: db)) else { return }
+            guard try body(k, value) else { return }
             code = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
         }
         if code != MDB_NOTFOUND { try check(code, "mdb_cursor_get") }
@@ -296,24 +321,39 @@ struct LMDBTransaction {
         }
     }
 
-    private static func checksum(_ key: [UInt8], _ value: ArraySlice<UInt8>) -> UInt32 {
+    private static func checksum(_ key: [UInt8], _ value: UnsafeRawBufferPointer) -> UInt32 {
         var crc = CRC32()
         crc.update(key)
         crc.update(value)
         return crc.value
     }
 
-    /// `value` followed by the CRC-32 of key and value (4 bytes, big-endian).
+    /// `value` followed by the CRC-32 of key and value (4 bytes, big-endian), in one allocation.
     private static func sealed(_ value: [UInt8], key: [UInt8]) -> [UInt8] {
-        let crc = checksum(key, value[...])
-        return value + [UInt8(crc >> 24), UInt8(crc >> 16 & 0xFF), UInt8(crc >> 8 & 0xFF), UInt8(crc & 0xFF)]
+        let crc = value.withUnsafeBytes { checksum(key, $0) }
+        var stored: [UInt8] = []
+        stored.reserveCapacity(value.count + 4)
+        stored.append(contentsOf: value)
+        stored.append(UInt8(crc >> 24))
+        stored.append(UInt8(crc >> 16 & 0xFF))
+        stored.append(UInt8(crc >> 8 & 0xFF))
+        stored.append(UInt8(crc & 0xFF))
+        return stored
     }
 
-    private static func unsealed(_ stored: [UInt8], key: [UInt8], in db: LMDBDatabase) throws(LMDBError) -> [UInt8] {
-        guard db.checksummed else { return stored }
-        guard stored.count >= 4 else { throw damaged(db) }
-        let value = stored[..<(stored.count - 4)]
-        let crc = stored[(stored.count - 4)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+    /// The value LMDB holds at `stored` (valid until the transaction ends), its CRC checked where
+    /// the database keeps one, copied once: a file's record is read several times a small file,
+    /// and copying the stored bytes before checking them was one allocation more each time.
+    private static func unsealed(_ stored: MDB_val, key: [UInt8], in db: LMDBDatabase) throws(LMDBError) -> [UInt8] {
+        guard stored.mv_size > 0, let data = stored.mv_data else {
+            if db.checksummed { throw damaged(db) }
+            return []
+        }
+        let raw = UnsafeRawBufferPointer(start: data, count: stored.mv_size)
+        guard db.checksummed else { return Array(raw) }
+        guard raw.count >= 4 else { throw damaged(db) }
+        let value = UnsafeRawBufferPointer(rebasing: raw[..<(raw.count - 4)])
+        let crc = raw[(raw.count - 4)...].reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
         guard crc == checksum(key, value) else { throw damaged(db) }
         return Array(value)
     }

@@ -231,6 +231,21 @@ final class StateStore: JobStateStore {
         }
     }
 
+    /// Walks the job's file keys and looks each up among the URLs, decoding nothing: the check
+    /// at the end of every run read and decoded every record for it.
+    func firstFileWithoutURL(job: JobID) throws(XferError) -> Int? {
+        let prefix = Self.jobPrefix(job)
+        return try reading { txn in
+            var missing: Int?
+            try txn.forEachKey(filesDB, prefix: prefix) { key in
+                guard try !txn.contains(urlsDB, key) else { return true }
+                missing = Int(Self.u32(key, at: prefix.count))
+                return false
+            }
+            return missing
+        }
+    }
+
     func fileIndex(job: JobID, root: Int, relativePath: String) throws(XferError) -> Int? {
         try reading { txn in
             try txn.get(pathsDB, Self.pathKey(job, root, relativePath)).map { Int(Self.u32($0, at: 0)) }

@@ -33,7 +33,7 @@ package enum StoredFile {
         writer.byte(bodyVersion)
         if let rootPath, record.path == rootPath {
             writer.byte(PathForm.root.rawValue)
-        } else if let rootPath, record.path == FileRecord.join(rootPath, record.relativePath) {
+        } else if let rootPath, FileRecord.path(record.path, isJoinOf: rootPath, record.relativePath) {
             writer.byte(PathForm.underRoot.rawValue)
         } else {
             writer.byte(PathForm.whole.rawValue)

@@ -226,7 +226,9 @@ final class CurlEasyHandle {
     }
 
     private func appendHeaderLine(_ line: String) throws(TransportError) {
-        guard let list = curl_slist_append(headerList, line) else {
+        // `withCString` hands curl the string's own bytes (curl copies them); passing the String
+        // itself made a C copy of it first, one allocation a header of every request.
+        guard let list = line.withCString({ curl_slist_append(headerList, $0) }) else {
             throw .network("out of memory building request headers")
         }
         headerList = list
