@@ -91,6 +91,60 @@ final class DiskLayoutTests: XCTestCase {
         XCTAssertTrue(deleted)
         XCTAssertEqual(try files(of: id), [])
     }
+
+    /// The expiry sweep reads `uploads/` a name at a time (it keeps every completed upload's
+    /// log): among thousands of logs it finds the one unfinished upload nobody touched, takes
+    /// it, and leaves every log alone.
+    func testTheSweepFindsTheUnfinishedUploadAmongCompletedLogs() async throws {
+        let storage = try await DiskStorage.open(
+            root: root, threadPool: .singleton, memory: UploadsInMemory(limits: ReceiverLimits()), expireAfter: .seconds(60),
+            logger: Logger(label: "test"))
+        let idle = try await started(storage, "ietf", length: 10, bytes: "hello")
+        let young = try await started(storage, "tus", length: 10, bytes: "hi")
+        var logs: [String] = []
+        for _ in 0..<3000 {
+            let name = UploadID.generate() + ".log"
+            XCTAssertTrue(FileManager.default.createFile(atPath: root + "/uploads/" + name, contents: Data("{}\n".utf8)))
+            logs.append(name)
+        }
+        // Untouched for two minutes: its files' times put back.
+        let past = Date(timeIntervalSinceNow: -120)
+        for name in try FileManager.default.contentsOfDirectory(atPath: root + "/uploads") where name.hasPrefix(idle) {
+            try FileManager.default.setAttributes([.modificationDate: past], ofItemAtPath: root + "/uploads/" + name)
+        }
+        await storage.dropIdle()
+        await storage.expire()
+
+        XCTAssertEqual(try files(of: idle), [], "the unfinished upload nobody touched expired")
+        XCTAssertFalse(try files(of: young).isEmpty, "an upload written a moment ago stays")
+        let left = Set(try FileManager.default.contentsOfDirectory(atPath: root + "/uploads"))
+        XCTAssertTrue(left.isSuperset(of: logs), "every completed upload's log stays")
+    }
+
+    /// A body of `PUT /raw` a crash cut short (`.partial-*`) goes at the next start; the files
+    /// stored whole beside it stay.
+    func testAStartRemovesCutRawBodiesAndKeepsStoredFiles() async throws {
+        try FileManager.default.createDirectory(atPath: root + "/raw", withIntermediateDirectories: true)
+        for name in [".partial-1", ".partial-2", "kept.bin", "partial-not.bin"] {
+            XCTAssertTrue(FileManager.default.createFile(atPath: root + "/raw/" + name, contents: Data("x".utf8)))
+        }
+        _ = try await open()
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: root + "/raw")), ["kept.bin", "partial-not.bin"])
+    }
+
+    /// `FileSystemOps.forEachName`: every name once, without `.` and `..`; nothing for a
+    /// directory that is not there.
+    func testForEachNameGivesEveryNameOnce() throws {
+        try FileManager.default.createDirectory(atPath: root + "/names/sub", withIntermediateDirectories: true)
+        let names = ["a", ".hidden", "é.txt", String(repeating: "n", count: 255)]
+        for name in names { XCTAssertTrue(FileManager.default.createFile(atPath: root + "/names/" + name, contents: nil)) }
+        var seen: [String] = []
+        FileSystemOps.forEachName(in: root + "/names") { seen.append(String(decoding: $0, as: UTF8.self)) }
+        XCTAssertEqual(seen.sorted(), (names + ["sub"]).sorted())
+        var none = 0
+        FileSystemOps.forEachName(in: root + "/missing") { _ in none += 1 }
+        XCTAssertEqual(none, 0)
+    }
 }
 
 /// `XCTUnwrap` of an async expression's value.

@@ -93,15 +93,19 @@ actor DiskMultipartSources {
     func expire(madeBefore cutoff: Date, hasUnfinished: @escaping @Sendable (String) -> Bool) async throws -> Int {
         let directory = self.directory
         let stale: [MultipartSourceRecord] = try await io.run {
+            // A name at a time: the sources of the last `--expire-after` are all here.
             var found: [MultipartSourceRecord] = []
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasSuffix(".json") {
-                let path = directory + "/" + name
-                guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-                    let modified = attributes[.modificationDate] as? Date, modified < cutoff,
+            let json = Array(".json".utf8)
+            try FileSystemOps.forEachName(in: directory) { name in
+                guard name.count > json.count, name.suffix(json.count).elementsEqual(json) else { return }
+                let path = directory + "/" + String(decoding: name, as: UTF8.self)
+                var info = stat()
+                guard stat(path, &info) == 0,
+                    Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec) + TimeInterval(info.st_mtim.tv_nsec) / 1e9) < cutoff,
                     let bytes = try FileSystemOps.readAll(path),
                     let record = try? JSONDecoder().decode(MultipartSourceRecord.self, from: Data(bytes)),
                     !record.fileIds.contains(where: hasUnfinished)
-                else { continue }
+                else { return }
                 found.append(record)
             }
             return found

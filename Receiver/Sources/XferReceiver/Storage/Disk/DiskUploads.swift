@@ -129,10 +129,13 @@ actor DiskUploads {
                 try? FileManager.default.removeItem(atPath: layout.trash + "/" + leftover)
             }
             // Bodies of `PUT /raw` a crash cut short: no request of this process is under way.
-            for leftover in (try? FileManager.default.contentsOfDirectory(atPath: layout.root + "/raw")) ?? []
-            where leftover.hasPrefix(".partial-") {
-                try? FileManager.default.removeItem(atPath: layout.root + "/raw/" + leftover)
+            // Read a name at a time (raw/ keeps every file stored whole), removed after.
+            var partials: [String] = []
+            let partial = Array(".partial-".utf8)
+            FileSystemOps.forEachName(in: layout.root + "/raw") { name in
+                if name.starts(with: partial) { partials.append(String(decoding: name, as: UTF8.self)) }
             }
+            for leftover in partials { try? FileManager.default.removeItem(atPath: layout.root + "/raw/" + leftover) }
             // Each filesystem the store spans is flushed by every round (an operator may mount
             // downloads/ elsewhere).
             return try Durability(directories: [layout.root, layout.uploads, layout.downloads, layout.trash], pool: io.pool)
@@ -338,25 +341,33 @@ actor DiskUploads {
     /// The ids of the unfinished uploads under `uploads/` (those whose data file is still there)
     /// whose files are all older than `cutoff`, and whose log holds no completion (a completion a
     /// crash left unpublished is finished by the upload's next load, not expired). Blocking.
+    ///
+    /// `uploads/` keeps every completed upload's log, so it grows with every upload ever made: it
+    /// is read a name at a time (`FileSystemOps.forEachName`), and a name becomes a `String` only
+    /// where it is an unfinished upload's (a flat upload's `.data`, or a layout 1 directory).
     private static func unfinishedUploads(in layout: StoreLayout, untouchedSince cutoff: Date) -> [String] {
-        var ids: [String] = []
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: layout.uploads)) ?? [] {
-            let id: String
-            if name.utf8.count == UploadID.length + 5, name.hasSuffix(".data") {
-                id = String(name.prefix(UploadID.length))
-            } else if name.utf8.count == UploadID.length, FileSystemOps.exists(layout.uploads + "/" + name + "/data") {
-                id = name
-            } else {
-                continue
-            }
-            guard UploadID.isValid(id), let newest = newestChange(of: id, in: layout), newest < cutoff else { continue }
+        func isUntouchedAndUnfinished(_ id: String) -> Bool {
+            guard UploadID.isValid(id), let newest = newestChange(of: id, in: layout), newest < cutoff else { return false }
             if let bytes = try? FileSystemOps.readAll(layout.uploads + "/" + id + ".log") {
                 var completed = false
                 DurableLog.forEachRecord(in: bytes[...]) { if $0.first == UInt8(ascii: "=") { completed = true } }
-                if completed { continue }
+                if completed { return false }
             }
-            if FileSystemOps.exists(layout.uploads + "/" + id + "/complete.json") { continue }
-            ids.append(id)
+            return !FileSystemOps.exists(layout.uploads + "/" + id + "/complete.json")
+        }
+        var ids: [String] = []
+        let dataSuffix = Array(".data".utf8)
+        FileSystemOps.forEachName(in: layout.uploads) { name in
+            let id: String
+            if name.count == UploadID.length + dataSuffix.count, name.suffix(dataSuffix.count).elementsEqual(dataSuffix) {
+                id = String(decoding: name.prefix(UploadID.length), as: UTF8.self)
+            } else if name.count == UploadID.length {
+                id = String(decoding: name, as: UTF8.self)
+                guard FileSystemOps.exists(layout.uploads + "/" + id + "/data") else { return }
+            } else {
+                return
+            }
+            if isUntouchedAndUnfinished(id) { ids.append(id) }
         }
         return ids
     }
