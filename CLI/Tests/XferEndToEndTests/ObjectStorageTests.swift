@@ -156,6 +156,47 @@ final class ObjectStorageTests: CephBucketTestCase {
         XCTAssertEqual(try downloadSHA256(try XCTUnwrap(finished.stdout.first), into: work), try sha256sum(small), "a completed upload stays")
     }
 
+    /// An upload's pending marker goes with its completion, and the sweeps read the states of the
+    /// uploads that may be unfinished alone: with completed uploads in the store, an idle
+    /// receiver's sweeps (every second here) cost a listing each, not a read of every state
+    /// (which each sweep made before: a request per completed upload, a minute, for ever).
+    func testSweepsReadNoCompletedUploadsState() throws {
+        let server = try serve(extra: ["--expire-after", "2s", "--claim-lifetime", "0.5"])
+        let tus = ["-H", "Tus-Resumable: 1.0.0"]
+        func create() throws -> String {
+            let created = try curl(["-X", "POST"] + tus + ["-H", "Upload-Length: 4", server.url + "/files/"])
+            XCTAssertEqual(created.status, 201)
+            return try XCTUnwrap(URL(string: try XCTUnwrap(created.headers["location"]))?.path)
+        }
+        for _ in 0..<6 {
+            // Created empty (a state object, and its marker), then completed by one PATCH.
+            let path = try create()
+            let patched = try curl(
+                ["-X", "PATCH"] + tus + ["-H", "Upload-Offset: 0", "-H", "Content-Type: application/offset+octet-stream", "--data-binary", "abcd", server.url + path])
+            XCTAssertEqual(patched.headers["upload-offset"], "4")
+        }
+        XCTAssertEqual(try keys(under: "uploads/uploads/").count, 6, "six states")
+        XCTAssertEqual(try keys(under: "uploads/pending/"), [], "a completion takes its upload's marker")
+        let unfinished = try create()
+        XCTAssertEqual(try keys(under: "uploads/pending/").count, 1, "an unfinished upload has its marker")
+
+        // Past its expiry the sweep drops it, and its marker: waited for, bounded.
+        var gone = false
+        for _ in 0..<150 where !gone {
+            gone = try keys(under: "uploads/pending/").isEmpty && curl(["-I"] + tus + [server.url + unfinished]).status == 404
+            if !gone { usleep(100_000) }
+        }
+        XCTAssertTrue(gone, "the unfinished upload expired, its marker with it")
+
+        // Four seconds of sweeps: a listing each; before, each read the six states too (7 a sweep).
+        let before = int(try getJSON(server.url + "/stats")["storeRequests"])
+        let start = Date()
+        while Date().timeIntervalSince(start) < 4 { usleep(100_000) }
+        let used = int(try getJSON(server.url + "/stats")["storeRequests"]) - before
+        XCTAssertLessThanOrEqual(used, 10, "store requests in 4 s of idle sweeps")
+        XCTAssertEqual(try keys(under: "uploads/uploads/").count, 6, "completed uploads stay")
+    }
+
     /// `PUT /raw/NAME` streams the body into one object under the prefix.
     /// A small file whole in the request that creates its upload (the IETF draft's one-request
     /// upload, tus's creation-with-upload) costs the store one request: the file's object, the

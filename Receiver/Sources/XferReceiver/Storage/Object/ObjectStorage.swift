@@ -154,6 +154,7 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
     /// lost (then its version). One read more, only after a refusal.
     private func write(_ state: inout ObjectUploadState, of id: String, condition: S3WriteCondition) async throws -> S3ETag? {
         let key = layout.state(id)
+        if condition == .onlyIfAbsent { try await markPending(state, id) }
         let nonce = Self.writeNonce()
         state.writer = nonce
         let bytes = Array(try JSONEncoder.objectState.encode(state))
@@ -200,7 +201,7 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         var known = version?.latest
         // The nonce of a write the store refused (412) after retrying it: the first attempt may
         // have been applied, and the next read tells.
-        var unconfirmed: String?
+        var unconfirmed: (nonce: String, completes: Bool)?
         while true {
             let fresh = known == nil
             let current: (ObjectUploadState, S3ETag)
@@ -211,8 +212,9 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
                 guard let read = try await readState(id) else { throw UploadError.deleted }
                 current = read
             }
-            if let nonce = unconfirmed, current.0.writer == nonce {
+            if let attempt = unconfirmed, current.0.writer == attempt.nonce {
                 version?.advance(to: current)
+                if attempt.completes { await unmarkPending(id) }
                 return (current.0, true)
             }
             unconfirmed = nil
@@ -230,16 +232,35 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
             state.writer = nonce
             let bytes = Array(try JSONEncoder.objectState.encode(state))
             let condition: S3WriteCondition = etag == Self.noStateObject ? .onlyIfAbsent : .onlyIfCurrent(etag)
+            if condition == .onlyIfAbsent { try await markPending(state, id) }
+            // The write that completes the upload takes its pending marker with it.
+            let completes = state.completion != nil && current.0.completion == nil
             switch try await client.perform(
                 { client.requests.putObject(key: key, bytes: bytes, condition: condition, contentType: "application/json") })
             {
             case .stored(let newETag):
                 version?.advance(to: (state, newETag))
+                if completes { await unmarkPending(id) }
                 return (state, true)
             case .preconditionFailed:
-                unconfirmed = nonce
+                unconfirmed = (nonce, completes)
             }
         }
+    }
+
+    /// Writes upload `id`'s pending marker (`ObjectLayout.pending`) before its state object is
+    /// created, when that state is unfinished: the expiry sweep finds unfinished uploads by their
+    /// markers, so that it need not read the state of every completed upload the store keeps.
+    private func markPending(_ state: ObjectUploadState, _ id: String) async throws {
+        guard state.completion == nil, state.deletion == nil else { return }
+        _ = try await client.perform({ client.requests.putObject(key: layout.pending(id), bytes: []) })
+    }
+
+    /// Removes upload `id`'s pending marker once a change completed or removed it. A removal that
+    /// fails (or a crash before it) leaves the marker for a sweep, which reads the state once more
+    /// and removes it then.
+    func unmarkPending(_ id: String) async {
+        _ = try? await client.perform({ client.requests.deleteObject(key: layout.pending(id)) })
     }
 
     /// Marks the upload deleted (`ObjectUploadState.deletion`) by compare-and-swap on the version
@@ -359,6 +380,8 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         try await deleteAll(under: layout.receivedPrefix(id))
         try await client.perform({ client.requests.deleteObject(key: fileKey) })
         try await client.perform({ client.requests.deleteObject(key: layout.state(id)) })
+        // Last: while a tombstone is left, the marker brings a sweep to finish the deletion.
+        try await client.perform({ client.requests.deleteObject(key: layout.pending(id)) })
     }
 
     func publishedFile(of upload: any ChunkedUpload, context: some RequestContext) async throws -> ResponseBody {
@@ -447,6 +470,9 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
     /// Who hears of an upload a sweep completed (the routes' hooks: `post-finish`), set once
     /// the routes are built.
     let sweepFinished = Mutex<@Sendable (FinishedUpload) async -> Void>({ _ in })
+
+    /// When this receiver's sweep next reads every state (`expire`): nil before its first sweep.
+    let nextFullSweep = Mutex<ContinuousClock.Instant?>(nil)
 
     /// `PREFIX/upload-urls.key`: made by the first receiver of the store (`If-None-Match: *`), read
     /// by every other, so an upload URL one handed out works through all.

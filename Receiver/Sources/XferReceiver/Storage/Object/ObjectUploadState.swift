@@ -18,6 +18,11 @@ import XferS3Core
 ///                                      written once its bytes are stored (chunks sent at once
 ///                                      never contend for one object)
 ///     PREFIX/sources/<sha256>.json     multipart's sources, created only if absent
+///     PREFIX/pending/<id>              an empty marker: the upload may be unfinished. Written
+///                                      before its state object is created unfinished, removed
+///                                      when a change completes it or it is deleted; the expiry
+///                                      sweep reads the states of these alone, not those of the
+///                                      completed uploads the store keeps (`ObjectStorage.expire`)
 struct ObjectLayout: Sendable {
     /// Empty, or ending in "/".
     let prefix: String
@@ -42,6 +47,8 @@ struct ObjectLayout: Sendable {
     static let completedPartial = "partial"
     func source(_ key: String) -> String { prefix + "sources/" + key + ".json" }
     var uploadsPrefix: String { prefix + "uploads/" }
+    func pending(_ id: String) -> String { prefix + "pending/" + id }
+    var pendingPrefix: String { prefix + "pending/" }
 }
 
 /// One upload's state in an object store: what it is, where its bytes are, what has been
