@@ -367,8 +367,8 @@ final class ObjectStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadC
         return true
     }
 
-    /// Everything of an upload whose tombstone is written, the state last (unconditionally: a
-    /// tombstone is never replaced). Repeatable.
+    /// Everything of an upload whose tombstone is written, the state (unconditionally: a
+    /// tombstone is never replaced) and then its pending marker last. Repeatable.
     private func removeObjects(of id: String, _ state: ObjectUploadState) async throws {
         var fileKey = try fileKey(state)
         if state.info?.role == .partial { fileKey = layout.staged(id, ObjectLayout.completedPartial) }
