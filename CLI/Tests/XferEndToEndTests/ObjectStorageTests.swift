@@ -188,6 +188,19 @@ final class ObjectStorageTests: CephBucketTestCase {
         }
         XCTAssertTrue(gone, "the unfinished upload expired, its marker with it")
 
+        // A receiver that died between a completion and its marker's removal left the marker: a
+        // sweep reads the state once more, finds it complete, and takes the marker; the upload stays.
+        let completedKey = try XCTUnwrap(try keys(under: "uploads/uploads/").first)
+        let completedID = String(completedKey.dropFirst("uploads/uploads/".count).dropLast(".json".count))
+        _ = try ceph.awsJSON(["put-object", "--bucket", bucket, "--key", "uploads/pending/" + completedID])
+        var swept = false
+        for _ in 0..<150 where !swept {
+            swept = try keys(under: "uploads/pending/").isEmpty
+            if !swept { usleep(100_000) }
+        }
+        XCTAssertTrue(swept, "a completed upload's leftover marker goes with a sweep")
+        XCTAssertEqual(try keys(under: "uploads/uploads/").count, 6, "and the upload stays")
+
         // Four seconds of sweeps: a listing each; before, each read the six states too (7 a sweep).
         let before = int(try getJSON(server.url + "/stats")["storeRequests"])
         let start = Date()
