@@ -367,8 +367,9 @@ public struct Receiver: Sendable {
         if !configuration.corsOrigins.isEmpty {
             router.add(middleware: CORSMiddleware(origins: Set(configuration.corsOrigins)))
         }
-        // Request latency and counts by route (Hummingbird's), when someone reads them.
-        if configuration.metrics != nil { router.add(middleware: MetricsMiddleware()) }
+        // Request latency and counts by route (Hummingbird's, recorded so that a small answer
+        // keeps its one write: RequestMetricsMiddleware), when someone reads them.
+        if configuration.metrics != nil { router.add(middleware: RequestMetricsMiddleware()) }
         router.add(middleware: TusProtocolMiddleware())
         router.add(middleware: IETFVersionMiddleware())
         router.add(middleware: JSONNotFoundMiddleware())

@@ -145,6 +145,23 @@ final class DiskLayoutTests: XCTestCase {
         FileSystemOps.forEachName(in: root + "/missing") { _ in none += 1 }
         XCTAssertEqual(none, 0)
     }
+
+    /// An id says whether its upload was stored whole by its first digit's top bit, and keeps the
+    /// other 127 bits random: every first digit of its half occurs, and no id twice.
+    func testAnUploadIDCarriesItsStoredWholeBitAndIsOtherwiseRandom() {
+        var firstDigits: [Bool: Set<UInt8>] = [true: [], false: []]
+        var seen = Set<String>()
+        for index in 0..<2_000 {
+            let storedWhole = index % 2 == 0
+            let id = UploadID.generate(storedWhole: storedWhole)
+            XCTAssertTrue(UploadID.isValid(id), id)
+            XCTAssertEqual(UploadID.isStoredWhole(id), storedWhole, id)
+            XCTAssertTrue(seen.insert(id).inserted, id)
+            firstDigits[storedWhole]!.insert(id.utf8.first!)
+        }
+        XCTAssertEqual(firstDigits[false], Set("01234567".utf8))
+        XCTAssertEqual(firstDigits[true], Set("89abcdef".utf8))
+    }
 }
 
 /// `XCTUnwrap` of an async expression's value.

@@ -10,14 +10,17 @@ enum UploadID {
         let digits = Array("0123456789abcdef".utf8)
         var bytes = [UInt8]()
         bytes.reserveCapacity(length)
-        for _ in 0..<(length / 16) {
+        for word in 0..<(length / 16) {
             var value = generator.next() as UInt64
-            for _ in 0..<16 {
-                bytes.append(digits[Int(value & 0xF)])
+            for digit in 0..<16 {
+                var nibble = Int(value & 0xF)
+                // The first digit's top bit is the flag; its other three stay random (a third
+                // `getrandom` call for them cost one more system call an upload).
+                if word == 0, digit == 0 { nibble = nibble & 0x7 | (storedWhole ? 0x8 : 0) }
+                bytes.append(digits[nibble])
                 value >>= 4
             }
         }
-        bytes[0] = digits[Int((generator.next() as UInt8) & 0x7) | (storedWhole ? 0x8 : 0)]
         return String(decoding: bytes, as: UTF8.self)
     }
 
