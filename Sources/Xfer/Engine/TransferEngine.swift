@@ -65,15 +65,21 @@ public final class TransferEngine: Sendable {
         transport.shutdown()
     }
 
-    /// Chunk buffers are large and short-lived, allocated on one thread and
-    /// freed on another. glibc raises its mmap threshold each time such a
-    /// block is freed, after which chunk buffers come from per-thread arenas
-    /// that keep freed memory: peak RSS then grew with the file's size
-    /// (measured: 72 MB for 64 MiB, 98 MB for 1 GiB at 8 MiB × 4). A fixed
-    /// threshold keeps every chunk buffer in its own mapping, returned to the
-    /// kernel when freed, and memory flat (72 MB for both).
+    /// Chunk buffers (a stream's chunks, held in memory) are large and
+    /// short-lived, allocated on one thread and freed on another. glibc raises
+    /// its mmap threshold each time such a block is freed, after which chunk
+    /// buffers come from per-thread arenas that keep freed memory: peak RSS
+    /// then grew with the file's size (measured: 72 MB for 64 MiB, 98 MB for
+    /// 1 GiB at 8 MiB × 4). A fixed threshold keeps every chunk buffer in its
+    /// own mapping, returned to the kernel when freed, and memory flat.
+    ///
+    /// It sits above the blocks a digest pass reads (`ChunkBytes.passBlock`,
+    /// 256 KiB and the array's header) and curl's upload buffer (512 KiB): at
+    /// 256 KiB each pass's block was a fresh mapping, whose pages the kernel
+    /// zeroed as the first read filled them (3 % of a multipart push's CPU,
+    /// `clear_page_erms` under `pread`); from the heap they are reused.
     private static let fixMallocThreshold: Void = {
-        _ = mallopt(M_MMAP_THRESHOLD, 256 << 10)
+        _ = mallopt(M_MMAP_THRESHOLD, 1 << 20)
     }()
 
     /// The id a push of `paths` to `target` with `backend` gets: the same
