@@ -268,7 +268,8 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
         let all = Array(parts.indices)
         var request = HTTPRequest(method: .post, url: job.target)
         prepare(&request, job)
-        request.headers.set(TusField.uploadConcat, TusConcat.final(parts).header)
+        let concat = TusConcat.final(parts).header
+        request.headers.set(TusField.uploadConcat, concat)
         request.headers.set(TusField.uploadMetadata, Self.metadata(file))
         let target = job.target
         let operation = "concatenate the \(parts.count) parts of \(file.name)"
@@ -279,9 +280,18 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
                     throw .transient("\(operation): the answer has no Location")
                 }
                 return .completed(url: location)
-            case 400, 404, 410, 412:
+            case 404, 410, 412:
                 // A partial upload expired or was lost: send every part again.
                 return .missing(all)
+            case 400:
+                // The parts are whole (a partial the server did not take whole was made again),
+                // so a refusal is of the concatenation itself: too many parts (`xfer serve` takes
+                // 1,000), or a header longer than the server's HTTP layer reads, which answers
+                // without a reason. Sent again, the parts would be refused alike.
+                guard response.serverMessage == nil else { throw response.unexpectedStatus(operation) }
+                throw .rejected(
+                    "\(operation): HTTP 400 with no reason given; the Upload-Concat header naming the \(parts.count) parts is "
+                        + "\(concat.utf8.count >> 10) KiB, more than many servers read: send fewer, larger chunks")
             default:
                 throw Self.failure(response, operation)
             }

@@ -113,6 +113,14 @@ final class TusBackendTests: XCTestCase {
         XCTAssertEqual(try finish.outcome(for: HTTPResponse(status: 201, headers: ["Location": "http://127.0.0.1:9/files/f"])),
                        .completed(url: "http://127.0.0.1:9/files/f"))
         XCTAssertEqual(try finish.outcome(for: HTTPResponse(status: 404)), .missing([0, 1, 2]))
+        // A refused concatenation is not lost parts: sent again, they would be refused alike.
+        let refusal = HTTPResponse(
+            status: 400, headers: ["Content-Type": "application/json"],
+            body: Array(#"{"error":"a final upload may concatenate at most 1000 partial uploads"}"#.utf8))
+        XCTAssertThrowsError(try finish.outcome(for: refusal)) { error in
+            guard case BackendError.rejected(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("at most 1000 partial uploads"), message)
+        }
         let lacking = self.job(receipts: [0: "u0"])
         let check = backend.finishFile(lacking.files[0], in: lacking)
         XCTAssertNil(check.request, "no final upload of a missing part")

@@ -204,6 +204,26 @@ final class StreamPushTests: XCTestCase {
         XCTAssertTrue(left.filter { !$0.hasPrefix(".") }.isEmpty, "partial uploads left on the server: \(left)")
     }
 
+    /// A stream of more parts than `xfer serve` concatenates (its HTTP layer refuses a header
+    /// naming 1,001 parts before the 1,000-part rule is asked): the refused concatenation ends the
+    /// push in one line saying why, instead of the server "lacking" every part (which was the
+    /// answer's reading, and listed all 1,001 of them).
+    func testAStreamOfMorePartsThanTheServerConcatenatesFailsWithItsReason() throws {
+        let server = try ServeProcess(root: work.file("server"))
+        let file = work.file("many.bin")
+        try makeTestFile(at: file, size: 1001 << 10, seed: 5)
+        let result = try pipeline(
+            "cat " + Self.quoted(file),
+            ["push", "-", "--name", "many.bin", "--backend", "tus", "--to", server.url + "/files/", "--state", state, "--chunk-size", "1KiB"])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        let lines = result.stderr.split(separator: "\n").filter { $0.hasPrefix("xfer:") }
+        XCTAssertEqual(lines.count, 1, result.stderr)
+        XCTAssertTrue(result.stderr.contains("concatenate the 1001 parts of many.bin"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("Upload-Concat header naming the 1001 parts"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("send fewer, larger chunks"), result.stderr)
+        XCTAssertLessThan(result.stderr.utf8.count, 400, result.stderr)
+    }
+
     func testProtocolsThatCannotTakeAStreamAreRefused() throws {
         let result = try pipeline("echo hello", ["push", "-", "--name", "x", "--backend", "patch", "--to", "http://127.0.0.1:9", "--state", state])
         XCTAssertEqual(result.status, 2, result.stderr)

@@ -282,7 +282,18 @@ final class StreamRunner: JobRun {
             () throws(BackendError) in try backend.finishStream(fileContext(progress), receipts: receipts, in: context(progress))
         }
         guard case .completed(let completion)? = finished else {
-            throw .transferFailed("the server did not complete the upload of \(source.name) (the '\(backend.name)' backend answered \(finished.map { "\($0)" } ?? "nothing"))")
+            // A stream's parts cannot be sent again (its bytes are gone), so the run ends here,
+            // naming how many parts the server lacks rather than each of them (a stream may have
+            // thousands).
+            let answer: String
+            switch finished {
+            case .missing(let missing)?:
+                answer = "the server lacks \(missing.count) of its \(parts) part\(parts == 1 ? "" : "s")"
+                    + (missing.first.map { ", part \($0 + 1) first" } ?? "") + "; a stream's parts cannot be sent again"
+            default:
+                answer = "the '\(backend.name)' backend gave no answer"
+            }
+            throw .transferFailed("the server did not complete the upload of \(source.name): \(answer)")
         }
         try await Worker.verify(finished, of: source.description, against: digests)
         return completion.url
