@@ -23,6 +23,9 @@ final class MetricsTests: XCTestCase {
         let location = try XCTUnwrap(created.headers["location"])
         XCTAssertEqual(try curlRequest("DELETE", location, headers: ["Authorization: Bearer t0k", "Tus-Resumable: 1.0.0"], in: work).status, 204)
 
+        // Methods the receiver does not serve make no series of their own.
+        for method in ["PROPFIND", "MKCOL", "PURGE"] { _ = try curlRequest(method, server.url + "/files/", in: work) }
+
         XCTAssertEqual(try curlRequest("GET", server.url + "/metrics", in: work).status, 401, "behind the token")
         let scrape = try curlRequest("GET", server.url + "/metrics", headers: ["Authorization: Bearer t0k"], in: work)
         XCTAssertEqual(scrape.status, 200)
@@ -43,5 +46,7 @@ final class MetricsTests: XCTestCase {
         XCTAssertEqual(value("xfer_receiver_open_uploads", [#"protocol="patch""#]), 0, text)
         XCTAssertGreaterThanOrEqual(value("xfer_receiver_received_bytes_total") ?? 0, Double(3 * 100_000 + (3 << 20)), text)
         XCTAssertTrue(text.contains("http_server_request_duration"), "request latency, by route")
+        XCTAssertFalse(text.contains("PROPFIND") || text.contains("MKCOL") || text.contains("PURGE"), text)
+        XCTAssertTrue(text.contains(#"http_request_method="_OTHER""#), text)
     }
 }

@@ -22,13 +22,19 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 
     private let cache = RequestMetricsCache()
 
+    /// The methods the receiver serves, each a series of its own; any other that NIO's parser
+    /// lets through (some thirty, WebDAV's among them) is counted as `_OTHER`, OpenTelemetry's
+    /// convention, so that probes with them add no series of their own.
+    static var knownMethods: Set<HTTPRequest.Method> { [.get, .head, .post, .put, .patch, .delete, .options] }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = DispatchTime.now().uptimeNanoseconds
-        let active = cache.active(request.method)
+        let method = Self.knownMethods.contains(request.method) ? request.method.rawValue : "_OTHER"
+        let active = cache.active(method)
         active.increment()
         do {
             var response = try await next(request, context)
-            let endpoint = cache.endpoint(.init(route: context.endpointPath ?? "Unknown", method: request.method, status: response.status))
+            let endpoint = cache.endpoint(.init(route: context.endpointPath ?? "Unknown", method: method, status: response.status))
             let record: @Sendable () -> Void = {
                 endpoint.requests.increment()
                 endpoint.duration.recordNanoseconds(DispatchTime.now().uptimeNanoseconds - start)
@@ -46,7 +52,7 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
             return response
         } catch {
             let status = (error as? any HTTPResponseError)?.status ?? .internalServerError
-            let endpoint = cache.endpoint(.init(route: context.endpointPath ?? "NotFound", method: request.method, status: status))
+            let endpoint = cache.endpoint(.init(route: context.endpointPath ?? "NotFound", method: method, status: status))
             endpoint.requests.increment()
             endpoint.errors.increment()
             active.decrement()
@@ -60,7 +66,7 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
 private final class RequestMetricsCache: Sendable {
     struct Endpoint: Hashable {
         var route: String
-        var method: HTTPRequest.Method
+        var method: String
         var status: HTTPResponse.Status
     }
 
@@ -71,23 +77,23 @@ private final class RequestMetricsCache: Sendable {
 
         init(_ id: Endpoint) {
             let dimensions = [
-                ("http.route", id.route), ("http.request.method", id.method.rawValue), ("http.response.status_code", String(id.status.code)),
+                ("http.route", id.route), ("http.request.method", id.method), ("http.response.status_code", String(id.status.code)),
             ]
             requests = Counter(label: "hb.requests", dimensions: dimensions)
             duration = Metrics.Timer(label: "http.server.request.duration", dimensions: dimensions, preferredDisplayUnit: .seconds)
             errors = Counter(
                 label: "hb.request.errors",
-                dimensions: [("http.route", id.route), ("http.request.method", id.method.rawValue), ("error.type", String(id.status.code))])
+                dimensions: [("http.route", id.route), ("http.request.method", id.method), ("error.type", String(id.status.code))])
         }
     }
 
-    private let methods = Mutex<[HTTPRequest.Method: Meter]>([:])
+    private let methods = Mutex<[String: Meter]>([:])
     private let endpoints = Mutex<[Endpoint: EndpointMetrics]>([:])
 
-    func active(_ method: HTTPRequest.Method) -> Meter {
+    func active(_ method: String) -> Meter {
         methods.withLock { methods in
             if let meter = methods[method] { return meter }
-            let meter = Meter(label: "http.server.active_requests", dimensions: [("http.request.method", method.rawValue)])
+            let meter = Meter(label: "http.server.active_requests", dimensions: [("http.request.method", method)])
             methods[method] = meter
             return meter
         }
