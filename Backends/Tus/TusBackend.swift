@@ -333,9 +333,23 @@ public struct TusBackend: UploadBackend, TargetNormalizing, ChunkOrdering, JobSt
 
     // MARK: Streams
 
-    /// A stream's parts are the chunk size asked for: tus has no limit on
-    /// the number of requests.
-    public func streamPartSize(ofPart number: Int, requested: Int) -> Int { requested }
+    /// A stream's parts double in size every `partsPerStreamTier` parts from
+    /// the chunk size asked for, up to 1 GiB (the engine's largest chunk).
+    /// Sent as partial uploads, a stream is concatenated by one request whose
+    /// header names every part, and servers read a bounded header (`xfer
+    /// serve` about 1,000 full URLs, a proxy often far fewer): a part count
+    /// that grew with the stream's length failed long streams (8 GB at the
+    /// default 8 MiB). Doubling, 800 parts carry 199 GiB from 8 MiB; the
+    /// engine holds two parts in memory, 2 × 1 GiB at the longest.
+    public func streamPartSize(ofPart number: Int, requested: Int) -> Int {
+        let doublings = min(max(0, number - 1) / Self.partsPerStreamTier, 20)
+        return max(requested, min(requested << doublings, Self.largestStreamPart))
+    }
+
+    /// Parts of one size before a stream's parts double.
+    public static let partsPerStreamTier = 100
+    /// The largest part a stream grows to.
+    static let largestStreamPart = 1 << 30
 
     /// Partial uploads, each created with its bytes and concatenated at the
     /// end, when the server offers `concatenation` and

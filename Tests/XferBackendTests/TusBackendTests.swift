@@ -75,6 +75,20 @@ final class TusBackendTests: XCTestCase {
         XCTAssertThrowsError(try backend.normalizedTarget("ftp://h/files/"))
     }
 
+    /// A stream's parts double every 100 parts up to 1 GiB, so that a long stream is concatenated
+    /// from a few hundred parts, not a count that grows with its length.
+    func testAStreamsPartsDoubleEveryHundredPartsUpToOneGiB() {
+        let eight = 8 << 20
+        XCTAssertEqual(backend.streamPartSize(ofPart: 1, requested: eight), eight)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 100, requested: eight), eight)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 101, requested: eight), 2 * eight)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 701, requested: eight), 1 << 30)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 5_000, requested: eight), 1 << 30)
+        XCTAssertEqual(backend.streamPartSize(ofPart: 5_000, requested: 1 << 30), 1 << 30, "never above the engine's largest chunk")
+        let carried = (1...800).reduce(0) { $0 + backend.streamPartSize(ofPart: $1, requested: eight) }
+        XCTAssertGreaterThan(carried, 190 << 30)
+    }
+
     func testChunksGoAsPartialUploadsCreatedWithTheirBytesWhenTheServerConcatenates() throws {
         let job = job(token: "t0k")
         XCTAssertTrue(backend.openFile(job.files[0], in: job).isSkipped, "no upload of the whole file in parallel mode")
