@@ -173,7 +173,9 @@ public struct ScriptedServer {
     public var isExhausted: Bool { responses.isEmpty }
 
     /// The outcome of `step`: its answer, or its reading of the next
-    /// scripted response to its request. Nil when the step is skipped.
+    /// scripted response to its request. Nil when the step is skipped. An
+    /// exchange followed by others (`Exchange.then`) is followed as the
+    /// engine follows it, each taking the next response.
     public mutating func take<Outcome>(
         _ step: Step<Outcome>, of backend: some UploadBackend, in job: JobContext
     ) throws -> Outcome? {
@@ -184,7 +186,9 @@ public struct ScriptedServer {
             let request = backend.requestAsSent(exchange.request, in: job)
             requests.append(request)
             guard !responses.isEmpty else { throw BackendTestingError.noResponseLeft(request) }
-            return try exchange.interpret(responses.removeFirst())
+            let outcome = try exchange.interpret(responses.removeFirst())
+            guard let then = exchange.then else { return outcome }
+            return try take(try then(outcome), of: backend, in: job) ?? outcome
         }
     }
 

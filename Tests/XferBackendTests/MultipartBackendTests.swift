@@ -256,6 +256,86 @@ final class MultipartBackendTests: XCTestCase {
         XCTAssertEqual(requests.first?.bodyText, "sourceId=src-1&fileIds=f0%2Cf1")
     }
 
+    // MARK: Sources of at most filesPerSource files
+
+    /// Five files, two a source: three sources, `src-1`, `src-1-1` and `src-1-2`.
+    private func fiveFiles(fileIds: [String]? = nil) -> (MultipartBackend, JobContext) {
+        let backend = MultipartBackend(filesPerSource: 2)
+        return (backend, job((0..<5).map { Spec(name: "f\($0)", size: 3) }, fileIds: fileIds))
+    }
+
+    private func ids(_ ids: String...) -> HTTPResponse {
+        answer(#"{"code":200,"msg":"ok","data":{"fileIds":["# + ids.map { "\"\($0)\"" }.joined(separator: ",") + "]}}")
+    }
+
+    func testAJobOfMoreFilesThanASourceHoldsIsPreloadedOneSourceAfterAnother() throws {
+        XCTAssertEqual(MultipartBackend().filesPerSource, 1_000, "xfer serve's most files a source")
+        let (backend, job) = fiveFiles()
+        var server = ScriptedServer([ids("a", "b"), ids("c", "d"), ids("e")])
+        let start = try XCTUnwrap(try server.take(try backend.startJob(job), of: backend, in: job))
+        XCTAssertTrue(server.isExhausted)
+        XCTAssertEqual(
+            server.requests.map(\.bodyText),
+            ["sourceId=src-1&fileCount=2", "sourceId=src-1-1&fileCount=2", "sourceId=src-1-2&fileCount=1"])
+        XCTAssertEqual((0..<5).map { start.fileHandles[$0]?[MultipartBackend.fileID] }, ["a", "b", "c", "d", "e"])
+        XCTAssertEqual(start.fileHandles.count, 5)
+
+        // A job of one source is one request, as before there were sources.
+        let single = try backend.startJob(self.job(fileIds: nil))
+        guard case .send(let exchange) = single else { return XCTFail("a request") }
+        XCTAssertNil(exchange.then)
+
+        // A source's answer that cannot be used fails the step with that source's files named.
+        var short = ScriptedServer([ids("a", "b"), ids("c")])
+        XCTAssertThrowsError(try short.take(try backend.startJob(job), of: backend, in: job)) { error in
+            guard case BackendError.mismatch(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.contains("files 3-4 of 5"), message)
+        }
+    }
+
+    func testAFragmentNamesItsFilesSource() throws {
+        let (backend, job) = fiveFiles(fileIds: ["a", "b", "c", "d", "e"])
+        for (index, source) in [(0, "src-1"), (1, "src-1"), (2, "src-1-1"), (4, "src-1-2")] {
+            let request = try backend.uploadChunk(BackendTesting.chunk(0, of: job.files[index]), of: job.files[index], in: job).request
+            XCTAssertEqual(try fileBlock(request)["sourceId"]?.stringValue, source, "file \(index)")
+        }
+    }
+
+    func testEverySourceIsAskedWhetherItMergedAndTheJobCompletesWhenAllHave() throws {
+        let (backend, job) = fiveFiles(fileIds: ["a", "b", "c", "d", "e"])
+        func merged(_ urls: [String: String]) -> HTTPResponse {
+            let pairs = urls.map { "\"\($0.key)\":\"\($0.value)\"" }.joined(separator: ",")
+            return answer(#"{"code":200,"msg":"ok","data":{"finishStatus":1,"fileUrls":{"# + pairs + "}}}")
+        }
+        var server = ScriptedServer([merged(["a": "u/a", "b": "u/b"]), merged(["c": "u/c", "d": "u/d"]), merged(["e": "u/e"])])
+        let finish = try server.take(try backend.finishJob(job), of: backend, in: job)
+        XCTAssertEqual(finish, .completed(urls: [0: "u/a", 1: "u/b", 2: "u/c", 3: "u/d", 4: "u/e"]))
+        XCTAssertEqual(
+            server.requests.map(\.bodyText),
+            ["sourceId=src-1&fileIds=a%2Cb", "sourceId=src-1-1&fileIds=c%2Cd", "sourceId=src-1-2&fileIds=e"])
+
+        // A source that failed some files: every source is still asked, and the job rolls back
+        // exactly the failed files, by their index in the job.
+        let failed = answer(#"{"code":200,"msg":"ok","data":{"finishStatus":0,"failFileIds":"d"}}"#)
+        var partly = ScriptedServer([merged(["a": "u/a", "b": "u/b"]), failed, merged(["e": "u/e"])])
+        XCTAssertEqual(try partly.take(try backend.finishJob(job), of: backend, in: job), .rollback(files: [3]))
+        XCTAssertTrue(partly.isExhausted)
+
+        // A URL missing from one source's answer names that source's file.
+        var missing = ScriptedServer([merged(["a": "u/a", "b": "u/b"]), merged(["c": "u/c"])])
+        XCTAssertThrowsError(try missing.take(try backend.finishJob(job), of: backend, in: job)) { error in
+            guard case BackendError.mismatch(let message, _) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(message.hasSuffix("no URL for f3"), message)
+        }
+    }
+
+    func testCancelDeletesEverySource() {
+        let (backend, job) = fiveFiles(fileIds: ["a", "b", "c", "d", "e"])
+        XCTAssertEqual(
+            backend.cancelRequests(for: job).map(\.bodyText),
+            ["sourceId=src-1&fileIds=a%2Cb", "sourceId=src-1-1&fileIds=c%2Cd", "sourceId=src-1-2&fileIds=e"])
+    }
+
     func testErrorMessagesStayOnOneLine() throws {
         let job = job([Spec(name: "a\nb.bin", size: 3)], fileIds: ["f0"])
         let exchange = try backend.uploadChunk(ChunkPayload(index: 0, offset: 0, bytes: [1, 2, 3]), of: job.files[0], in: job)

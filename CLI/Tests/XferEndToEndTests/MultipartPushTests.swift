@@ -224,6 +224,33 @@ final class MultipartPushTests: XCTestCase {
         XCTAssertEqual(rerun.stdout.map(Self.fileID), created, "and got the same file ids")
     }
 
+    func testMoreFilesThanASourceHoldsGoAsSeveralSourcesAndAKillBetweenTheirPreloadsLosesNone() throws {
+        try SuiteStorage.requireDisk("it reads the sources in the receiver's directory")
+        // xfer serve takes at most 1,000 files a source: 1,001 files make two.
+        let tree = work.file("tree")
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        for index in 0..<1_001 { try Data("file \(index)\n".utf8).write(to: URL(fileURLWithPath: tree + "/f\(index).txt")) }
+        try restartServer(["--hold", "/fileSection/preLoad.do@2"])
+        let push = arguments([tree])
+        try pushKilledAtHold(push, expecting: "held POST /fileSection/preLoad.do #2")
+        XCTAssertEqual(try sourceRecords().count, 2, "the server took both preloads")
+
+        try restartServer()
+        let rerun = try runXfer(push)
+        XCTAssertEqual(rerun.status, 0, rerun.stderr)
+        let records = try sourceRecords()
+        XCTAssertEqual(records.count, 2, "the re-run asked again with the same sourceIds")
+        XCTAssertEqual(records.compactMap { ($0["fileIds"] as? [String])?.count }.sorted(), [1, 1_000])
+        let stored = Set(records.flatMap { $0["fileIds"] as? [String] ?? [] })
+        XCTAssertEqual(rerun.stdout.count, 1_001)
+        XCTAssertEqual(Set(rerun.stdout.map(Self.fileID)), stored, "every file under an id its source's preload gave")
+        let byName = Dictionary(rerun.stdout.map { (Self.decodedName(of: $0) ?? "", $0) }, uniquingKeysWith: { first, _ in first })
+        for name in ["f0.txt", "f999.txt", "f1000.txt"] {
+            let url = try XCTUnwrap(byName[name], name)
+            XCTAssertEqual(try downloadSHA256(url, into: work), try sha256sum(tree + "/" + name), name)
+        }
+    }
+
     func testKilledBetweenFragmentsResumesWithoutForgettingAcknowledgedOnes() throws {
         try SuiteStorage.requireDisk("it reads the sources and files in the receiver's directory")
         let paths = try makeThreeFiles(fragments: 48)

@@ -264,6 +264,17 @@ public enum Step<Outcome: Sendable>: Sendable {
     ) -> Step {
         .send(Exchange(request, interpret: interpret))
     }
+
+    /// Send `request`, read its answer with `interpret`, then go on with the
+    /// step `then` makes of that outcome (`Exchange.then`).
+    public static func send(
+        _ request: HTTPRequest, interpret: @escaping @Sendable (HTTPResponse) throws(BackendError) -> Outcome,
+        then: @escaping @Sendable (Outcome) throws(BackendError) -> Step
+    ) -> Step {
+        var exchange = Exchange(request, interpret: interpret)
+        exchange.then = then
+        return .send(exchange)
+    }
 }
 
 /// The order chunks of one file may be sent in.
@@ -366,6 +377,14 @@ public struct Exchange<Outcome: Sendable>: Sendable {
     public var request: HTTPRequest
     /// Reads the server's answer: an outcome, or the error the engine acts on.
     public var interpret: @Sendable (HTTPResponse) throws(BackendError) -> Outcome
+    /// What follows in the same step, for a step one request cannot do (a
+    /// job started in several requests: multipart's sources of at most
+    /// `MultipartBackend.filesPerSource` files each): made from this
+    /// exchange's outcome, and the step's outcome is then the last one's.
+    /// Each exchange is retried on its own, so a failure of the third
+    /// request sends the first two no more. Nil (the default): the step is
+    /// this one request.
+    public var then: (@Sendable (Outcome) throws(BackendError) -> Step<Outcome>)?
 
     /// Pairs `request` with the reading of its answer.
     public init(

@@ -119,7 +119,11 @@ extension TransferEngine {
     /// request is signed again each time. The request is sent as it is:
     /// no credentials or extra headers are added (put them in `make`).
     ///
-    /// - Returns: What the exchange's `interpret` makes of the answer.
+    /// An exchange followed by others (`Exchange.then`) is followed, as a
+    /// job's steps are.
+    ///
+    /// - Returns: What the exchange's `interpret` makes of the answer (the
+    ///   last exchange's, when others followed).
     /// - Throws: `.transferFailed` (refused, or still failing after the
     ///   retries; also for `uploadUnknown` and `outOfSync`, which mean
     ///   nothing outside a job), `.verificationFailed`, `.invalidInput`
@@ -131,10 +135,27 @@ extension TransferEngine {
     ) async throws(XferError) -> Outcome {
         try TransferOptions(retry: retry).validate()
         do {
-            return try await RetryLoop.run(operation, policy: retry, onRetry: onRetry) {
+            var then: (@Sendable (Outcome) throws(BackendError) -> Step<Outcome>)?
+            var outcome = try await RetryLoop.run(operation, policy: retry, onRetry: onRetry) {
                 let exchange = try make()
+                then = exchange.then
                 return try exchange.interpret(try await transport.send(exchange.request))
             }
+            // An exchange followed by others (`Exchange.then`): each sent with retries of its own.
+            while let next = then {
+                then = nil
+                let previous = outcome
+                outcome = try await RetryLoop.run(operation, policy: retry, onRetry: onRetry) {
+                    switch try next(previous) {
+                    case .skip: return previous
+                    case .answer(let answer): return answer
+                    case .send(let exchange):
+                        then = exchange.then
+                        return try exchange.interpret(try await transport.send(exchange.request))
+                    }
+                }
+            }
+            return outcome
         } catch {
             switch error {
             case .failed(let failure): throw failure

@@ -281,12 +281,16 @@ struct Worker: Sendable {
     /// skips the step). `make` runs again for every attempt so each request
     /// can be built (and signed) afresh; the credentials and extra headers
     /// go in before a signing backend signs it.
+    ///
+    /// An exchange followed by another (`Exchange.then`) is sent, then the
+    /// next is made from its outcome and sent with retries of its own.
     private func perform<T: Sendable>(
         _ operation: String, in job: JobContext, countBytes: Bool, chunk: ChunkBytes? = nil,
         _ make: () throws(BackendError) -> Step<T>
     ) async throws(StepError) -> T? {
         let events = self.events
-        return try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
+        var then: (@Sendable (T) throws(BackendError) -> Step<T>)?
+        var outcome = try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
             events.yield(.retrying(operation: operation, attempt: attempt, delay: delay, reason: reason))
         } _: { () async throws -> T? in
             let exchange: Exchange<T>
@@ -302,8 +306,27 @@ struct Worker: Sendable {
             }
             let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
             let response = try await send(request, counting: countBytes ? bytesSent : nil)
+            then = exchange.then
             return try exchange.interpret(response)
         }
+        while let next = then, let previous = outcome {
+            then = nil
+            outcome = try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
+                events.yield(.retrying(operation: operation, attempt: attempt, delay: delay, reason: reason))
+            } _: { () async throws -> T? in
+                let exchange: Exchange<T>
+                switch try next(previous) {
+                case .skip: return previous
+                case .answer(let outcome): return outcome
+                case .send(let made): exchange = made
+                }
+                let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
+                let response = try await send(request, counting: nil)
+                then = exchange.then
+                return try exchange.interpret(response)
+            }
+        }
+        return outcome
     }
 
     /// Sends `request`, reporting it when the options ask for every request.
