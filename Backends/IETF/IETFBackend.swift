@@ -115,16 +115,20 @@ public struct IETFBackend: UploadBackend, TargetNormalizing, JobHandleInventing,
             var handles: ServerHandles = [Self.versionKey: String(version.rawValue)]
             if response.isSuccess {
                 let limits = Self.limits(response.headers[IETFField.uploadLimit])
-                if let maximum = limits["max-size"] {
-                    if let file = files.first(where: { $0.size > maximum }) {
-                        throw .rejected("\(file.name) is \(file.size) bytes; the server takes uploads of at most \(maximum) (Upload-Limit max-size)")
+                let maximumSize = limits["max-size"], maximumAppend = limits["max-append-size"]
+                if maximumSize != nil || maximumAppend != nil {
+                    // One pass for both limits: each file is a record read from the state store.
+                    for file in files {
+                        if let maximum = maximumSize, file.size > maximum {
+                            throw .rejected("\(file.name) is \(file.size) bytes; the server takes uploads of at most \(maximum) (Upload-Limit max-size)")
+                        }
+                        if let maximum = maximumAppend, file.chunkSize > maximum {
+                            throw .rejected(
+                                "the server takes at most \(maximum) bytes per request (Upload-Limit max-append-size); \(file.name) has chunks of \(file.chunkSize): send smaller chunks")
+                        }
                     }
-                    handles.set(Self.maximumSizeKey, String(maximum))
                 }
-                if let maximum = limits["max-append-size"], let file = files.first(where: { $0.chunkSize > maximum }) {
-                    throw .rejected(
-                        "the server takes at most \(maximum) bytes per request (Upload-Limit max-append-size); \(file.name) has chunks of \(file.chunkSize): send smaller chunks")
-                }
+                if let maximum = maximumSize { handles.set(Self.maximumSizeKey, String(maximum)) }
                 if let wanted = response.headers["Want-Content-Digest"], let digest = ContentDigest.preferred(in: wanted) {
                     handles.set(Self.digestKey, digest.rawValue)
                 }

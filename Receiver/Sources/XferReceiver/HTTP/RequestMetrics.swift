@@ -25,11 +25,18 @@ struct RequestMetricsMiddleware<Context: RequestContext>: RouterMiddleware {
     /// The methods the receiver serves, each a series of its own; any other that NIO's parser
     /// lets through (some thirty, WebDAV's among them) is counted as `_OTHER`, OpenTelemetry's
     /// convention, so that probes with them add no series of their own.
-    static var knownMethods: Set<HTTPRequest.Method> { [.get, .head, .post, .put, .patch, .delete, .options] }
+    /// (A switch, not a `Set`: the middleware is generic, so a set could not be a stored
+    /// constant and would be built on every request.)
+    static func label(_ method: HTTPRequest.Method) -> String {
+        switch method {
+        case .get, .head, .post, .put, .patch, .delete, .options: method.rawValue
+        default: "_OTHER"
+        }
+    }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let start = DispatchTime.now().uptimeNanoseconds
-        let method = Self.knownMethods.contains(request.method) ? request.method.rawValue : "_OTHER"
+        let method = Self.label(request.method)
         let active = cache.active(method)
         active.increment()
         do {
