@@ -46,8 +46,13 @@ public struct MultipartBackend: UploadBackend, JobHandleInventing, JobStarting, 
     /// The most files of one source (`defaultFilesPerSource` unless a server wants fewer).
     public let filesPerSource: Int
 
+    /// A backend that puts at most `defaultFilesPerSource` files in one source.
+    public init() {
+        filesPerSource = Self.defaultFilesPerSource
+    }
+
     /// A backend that puts at most `filesPerSource` files in one source (at least 1).
-    public init(filesPerSource: Int = MultipartBackend.defaultFilesPerSource) {
+    public init(filesPerSource: Int) {
         self.filesPerSource = max(1, filesPerSource)
     }
 
