@@ -79,7 +79,7 @@ struct MultipartRoutes: ProtocolRoutes {
             throw Refusal.envelope(400, "Content-Type must be multipart/form-data with a boundary")
         }
         guard let source = try await sources.source(id: block.sourceId) else { throw Refusal.unknownSource }
-        guard source.fileIds.contains(block.fileId) else { throw Refusal.notInSource(block.fileId) }
+        guard source.contains(block.fileId) else { throw Refusal.notInSource(block.fileId) }
 
         let reader = StreamingFormReader(body: request.body, boundary: boundary)
         guard let part = try await Self.sectionFilePart(in: reader) else {
@@ -176,7 +176,7 @@ struct MultipartRoutes: ProtocolRoutes {
         let sourceId = try form.sourceId()
         let fileIds = try form.fileIds()
         guard let source = try await sources.source(id: sourceId) else { throw Refusal.unknownSource }
-        if let stranger = fileIds.first(where: { !source.fileIds.contains($0) }) { throw Refusal.notInSource(stranger) }
+        if let stranger = fileIds.first(where: { !source.contains($0) }) { throw Refusal.notInSource(stranger) }
 
         let base = baseURL.links
         // Files merge side by side, a bounded number at a time: a source of a thousand small files
