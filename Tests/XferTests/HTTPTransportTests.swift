@@ -708,6 +708,39 @@ import XferTestSupport
         }
     }
 
+    /// An exchange with exchanges after it (`Exchange.then`, multipart's sources): each made
+    /// from the outcome before it and retried on its own, the last one's outcome returned.
+    @Test func engineRequestsFollowTheExchangesAfterThemEachRetriedOnItsOwn() async throws {
+        let server = try Fixtures.http.get()
+        let directory = TemporaryDirectory("xfer-send-then")
+        let engine = try TransferEngine(stateDirectory: directory.path)
+        let policy = RetryPolicy(maximumAttempts: 3, initialDelay: .zero, maximumRetryAfter: .zero)
+        @Sendable func ask(_ code: Int) -> HTTPRequest { HTTPRequest(method: .get, url: server.url("/status?code=\(code)")) }
+        let secondMade = Mutex(0)
+        var firstMade = 0
+        let statuses = try await engine.send("ask", retry: policy) { () throws(BackendError) -> Exchange<[Int]> in
+            firstMade += 1
+            var first = Exchange(ask(200)) { response throws(BackendError) in [response.status] }
+            first.then = { got throws(BackendError) in
+                // The second request fails once (transient), then answers.
+                let attempt = secondMade.withLock { count in
+                    count += 1
+                    return count
+                }
+                var second = Exchange(ask(attempt == 1 ? 503 : 201)) { response throws(BackendError) in
+                    if response.status == 503 { throw .transient("ask: HTTP 503") }
+                    return got + [response.status]
+                }
+                second.then = { got throws(BackendError) in .answer(got + [0]) }
+                return .send(second)
+            }
+            return first
+        }
+        #expect(statuses == [200, 201, 0])
+        #expect(firstMade == 1, "the first request is not sent again for the second's failure")
+        #expect(secondMade.withLock { $0 } == 2)
+    }
+
     // MARK: Pure values
 
     @Test func errorsDescribeThemselvesOnOneLine() {

@@ -135,27 +135,23 @@ extension TransferEngine {
     ) async throws(XferError) -> Outcome {
         try TransferOptions(retry: retry).validate()
         do {
-            var then: (@Sendable (Outcome) throws(BackendError) -> Step<Outcome>)?
+            // The first exchange comes from `make`, each later one from the exchange before it
+            // (`Exchange.then`), each retried on its own.
             var outcome = try await RetryLoop.run(operation, policy: retry, onRetry: onRetry) {
                 let exchange = try make()
-                then = exchange.then
-                return try exchange.interpret(try await transport.send(exchange.request))
+                return (try exchange.interpret(try await transport.send(exchange.request)), exchange.then)
             }
-            // An exchange followed by others (`Exchange.then`): each sent with retries of its own.
-            while let next = then {
-                then = nil
-                let previous = outcome
+            while let then = outcome.1 {
+                let previous = outcome.0
                 outcome = try await RetryLoop.run(operation, policy: retry, onRetry: onRetry) {
-                    switch try next(previous) {
-                    case .skip: return previous
-                    case .answer(let answer): return answer
-                    case .send(let exchange):
-                        then = exchange.then
-                        return try exchange.interpret(try await transport.send(exchange.request))
+                    switch try then(previous) {
+                    case .skip: return (previous, nil)
+                    case .answer(let answer): return (answer, nil)
+                    case .send(let exchange): return (try exchange.interpret(try await transport.send(exchange.request)), exchange.then)
                     }
                 }
             }
-            return outcome
+            return outcome.0
         } catch {
             switch error {
             case .failed(let failure): throw failure

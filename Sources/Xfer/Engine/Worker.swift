@@ -289,43 +289,35 @@ struct Worker: Sendable {
         _ make: () throws(BackendError) -> Step<T>
     ) async throws(StepError) -> T? {
         let events = self.events
-        var then: (@Sendable (T) throws(BackendError) -> Step<T>)?
-        var outcome = try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
-            events.yield(.retrying(operation: operation, attempt: attempt, delay: delay, reason: reason))
-        } _: { () async throws -> T? in
-            let exchange: Exchange<T>
-            switch try make() {
-            case .skip: return nil
-            case .answer(let outcome): return outcome
-            case .send(let made): exchange = made
-            }
-            if let chunk {
-                // A digest of a chunk that could not be read is not sent.
-                if let failure = chunk.failure { throw StepError.failed(failure) }
-                do throws(XferError) { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
-            }
-            let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
-            let response = try await send(request, counting: countBytes ? bytesSent : nil)
-            then = exchange.then
-            return try exchange.interpret(response)
-        }
-        while let next = then, let previous = outcome {
-            then = nil
+        // The step's first exchange comes from `make`, each later one from the exchange before it.
+        var previous: (outcome: T, then: @Sendable (T) throws(BackendError) -> Step<T>)?
+        var outcome: T?
+        repeat {
+            let link = previous
+            var then: (@Sendable (T) throws(BackendError) -> Step<T>)?
             outcome = try await RetryLoop.run(operation, policy: options.retry) { attempt, delay, reason in
                 events.yield(.retrying(operation: operation, attempt: attempt, delay: delay, reason: reason))
             } _: { () async throws -> T? in
+                let step: Step<T>
+                if let link { step = try link.then(link.outcome) } else { step = try make() }
                 let exchange: Exchange<T>
-                switch try next(previous) {
-                case .skip: return previous
+                switch step {
+                case .skip: return link?.outcome
                 case .answer(let outcome): return outcome
                 case .send(let made): exchange = made
                 }
+                if link == nil, let chunk {
+                    // A digest of a chunk that could not be read is not sent.
+                    if let failure = chunk.failure { throw StepError.failed(failure) }
+                    do throws(XferError) { try chunk.feedObserverIfNeeded() } catch { throw StepError.failed(error) }
+                }
                 let request = steps.prepared(exchange.request, adding: options.extraHeaders, in: job)
-                let response = try await send(request, counting: nil)
+                let response = try await send(request, counting: countBytes && link == nil ? bytesSent : nil)
                 then = exchange.then
                 return try exchange.interpret(response)
             }
-        }
+            if let outcome, let then { previous = (outcome, then) } else { previous = nil }
+        } while previous != nil
         return outcome
     }
 
