@@ -223,11 +223,19 @@ extension FileRecord {
     /// file's record is encoded on every change of it). Bytes, not `==`'s canonical equivalence:
     /// a path whose bytes differ from the joined one must be kept as it is.
     static func path(_ path: String, isJoinOf root: String, _ relativePath: String) -> Bool {
-        let head = root == "/" ? Substring() : Substring(root)
-        let bytes = path.utf8
-        guard bytes.count == head.utf8.count + 1 + relativePath.utf8.count, bytes.starts(with: head.utf8) else { return false }
-        let rest = bytes.dropFirst(head.utf8.count)
-        return rest.first == UInt8(ascii: "/") && rest.dropFirst().elementsEqual(relativePath.utf8)
+        // Compared as contiguous bytes: through the views' iterators this was ~4,700 instructions
+        // a call, twice a small file's commit (`callgrind`, issue 46).
+        var path = path
+        var head = root == "/" ? "" : root
+        var relativePath = relativePath
+        return path.withUTF8 { whole in
+            head.withUTF8 { head in
+                relativePath.withUTF8 { tail in
+                    guard whole.count == head.count + 1 + tail.count, whole[head.count] == UInt8(ascii: "/") else { return false }
+                    return whole[..<head.count].elementsEqual(head) && whole[(head.count + 1)...].elementsEqual(tail)
+                }
+            }
+        }
     }
 }
 

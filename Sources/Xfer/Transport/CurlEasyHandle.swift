@@ -199,7 +199,20 @@ final class CurlEasyHandle {
     }
 
     private func configureHeaders(_ request: HTTPRequest) throws(TransportError) {
+        var line: [UInt8] = []
         for field in request.headers {
+            // Fields of ASCII (all of xfer's own, nearly every user's) are checked and joined
+            // byte by byte into one reused buffer: the same rules through `String`'s characters
+            // cost ~29,000 instructions a small file's request, now ~10,000 (`callgrind`, issue 46).
+            switch HeaderLine.make(name: field.name, value: field.value, into: &line) {
+            case .line:
+                try appendHeaderLine(bytes: line)
+                continue
+            case .skipped:
+                continue
+            case .notASCII:
+                break
+            }
             let name = field.name.trimmingHTTPWhitespace()
             // Framing belongs to the transport: it always sends the exact
             // Content-Length itself, and a stray value would corrupt the
@@ -223,6 +236,15 @@ final class CurlEasyHandle {
             try appendHeaderLine("Content-Type:")
         }
         try check(xfer_easy_setopt_slist(raw, CURLOPT_HTTPHEADER, headerList))
+    }
+
+    /// `line`: NUL-terminated.
+    private func appendHeaderLine(bytes line: [UInt8]) throws(TransportError) {
+        let list = line.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { curl_slist_append(headerList, $0.baseAddress) }
+        }
+        guard let list else { throw .network("out of memory building request headers") }
+        headerList = list
     }
 
     private func appendHeaderLine(_ line: String) throws(TransportError) {
@@ -438,19 +460,76 @@ private func transferSeekCallback(_ userdata: UnsafeMutableRawPointer?, _ offset
     return context.seekBody(to: offset) ? CURL_SEEKFUNC_OK : CURL_SEEKFUNC_FAIL
 }
 
+/// A request field as the line curl is handed, made from its bytes when both its name and its
+/// value are ASCII. The rules are `configureHeaders`' own for any text: the name and the value
+/// trimmed of spaces and tabs, CR, LF and NUL in the value sent as spaces, a name that is not a
+/// token or that names the framing (Content-Length, Transfer-Encoding) not sent, an empty value
+/// as "Name;". Other text takes `String`'s path, where a character can be more than a byte.
+enum HeaderLine {
+    enum Made: Equatable { case line, skipped, notASCII }
+
+    static func make(name: String, value: String, into line: inout [UInt8]) -> Made {
+        line.removeAll(keepingCapacity: true)
+        var name = name
+        var value = value
+        return name.withUTF8 { name in
+            value.withUTF8 { value in
+                guard name.allSatisfy({ $0 < 0x80 }), value.allSatisfy({ $0 < 0x80 }) else { return .notASCII }
+                let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+                let isBreak = { (byte: UInt8) in byte == 0x0D || byte == 0x0A || byte == 0 }
+                guard let first = name.firstIndex(where: { !isBlank($0) }), let last = name.lastIndex(where: { !isBlank($0) }) else {
+                    return .skipped
+                }
+                let token = UnsafeBufferPointer(rebasing: name[first...last])
+                guard token.allSatisfy(isTokenByte), !equalsIgnoringCase(token, "content-length"),
+                    !equalsIgnoringCase(token, "transfer-encoding")
+                else { return .skipped }
+                line.reserveCapacity(token.count + value.count + 3)
+                line.append(contentsOf: token)
+                // A line break or NUL becomes a space, so it is trimmed like one.
+                let kept = { (byte: UInt8) in !isBlank(byte) && !isBreak(byte) }
+                if let start = value.firstIndex(where: kept), let end = value.lastIndex(where: kept) {
+                    line.append(UInt8(ascii: ":"))
+                    line.append(UInt8(ascii: " "))
+                    let from = line.count
+                    line.append(contentsOf: UnsafeBufferPointer(rebasing: value[start...end]))
+                    for index in from..<line.count where isBreak(line[index]) { line[index] = UInt8(ascii: " ") }
+                } else {
+                    line.append(UInt8(ascii: ";"))
+                }
+                line.append(0)
+                return .line
+            }
+        }
+    }
+
+    /// Token characters per RFC 9110 §5.6.2.
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+            UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"),
+            UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "^"),
+            UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// `lowercase`: lowercase ASCII.
+    private static func equalsIgnoringCase(_ bytes: UnsafeBufferPointer<UInt8>, _ lowercase: StaticString) -> Bool {
+        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
+        let other = UnsafeBufferPointer(start: lowercase.utf8Start, count: lowercase.utf8CodeUnitCount)
+        // Setting bit 5 lowercases a letter and leaves the names' other bytes ("-") as they are.
+        return zip(bytes, other).allSatisfy { ($0 | 0x20) == $1 }
+    }
+}
+
 fileprivate extension String {
     /// Token characters per RFC 9110 §5.6.2; anything else cannot be a
     /// header name.
     var isHTTPToken: Bool {
-        !isEmpty && utf8.allSatisfy { byte in
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                 UInt8(ascii: "0")...UInt8(ascii: "9"):
-                return true
-            default:
-                return "!#$%&'*+-.^_`|~".utf8.contains(byte)
-            }
-        }
+        !isEmpty && utf8.allSatisfy(HeaderLine.isTokenByte)
     }
 
     func trimmingHTTPWhitespace() -> String {
