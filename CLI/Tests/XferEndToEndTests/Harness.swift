@@ -342,14 +342,33 @@ func sendRequestAndHangUp(_ method: String, _ url: String, headers: [String], bo
     XCTAssertEqual(child.wait(), 0, child.standardError)
 }
 
-/// Where `xfer serve` published the completed file `path` (under its root's downloads/).
+/// Where `xfer serve` published the completed file `path` (under its root's downloads/): the
+/// one whose upload's meta names `path`.
 func servedFile(root: String, _ path: String) throws -> String {
     let downloads = root + "/downloads"
-    for id in try FileManager.default.contentsOfDirectory(atPath: downloads)
-    where FileManager.default.fileExists(atPath: "\(downloads)/\(id)/\(path)") {
-        return "\(downloads)/\(id)/\(path)"
+    var ids = Set<String>()
+    for entry in try FileManager.default.contentsOfDirectory(atPath: downloads) where entry.count >= 32 { ids.insert(String(entry.prefix(32))) }
+    for id in ids.sorted() {
+        let published = publishedPath(root: root, id: id, path)
+        guard FileManager.default.fileExists(atPath: published) else { continue }
+        if published.hasPrefix(downloads + "/" + id + "/") { return published }
+        // A file of its own (`downloads/<id>.<name>`): its name alone does not say which directory it came from.
+        if let log = FileManager.default.contents(atPath: root + "/uploads/\(id).log"),
+            let line = log.split(separator: UInt8(ascii: "\n")).first,
+            let meta = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any], meta["fileName"] as? String == path
+        {
+            return published
+        }
     }
     throw HarnessError("\(path) is not among the served files")
+}
+
+/// Where `xfer serve` put upload `id`'s completed file `path`: `downloads/<id>/<path>`, or, for a
+/// file created whole by one request, `downloads/<id>.<last component>` (Docs/cli.md).
+func publishedPath(root: String, id: String, _ path: String) -> String {
+    let inDirectory = root + "/downloads/\(id)/\(path)"
+    if FileManager.default.fileExists(atPath: inDirectory) { return inDirectory }
+    return root + "/downloads/\(id)." + (path.split(separator: "/").last.map(String.init) ?? path)
 }
 
 /// A TCP port on 127.0.0.1 nobody listens on now: for a receiver that must know, before it

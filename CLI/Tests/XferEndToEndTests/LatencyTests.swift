@@ -120,8 +120,11 @@ final class LatencyTests: XCTestCase {
     private func assertArrivedWhole(_ tree: String, in served: String, file: StaticString = #filePath, line: UInt = #line) {
         for index in 0..<files {
             let name = "d\(index / 32)/f\(index).bin"
-            let published = (try? FileManager.default.contentsOfDirectory(atPath: served + "/downloads")) ?? []
-            let copies = published.filter { FileManager.default.contentsEqual(atPath: served + "/downloads/\($0)/" + name, andPath: tree + "/" + name) }
+            let ids = Set(((try? FileManager.default.contentsOfDirectory(atPath: served + "/downloads")) ?? []).map { String($0.prefix(32)) })
+            let copies = ids.filter {
+                FileManager.default.contentsEqual(atPath: publishedPath(root: served, id: $0, name), andPath: tree + "/" + name)
+                    && (try? servedFile(root: served, name)) != nil
+            }
             XCTAssertEqual(copies.count, 1, "\(name) published \(copies.count) times", file: file, line: line)
         }
     }

@@ -149,14 +149,20 @@ final class ReceiverTreeTests: XCTestCase {
             let created = try request("POST", "/uploads", json: ["fileName": name, "size": 0, "chunkSize": 10])
             XCTAssertEqual(created.status, 201, "\(name): \(created.text)")
             let id = try XCTUnwrap(created.json["uploadId"] as? String)
-            XCTAssertEqual(try request("POST", "/uploads/\(id)/complete").status, 200, name)
+            let completed = try request("POST", "/uploads/\(id)/complete")
+            XCTAssertEqual(completed.status, 200, name)
             ids.append(id)
+            // Its link names the same components, each encoded on its own ("d/\u{301}.txt" is
+            // "d" and "\u{301}.txt", though Swift reads "/\u{301}" as one Character).
+            let url = try XCTUnwrap(completed.json["url"] as? String)
+            XCTAssertFalse(url.uppercased().contains("%2F"), url)
+            XCTAssertEqual(try request("GET", url).status, 200, url)
         }
         for (name, id) in zip(names, ids) {
             // Asked of the kernel by the name's own bytes (Foundation's path helpers read
             // Characters, and a combining mark after '/' is one with it).
             var info = stat()
-            XCTAssertEqual(stat(root + "/downloads/\(storedID(id))/" + name, &info), 0, name.debugDescription)
+            XCTAssertEqual(stat(publishedPath(root: root, id: storedID(id), name), &info), 0, name.debugDescription)
             XCTAssertEqual(info.st_mode & S_IFMT, S_IFREG, name.debugDescription)
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work.path).sorted(), ["server", "sibling"])
@@ -263,7 +269,7 @@ final class ReceiverTreeTests: XCTestCase {
                 let relative = String(local.dropFirst(tree.count + 1))
                 let id = try XCTUnwrap(URL(string: url)?.path.split(separator: "/").dropFirst().first.map(String.init))
                 XCTAssertEqual(
-                    FileManager.default.contents(atPath: root + "/downloads/\(id)/" + relative), FileManager.default.contents(atPath: local),
+                    FileManager.default.contents(atPath: publishedPath(root: root, id: id, relative)), FileManager.default.contents(atPath: local),
                     "\(backend): \(relative)")
             }
             // A sample served over HTTP too.

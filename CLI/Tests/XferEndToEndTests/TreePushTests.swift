@@ -243,7 +243,10 @@ final class TreePushTests: XCTestCase {
             seen.insert(relative)
             // URL.path is percent-decoded: the path the receiver stored the file at.
             let served = try XCTUnwrap(URL(string: url)?.path)
-            let stored = root + served
+            let id = served.split(separator: "/").dropFirst().first.map(String.init) ?? ""
+            // On disk, where the receiver published it (downloads/<id>/<path>, or a small file's
+            // downloads/<id>.<name>); over the object store, where the fetch above put it.
+            let stored = SuiteStorage.isObjectStore ? root + served : publishedPath(root: root, id: id, relative)
             if !served.hasPrefix("/downloads/") || !served.hasSuffix("/" + relative) {
                 wrong.append("\(url) is not under downloads/<id>/\(relative)")
             } else if FileManager.default.contents(atPath: stored) != FileManager.default.contents(atPath: path) {

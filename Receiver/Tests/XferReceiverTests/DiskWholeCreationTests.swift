@@ -43,7 +43,8 @@ final class DiskWholeCreationTests: XCTestCase {
         try FileManager.default.contentsOfDirectory(atPath: root + "/uploads").filter { $0.hasPrefix(id) }.sorted()
     }
 
-    private func published(_ id: String) -> String { root + "/downloads/" + id + "/d/a.bin" }
+    /// A file created whole is a file of its own: `downloads/<id>.<name>` (`Publication.file`).
+    private func published(_ id: String) -> String { root + "/downloads/" + id + ".a.bin" }
 
     func testAWholeCreationIsOneRoundAndItsFinishReportsOnce() async throws {
         let storage = try await open()
@@ -89,7 +90,6 @@ final class DiskWholeCreationTests: XCTestCase {
             id = try await create(storage, bytes: "hello").0.id
         }
         try FileManager.default.moveItem(atPath: published(id), toPath: root + "/uploads/\(id).data")
-        try FileManager.default.removeItem(atPath: root + "/downloads/" + id)
         let storage = try await open(boot: "ffffffffffffffffffffffffffffffff")
         let upload = try await XCTUnwrapAsync(try await storage.offsetUploads(protocolName: "ietf").upload(id: id))
         let offset = await upload.currentOffset
@@ -118,7 +118,7 @@ final class DiskWholeCreationTests: XCTestCase {
         let dropped = try await storage.offsetUploads(protocolName: "ietf").upload(id: torn)
         XCTAssertNil(dropped)
         XCTAssertEqual(try names(of: torn), [])
-        XCTAssertFalse(FileManager.default.fileExists(atPath: root + "/downloads/" + torn))
+        XCTAssertFalse(FileManager.default.fileExists(atPath: published(torn)))
         let kept = try await XCTUnwrapAsync(try await storage.offsetUploads(protocolName: "ietf").upload(id: whole))
         let offset = await kept.currentOffset
         XCTAssertEqual(offset, 5)
@@ -151,5 +151,38 @@ final class DiskWholeCreationTests: XCTestCase {
             try await upload.write(RequestBody(buffer: ByteBuffer(string: "lo")), at: 3, limit: 5, declaredLength: 2, check: nil)
         }
         XCTAssertEqual(more, .stored(offset: 5))
+    }
+
+    /// Published by one rename: no directory in `downloads/` (what cost a small file two `mkdir`s),
+    /// the whole path kept in its meta and its URL, and gone with its upload on deletion.
+    func testAFileCreatedWholeIsAFileOfItsOwnAndGoesWithItsUpload() async throws {
+        let storage = try await open()
+        let (upload, _) = try await create(storage, bytes: "hello")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/downloads"), [upload.id + ".a.bin"])
+        XCTAssertEqual(upload.path.text, "d/a.bin")
+        let log = try String(contentsOfFile: root + "/uploads/\(upload.id).log", encoding: .utf8)
+        XCTAssertTrue(log.hasPrefix(#"{"chunkSize":5,"fileName":"d/a.bin","formatVersion":1,"protocolName":"ietf","publication":"file","#), log)
+
+        // Loaded by a fresh receiver, it is still found there (downloads read the meta's publication).
+        let again = try await open()
+        let loaded = try await XCTUnwrapAsync(try await again.offsetUploads(protocolName: "ietf").upload(id: upload.id))
+        XCTAssertEqual(loaded.path.text, "d/a.bin")
+        let deleted = try await again.offsetUploads(protocolName: "ietf").delete(id: upload.id)
+        XCTAssertTrue(deleted)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: root + "/downloads"), [])
+        XCTAssertEqual(try names(of: upload.id), [])
+    }
+
+    /// A name too long for `<id>.<name>` within a file name's 255 bytes keeps a directory of its own.
+    func testANameTooLongForAFileOfItsOwnKeepsADirectory() async throws {
+        let storage = try await open()
+        let long = String(repeating: "n", count: 255 - UploadID.length)  // one byte past the limit with the dot
+        let longPath = RelativePath.validated("d/" + long)!
+        let (upload, result) = try await storage.offsetUploads(protocolName: "ietf").create(
+            path: longPath, length: 5, info: .defaultSingle, body: RequestBody(buffer: ByteBuffer(string: "hello")),
+            limit: 5, declaredLength: 5, check: nil, announce: { _ in })
+        XCTAssertEqual(result, .stored(offset: 5))
+        XCTAssertEqual(try String(contentsOfFile: root + "/downloads/\(upload.id)/d/" + long, encoding: .utf8), "hello")
+        XCTAssertEqual(Publication.forFileCreatedWhole(name: String(long.dropLast())), .file)
     }
 }

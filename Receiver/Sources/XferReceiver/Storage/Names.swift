@@ -57,7 +57,11 @@ struct RelativePath: Sendable, Equatable {
 
     /// A path this receiver checked and recorded (`text`), read back without checking again.
     init(stored text: String) {
-        self.init(components: text.split(separator: "/", omittingEmptySubsequences: true).map(String.init))
+        // On bytes, as `parse` split it: a '/' followed by a combining mark is one Character.
+        self.init(
+            components: text.utf8.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).map {
+                String(decoding: $0, as: UTF8.self)
+            })
     }
 
     /// `components` joined with '/': the path below `downloads/<id>/`, and what `meta.json` keeps.

@@ -16,6 +16,9 @@ struct UploadMeta: Codable, Sendable {
     var fileName: String
     var size: Int
     var chunkSize: Int
+    /// How the completed file is published on disk; nil (metas before it, and every other
+    /// storage) is `.directory`.
+    var publication: Publication?
 
     var chunkCount: Int { size == 0 ? 0 : (size - 1) / chunkSize + 1 }
 
@@ -31,6 +34,7 @@ struct UploadMeta: Codable, Sendable {
         out.raw(",\"fileName\":"); out.string(fileName)
         out.raw(",\"formatVersion\":"); out.raw(String(formatVersion))
         out.raw(",\"protocolName\":"); out.string(protocolName)
+        if let publication { out.raw(",\"publication\":"); out.string(publication.rawValue) }
         out.raw(",\"size\":"); out.raw(String(size))
         out.raw(",\"uploadId\":"); out.string(uploadId)
         out.raw("}")
@@ -41,6 +45,23 @@ struct UploadMeta: Codable, Sendable {
     func byteRange(ofChunk chunk: Int) -> Range<Int> {
         let start = (chunk - 1) * chunkSize
         return start..<min(start + chunkSize, size)
+    }
+}
+
+/// Where a disk store puts an upload's file once it is complete, below `downloads/`.
+enum Publication: String, Codable, Sendable {
+    /// `downloads/<id>/<path>`: a directory of the upload's own, the path's directories below it.
+    case directory
+    /// `downloads/<id>.<name>`, `name` the path's last component: a file of its own, for a file
+    /// created whole by one request. Publishing it is one rename, where a directory of its own
+    /// (and the path's below it) cost two `mkdir`s more a file, a fifth of the receiver's CPU per
+    /// small file. The whole path stays in the upload's log, and in its URL.
+    case file
+
+    /// A file of its own when `<id>.<name>` fits a file name (NAME_MAX, 255 bytes): a name
+    /// longer than 222 bytes keeps the directory.
+    static func forFileCreatedWhole(name: String) -> Publication {
+        UploadID.length + 1 + name.utf8.count <= RelativePath.maximumComponentLength ? .file : .directory
     }
 }
 

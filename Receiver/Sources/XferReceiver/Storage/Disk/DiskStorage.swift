@@ -105,10 +105,10 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
         try await fileIO.load(publishedPath(of: upload), range: range, context: context)
     }
 
-    /// Every upload's file is at downloads/<id>/<path>, whatever its layout: found by its id and
-    /// path, not by its type.
+    /// Every upload's file is where its meta's publication says (downloads/<id>/<path> or
+    /// downloads/<id>.<name>), whatever its layout in uploads/: found by its meta, not by its type.
     private func publishedPath(of upload: any ChunkedUpload) -> String {
-        uploads.layout.upload(upload.meta.uploadId, path: upload.path).downloadFile
+        uploads.layout.upload(upload.meta).downloadFile
     }
 
     /// Unfinished uploads no request used for a while leave memory: the protocols' registries

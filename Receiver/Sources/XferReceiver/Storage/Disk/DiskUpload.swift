@@ -461,11 +461,19 @@ actor DiskUpload {
         return CompletionRecord(sha256: Hex.lowercase(sha.finalize()), size: size, crc32c: CRC32.hex(crc.value))
     }
 
-    /// Moves the assembled data to its download path (`downloads/<id>/<relative path>`), creating
-    /// the directories on the way without following a symbolic link. Not synced: the caller waits
-    /// for a sync round. Blocking; also used by recovery at load time.
+    /// Moves the assembled data to its download path (`UploadLayout.downloadFile`): one rename
+    /// for a file of its own; for a directory of its own, creating the directories on the way
+    /// without following a symbolic link. Not synced: the caller waits for a sync round.
+    /// Blocking; also used by recovery at load time.
     static func publish(_ layout: UploadLayout) throws {
-        try FileSystemOps.place(layout.data, under: layout.downloadsRoot, at: [layout.id] + layout.path.components)
+        switch layout.publication {
+        case .file:
+            // `rename` replaces a link at the target rather than following it, and nothing but
+            // this upload names `<id>.<name>`.
+            try FileSystemOps.rename(layout.data, to: layout.downloadFile)
+        case .directory:
+            try FileSystemOps.place(layout.data, under: layout.downloadsRoot, at: [layout.id] + layout.path.components)
+        }
     }
 
     // MARK: Deletion

@@ -12,8 +12,7 @@ import Darwin
 
 /// Where everything lives under the receiver's root. An upload's working state is a few files
 /// named by its id directly in `uploads/` (no directory of its own: creating one cost as much as
-/// the rest of a small file's storage); published files live apart so their URL path
-/// (`downloads/<id>/<path>`) maps straight to disk.
+/// the rest of a small file's storage); published files live apart, in `downloads/`.
 ///
 ///     root/uploads/<id>.log             line 1: what the upload is (`UploadMeta`, JSON); then
 ///                                       +n / -n records of chunks and, once assembled, one
@@ -22,8 +21,12 @@ import Darwin
 ///     root/uploads/<id>.<name>          a capability's own files (offset uploads: offset.json,
 ///                                       offset.log; sequences: sequence.json, blocks.log), named
 ///                                       after what they hold: the log's meta line names the protocol
-///     root/downloads/<id>/<path>        the data file, moved here on completion; <path> is the
-///                                       client's relative path (`RelativePath`), directories and all
+///     root/downloads/<id>.<name>        the data file of an upload created whole by one request
+///                                       (a small file), moved here on completion (`Publication.file`);
+///                                       <name> is the last component of the client's path
+///     root/downloads/<id>/<path>        any other upload's data file, moved here on completion;
+///                                       <path> is the client's relative path (`RelativePath`),
+///                                       directories and all (`Publication.directory`)
 ///     root/trash/                       deleted uploads on their way out; emptied at startup
 ///
 /// Uploads a receiver of layout 1 left keep theirs: a directory `uploads/<id>/` holding
@@ -36,15 +39,13 @@ struct StoreLayout: Sendable {
     var downloads: String { root + "/downloads" }
     var trash: String { root + "/trash" }
 
-    func upload(_ id: String, path: RelativePath, format: UploadLayout.Format = .flat) -> UploadLayout {
-        UploadLayout(
-            id: id,
-            uploads: uploads,
-            downloadsRoot: downloads,
-            downloadDirectory: downloads + "/" + id,
-            path: path,
-            format: format
-        )
+    func upload(_ id: String, path: RelativePath, format: UploadLayout.Format = .flat, publication: Publication = .directory) -> UploadLayout {
+        UploadLayout(id: id, uploads: uploads, downloadsRoot: downloads, path: path, format: format, publication: publication)
+    }
+
+    /// The files of the upload `meta` describes.
+    func upload(_ meta: UploadMeta, format: UploadLayout.Format = .flat) -> UploadLayout {
+        upload(meta.uploadId, path: meta.path, format: format, publication: meta.publication ?? .directory)
     }
 }
 
@@ -64,10 +65,10 @@ struct UploadLayout: Sendable {
     let id: String
     let uploads: String
     let downloadsRoot: String
-    let downloadDirectory: String
-    /// Where the file lands below `downloadDirectory`.
+    /// Where the file lands: `downloadsRoot/<id>/<path>`, or `downloadsRoot/<id>.<last component>`.
     let path: RelativePath
     let format: Format
+    let publication: Publication
 
     /// The upload's file `name`: `uploads/<id>.<name>`, or `uploads/<id>/<name>` in layout 1.
     func file(_ name: String) -> String {
@@ -81,7 +82,22 @@ struct UploadLayout: Sendable {
     var directory: String { uploads + "/" + id }
     /// Layout 1 only.
     var completion: String { file("complete.json") }
-    var downloadFile: String { downloadDirectory + "/" + path.text }
+
+    /// Where the completed file is.
+    var downloadFile: String {
+        switch publication {
+        case .directory: downloadsRoot + "/" + id + "/" + path.text
+        case .file: downloadsRoot + "/" + id + "." + path.name
+        }
+    }
+
+    /// What the upload holds in `downloads/`, gone with it on deletion: its directory, or its file.
+    var published: String {
+        switch publication {
+        case .directory: downloadsRoot + "/" + id
+        case .file: downloadFile
+        }
+    }
 }
 
 /// The registry of uploads: creates them, finds them (loading from disk on first access, which is
@@ -188,15 +204,17 @@ actor DiskUploads {
         let make: @Sendable () throws -> (UploadMeta, UploadLayout, POSIXFile?) = {
             while true {
                 let id = UploadID.generate()
-                let uploadLayout = layout.upload(id, path: path, format: format)
                 let meta = UploadMeta(
                     formatVersion: UploadMeta.currentFormatVersion,
                     protocolName: protocolName,
                     uploadId: id,
                     fileName: path.text,
                     size: size,
-                    chunkSize: chunkSize
+                    chunkSize: chunkSize,
+                    // Created whole by one request (a small file): a file of its own when done.
+                    publication: keepingOpen ? Publication.forFileCreatedWhole(name: path.name) : nil
                 )
+                let uploadLayout = layout.upload(meta, format: format)
                 // The log claims the id; another upload holding it (never, with 128 random bits)
                 // would only make this draw again.
                 guard case .created(let files) = try Self.initialize(meta, in: uploadLayout, keepingOpen: keepingOpen) else { continue }
@@ -401,9 +419,9 @@ actor DiskUploads {
         // removal happens after, and a crash during it is cleaned up by the next startup.
         let trashed = try await io.run {
             var trashed = try Self.moveToTrash(id: id, layout: layout, suffix: ".upload")
-            if FileSystemOps.exists(uploadLayout.downloadDirectory) {
+            if FileSystemOps.exists(uploadLayout.published) {
                 let target = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".download"
-                try FileSystemOps.rename(uploadLayout.downloadDirectory, to: target)
+                try FileSystemOps.rename(uploadLayout.published, to: target)
                 trashed.append(target)
             }
             return trashed
@@ -512,7 +530,7 @@ actor DiskUploads {
         guard let path = RelativePath.validated(meta.fileName), path.text.utf8.elementsEqual(meta.fileName.utf8) else {
             throw UploadError.corrupt("the meta of \(id) names no safe relative path")
         }
-        let uploadLayout = layout.upload(id, path: path, format: format)
+        let uploadLayout = layout.upload(id, path: path, format: format, publication: meta.publication ?? .directory)
 
         var received = ReceivedChunks(meta: meta)
         // The last `+1.<sha256>` record of a single small chunk (`Upload.isSingleSmallChunk`),
@@ -568,9 +586,9 @@ actor DiskUploads {
             guard let read, read.size == Int64(meta.size), let crc = read.crc32c, recorded.crc32c == CRC32.hex(crc) else {
                 logger.warning("Dropping an upload whose creation a crash of the machine cut short", metadata: ["upload": "\(id)"])
                 var trashed = try moveToTrash(id: id, layout: layout, suffix: ".torn")
-                if FileSystemOps.exists(uploadLayout.downloadDirectory) {
+                if FileSystemOps.exists(uploadLayout.published) {
                     let target = layout.trash + "/" + id + "." + UploadID.generate().prefix(8) + ".torn-download"
-                    try FileSystemOps.rename(uploadLayout.downloadDirectory, to: target)
+                    try FileSystemOps.rename(uploadLayout.published, to: target)
                     trashed.append(target)
                 }
                 try durability.syncNow()
