@@ -156,10 +156,11 @@ public final class TransferEngine: Sendable {
         }
 
         let named = options.chunkSize
+        let sizes = backend.chunkSizes()
         let chunkSize: @Sendable (Int64) -> Int = { size in
             var requested = requestedChunkSize
             if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, backend.chunkSize(for: size, requested: requested))
+            return max(1, sizes(size, requested))
         }
         var record: JobRecord
         var resumed = false

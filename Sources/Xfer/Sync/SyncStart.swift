@@ -89,10 +89,11 @@ extension TransferEngine {
         }
 
         let named = options.chunkSize
+        let sizes = backend.chunkSizes()
         let chunkSize: @Sendable (Int64) -> Int = { size in
             var requested = requestedChunkSize
             if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, backend.chunkSize(for: size, requested: requested))
+            return max(1, sizes(size, requested))
         }
         let run = SyncRun(
             id: id, root: root, ends: SyncEnds(source: nil, destination: .backend(backend, BackendSteps(backend))), options: options, sync: sync,
@@ -255,10 +256,11 @@ extension TransferEngine {
             return (record, [from])
         }
         let named = options.chunkSize
+        let sizes = backend.chunkSizes()
         let chunkSize: @Sendable (Int64) -> Int = { size in
             var requested = requestedChunkSize
             if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, backend.chunkSize(for: size, requested: requested))
+            return max(1, sizes(size, requested))
         }
         let run = SyncRun(
             id: id, root: "", ends: SyncEnds(source: .listing(source, SourceSteps(source), location: from), destination: .backend(backend, BackendSteps(backend))),
