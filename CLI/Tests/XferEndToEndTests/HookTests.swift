@@ -85,6 +85,12 @@ final class HookTests: XCTestCase {
             XCTAssertEqual(upload?["path"] as? String, "clip.bin", protocolName)
             XCTAssertEqual(upload?["size"] as? Int, 200_000, protocolName)
             XCTAssertNotNil(upload?["id"] as? String, protocolName)
+            // Where the file is on disk, whatever the layout put it: the application reads it there.
+            let published = try XCTUnwrap(upload?["file"] as? String, "\(protocolName): \(String(describing: upload))")
+            XCTAssertTrue(published.hasPrefix("/"), published)
+            XCTAssertEqual(FileManager.default.contents(atPath: published), FileManager.default.contents(atPath: file), protocolName)
+            let asked = seen.first { $0["type"] as? String == "pre-finish" && $0["protocol"] as? String == protocolName }
+            XCTAssertEqual((asked?["upload"] as? [String: Any])?["file"] as? String, published, "pre-finish is told it too")
         }
 
         // Refused by the application: the client sees its status and words, nothing is stored.

@@ -135,10 +135,15 @@ struct UploadHooks: Sendable {
     let settings: HookSettings?
     let logger: Logger
     private let runtime: HookRuntime?
+    /// Where the storage keeps a completed upload's file on a filesystem of this machine
+    /// (`PublishedFileLocating`), told to `pre-finish` and `post-finish` as `file`; nil for a
+    /// storage that keeps none.
+    private let locate: (@Sendable (_ id: String) async -> String?)?
 
-    init(settings: HookSettings?, logger: Logger) {
+    init(settings: HookSettings?, logger: Logger, locate: (@Sendable (_ id: String) async -> String?)? = nil) {
         self.settings = settings
         self.logger = logger
+        self.locate = locate
         runtime = settings.map(HookRuntime.init)
     }
 
@@ -301,6 +306,8 @@ struct UploadHooks: Sendable {
     ) async throws {
         var upload: [String: JSONValue] = ["id": .string(id), "path": .string(path), "size": .int(size)]
         if let metadata { upload["metadata"] = .object(metadata.mapValues { .string($0) }) }
+        // Asked only when someone will hear it: a lookup of the upload, where nobody listens, is waste.
+        if settings != nil, let locate, let file = await locate(id) { upload["file"] = .string(file) }
         let verdict = await ask("pre-finish", protocolName: protocolName, upload: upload)
         guard case .allowed = verdict else {
             do {

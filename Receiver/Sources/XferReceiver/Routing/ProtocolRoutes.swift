@@ -30,7 +30,12 @@ struct RouteEnvironment: Sendable {
         self.configuration = configuration
         self.testHooks = testHooks
         self.logger = logger
-        hooks = UploadHooks(settings: configuration.hooks, logger: logger)
+        // Resolved once: whether the storage keeps files where the application could read them.
+        var locate: (@Sendable (_ id: String) async -> String?)?
+        if let locating = storage.core as? any PublishedFileLocating {
+            locate = { id in await locating.publishedFilePath(id: id) }
+        }
+        hooks = UploadHooks(settings: configuration.hooks, logger: logger, locate: locate)
     }
 }
 

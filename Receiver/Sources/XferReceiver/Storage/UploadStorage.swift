@@ -109,3 +109,10 @@ extension ChunkedUpload {
         try await complete(crc32c: nil)
     }
 }
+
+/// A storage that keeps completed files on a filesystem of this machine, and says where: hooks
+/// tell the application the path (`file`), so it need not know the storage's layout.
+protocol PublishedFileLocating: Sendable {
+    /// The absolute path of upload `id`'s published file; nil when there is none.
+    func publishedFilePath(id: String) async -> String?
+}

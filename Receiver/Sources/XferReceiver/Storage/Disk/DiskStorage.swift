@@ -21,7 +21,7 @@ import Darwin
 /// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
 final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
-    PublishedRangeReading, IdleUploadDropping, StatisticsReporting, HandleKeyKeeping
+    PublishedRangeReading, IdleUploadDropping, StatisticsReporting, HandleKeyKeeping, PublishedFileLocating
 {
     let uploads: DiskUploads
     let fileIO: FileIO
@@ -103,6 +103,15 @@ final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadCon
 
     func publishedFile(of upload: any ChunkedUpload, range: ClosedRange<Int>, context: some RequestContext) async throws -> ResponseBody {
         try await fileIO.load(publishedPath(of: upload), range: range, context: context)
+    }
+
+    /// The absolute path of upload `id`'s published file (what hooks tell the application);
+    /// nil when the upload is unknown or its file is not published.
+    func publishedFilePath(id: String) async -> String? {
+        guard let upload = try? await uploads.upload(id: id) else { return nil }
+        let path = uploads.layout.upload(upload.meta).downloadFile
+        guard FileSystemOps.exists(path) else { return nil }
+        return path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     }
 
     /// Every upload's file is where its meta's publication says (downloads/<id>/<path> or
