@@ -14,8 +14,7 @@ extension UploadBackend {
     }
 
     /// Each file's chunk size, given its size and the size asked for (that size without the
-    /// capability): resolved once, since a job asks it of every file, where a cast a file cost
-    /// ~940 instructions.
+    /// capability): the capability resolved once, since a job asks it of every file.
     func chunkSizes() -> @Sendable (_ size: Int64, _ requested: Int) -> Int {
         guard let sizing = self as? any ChunkSizing else { return { _, requested in requested } }
         return { size, requested in sizing.chunkSize(forFileOfSize: size, requested: requested) }

@@ -12,7 +12,8 @@ struct UploadMeta: Codable, Sendable {
     var protocolName: String
     var uploadId: String
     /// The file's path relative to `downloads/<id>/` (`RelativePath.text`: '/'-separated, checked;
-    /// a plain name for clients that send no directories). Named `fileName` since format 1.
+    /// a plain name for clients that send no directories). Named `fileName` since format 1. With
+    /// `Publication.file` the file is `downloads/<id>.<its last component>`.
     var fileName: String
     var size: Int
     var chunkSize: Int
@@ -54,8 +55,9 @@ enum Publication: String, Codable, Sendable {
     case directory
     /// `downloads/<id>.<name>`, `name` the path's last component: a file of its own, for a file
     /// created whole by one request. Publishing it is one rename, where a directory of its own
-    /// (and the path's below it) cost two `mkdir`s more a file, a fifth of the receiver's CPU per
-    /// small file. The whole path stays in the upload's log, and in its URL.
+    /// (and the path's below it) cost two `mkdir`s more a file: a quarter of the receiver's CPU
+    /// per small file (Docs/benchmarks.md). The whole path stays in the upload's log, and in its
+    /// URL.
     case file
 
     /// A file of its own when `<id>.<name>` fits a file name (NAME_MAX, 255 bytes): a name

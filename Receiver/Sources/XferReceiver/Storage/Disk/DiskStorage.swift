@@ -18,7 +18,8 @@ import Darwin
 ///
 /// Bytes are written into the page cache and made durable by a group commit (`Durability`: one
 /// `syncfs` per round, shared by every request in flight) before the record that says they arrived;
-/// published files are renamed into `downloads/<id>/<path>`. A restarted receiver, even one
+/// published files are renamed into `downloads/<id>/<path>`, or `downloads/<id>.<name>` for a
+/// file created whole by one request (`Publication`). A restarted receiver, even one
 /// killed with SIGKILL, loads each upload from its files on first access.
 final class DiskStorage: ComposableStorage, OffsetUploadStoring, OffsetUploadConcatenating, SequenceUploadStoring, MultipartSourceStoring,
     PublishedRangeReading, IdleUploadDropping, StatisticsReporting, HandleKeyKeeping, PublishedFileLocating
