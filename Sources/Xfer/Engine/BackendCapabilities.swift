@@ -13,11 +13,18 @@ extension UploadBackend {
         (self as? any JobHandleInventing)?.makeJobHandles(for: job) ?? ServerHandles()
     }
 
-    /// Each file's chunk size, given its size and the size asked for (that size without the
-    /// capability): the capability resolved once, since a job asks it of every file.
-    func chunkSizes() -> @Sendable (_ size: Int64, _ requested: Int) -> Int {
-        guard let sizing = self as? any ChunkSizing else { return { _, requested in requested } }
-        return { size, requested in sizing.chunkSize(forFileOfSize: size, requested: requested) }
+    /// Each file's chunk size in a job: the size `named` (`--chunk-size`), else the backend's
+    /// default, or its large-file size for a file of at least 8 of those; then what the backend
+    /// makes of it where it adopts `ChunkSizing` (resolved once: a job asks it of every file).
+    func chunkSizes(named: Int?) -> @Sendable (_ size: Int64) -> Int {
+        let traits = self.traits
+        let requested = named ?? traits.defaultChunkSize
+        let sizing = self as? any ChunkSizing
+        return { size in
+            var asked = requested
+            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { asked = large }
+            return max(1, sizing?.chunkSize(forFileOfSize: size, requested: asked) ?? asked)
+        }
     }
 
     /// The job's chunk order (any without the capability).

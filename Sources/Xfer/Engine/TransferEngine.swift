@@ -155,13 +155,7 @@ public final class TransferEngine: Sendable {
             }
         }
 
-        let named = options.chunkSize
-        let sizes = backend.chunkSizes()
-        let chunkSize: @Sendable (Int64) -> Int = { size in
-            var requested = requestedChunkSize
-            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, sizes(size, requested))
-        }
+        let chunkSize = backend.chunkSizes(named: options.chunkSize)
         var record: JobRecord
         var resumed = false
         if let existing = try store.job(id), !restart {

@@ -88,13 +88,7 @@ extension TransferEngine {
             return (record, [root])
         }
 
-        let named = options.chunkSize
-        let sizes = backend.chunkSizes()
-        let chunkSize: @Sendable (Int64) -> Int = { size in
-            var requested = requestedChunkSize
-            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, sizes(size, requested))
-        }
+        let chunkSize = backend.chunkSizes(named: options.chunkSize)
         let run = SyncRun(
             id: id, root: root, ends: SyncEnds(source: nil, destination: .backend(backend, BackendSteps(backend))), options: options, sync: sync,
             concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock, resumed: resumed,
@@ -255,13 +249,7 @@ extension TransferEngine {
             record.handles.set(SyncHandles.sync, "copy")
             return (record, [from])
         }
-        let named = options.chunkSize
-        let sizes = backend.chunkSizes()
-        let chunkSize: @Sendable (Int64) -> Int = { size in
-            var requested = requestedChunkSize
-            if named == nil, let large = traits.largeFileChunkSize, size >= 8 * Int64(large) { requested = large }
-            return max(1, sizes(size, requested))
-        }
+        let chunkSize = backend.chunkSizes(named: options.chunkSize)
         let run = SyncRun(
             id: id, root: "", ends: SyncEnds(source: .listing(source, SourceSteps(source), location: from), destination: .backend(backend, BackendSteps(backend))),
             options: options, sync: sync, concurrency: concurrency, chunkSize: chunkSize, store: store, transport: transport, lock: lock,
